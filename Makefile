@@ -1,0 +1,47 @@
+# Two commands: `make book` (venv + build the site) and `make test` (everything).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+# -n: nitpicky, -W: warnings are errors (a failing cell fails the build).
+BOOK_FLAGS ?= -n -W --keep-going
+
+.PHONY: venv book test lint unit site bench figures clean
+
+$(STAMP): requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements.txt
+	$(BIN)/pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+book: venv
+	$(BIN)/jupyter-book build . $(BOOK_FLAGS)
+	@echo "Open file://$(CURDIR)/_build/html/index.html"
+
+lint: venv
+	$(BIN)/ruff check .
+
+# Unit tests of both packages, kernels under the Triton interpreter, and every
+# chapter executed top to bottom (2 workers: one per core).
+unit: venv
+	$(BIN)/pytest -m "not site" -n 2 --dist loadgroup
+
+# The built site, opened in headless Chromium.
+site: book
+	$(BIN)/pytest -m site
+
+test: lint unit site
+
+# On a CUDA machine: correctness then timings -> benchmarks/results/<gpu>.json
+bench: venv
+	$(BIN)/python benchmarks/run.py
+	$(BIN)/python figures/src/gpu_results.py
+
+figures: venv
+	for f in figures/src/*.py; do $(BIN)/python $$f || exit 1; done
+
+clean:
+	rm -rf _build .pytest_cache .ruff_cache
