@@ -1,0 +1,113 @@
+"""The built site (_build/html), opened in headless Chromium the way a reader opens it.
+
+Run after `make book` (``make site`` / ``make test`` do that). Chromium comes from
+Debian's packages (``apt-get install chromium``; ``.ci/run`` installs it). Each page is
+rendered with JavaScript, its DOM checked, and a screenshot written to
+``_build/screenshots/`` for a person to look at.
+"""
+
+import functools
+import http.server
+import os
+import pathlib
+import shutil
+import socketserver
+import subprocess
+import tempfile
+import threading
+
+import pytest
+import yaml
+from bs4 import BeautifulSoup
+
+pytestmark = pytest.mark.site
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+HTML = ROOT / "_build" / "html"
+SHOTS = ROOT / "_build" / "screenshots"
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+TOC = yaml.safe_load((ROOT / "_toc.yml").read_text())
+CHAPTERS = [c["file"] for c in TOC.get("chapters") or []]
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--hide-scrollbars", "--virtual-time-budget=8000",
+]
+
+
+def _chromium() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        msg = "headless Chromium is needed for the site tests: apt-get install chromium"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return exe
+
+
+@pytest.fixture(scope="module")
+def server():
+    if not (HTML / "index.html").exists():
+        pytest.fail("no built site: run `make book` first")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(HTML))
+    handler.log_message = lambda *a, **k: None
+    with socketserver.TCPServer(("127.0.0.1", 0), handler) as httpd:
+        t = threading.Thread(target=httpd.serve_forever, daemon=True)
+        t.start()
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+        httpd.shutdown()
+
+
+def _render(url: str, shot: pathlib.Path) -> BeautifulSoup:
+    exe = _chromium()
+    with tempfile.TemporaryDirectory() as profile:
+        base = [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}"]
+        dom = subprocess.run([*base, "--dump-dom", url], capture_output=True, text=True,
+                             timeout=120, check=True).stdout
+    with tempfile.TemporaryDirectory() as profile:
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
+                        f"--screenshot={shot}", "--window-size=1280,2400", url],
+                       capture_output=True, timeout=120, check=True)
+    return BeautifulSoup(dom, "html.parser")
+
+
+def _page_url(server, name):
+    return f"{server}/{name}.html"
+
+
+def test_home_page_renders(server):
+    soup = _render(f"{server}/index.html", SHOTS / "index.png")
+    assert CONFIG["title"] in soup.get_text()
+    for chapter in CHAPTERS:
+        href = f"{chapter}.html"
+        assert soup.find("a", href=lambda h, href=href: h and h.endswith(href)), chapter
+    assert (SHOTS / "index.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_chapter_page_renders(server, chapter):
+    shot = SHOTS / f"{pathlib.Path(chapter).name}.png"
+    soup = _render(_page_url(server, chapter), shot)
+    main = soup.find("main") or soup
+    text = main.get_text(" ")
+    # It rendered as a chapter: a title, a summary, exercises.
+    assert soup.find("h1"), "no title"
+    assert "Summary" in text and "Exercises" in text
+    # No cell output is an error.
+    assert not soup.select(".output.traceback, .output.error"), "a cell output is an error"
+    assert "Traceback (most recent call last)" not in text
+    # Equations were typeset (MathJax is served from the site itself).
+    assert soup.find("mjx-container"), "no typeset math"
+    # Figures are present (executed at build time).
+    imgs = [i for i in soup.select(".cell_output img") if i.get("src")]
+    assert len(imgs) >= 3, f"only {len(imgs)} figures on {chapter}"
+    # The Colab launch link points at this notebook in the repository.
+    repo = CONFIG["repository"]["url"].removeprefix("https://github.com/")
+    colab = [a["href"] for a in soup.find_all("a", href=True)
+             if "colab.research.google.com" in a["href"]]
+    assert colab, "no Colab launch link"
+    assert any(repo in h and h.endswith(f"{chapter}.ipynb") for h in colab), colab
+    # The kernel source is on the page (literalinclude).
+    assert "tl.load(" in text or "tl.dot(" in text
+    assert shot.stat().st_size > 10_000
