@@ -7,6 +7,8 @@ whose mask hides every key gets weights 0 and output 0 (never NaN), as the kerne
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -82,12 +84,17 @@ def scaled_dot_product_attention(
     (bottom-right aligned) combine. Returns o (..., N_q, d_v) and, optionally, the
     weights P (..., N_q, N_k).
     """
+    q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.ndim < 2:
+            raise ValueError(f"{name} must be at least 2-D (..., N, d), got shape {t.shape}")
     d = q.shape[-1]
     if k.shape[-1] != d:
         raise ValueError(f"q and k must share the head dim: q {q.shape}, k {k.shape}")
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"k and v must have the same length: k {k.shape}, v {v.shape}")
-    scale = 1.0 / np.sqrt(d) if scale is None else scale
+    # A Python float keeps the inputs' dtype (a NumPy float64 scalar would upcast float32).
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     s = (q @ np.swapaxes(k, -1, -2)) * scale  # (..., N_q, N_k)
     keep = None
     if causal:
@@ -148,7 +155,8 @@ def multi_head_attention(
 def attention_flops(n_q: int, n_k: int, d: int, causal: bool = False) -> int:
     """Matmul FLOPs of one head's forward: 2·N_q·N_k·d for S = QK^T plus the same for PV.
 
-    Halved when causal with N_q == N_k (the convention benchmarks use).
+    Halved when causal, the convention benchmarks use (exact only as N_q = N_k grows; for
+    N_q != N_k the bottom-right mask keeps a different fraction).
     """
     f = 4 * n_q * n_k * d
     return f // 2 if causal else f

@@ -1,0 +1,122 @@
+"""attention/plots.py: the palette, the heatmaps, and chapter 1's masks, fits and traffic figure."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from attention import core, memory, plots  # noqa: E402
+
+pytestmark = pytest.mark.xdist_group("ch1_plots")
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def test_palette_has_every_tensor_and_level():
+    for t in ("Q", "K", "V", "S", "P", "O"):
+        assert plots.tensor_color(t) == plots.TENSOR_COLORS[t]
+    assert len({plots.TENSOR_COLORS[t] for t in ("Q", "K", "V", "S", "P", "O")}) == 6
+    assert {"HBM", "SRAM"} <= set(plots.MEMORY_COLORS)
+    assert plots.MASK_COLORS["keep"] != plots.MASK_COLORS["masked"]
+
+
+def test_attention_heatmap_draws_the_weights():
+    w = core.softmax(np.random.default_rng(0).normal(size=(3, 5)))
+    ax = plots.attention_heatmap(w, q_labels="abc", k_labels="vwxyz", title="t")
+    img = ax.get_images()[0]
+    np.testing.assert_array_equal(img.get_array(), w)
+    assert [t.get_text() for t in ax.get_xticklabels()] == list("vwxyz")
+    with pytest.raises(ValueError, match="2-D"):
+        plots.attention_heatmap(np.ones(3))
+
+
+@pytest.mark.parametrize("n_q,n_k", [(6, 6), (4, 7), (7, 4)])
+def test_mask_heatmap_draws_the_mask_and_diagonal(n_q, n_k):
+    mask = core.causal_mask(n_q, n_k)
+    ax = plots.mask_heatmap(mask, diagonal=True, legend=True, title="causal")
+    np.testing.assert_array_equal(ax.get_images()[0].get_array(), mask.astype(int))
+    (line,) = ax.get_lines()
+    x, y = line.get_data()
+    # The dashed line is j = i + n_k - n_q: it passes through the last visible key of each row.
+    np.testing.assert_allclose(np.asarray(x) - np.asarray(y), n_k - n_q)
+    for i in range(n_q):
+        j_last = i + n_k - n_q
+        if 0 <= j_last < n_k:
+            assert mask[i, j_last] and (j_last + 1 == n_k or not mask[i, j_last + 1])
+    assert ax.get_legend() is not None
+
+
+def test_mask_heatmap_rejects_non_boolean():
+    with pytest.raises(ValueError, match="boolean"):
+        plots.mask_heatmap(np.ones((3, 3)))
+
+
+def test_power_law_fit_recovers_exponent():
+    x = np.array([128, 256, 512, 1024, 2048])
+    slope, c = plots.power_law_fit(x, 3e-9 * x**2.0)
+    assert slope == pytest.approx(2.0, abs=1e-9) and c == pytest.approx(3e-9, rel=1e-6)
+    slope, _ = plots.power_law_fit(x, 5 * x**1.0)
+    assert slope == pytest.approx(1.0, abs=1e-9)
+    with pytest.raises(ValueError, match="positive"):
+        plots.power_law_fit([1, 2], [0, 1])
+    with pytest.raises(ValueError, match="same length"):
+        plots.power_law_fit([1, 2, 3], [1, 2])
+
+
+def test_scaling_plot_reports_the_fitted_slope():
+    x = np.array([100, 200, 400, 800])
+    ax, slope = plots.scaling_plot(x, 1e-6 * x**1.5, expected=2, expected_label="O(n^2)")
+    assert slope == pytest.approx(1.5, abs=1e-9)
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any("1.50" in s for s in labels) and "O(n^2)" in labels
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+
+
+@pytest.mark.parametrize("m", [None, 96])
+def test_naive_traffic_vs_length_draws_simulation_and_closed_form(m):
+    ns = [32, 100, 256]
+    bpe = 2
+    ax = plots.naive_traffic_vs_length(ns, d=32, bytes_per_elem=bpe, m=m, Br=64, Bc=64)
+    lines = {ln.get_label(): ln for ln in ax.get_lines()}
+    s_line = next(ln for lbl, ln in lines.items() if lbl.startswith("S:"))
+    x, y = s_line.get_data()
+    np.testing.assert_array_equal(x, ns)
+    n_q = np.array(ns) if m is None else m
+    np.testing.assert_array_equal(y, 2 * n_q * np.array(ns) * bpe)  # S written once, read once
+    total = lines["total"].get_data()[1]
+    want = [memory.simulate("standard", int(n if m is None else m), 32, N_k=n).bytes(bpe)
+            for n in ns]
+    np.testing.assert_array_equal(total, want)
+
+
+def test_naive_traffic_figure_title_and_bars():
+    fig = plots.naive_traffic_figure(n=512, m=None, d=64, dtype="float32")
+    ax_lines, ax_bars = fig.axes[:2]
+    t = memory.closed_form("standard", 512, 64, N_k=512)
+    heights = [p.get_height() for p in ax_bars.patches]
+    # Reads then writes per tensor, in MiB at 4 bytes per element.
+    reads = [t.per_tensor[k][0] * 4 / 2**20 for k in ("Q", "K", "V", "S", "P", "O")]
+    np.testing.assert_allclose(heights[:6], reads)
+    assert plots.human_bytes(t.bytes(4)) in ax_bars.get_title()
+    assert any(abs(ln.get_xdata()[0] - 512) < 1e-9 for ln in ax_lines.get_lines()
+               if len(ln.get_xdata()) == 2)  # the vertical marker at n
+    with pytest.raises(ValueError, match="dtype"):
+        plots.naive_traffic_figure(dtype="int4")
+    with pytest.raises(ValueError, match="positive"):
+        plots.naive_traffic_figure(n=0)
+
+
+def test_traffic_bars_and_human_bytes():
+    ax = plots.traffic_bars({"Q": (10, 0), "S": (5, 5)})
+    assert [p.get_height() for p in ax.patches] == [10, 5, 0, 5]
+    assert plots.human_bytes(1536) == "1.5 KiB"
+    assert plots.human_bytes(12) == "12 B"

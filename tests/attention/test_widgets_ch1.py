@@ -1,0 +1,85 @@
+"""Chapter 1's traffic explorer: it builds, and moving a control redraws the figure."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+from attention import plots, widgets  # noqa: E402
+
+pytestmark = pytest.mark.xdist_group("ch1_widgets")
+
+
+def _controls(box):
+    """Every value widget inside the explorer, by description."""
+    found, stack = {}, [box]
+    while stack:
+        w = stack.pop()
+        stack.extend(getattr(w, "children", ()))
+        if hasattr(w, "description") and hasattr(w, "value") and w.description:
+            found[w.description] = w
+    return found
+
+
+def _output(box):
+    import ipywidgets
+
+    stack = [box]
+    while stack:
+        w = stack.pop()
+        if isinstance(w, ipywidgets.Output):
+            return w
+        stack.extend(getattr(w, "children", ()))
+    raise AssertionError("no Output widget in the explorer")
+
+
+def _png(out):
+    assert len(out.outputs) == 1, "each redraw replaces the figure"
+    return out.outputs[0]["data"]["image/png"]
+
+
+def test_explorer_draws_the_real_figure_and_redraws_it():
+    box = widgets.traffic_explorer_ch1(n=256)
+    out = _output(box)
+    first = _png(out)
+    _controls(box)["keys n"].value = 512
+    assert _png(out) != first
+    assert not plt.get_fignums(), "figures are closed after they are shown"
+
+
+def test_every_control_redraws_with_its_new_value(monkeypatch):
+    calls = []
+
+    def fake_figure(**kw):  # cheap stand-in that still draws what it was asked for
+        calls.append(kw)
+        fig, ax = plt.subplots(figsize=(2, 1))
+        ax.text(0, 0, repr(sorted(kw.items())))
+        return fig
+
+    monkeypatch.setattr(plots, "naive_traffic_figure", fake_figure)
+    box = widgets.traffic_explorer_ch1(n=256)
+    out = _output(box)
+    assert calls == [{"n": 256, "m": None, "d": 64, "dtype": "float16"}]
+    c = _controls(box)
+    assert c["queries m"].disabled  # self-attention: m follows n
+
+    seen = {_png(out)}
+    c["keys n"].value = 512
+    assert calls[-1]["n"] == 512
+    c["self-attention (m = n)"].value = False  # cross-attention: the m slider takes over
+    assert not c["queries m"].disabled
+    c["queries m"].value = 128
+    assert calls[-1]["m"] == 128
+    seen.add(_png(out))
+    c["head dim d"].value = 128
+    c["dtype"].value = "float32"
+    assert calls[-1] == {"n": 512, "m": 128, "d": 128, "dtype": "float32"}
+    seen.add(_png(out))
+    assert len(seen) == 3, "the image changes with the values"
+    c["self-attention (m = n)"].value = True
+    assert c["queries m"].disabled and calls[-1]["m"] is None
+    assert len(calls) == 7  # the first draw + one per change
