@@ -1,0 +1,491 @@
+"""Soft vs hard attention in NumPy: argmax, sampled (Gumbel-max), top-k, Gumbel-softmax with its
+straight-through estimator, and the REINFORCE (score-function) gradient with a baseline.
+
+Shapes follow ``attention.core``: q (..., N_q, d), k (..., N_k, d), v (..., N_k, d_v); every
+function works for one head or for (B, H, N, d). Masks are boolean, True = may attend; causal
+masks align bottom-right (query i sees keys j <= i + N_k - N_q). A query row that sees no key
+gets output 0 and index -1 (never NaN), as the kernels in ``kernels/hard.py`` do.
+
+The gradient estimators work on *logits* ``s`` of shape (..., N) and a per-category loss
+``f`` of shape (..., N) (the loss if position z is chosen), so that the exact gradient of
+the expected loss, ``p * (f - <p, f>)``, is available to measure bias and variance against.
+
+Importing this module registers three algorithms with ``attention.memory``: ``"soft"``
+(streaming soft attention, FlashAttention-style), ``"hard"`` (argmax, one row of V per
+query) and ``"topk"`` (k rows of V per query).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import memory
+from .core import causal_mask, scaled_dot_product_attention, softmax
+
+# ---------------------------------------------------------------------------------
+# Scores and the three forward passes
+# ---------------------------------------------------------------------------------
+
+
+def attention_scores(q, k, scale=None, causal=False, mask=None):
+    """Scaled scores s = q k^T * scale, with -inf where a key is hidden. (..., N_q, N_k)."""
+    q, k = np.asarray(q), np.asarray(k)
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must share the head dim: q {q.shape}, k {k.shape}")
+    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    s = (q @ np.swapaxes(k, -1, -2)) * scale  # (..., N_q, N_k)
+    keep = _keep(q.shape[-2], k.shape[-2], causal, mask)
+    if keep is not None:
+        s = np.where(keep, s, -np.inf)
+    return s
+
+
+def _keep(n_q, n_k, causal, mask):
+    keep = causal_mask(n_q, n_k) if causal else None
+    if mask is not None:
+        keep = mask if keep is None else (keep & mask)
+    return keep
+
+
+def soft_attention(q, k, v, scale=None, causal=False, mask=None, return_weights=False):
+    """o = softmax(s) v: a weighted sum over *all* visible positions (``core`` does the work)."""
+    return scaled_dot_product_attention(q, k, v, mask=mask, causal=causal, scale=scale,
+                                        return_weights=return_weights)
+
+
+def gather_rows(v, idx):
+    """o[..., i, :] = v[..., idx[..., i], :], and 0 where idx is -1.  v (..., N_k, d_v)."""
+    v, idx = np.asarray(v), np.asarray(idx)
+    safe = np.where(idx < 0, 0, idx)
+    o = np.take_along_axis(v, safe[..., None], axis=-2)  # (..., N_q, d_v)
+    return np.where(idx[..., None] < 0, 0.0, o)
+
+
+def argmax_index(s):
+    """Row argmax of scores (..., N_q, N_k); ties go to the lowest index; -1 for an all -inf row."""
+    s = np.asarray(s)
+    idx = np.argmax(s, axis=-1)  # np.argmax returns the first maximum: lowest index wins
+    return np.where(np.isneginf(s.max(axis=-1)), -1, idx)
+
+
+def hard_attention(q, k, v, scale=None, causal=False, mask=None, return_index=False):
+    """o[i] = v[argmax_j s_ij]: one position per query, a discrete choice.
+
+    Equivalent to soft attention with the one-hot weights ``one_hot(idx, N_k)``.
+    """
+    idx = argmax_index(attention_scores(q, k, scale, causal, mask))  # (..., N_q)
+    o = gather_rows(v, idx)  # (..., N_q, d_v)
+    return (o, idx) if return_index else o
+
+
+def one_hot(idx, n):
+    """(..., N_q) int -> (..., N_q, n) float one-hot rows; an index of -1 gives a zero row."""
+    idx = np.asarray(idx)
+    return (idx[..., None] == np.arange(n)).astype(float)
+
+
+def sample_index(p, rng):
+    """One sample per row from the categorical distribution p (..., N) by inverse CDF; -1 if p=0."""
+    p = np.asarray(p, dtype=float)
+    c = np.cumsum(p, axis=-1)  # (..., N)
+    total = c[..., -1:]
+    u = rng.random(p.shape[:-1] + (1,)) * total
+    idx = np.minimum((c <= u).sum(axis=-1), p.shape[-1] - 1)
+    # never land on a zero-probability position (guards against round-off at the ends)
+    idx = np.where(np.take_along_axis(p, idx[..., None], -1)[..., 0] > 0, idx,
+                   np.argmax(p > 0, axis=-1))
+    return np.where(total[..., 0] > 0, idx, -1)
+
+
+def stochastic_hard_attention(q, k, v, rng, scale=None, causal=False, mask=None,
+                              return_index=False):
+    """Stochastic hard attention (Show, Attend and Tell): z_i ~ softmax(s_i), o_i = v[z_i]."""
+    p = softmax(attention_scores(q, k, scale, causal, mask), axis=-1)  # (..., N_q, N_k)
+    idx = sample_index(p, rng)  # (..., N_q)
+    o = gather_rows(v, idx)
+    return (o, idx) if return_index else o
+
+
+def topk_index(s, topk):
+    """Indices of the ``topk`` largest scores per row, by score (desc) then index (asc).
+
+    (..., N_q, N_k) -> (..., N_q, topk); slots beyond the number of visible keys are -1.
+    """
+    s = np.asarray(s)
+    n_k = s.shape[-1]
+    kk = min(topk, n_k)
+    order = np.argsort(-s, axis=-1, kind="stable")[..., :kk]  # stable: ties keep lowest index
+    visible = np.isfinite(np.take_along_axis(s, order, -1))
+    idx = np.where(visible, order, -1)
+    if kk < topk:  # pad to topk slots
+        pad = -np.ones(idx.shape[:-1] + (topk - kk,), dtype=idx.dtype)
+        idx = np.concatenate([idx, pad], axis=-1)
+    return idx
+
+
+def topk_weights(s, topk):
+    """Softmax over the ``topk`` largest scores of each row, 0 elsewhere.  (..., N_q, N_k)."""
+    s = np.asarray(s)
+    idx = topk_index(s, topk)  # (..., N_q, topk)
+    keep = (one_hot(idx, s.shape[-1]).sum(axis=-2) > 0)  # (..., N_q, N_k)
+    return softmax(s, axis=-1, mask=keep)
+
+
+def topk_attention(q, k, v, topk, scale=None, causal=False, mask=None, return_weights=False):
+    """o = softmax over the k best scores of each row, times V: k rows of V per query."""
+    if int(topk) < 1:
+        raise ValueError(f"topk must be >= 1, got {topk}")
+    p = topk_weights(attention_scores(q, k, scale, causal, mask), int(topk))  # (..., N_q, N_k)
+    o = p @ np.asarray(v)  # (..., N_q, d_v)
+    return (o, p) if return_weights else o
+
+
+# ---------------------------------------------------------------------------------
+# Gradients: the softmax Jacobian, Gumbel noise, relaxations and estimators
+# ---------------------------------------------------------------------------------
+
+
+def softmax_jacobian(p):
+    """J[a, b] = dp_a / ds_b = p_a (delta_ab - p_b) for one row p (N,) -> (N, N).
+
+    Every entry is nonzero where p is: each position's score moves every weight.
+    """
+    p = np.asarray(p, dtype=float)
+    return np.diag(p) - np.outer(p, p)
+
+
+def softmax_backward(p, grad_p):
+    """Vector-Jacobian product of softmax: dL/ds = p * (dL/dp - <p, dL/dp>).  (..., N)."""
+    p, grad_p = np.asarray(p), np.asarray(grad_p)
+    return p * (grad_p - (p * grad_p).sum(axis=-1, keepdims=True))
+
+
+def gumbel(shape, rng):
+    """Standard Gumbel noise g = -log(-log U), U ~ Uniform(0, 1)."""
+    u = rng.random(shape)
+    u = np.clip(u, np.finfo(float).tiny, 1.0)  # U = 0 would give g = -inf
+    return -np.log(-np.log(u))
+
+
+def gumbel_max_sample(logits, rng):
+    """argmax(logits + Gumbel noise): an exact sample from softmax(logits).  (..., N) -> (...)."""
+    logits = np.asarray(logits, dtype=float)
+    return argmax_index(logits + gumbel(logits.shape, rng))
+
+
+def gumbel_softmax(logits, tau, rng=None, noise=None, hard=False):
+    """The Gumbel-softmax (Concrete) relaxation y = softmax((logits + g) / tau).
+
+    tau -> 0 gives the one-hot Gumbel-max sample, tau -> inf the uniform distribution.
+    With ``hard=True`` the forward value is that one-hot sample (the straight-through
+    estimator then back-propagates through the soft y: see ``straight_through_grad``).
+    Pass ``noise`` to reuse a Gumbel draw (e.g. to sweep tau on the same sample).
+    """
+    if tau <= 0:
+        raise ValueError(f"tau must be > 0, got {tau}")
+    logits = np.asarray(logits, dtype=float)
+    g = gumbel(logits.shape, rng) if noise is None else np.asarray(noise)
+    y = softmax((logits + g) / tau, axis=-1)
+    if hard:
+        return one_hot(argmax_index(y), logits.shape[-1])
+    return y
+
+
+def straight_through_grad(y_soft, grad_y, tau):
+    """Straight-through Gumbel-softmax: the forward used one_hot(argmax y), the backward
+    pretends it used y = softmax((s + g)/tau):  dL/ds = (1/tau) y * (dL/dy - <y, dL/dy>).
+
+    A biased estimate of the gradient of E[L]: it uses dL/dy at the *sampled* one-hot.
+    """
+    return softmax_backward(y_soft, grad_y) / tau
+
+
+def expected_loss_grad(logits, f):
+    """Exact gradient of E_{z ~ softmax(logits)}[f(z)] w.r.t. the logits: p * (f - <p, f>).
+
+    ``f`` (..., N) is the loss incurred when position z is chosen.
+    """
+    p = softmax(np.asarray(logits, dtype=float), axis=-1)
+    return softmax_backward(p, np.asarray(f, dtype=float))
+
+
+def reinforce_grad(logits, f, rng, n_samples=1, baseline=None, return_samples=False):
+    """REINFORCE / score-function estimates of d E[f(z)] / d logits, z ~ softmax(logits).
+
+    g = (f(z) - b) * d log p(z) / d logits = (f(z) - b) * (one_hot(z) - p).
+
+    ``baseline``: None (b = 0), a number or array broadcastable to (...) (any b that does
+    not depend on z keeps the estimate unbiased), or ``"loo"``: the leave-one-out mean of
+    the other n_samples - 1 draws' losses (unbiased too; needs n_samples >= 2).
+    Returns (n_samples, ..., N): one estimate per draw; average over axis 0 to use them.
+    With ``return_samples`` also the drawn positions z (n_samples, ...).
+    """
+    logits = np.asarray(logits, dtype=float)
+    f = np.broadcast_to(np.asarray(f, dtype=float), logits.shape)
+    p = softmax(logits, axis=-1)  # (..., N)
+    n = logits.shape[-1]
+    z = np.stack([sample_index(p, rng) for _ in range(n_samples)])  # (S, ...)
+    fz = np.take_along_axis(np.broadcast_to(f, (n_samples,) + f.shape), z[..., None], -1)[..., 0]
+    if baseline is None:
+        b = 0.0
+    elif isinstance(baseline, str):
+        if baseline != "loo":
+            raise ValueError(f"baseline must be None, a number or 'loo', got {baseline!r}")
+        if n_samples < 2:
+            raise ValueError("the leave-one-out baseline needs n_samples >= 2")
+        b = (fz.sum(axis=0, keepdims=True) - fz) / (n_samples - 1)  # (S, ...)
+    else:
+        b = np.asarray(baseline, dtype=float)
+    score = one_hot(z, n) - p  # (S, ..., N): d log p(z) / d logits
+    g = (fz - b)[..., None] * score
+    return (g, z) if return_samples else g
+
+
+# ---------------------------------------------------------------------------------
+# HBM traffic: soft (streaming), hard (argmax) and top-k attention
+# ---------------------------------------------------------------------------------
+# All three stream K block by block past a Q block held in SRAM (one pass, S never
+# written to HBM). Soft attention must also stream *every* row of V; hard and top-k
+# attention know which rows they need only after the pass over K, and then read just
+# those: 1 (hard) or k (top-k) rows of V per query.
+
+
+def _blocks(n, b):
+    return [min(b, n - i * b) for i in range(-(-n // b))]
+
+
+def _simulate_soft(N, d, Br=64, Bc=64, M=None, N_k=None, keep_trace=True):
+    """Streaming soft attention (FlashAttention forward): Q block in SRAM, K and V streamed."""
+    n_k = N if N_k is None else N_k
+    sim = memory.HBMSim(M, keep_trace)
+    for i, br in enumerate(_blocks(N, Br)):
+        sim.step = i
+        sim.hold(br * d + br * d + 2 * br, "Q block, O accumulator, m and l")
+        sim.load("Q", br * d, (i,))
+        for j, bc in enumerate(_blocks(n_k, Bc)):
+            sim.hold(2 * bc * d + br * bc, "K, V and S tiles")
+            sim.load("K", bc * d, (j,))
+            sim.load("V", bc * d, (j,))
+            sim.release(2 * bc * d + br * bc)
+        sim.store("O", br * d, (i,))
+        sim.release(2 * br * d + 2 * br)
+    return sim.result()
+
+
+def _closed_soft(N, d, Br=64, Bc=64, M=None, N_k=None, keep_trace=True):
+    n_k = N if N_k is None else N_k
+    t_r = -(-N // Br)
+    return memory.traffic({"Q": (N * d, 0), "K": (t_r * n_k * d, 0), "V": (t_r * n_k * d, 0),
+                           "O": (0, N * d)})
+
+
+def _simulate_select(N, d, rows, Br, Bc, M, N_k, keep_trace, write_lse):
+    """Shared by hard and top-k: stream K for the selection, then gather ``rows`` rows of V."""
+    n_k = N if N_k is None else N_k
+    kk = min(rows, n_k)
+    sim = memory.HBMSim(M, keep_trace)
+    for i, br in enumerate(_blocks(N, Br)):
+        sim.step = i
+        sim.hold(br * d + 2 * br * kk, "Q block and the running (score, index) buffer")
+        sim.load("Q", br * d, (i,))
+        for j, bc in enumerate(_blocks(n_k, Bc)):
+            sim.hold(bc * d + br * bc, "K and S tiles")
+            sim.load("K", bc * d, (j,))
+            sim.release(bc * d + br * bc)
+        sim.hold(br * d, "the O accumulator")
+        for r in range(kk):  # one gathered row of V per query and kept slot
+            sim.load("V", br * d, (i, r))
+        sim.store("O", br * d, (i,))
+        sim.store("idx", br * kk, (i,))
+        if write_lse:
+            sim.store("L", br, (i,))
+        sim.release(2 * br * d + 2 * br * kk)
+    return sim.result()
+
+
+def _closed_select(N, d, rows, Br, N_k, write_lse):
+    n_k = N if N_k is None else N_k
+    kk = min(rows, n_k)
+    t_r = -(-N // Br)
+    per = {"Q": (N * d, 0), "K": (t_r * n_k * d, 0), "V": (N * kk * d, 0), "O": (0, N * d),
+           "idx": (0, N * kk)}
+    if write_lse:
+        per["L"] = (0, N)
+    return memory.traffic(per)
+
+
+def _simulate_hard(N, d, Br=64, Bc=64, M=None, N_k=None, keep_trace=True):
+    """Hard (argmax) attention: stream K, keep (max, argmax) per row, read one row of V."""
+    return _simulate_select(N, d, 1, Br, Bc, M, N_k, keep_trace, write_lse=False)
+
+
+def _closed_hard(N, d, Br=64, Bc=64, M=None, N_k=None, keep_trace=True):
+    return _closed_select(N, d, 1, Br, N_k, write_lse=False)
+
+
+def _simulate_topk(N, d, k=8, Br=64, Bc=64, M=None, N_k=None, keep_trace=True):
+    """Top-k attention: stream K, keep the k best (score, index) per row, read k rows of V.
+
+    Writes O, the kept indices and the log-sum-exp (what the backward needs).
+    """
+    return _simulate_select(N, d, k, Br, Bc, M, N_k, keep_trace, write_lse=True)
+
+
+def _closed_topk(N, d, k=8, Br=64, Bc=64, M=None, N_k=None, keep_trace=True):
+    return _closed_select(N, d, k, Br, N_k, write_lse=True)
+
+
+memory.register("soft", _simulate_soft, _closed_soft)
+memory.register("hard", _simulate_hard, _closed_hard)
+memory.register("topk", _simulate_topk, _closed_topk)
+
+
+# ---------------------------------------------------------------------------------
+# A small task where the right answer is to attend to ONE position: retrieval.
+# Each example has N keys k_j (random vectors) with values v_j; the query is a noisy
+# copy of one key, x = k_t + noise, and the target is its value v_t. The only
+# parameter is W (d, d): scores s_j = (x W) . k_j. With W = 0 attention is uniform;
+# a large multiple of the identity attends to the matching key.
+# ---------------------------------------------------------------------------------
+
+METHODS = ("soft", "argmax", "reinforce", "reinforce+baseline", "gumbel-st", "topk")
+
+
+def retrieval_task(n_examples, n_keys=16, d=16, d_v=8, noise=0.5, rng=None):
+    """x (n, d), keys (n, N, d), values (n, N, d_v), target (n,) int."""
+    rng = np.random.default_rng(0) if rng is None else rng
+    keys = rng.standard_normal((n_examples, n_keys, d)) / np.sqrt(d)  # (n, N, d)
+    values = rng.standard_normal((n_examples, n_keys, d_v))  # (n, N, d_v)
+    target = rng.integers(0, n_keys, n_examples)
+    x = keys[np.arange(n_examples), target] + noise * rng.standard_normal((n_examples, d)) \
+        / np.sqrt(d)
+    return {"x": x, "keys": keys, "values": values, "target": target}
+
+
+def retrieval_scores(W, task):
+    """s[b, j] = (x_b W) . k_bj.  (n, N)."""
+    return np.einsum("bd,de,bje->bj", task["x"], W, task["keys"])
+
+
+def retrieval_losses(task):
+    """f[b, z] = ||v_bz - v_bt||^2: the loss if example b attends (hard) to key z.  (n, N)."""
+    v, t = task["values"], task["target"]
+    return ((v - v[np.arange(len(t)), t][:, None, :]) ** 2).sum(-1)
+
+
+def retrieval_score_grad(method, s, task, rng, tau=1.0, topk=4, baseline=0.0):
+    """Gradient of the batch-mean loss w.r.t. the scores s (n, N), as each method estimates it,
+    and the loss the method sees.
+
+    soft       L = ||sum_j p_j v_j - v_t||^2, exact gradient through the softmax.
+    argmax     o = v[argmax s]: the gradient is exactly zero (piecewise constant).
+    reinforce  z ~ p, L = f(z); (f(z) - b) (one_hot(z) - p), with ``baseline`` b.
+    gumbel-st  z = argmax(s + g), L = f(z); backward through y = softmax((s + g)/tau).
+    topk       soft attention restricted to the ``topk`` best scores.
+    """
+    n, N = s.shape
+    v, t = task["values"], task["target"]
+    v_t = v[np.arange(n), t]  # (n, d_v)
+    if method in ("soft", "topk"):
+        p = softmax(s, axis=-1) if method == "soft" else topk_weights(s, topk)  # (n, N)
+        o = np.einsum("bj,bjd->bd", p, v)
+        grad_o = 2 * (o - v_t) / n
+        grad_p = np.einsum("bd,bjd->bj", grad_o, v)
+        return softmax_backward(p, grad_p), float(((o - v_t) ** 2).sum(-1).mean())
+    f = retrieval_losses(task)  # (n, N)
+    if method == "argmax":
+        z = argmax_index(s)
+        return np.zeros_like(s), float(f[np.arange(n), z].mean())
+    if method in ("reinforce", "reinforce+baseline"):
+        b = baseline if method == "reinforce+baseline" else 0.0
+        g, z = reinforce_grad(s, f, rng, baseline=b, return_samples=True)
+        return g[0] / n, float(f[np.arange(n), z[0]].mean())
+    if method == "gumbel-st":
+        g_noise = gumbel(s.shape, rng)
+        y = softmax((s + g_noise) / tau, axis=-1)  # (n, N) the relaxed sample
+        z = argmax_index(y)  # the forward uses the hard sample
+        o = v[np.arange(n), z]
+        grad_y = np.einsum("bd,bjd->bj", 2 * (o - v_t) / n, v)  # dL/dy at the one-hot
+        return straight_through_grad(y, grad_y, tau), float(f[np.arange(n), z].mean())
+    raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+
+
+def retrieval_W_grad(grad_s, task):
+    """Chain rule through s = (x W) . k:  dL/dW = sum_b x_b^T (sum_j dL/ds_bj k_bj).  (d, d)."""
+    return np.einsum("bd,bj,bje->de", task["x"], grad_s, task["keys"])
+
+
+def retrieval_accuracy(W, task):
+    """Fraction of examples whose highest score is the target key."""
+    return float((argmax_index(retrieval_scores(W, task)) == task["target"]).mean())
+
+
+def train_retrieval(method, steps=300, batch=32, lr=0.05, n_keys=16, d=16, tau=1.0, topk=4,
+                    seed=0, eval_every=10, progress=None):
+    """Train W with Adam on fresh batches; returns {"step", "accuracy", "loss"} lists.
+
+    ``accuracy`` is hard retrieval accuracy (argmax of the scores) on a fixed test set, the
+    same yardstick for every method. ``reinforce+baseline`` uses a running mean of past
+    losses as its baseline (independent of the current sample, so still unbiased).
+    """
+    rng = np.random.default_rng(seed)
+    test = retrieval_task(512, n_keys, d, rng=np.random.default_rng(10_000 + seed))
+    W = np.zeros((d, d))
+    m, u = np.zeros_like(W), np.zeros_like(W)
+    beta1, beta2, eps = 0.9, 0.999, 1e-8
+    baseline, out = None, {"step": [], "accuracy": [], "loss": []}
+    for step in range(steps + 1):
+        if step % eval_every == 0:
+            out["step"].append(step)
+            out["accuracy"].append(retrieval_accuracy(W, test))
+        if step == steps:
+            break
+        task = retrieval_task(batch, n_keys, d, rng=rng)
+        s = retrieval_scores(W, task)
+        b = 0.0 if baseline is None else baseline
+        grad_s, loss = retrieval_score_grad(method, s, task, rng, tau=tau, topk=topk, baseline=b)
+        baseline = loss if baseline is None else 0.9 * baseline + 0.1 * loss
+        out["loss"].append(loss)
+        gW = retrieval_W_grad(grad_s, task)
+        m = beta1 * m + (1 - beta1) * gW
+        u = beta2 * u + (1 - beta2) * gW**2
+        W = W - lr * (m / (1 - beta1 ** (step + 1))) / (np.sqrt(u / (1 - beta2 ** (step + 1)))
+                                                      + eps)
+        if progress is not None:
+            progress.update(1)
+    return out
+
+
+def estimator_stats(W, task, n_draws=500, rng=None, tau=1.0, topk=4, methods=METHODS):
+    """Each method's gradient dL/dW measured against the exact gradient of the expected hard
+    loss E_{z ~ softmax(s)}[f(z)] on one batch (``task``), over ``n_draws`` draws.
+
+    Returns {method: {"rel_bias", "rel_bias_se", "rel_std"}}: ||E[g] - g*|| / ||g*||, its
+    standard error (from the per-draw spread), and sqrt(E||g - E[g]||^2) / ||g*||.
+    Deterministic methods (soft, argmax, top-k) have rel_std 0; their bias says how far
+    the gradient of *their* objective is from that of the expected hard loss.
+    ``reinforce+baseline`` uses the constant baseline b = mean_b E_p[f] of this batch.
+    """
+    rng = np.random.default_rng(0) if rng is None else rng
+    n = len(task["target"])
+    s = retrieval_scores(W, task)
+    f = retrieval_losses(task)
+    exact = retrieval_W_grad(expected_loss_grad(s, f) / n, task)
+    b = float((softmax(s, axis=-1) * f).sum(-1).mean())
+    scale = np.linalg.norm(exact)
+    out = {}
+    for method in methods:
+        draws = 1 if method in ("soft", "argmax", "topk") else n_draws
+        g = np.stack([
+            retrieval_W_grad(retrieval_score_grad(method, s, task, rng, tau=tau, topk=topk,
+                                                  baseline=b)[0], task)
+            for _ in range(draws)
+        ])  # (draws, d, d)
+        mean = g.mean(axis=0)
+        var = ((g - mean) ** 2).sum(axis=(1, 2)).mean() if draws > 1 else 0.0
+        out[method] = {
+            "rel_bias": float(np.linalg.norm(mean - exact) / scale),
+            "rel_bias_se": float(np.sqrt(var / draws) / scale),
+            "rel_std": float(np.sqrt(var) / scale),
+        }
+    return out

@@ -1,0 +1,143 @@
+"""Suite "hard": hard (argmax / sampled) and top-k attention kernels on a CUDA GPU.
+
+``check()`` holds kernels/hard.py against fp64 references on this GPU; ``run()`` times,
+in float16, non-causal, B = 2, H = 16, d in {64, 128}, N = N_q = N_k from 1k to 16k:
+
+* op "hard":        triton ``hard_attention`` vs naive (materialise S, argmax, gather)
+* op "hard-sample": triton ``hard_attention(sample=True)`` (Gumbel-max in the kernel)
+* op "topk16", "topk64": triton ``topk_attention`` vs naive (S, torch.topk, softmax, gather)
+* op "flash":       the book's ``flash_attention`` forward on the same shape (the yardstick)
+
+Targets (stated in the chapter, checked against these records, never assumed): hard
+>= 1.5x faster than the flash forward and >= 20x faster than naive at N = 8k; top-k
+(k <= 64) at most 2x the flash forward's time. Designed for ~1.5 minutes on an H200.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import torch
+
+from kernels import bench
+from kernels.flash import flash_attention
+from kernels.hard import hard_attention, naive_hard_attention, naive_topk_attention, topk_attention
+from kernels.naive import reference_attention
+
+SUITE = "hard"
+B, H = 2, 16
+NAIVE_MAX_BYTES = 40 * 2**30  # skip naive shapes whose S (+ top-k copies) would exceed this
+
+
+def _inputs(N, d, dtype=torch.float16, seed=0, N_k=None):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    n_k = N if N_k is None else N_k
+    q = torch.randn((B, H, N, d), device="cuda", dtype=dtype, generator=g)
+    k = torch.randn((B, H, n_k, d), device="cuda", dtype=dtype, generator=g)
+    v = torch.randn((B, H, n_k, d), device="cuda", dtype=dtype, generator=g)
+    return q, k, v
+
+
+def _ref_scores(q, k):
+    return (q.double() @ k.double().transpose(-1, -2)) / math.sqrt(q.shape[-1])
+
+
+def check() -> list[dict]:
+    """Correctness on this GPU (fp16 and fp32, causal and not, cross lengths)."""
+    out = []
+    for dtype in (torch.float16, torch.float32):
+        for causal in (False, True):
+            q, k, v = _inputs(300, 64, dtype, seed=1, N_k=517)
+            tag = f"{str(dtype)[6:]}{'-causal' if causal else ''}"
+            # argmax: indices must match fp64 wherever the top two scores are clearly apart
+            o, idx = hard_attention(q, k, v, causal=causal, return_index=True)
+            s = _ref_scores(q, k)
+            if causal:
+                keep = torch.ones(300, 517, dtype=torch.bool, device="cuda").tril(517 - 300)
+                s = s.masked_fill(~keep, float("-inf"))
+            top2 = s.topk(2, dim=-1).values
+            clear = (top2[..., 0] - top2[..., 1]) > 1e-2
+            wrong = ((idx != s.argmax(-1)) & clear).float().mean().item()
+            out.append({"name": f"hard argmax {tag}", "max_err": wrong, "tol": 0.0,
+                        "ok": wrong == 0.0})
+            # top-k: |kernel - fp64| <= 2 |naive(dtype) - fp64| + atol on clear rows
+            kk = 16
+            o_t = topk_attention(q, k, v, kk, causal=causal).double()
+            vals = s.topk(kk + 1, dim=-1).values
+            clear = (vals[..., kk - 1] - vals[..., kk]) > 1e-2
+            p = torch.softmax(s.masked_fill(s < vals[..., kk - 1:kk], float("-inf")), -1)
+            o_ref = p @ v.double()
+            o_pt = naive_topk_attention(q, k, v, kk, causal=causal).double()
+            err = (o_t - o_ref).abs()[clear].max().item()
+            tol = 2 * (o_pt - o_ref).abs()[clear].max().item() + 1e-3
+            out.append({"name": f"topk16 {tag}", "max_err": err, "tol": tol, "ok": err <= tol})
+    # sampled: frequencies of one repeated query within a small total variation of softmax
+    q1 = torch.randn((1, 1, 1, 64), device="cuda")
+    k = torch.randn((1, 1, 16, 64), device="cuda")
+    v = torch.randn((1, 1, 16, 64), device="cuda")
+    q = q1.expand(1, 1, 65536, 64)
+    _, idx = hard_attention(q, k, v, sample=True, seed=3, return_index=True)
+    p = torch.softmax(_ref_scores(q1, k)[0, 0, 0], -1).cpu().numpy()
+    freq = np.bincount(idx.flatten().cpu().numpy(), minlength=16) / idx.numel()
+    tv = 0.5 * float(np.abs(freq - p).sum())
+    out.append({"name": "hard sample TV (65536 draws)", "max_err": tv, "tol": 0.02,
+                "ok": tv <= 0.02})
+    # reference_attention keeps the import honest: soft attention is the k = N_k limit
+    q, k, v = _inputs(128, 64, torch.float32, seed=2, N_k=100)
+    err = (topk_attention(q, k, v, 100).double() - reference_attention(q, k, v)[0]).abs().max()
+    out.append({"name": "topk k = N_k equals soft (fp32)", "max_err": float(err), "tol": 1e-4,
+                "ok": float(err) <= 1e-4})
+    return out
+
+
+def _record(op, impl, N, d, extra=None):
+    shape = {"B": B, "H": H, "N": N, "d": d, "causal": False, **(extra or {})}
+    return bench.Record(suite=SUITE, op=op, impl=impl, mode="fwd", dtype="float16", shape=shape)
+
+
+def _cases(q, k, v, qk, naive_ok):
+    """(op, impl, fn, FLOPs, extra shape keys) for one input shape."""
+    cases = [
+        ("flash", "triton", lambda: flash_attention(q, k, v), 2 * qk, None),
+        ("hard", "triton", lambda: hard_attention(q, k, v), qk, None),
+        ("hard-sample", "triton", lambda: hard_attention(q, k, v, sample=True, seed=1), qk, None),
+        ("topk16", "triton", lambda: topk_attention(q, k, v, 16), qk, {"topk": 16}),
+        ("topk64", "triton", lambda: topk_attention(q, k, v, 64), qk, {"topk": 64}),
+    ]
+    if naive_ok:
+        cases += [
+            ("hard", "naive", lambda: naive_hard_attention(q, k, v), qk, None),
+            ("topk16", "naive", lambda: naive_topk_attention(q, k, v, 16), qk, {"topk": 16}),
+            ("topk64", "naive", lambda: naive_topk_attention(q, k, v, 64), qk, {"topk": 64}),
+        ]
+    return cases
+
+
+def run(quick: bool = False, deadline: float = float("inf")) -> list[bench.Record]:
+    """Time every (op, impl) at each (d, N); stops cleanly at ``deadline``."""
+    ns = [1024, 4096] if quick else [1024, 2048, 4096, 8192, 16384]
+    ds = [64] if quick else [64, 128]
+    records: list[bench.Record] = []
+    timing = {"warmup": 10, "rep": 40}
+    for d in ds:
+        for N in ns:
+            if time.monotonic() > deadline:
+                return records
+            q, k, v = _inputs(N, d)
+            qk = 2.0 * B * H * N * N * d  # FLOPs of S = q k^T
+            s_bytes = B * H * N * N * 2
+            naive_ok = s_bytes * 3 <= NAIVE_MAX_BYTES
+            cases = _cases(q, k, v, qk, naive_ok)
+            for op, impl, fn, flops, extra in cases:
+                if time.monotonic() > deadline:
+                    return records
+                with torch.no_grad():
+                    rec = bench.measure(_record(op, impl, N, d, extra), fn, flops=flops,
+                                        **timing)
+                records.append(rec)
+                ms = f"{rec.ms:.3f} ms" if rec.ms is not None else rec.error
+                print(f"[{SUITE}] d={d} N={N} {op:12s} {impl:7s} {ms}", flush=True)
+            torch.cuda.empty_cache()
+    return records

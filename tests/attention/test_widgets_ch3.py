@@ -1,0 +1,93 @@
+"""Chapter 3's explorers: they build, and moving a slider redraws with the new value."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from attention import plots, widgets  # noqa: E402
+
+pytestmark = pytest.mark.xdist_group("hard_widgets")
+
+
+def _controls(box):
+    found, stack = {}, [box]
+    while stack:
+        w = stack.pop()
+        stack.extend(getattr(w, "children", ()))
+        if hasattr(w, "description") and hasattr(w, "value") and w.description:
+            found[w.description] = w
+    return found
+
+
+def _output(box):
+    import ipywidgets
+
+    stack = [box]
+    while stack:
+        w = stack.pop()
+        if isinstance(w, ipywidgets.Output):
+            return w
+        stack.extend(getattr(w, "children", ()))
+    raise AssertionError("no Output widget in the explorer")
+
+
+def _png(out):
+    (item,) = out.outputs
+    return item["data"]["image/png"]
+
+
+def test_temperature_explorer_redraws(monkeypatch):
+    calls = []
+    real = plots.gumbel_softmax_figure
+
+    def recording(s, g, tau, row):
+        calls.append((tau, row, s.copy(), g.copy()))
+        return real(s, g, tau=tau, row=row)
+
+    monkeypatch.setattr(plots, "gumbel_softmax_figure", recording)
+    box = widgets.temperature_explorer(tau=1.0)
+    out = _output(box)
+    first = _png(out)
+    assert len(calls) == 1 and calls[0][0] == pytest.approx(1.0)
+    _controls(box)["temperature τ"].value = 0.05
+    assert len(calls) == 2 and calls[1][0] == pytest.approx(0.05)
+    np.testing.assert_array_equal(calls[0][3], calls[1][3])  # same noise: only tau moved
+    assert _png(out) != first
+    _controls(box)["query row"].value = 3
+    assert calls[-1][1] == 3
+
+
+def test_topk_traffic_explorer_redraws(monkeypatch):
+    calls = []
+    real = plots.selection_traffic_figure
+
+    def recording(**kw):
+        calls.append(kw)
+        return real(**kw, ns=[256, 1024])
+
+    monkeypatch.setattr(plots, "selection_traffic_figure", recording)
+    box = widgets.topk_traffic_explorer(N=1024, k=8)
+    out = _output(box)
+    first = _png(out)
+    assert calls == [{"N": 1024, "d": 64, "k": 8}]
+    _controls(box)["top-k k"].value = 64
+    assert calls[-1] == {"N": 1024, "d": 64, "k": 64}
+    assert _png(out) != first
+
+
+def test_selection_timing_figure_draws_records():
+    """The timing figure draws whatever records it is given (made-up numbers, test only)."""
+    records = [{"op": op, "impl": impl, "ms": ms * n / 1024, "shape": {"N": n, "d": 64}}
+               for n in (1024, 2048) for op, impl, ms in
+               (("flash", "triton", 1.0), ("hard", "triton", 0.5), ("hard", "naive", 9.0),
+                ("topk16", "triton", 1.2), ("topk16", "naive", 10.0))]
+    fig = plots.selection_timing_figure(records, d=64, title="test")
+    left, right = fig.axes
+    assert len(left.lines) == 3 and len(right.lines) == 3
+    np.testing.assert_allclose(left.lines[1].get_ydata(), [0.5, 1.0])
+    assert len(plots.selection_timing_figure(records, d=128).axes[0].lines) == 0
