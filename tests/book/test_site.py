@@ -49,8 +49,11 @@ def _chromium() -> str:
 def server():
     if not (HTML / "index.html").exists():
         pytest.fail("no built site: run `make book` first")
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(HTML))
-    handler.log_message = lambda *a, **k: None
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    handler = functools.partial(Quiet, directory=str(HTML))
     with socketserver.TCPServer(("127.0.0.1", 0), handler) as httpd:
         t = threading.Thread(target=httpd.serve_forever, daemon=True)
         t.start()
@@ -109,5 +112,6 @@ def test_chapter_page_renders(server, chapter):
     assert colab, "no Colab launch link"
     assert any(repo in h and h.endswith(f"{chapter}.ipynb") for h in colab), colab
     # The kernel source is on the page (literalinclude).
-    assert "tl.load(" in text or "tl.dot(" in text
+    code = "".join(block.get_text("") for block in main.select("div.highlight"))
+    assert "tl.load(" in code or "tl.dot(" in code
     assert shot.stat().st_size > 10_000
