@@ -1,0 +1,238 @@
+"""attention.deformable (NumPy) against PyTorch (grid_sample, conv2d, autograd) and finite
+differences; the traffic simulators against their closed forms."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attention import deformable as dfm
+from attention import memory
+from attention.core import scaled_dot_product_attention
+
+pytestmark = pytest.mark.xdist_group("deformable")
+
+
+def _grid_sample(feat, points, align_corners):
+    """Reference: torch grid_sample on a channels-last map. feat (B,H,W,C), points (B,N,2)."""
+    f = torch.as_tensor(feat).permute(0, 3, 1, 2)  # (B, C, H, W)
+    g = torch.as_tensor(points)[:, None]  # (B, 1, N, 2)
+    out = F.grid_sample(f, g, mode="bilinear", padding_mode="zeros", align_corners=align_corners)
+    return out[:, :, 0].permute(0, 2, 1)  # (B, N, C)
+
+
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("shape", [(2, 5, 7, 3), (1, 1, 4, 2), (1, 6, 1, 1)])
+def test_bilinear_sample_matches_grid_sample(align_corners, shape):
+    rng = np.random.default_rng(0)
+    feat = rng.normal(size=shape)
+    # points inside, on the border and well outside the map (zero padding)
+    points = rng.uniform(-1.6, 1.6, size=(shape[0], 40, 2))
+    points[:, 0] = [-1.0, -1.0]
+    points[:, 1] = [1.0, 1.0]
+    points[:, 2] = [5.0, -7.0]
+    ours = dfm.bilinear_sample(feat, points, align_corners)
+    ref = _grid_sample(feat, points, align_corners).numpy()
+    assert ours.shape == (shape[0], 40, shape[3])
+    np.testing.assert_allclose(ours, ref, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(ours[:, 2], 0.0)
+
+
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_bilinear_backward_matches_autograd(align_corners):
+    rng = np.random.default_rng(1)
+    feat = rng.normal(size=(2, 6, 5, 3))
+    points = rng.uniform(-1.3, 1.3, size=(2, 30, 2))
+    g_out = rng.normal(size=(2, 30, 3))
+    gf, gp = dfm.bilinear_sample_backward(feat, points, g_out, align_corners)
+    ft = torch.tensor(feat, requires_grad=True)
+    pt = torch.tensor(points, requires_grad=True)
+    (_grid_sample(ft, pt, align_corners) * torch.tensor(g_out)).sum().backward()
+    np.testing.assert_allclose(gf, ft.grad.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gp, pt.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_bilinear_point_gradient_finite_differences():
+    rng = np.random.default_rng(2)
+    feat = rng.normal(size=(1, 5, 6, 4))
+    points = rng.uniform(-0.9, 0.9, size=(1, 8, 2))
+    g_out = rng.normal(size=(1, 8, 4))
+    _, gp = dfm.bilinear_sample_backward(feat, points, g_out, align_corners=False)
+    eps = 1e-6
+    fd = np.zeros_like(points)
+    for n in range(points.shape[1]):
+        for a in range(2):
+            hi, lo = points.copy(), points.copy()
+            hi[0, n, a] += eps
+            lo[0, n, a] -= eps
+            f_hi = (dfm.bilinear_sample(feat, hi) * g_out).sum()
+            f_lo = (dfm.bilinear_sample(feat, lo) * g_out).sum()
+            fd[0, n, a] = (f_hi - f_lo) / (2 * eps)
+    np.testing.assert_allclose(gp, fd, rtol=1e-6, atol=1e-8)
+
+
+def test_coordinates_round_trip_and_reference_grid():
+    pts = np.array([[-1.0, -1.0], [1.0, 1.0], [0.0, 0.0]])
+    np.testing.assert_allclose(dfm.to_pixels(pts, 4, 8, True), [[0, 0], [7, 3], [3.5, 1.5]])
+    np.testing.assert_allclose(dfm.to_pixels(pts, 4, 8, False),
+                               [[-0.5, -0.5], [7.5, 3.5], [3.5, 1.5]])
+    for ac in (False, True):
+        np.testing.assert_allclose(dfm.to_normalized(dfm.to_pixels(pts, 4, 8, ac), 4, 8, ac), pts)
+    ref = dfm.reference_grid(2, 3)
+    assert ref.shape == (6, 2)
+    # cell centres of a 2x3 grid on an 8x12 map (r = 4) are pixel (4j + 1.5, 4i + 1.5)
+    px = dfm.to_pixels(ref, 8, 12, align_corners=False)
+    np.testing.assert_allclose(px[:3, 0], [1.5, 5.5, 9.5])
+    np.testing.assert_allclose(px[::3, 1], [1.5, 5.5])
+
+
+def test_offset_network_matches_torch():
+    rng = np.random.default_rng(3)
+    c, k, r = 4, 5, 4
+    params = dfm.init_offset_params(c, k, rng)
+    params["b_dw"] = rng.normal(size=c)
+    q = rng.normal(size=(2, c, 16, 12))
+    ours = dfm.offset_network(q, params, stride=r, offset_range=0.3)
+    hid = F.conv2d(torch.tensor(q), torch.tensor(params["w_dw"])[:, None],
+                   torch.tensor(params["b_dw"]), stride=r, padding=k // 2, groups=c)
+    raw = F.conv2d(F.gelu(hid), torch.tensor(params["w_pw"])[:, :, None, None])
+    ref = (torch.tanh(raw) * 0.3).permute(0, 2, 3, 1).numpy()  # (B, H_r, W_r, 2)
+    assert ours.shape == (2, 4, 3, 2)
+    np.testing.assert_allclose(ours, ref, rtol=1e-10, atol=1e-12)
+    assert np.abs(ours).max() <= 0.3
+
+
+def test_dat_attention_one_group_equals_project_then_sample():
+    """Sampling and projecting commute (both linear), so with G = 1 DAT equals the kernel's
+    form: sample the projected K and V maps."""
+    rng = np.random.default_rng(4)
+    b, h, w, c, n_h, r = 1, 8, 12, 8, 2, 4
+    x = rng.normal(size=(b, h, w, c))
+    p = dfm.init_dat_params(c, 1, 3, rng)
+    res = dfm.dat_attention(x, p, n_heads=n_h, n_groups=1, stride=r, offset_range=0.4,
+                            return_all=True)
+    assert res["out"].shape == (b, h, w, c)
+    assert res["points"].shape == (b, 1, (h // r) * (w // r), 2)
+    q = (x @ p["w_q"]).reshape(b, h * w, n_h, c // n_h).transpose(0, 2, 1, 3)  # (B,H,N,d)
+    kmap = (x @ p["w_k"]).reshape(b, h, w, n_h, c // n_h).transpose(0, 3, 1, 2, 4)
+    vmap = (x @ p["w_v"]).reshape(b, h, w, n_h, c // n_h).transpose(0, 3, 1, 2, 4)
+    o = dfm.deformable_attention(q, kmap, vmap, res["points"], align_corners=False)
+    np.testing.assert_allclose(o, res["o"], rtol=1e-10, atol=1e-12)
+
+
+def test_dat_attention_groups_and_bad_shapes():
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(2, 8, 8, 8))
+    p = dfm.init_dat_params(8, 2, 3, rng)
+    res = dfm.dat_attention(x, p, n_heads=4, n_groups=2, stride=2, offset_range=0.2,
+                            return_all=True)
+    assert res["points"].shape == (2, 2, 16, 2)
+    assert res["weights"].shape == (2, 4, 64, 16)
+    np.testing.assert_allclose(res["weights"].sum(-1), 1.0)
+    with pytest.raises(ValueError, match="n_heads"):
+        dfm.dat_attention(x, p, n_heads=3, n_groups=2, stride=2, offset_range=0.2)
+
+
+def test_deformable_attention_matches_torch():
+    rng = np.random.default_rng(6)
+    b, n_h, g, n_q, n_s, d, hf, wf = 2, 4, 2, 9, 7, 8, 5, 6
+    q = rng.normal(size=(b, n_h, n_q, d))
+    km = rng.normal(size=(b, n_h, hf, wf, d))
+    vm = rng.normal(size=(b, n_h, hf, wf, d))
+    pts = rng.uniform(-1.2, 1.2, size=(b, g, n_s, 2))
+    ours = dfm.deformable_attention(q, km, vm, pts, align_corners=True)
+    pts_h = np.repeat(pts, n_h // g, axis=1).reshape(b * n_h, n_s, 2)
+    k = _grid_sample(km.reshape(b * n_h, hf, wf, d), pts_h, True).reshape(b, n_h, n_s, d)
+    v = _grid_sample(vm.reshape(b * n_h, hf, wf, d), pts_h, True).reshape(b, n_h, n_s, d)
+    ref = torch.softmax(torch.tensor(q) @ k.transpose(-1, -2) / np.sqrt(d), -1) @ v
+    np.testing.assert_allclose(ours, ref.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def _msda_pytorch(value, shapes, loc, w):
+    """Deformable DETR's ms_deform_attn_core_pytorch."""
+    b, _, n_h, d = value.shape
+    _, l_q, _, n_l, n_p, _ = loc.shape
+    splits = value.split([int(h * w_) for h, w_ in shapes], dim=1)
+    grids = 2 * loc - 1
+    outs = []
+    for lvl, (h, w_) in enumerate(shapes):
+        v = splits[lvl].flatten(2).transpose(1, 2).reshape(b * n_h, d, int(h), int(w_))
+        g = grids[:, :, :, lvl].transpose(1, 2).flatten(0, 1)  # (B*H, L_q, P, 2)
+        outs.append(F.grid_sample(v, g, mode="bilinear", padding_mode="zeros",
+                                  align_corners=False))
+    ww = w.transpose(1, 2).reshape(b * n_h, 1, l_q, n_l * n_p)
+    out = (torch.stack(outs, dim=-2).flatten(-2) * ww).sum(-1).view(b, n_h * d, l_q)
+    return out.transpose(1, 2)
+
+
+def test_ms_deform_attn_matches_deformable_detr_reference():
+    rng = np.random.default_rng(7)
+    shapes = np.array([[6, 8], [3, 4], [2, 2], [1, 1]])
+    s = int((shapes[:, 0] * shapes[:, 1]).sum())
+    b, n_h, d, l_q, n_p = 2, 3, 4, 5, 3
+    value = rng.normal(size=(b, s, n_h, d))
+    loc = rng.uniform(-0.2, 1.2, size=(b, l_q, n_h, 4, n_p, 2))
+    w = rng.uniform(size=(b, l_q, n_h, 4, n_p))
+    ours = dfm.ms_deform_attn(value, shapes, dfm.level_start_index(shapes), loc, w)
+    ref = _msda_pytorch(torch.tensor(value), shapes, torch.tensor(loc), torch.tensor(w))
+    assert ours.shape == (b, l_q, n_h * d)
+    np.testing.assert_allclose(ours, ref.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_msda_layer_weights_and_locations():
+    rng = np.random.default_rng(8)
+    shapes = np.array([[8, 8], [4, 4]])
+    c, n_h, n_p = 8, 2, 4
+    p = dfm.init_msda_params(c, n_h, 2, n_p, rng)
+    x = rng.normal(size=(1, 80, c))
+    query = rng.normal(size=(1, 5, c))
+    ref = rng.uniform(0.2, 0.8, size=(1, 5, 2))
+    res = dfm.msda_layer(query, ref, x, shapes, p, n_h, n_p, return_all=True)
+    assert res["out"].shape == (1, 5, c)
+    assert res["locations"].shape == (1, 5, n_h, 2, n_p, 2)
+    np.testing.assert_allclose(res["weights"].sum(axis=(-1, -2)), 1.0)
+    # initial offsets: point p of head 0 (direction +x) sits p+1 pixels right of the reference
+    dx_pix = (res["locations"][0, :, 0, 0, :, 0] - ref[0, :, None, 0]) * 8
+    np.testing.assert_allclose(dx_pix, np.arange(1, n_p + 1)[None].repeat(5, 0), atol=0.2)
+
+
+@pytest.mark.parametrize("name,kw", [
+    ("dense-image", dict(height=10, width=13, d=16, Br=32, Bc=16)),
+    ("dat", dict(height=10, width=13, d=16, r=3, Br=32, Bc=16)),
+    ("dat-unfused", dict(height=10, width=13, d=16, r=3, Br=32, Bc=16)),
+    ("msda", dict(n_queries=77, d=16, n_levels=3, n_points=2, Bq=32)),
+])
+def test_traffic_simulation_matches_closed_form(name, kw):
+    sim = memory.simulate(name, **kw)
+    closed = memory.closed_form(name, **kw)
+    assert sim.per_tensor == closed.per_tensor
+    assert sim.total == closed.total > 0
+
+
+def test_traffic_fused_dat_never_writes_sampled_keys():
+    kw = dict(height=32, width=32, d=32, r=4)
+    fused, unfused = memory.simulate("dat", **kw), memory.simulate("dat-unfused", **kw)
+    assert "K̃" not in fused.per_tensor and fused.writes == 32 * 32 * 32
+    assert unfused.per_tensor["K̃"][1] == 64 * 32
+    # both read the same queries and write the same outputs
+    assert fused.per_tensor["Q"] == unfused.per_tensor["Q"]
+
+
+def test_attention_cost():
+    c = dfm.attention_cost(64, 64, 256, r=8, n_levels=4, n_points=4)
+    assert c["dense"]["keys"] == 4096 and c["dat"]["keys"] == 64 and c["msda"]["keys"] == 16
+
+
+def test_scaled_attention_reference_consistency():
+    # deformable_attention on points that land exactly on pixel centres is plain attention
+    rng = np.random.default_rng(9)
+    hf, wf, d = 3, 4, 5
+    km = rng.normal(size=(1, 1, hf, wf, d))
+    vm = rng.normal(size=(1, 1, hf, wf, d))
+    q = rng.normal(size=(1, 1, 6, d))
+    pix = np.stack(np.meshgrid(np.arange(wf), np.arange(hf)), -1).reshape(-1, 2)  # (x, y)
+    pts = dfm.to_normalized(pix, hf, wf, align_corners=True)[None, None]
+    o = dfm.deformable_attention(q, km, vm, pts, align_corners=True)
+    ref = scaled_dot_product_attention(q, km.reshape(1, 1, hf * wf, d),
+                                       vm.reshape(1, 1, hf * wf, d))
+    np.testing.assert_allclose(o, ref, rtol=1e-12, atol=1e-12)

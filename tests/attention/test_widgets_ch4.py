@@ -1,0 +1,116 @@
+"""Chapter 4's traffic explorer: it builds, and moving r or the number of points redraws the
+figure with the new value."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+import attention.deformable  # noqa: E402,F401  (registers the deformable traffic algorithms)
+from attention import plots, widgets  # noqa: E402
+
+pytestmark = pytest.mark.xdist_group("deformable")
+
+
+def _walk(box):
+    stack = [box]
+    while stack:
+        w = stack.pop()
+        yield w
+        stack.extend(getattr(w, "children", ()))
+
+
+def _controls(box):
+    return {w.description: w for w in _walk(box)
+            if getattr(w, "description", None) and hasattr(w, "value")}
+
+
+def _output(box):
+    import ipywidgets
+
+    outs = [w for w in _walk(box) if isinstance(w, ipywidgets.Output)]
+    assert len(outs) == 1
+    return outs[0]
+
+
+def _png(out):
+    assert len(out.outputs) == 1, "each redraw replaces the figure"
+    return out.outputs[0]["data"]["image/png"]
+
+
+def test_explorer_draws_and_redraws_the_real_figure():
+    box = widgets.deformable_traffic_explorer(side=32, d=16, r=4, n_points=4, n_levels=2)
+    out = _output(box)
+    first = _png(out)
+    _controls(box)["DAT factor r"].value = 8
+    second = _png(out)
+    assert second != first
+    _controls(box)["MSDA points P"].value = 1
+    assert _png(out) != second
+    assert not plt.get_fignums(), "figures are closed after they are shown"
+
+
+def test_sliders_pass_their_values_to_the_figure(monkeypatch):
+    calls = []
+
+    def fake_figure(**kw):
+        calls.append(kw)
+        fig, ax = plt.subplots(figsize=(2, 1))
+        ax.text(0, 0, repr(sorted(kw.items())))
+        return fig
+
+    monkeypatch.setattr(plots, "deformable_traffic_figure", fake_figure)
+    box = widgets.deformable_traffic_explorer(side=64, d=32, r=4, n_points=4, n_levels=4)
+    assert calls[-1] == dict(side=64, d=32, r=4, n_points=4, n_levels=4)
+    controls = _controls(box)
+    for name, key, value in [("DAT factor r", "r", 2), ("MSDA points P", "n_points", 8),
+                             ("MSDA levels L", "n_levels", 1), ("map side", "side", 32),
+                             ("head dim d", "d", 64)]:
+        n = len(calls)
+        controls[name].value = value
+        assert len(calls) == n + 1 and calls[-1][key] == value
+
+
+def test_figure_matches_the_simulator():
+    from attention import memory
+
+    fig = plots.deformable_traffic_figure(side=32, d=16, r=4, n_points=2, n_levels=2)
+    ax = fig.axes[0]
+    totals = sorted(float(t.get_text()) for t in ax.texts)
+    kw = dict(height=32, width=32, d=16)
+    expected = [memory.simulate("dense-image", **kw), memory.simulate("dat", r=4, **kw),
+                memory.simulate("dat-unfused", r=4, **kw),
+                memory.simulate("msda", n_queries=32 * 32, d=16, n_levels=2, n_points=2)]
+    unit = {"MiB": 2**20, "KiB": 2**10, "GiB": 2**30, "B": 1}[
+        ax.get_ylabel().split("(")[1].rstrip(")")]
+    exp = sorted(t.total * 2 / unit for t in expected)
+    assert totals == pytest.approx(exp, rel=1e-2)
+    plt.close(fig)
+
+
+def test_timing_figure_draws_every_record_and_the_speedup():
+    """The recorded-results figure (a layout check with made-up numbers; the chapter only
+    ever draws files recorded on a GPU)."""
+    recs = []
+    for op, shapes, impls in (("msda", [{"L_q": 300}, {"L_q": 10000}], ["triton", "naive"]),
+                              ("dat", [{"name": "detection-50x84"}],
+                               ["triton", "grid_sample+flash", "naive"])):
+        for shape in shapes:
+            for mode in ("fwd", "fwd+bwd"):
+                for impl in impls:
+                    ms = 1.0 if impl == "triton" else 4.0
+                    recs.append({"op": op, "impl": impl, "mode": mode, "dtype": "float16",
+                                 "shape": shape, "ms": ms, "error": None})
+    recs.append({"op": "msda", "impl": "naive", "mode": "fwd", "dtype": "float32",
+                 "shape": {"L_q": 300}, "ms": 9.0, "error": None})  # other dtype: not drawn
+    fig = plots.deformable_timing_figure("GPU · torch · triton · CUDA · date", recs)
+    msda_ax, dat_ax = fig.axes
+    assert len(msda_ax.patches) == 8 and len(dat_ax.patches) == 6
+    assert [t.get_text() for t in msda_ax.texts] == ["4.0x"] * 4
+    assert [t.get_text() for t in dat_ax.texts] == ["4.0x"] * 2
+    assert fig._suptitle.get_text().startswith("GPU")
+    plt.close(fig)
