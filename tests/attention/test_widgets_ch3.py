@@ -10,35 +10,14 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from attention import plots, widgets  # noqa: E402
+from tests.attention.widget_tools import controls as _controls  # noqa: E402
+from tests.attention.widget_tools import output as _output  # noqa: E402
+from tests.attention.widget_tools import png as _png  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("hard_widgets")
 
 
-def _controls(box):
-    found, stack = {}, [box]
-    while stack:
-        w = stack.pop()
-        stack.extend(getattr(w, "children", ()))
-        if hasattr(w, "description") and hasattr(w, "value") and w.description:
-            found[w.description] = w
-    return found
 
-
-def _output(box):
-    import ipywidgets
-
-    stack = [box]
-    while stack:
-        w = stack.pop()
-        if isinstance(w, ipywidgets.Output):
-            return w
-        stack.extend(getattr(w, "children", ()))
-    raise AssertionError("no Output widget in the explorer")
-
-
-def _png(out):
-    (item,) = out.outputs
-    return item["data"]["image/png"]
 
 
 def test_temperature_explorer_redraws(monkeypatch):

@@ -12,34 +12,15 @@ import pytest  # noqa: E402
 
 import attention.deformable  # noqa: E402,F401  (registers the deformable traffic algorithms)
 from attention import plots, widgets  # noqa: E402
+from tests.attention.widget_tools import controls as _controls  # noqa: E402
+from tests.attention.widget_tools import output as _output  # noqa: E402
+from tests.attention.widget_tools import png as _png  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("deformable")
 
 
-def _walk(box):
-    stack = [box]
-    while stack:
-        w = stack.pop()
-        yield w
-        stack.extend(getattr(w, "children", ()))
 
 
-def _controls(box):
-    return {w.description: w for w in _walk(box)
-            if getattr(w, "description", None) and hasattr(w, "value")}
-
-
-def _output(box):
-    import ipywidgets
-
-    outs = [w for w in _walk(box) if isinstance(w, ipywidgets.Output)]
-    assert len(outs) == 1
-    return outs[0]
-
-
-def _png(out):
-    assert len(out.outputs) == 1, "each redraw replaces the figure"
-    return out.outputs[0]["data"]["image/png"]
 
 
 def test_explorer_draws_and_redraws_the_real_figure():

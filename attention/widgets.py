@@ -1,0 +1,249 @@
+"""ipywidgets explorers built on plots.py and memory.py."""
+
+from __future__ import annotations
+
+# ---------------------------------------------------------------------------------
+# Shared helper: show a matplotlib figure in an Output widget.
+# ---------------------------------------------------------------------------------
+
+
+def _show_figure(out, fig) -> None:
+    """Replace ``out``'s content with ``fig`` as a PNG, then close the figure.
+
+    Setting ``out.outputs`` directly works the same inside and outside a running kernel
+    (so tests can check a redraw), and swaps the image in one step (no flicker).
+    """
+    import base64
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    png = base64.b64encode(buf.getvalue()).decode("ascii")
+    out.outputs = ({"output_type": "display_data", "metadata": {},
+                    "data": {"image/png": png, "text/plain": "<Figure>"}},)
+
+
+# ---------------------------------------------------------------------------------
+# Chapter 1: HBM traffic of standard (materialising) attention.
+# ---------------------------------------------------------------------------------
+
+
+def traffic_explorer_ch1(n: int = 1024, m: int | None = None, d: int = 64,
+                         dtype: str = "float16"):
+    """Sliders for n (keys), m (queries; tick "self" for m = n), d and dtype.
+
+    Each change redraws ``attention.plots.naive_traffic_figure``: bytes against n per tensor
+    (simulated and closed form) and the per-tensor bars at the chosen (m, n). Returns the box.
+    """
+    import ipywidgets as widgets
+
+    from attention import plots
+
+    style = {"description_width": "initial"}
+    n_slider = widgets.IntSlider(value=n, min=64, max=8192, step=64, description="keys n",
+                                 continuous_update=False, style=style)
+    m_slider = widgets.IntSlider(value=m or n, min=16, max=8192, step=16,
+                                 description="queries m", continuous_update=False, style=style,
+                                 disabled=m is None)
+    self_box = widgets.Checkbox(value=m is None, description="self-attention (m = n)",
+                                indent=False)
+    d_menu = widgets.Dropdown(options=[16, 32, 64, 128, 256], value=d, description="head dim d",
+                              style=style)
+    dtype_menu = widgets.Dropdown(options=list(plots.DTYPE_BYTES), value=dtype,
+                                  description="dtype", style=style)
+    out = widgets.Output()
+
+    def redraw(change=None):
+        m_slider.disabled = self_box.value
+        fig = plots.naive_traffic_figure(n=n_slider.value,
+                                         m=None if self_box.value else m_slider.value,
+                                         d=d_menu.value, dtype=dtype_menu.value)
+        _show_figure(out, fig)
+
+    for w in (n_slider, m_slider, self_box, d_menu, dtype_menu):
+        w.observe(redraw, names="value")
+    redraw()
+    controls = widgets.VBox([widgets.HBox([n_slider, m_slider, self_box]),
+                             widgets.HBox([d_menu, dtype_menu])])
+    return widgets.VBox([controls, out])
+
+
+# ---------------------------------------------------------------------------------
+# Chapter 2: the tile-size explorer (HBM traffic, SRAM schedule, roofline estimates).
+# ---------------------------------------------------------------------------------
+
+
+def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: int = 64,
+                       Bc: int = 64, dtype: str = "float16", algorithm: str = "flash2"):
+    """Sliders for N, d, SRAM size, Br, Bc, dtype, algorithm and the schedule's step.
+
+    Each change redraws ``attention.plots.tile_explorer_figure``: HBM reads and writes per
+    algorithm and tensor, the tiles in SRAM at the chosen step, and roofline ESTIMATES for
+    A100, H100 and H200. Tiles larger than the SRAM draw the reason instead. "Use the FA1
+    rule" sets Br and Bc from the SRAM size. Returns the widget box.
+    """
+    import ipywidgets as widgets
+
+    from attention import memory, plots
+
+    style = {"description_width": "initial"}
+    opts = dict(continuous_update=False, style=style)
+    n_s = widgets.IntSlider(value=N, min=64, max=16384, step=64, description="N", **opts)
+    d_m = widgets.Dropdown(options=[32, 64, 128, 256], value=d, description="head dim d",
+                           style=style)
+    m_s = widgets.IntSlider(value=sram_kib, min=16, max=256, step=8,
+                            description="SRAM (KiB)", **opts)
+    br_s = widgets.IntSlider(value=Br, min=16, max=512, step=16, description="Br", **opts)
+    bc_s = widgets.IntSlider(value=Bc, min=16, max=512, step=16, description="Bc", **opts)
+    dt_m = widgets.Dropdown(options=list(plots.DTYPE_BYTES), value=dtype, description="dtype",
+                            style=style)
+    alg_m = widgets.Dropdown(options=["standard", "flash1", "flash2", "standard_bwd",
+                                      "flash2_bwd", "flash2_bwd_split"],
+                             value=algorithm, description="algorithm", style=style)
+    step_s = widgets.IntSlider(value=0, min=0, max=0, description="step", **opts)
+    rule_b = widgets.Button(description="Use the FA1 rule for Br, Bc")
+    out = widgets.Output()
+    busy = {"on": False}
+
+    def n_steps() -> int:
+        try:
+            t = memory.simulate(alg_m.value, n_s.value, d_m.value, Br=br_s.value,
+                                Bc=bc_s.value, keep_trace=False)
+        except ValueError:
+            return 1
+        return t.steps
+
+    def redraw(change=None):
+        if busy["on"]:
+            return
+        busy["on"] = True
+        try:
+            if change is None or change["owner"] is not step_s:
+                step_s.max = max(n_steps() - 1, 0)
+            fig = plots.tile_explorer_figure(N=n_s.value, d=d_m.value, sram_kib=m_s.value,
+                                             Br=br_s.value, Bc=bc_s.value, dtype=dt_m.value,
+                                             algorithm=alg_m.value, step=step_s.value)
+            _show_figure(out, fig)
+        finally:
+            busy["on"] = False
+
+    def use_rule(_button):
+        M = m_s.value * 1024 // plots.DTYPE_BYTES[dt_m.value]
+        br, bc = memory.fa1_block_sizes(M, d_m.value)
+        busy["on"] = True  # one redraw for both sliders
+        br_s.value = min(max(br, br_s.min), br_s.max)
+        bc_s.value = min(max(bc, bc_s.min), bc_s.max)
+        busy["on"] = False
+        redraw()
+
+    for w in (n_s, d_m, m_s, br_s, bc_s, dt_m, alg_m, step_s):
+        w.observe(redraw, names="value")
+    rule_b.on_click(use_rule)
+    redraw()
+    controls = widgets.VBox([widgets.HBox([n_s, d_m, m_s, dt_m]),
+                             widgets.HBox([br_s, bc_s, rule_b]),
+                             widgets.HBox([alg_m, step_s])])
+    return widgets.VBox([controls, out])
+
+
+# ---------------------------------------------------------------------------------
+# Chapter 3: soft vs hard attention (temperature, and the traffic of top-k).
+# ---------------------------------------------------------------------------------
+
+
+def temperature_explorer(scores=None, noise=None, tau: float = 1.0, row: int = 0, seed: int = 0):
+    """A log slider for the Gumbel-softmax temperature tau (and one for the query row).
+
+    Each change redraws ``attention.plots.gumbel_softmax_figure`` with the SAME scores and
+    Gumbel noise, so only tau moves the weights: uniform for large tau, one-hot (the
+    Gumbel-max sample) as tau -> 0. Default scores: a random (8, 12) matrix. Returns the box.
+    """
+    import ipywidgets as widgets
+    import numpy as np
+
+    from attention import plots
+
+    rng = np.random.default_rng(seed)
+    s = 1.5 * rng.standard_normal((8, 12)) if scores is None else np.asarray(scores, float)
+    g = -np.log(-np.log(rng.random(s.shape))) if noise is None else np.asarray(noise, float)
+    style = {"description_width": "initial"}
+    tau_s = widgets.FloatLogSlider(value=tau, base=10, min=-2, max=1.5, step=0.05,
+                                   description="temperature τ", continuous_update=False,
+                                   style=style, readout_format=".3g")
+    row_s = widgets.IntSlider(value=row, min=0, max=s.shape[0] - 1, description="query row",
+                              continuous_update=False, style=style)
+    out = widgets.Output()
+
+    def redraw(change=None):
+        _show_figure(out, plots.gumbel_softmax_figure(s, g, tau=tau_s.value, row=row_s.value))
+
+    for w in (tau_s, row_s):
+        w.observe(redraw, names="value")
+    redraw()
+    return widgets.VBox([widgets.HBox([tau_s, row_s]), out])
+
+
+def topk_traffic_explorer(N: int = 4096, d: int = 64, k: int = 8):
+    """Sliders for k (rows of V read per query), N and d; each change redraws
+    ``attention.plots.selection_traffic_figure`` (soft, hard and top-k HBM traffic).
+    Returns the box."""
+    import ipywidgets as widgets
+
+    from attention import plots
+
+    style = {"description_width": "initial"}
+    k_s = widgets.IntSlider(value=k, min=1, max=256, description="top-k k",
+                            continuous_update=False, style=style)
+    n_s = widgets.IntSlider(value=N, min=256, max=65536, step=256, description="length N",
+                            continuous_update=False, style=style)
+    d_m = widgets.Dropdown(options=[32, 64, 128], value=d, description="head dim d", style=style)
+    out = widgets.Output()
+
+    def redraw(change=None):
+        _show_figure(out, plots.selection_traffic_figure(N=n_s.value, d=d_m.value, k=k_s.value))
+
+    for w in (k_s, n_s, d_m):
+        w.observe(redraw, names="value")
+    redraw()
+    return widgets.VBox([widgets.HBox([k_s, n_s, d_m]), out])
+
+
+# ---------------------------------------------------------------------------------
+# Chapter 4: deformable attention's memory traffic against r and the number of points.
+# ---------------------------------------------------------------------------------
+
+
+def deformable_traffic_explorer(side: int = 64, d: int = 32, r: int = 4, n_points: int = 4,
+                                n_levels: int = 4):
+    """Sliders for DAT's downsampling factor r, MSDA's points per level P and levels L, the
+    map side and d; each change redraws ``attention.plots.deformable_traffic_figure``.
+    Returns the box."""
+    import ipywidgets as widgets
+
+    from attention import plots
+
+    style = {"description_width": "initial"}
+    r_s = widgets.IntSlider(value=r, min=1, max=16, description="DAT factor r",
+                            continuous_update=False, style=style)
+    p_s = widgets.IntSlider(value=n_points, min=1, max=16, description="MSDA points P",
+                            continuous_update=False, style=style)
+    l_s = widgets.IntSlider(value=n_levels, min=1, max=4, description="MSDA levels L",
+                            continuous_update=False, style=style)
+    side_s = widgets.IntSlider(value=side, min=16, max=128, step=16, description="map side",
+                               continuous_update=False, style=style)
+    d_m = widgets.Dropdown(options=[16, 32, 64, 128], value=d, description="head dim d",
+                           style=style)
+    out = widgets.Output()
+
+    def redraw(change=None):
+        _show_figure(out, plots.deformable_traffic_figure(
+            side=side_s.value, d=d_m.value, r=r_s.value, n_points=p_s.value,
+            n_levels=l_s.value))
+
+    for w in (r_s, p_s, l_s, side_s, d_m):
+        w.observe(redraw, names="value")
+    redraw()
+    return widgets.VBox([widgets.HBox([r_s, p_s, l_s]), widgets.HBox([side_s, d_m]), out])

@@ -1,0 +1,258 @@
+"""Compile every shipped FlashAttention config for sm_75, sm_80, sm_89 and sm_90 on a CPU.
+
+    python -m kernels.compile_check            # every kernel, config, head dim, dtype, causal
+    python -m kernels.compile_check --quick    # the subset the test suite runs (see QUICK)
+
+Triton compiles ahead of time for a GPU it does not have:
+``triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget("cuda", cap, 32))``
+lowers a kernel to PTX and, with the bundled ``ptxas``, to a cubin. For each kernel
+(``_attn_fwd``, ``_attn_bwd_preprocess``, ``_attn_bwd_dkdv``, ``_attn_bwd_dq``), target,
+head dim (64, 80 = the padded and masked path, 128, 256; d = 16 and 32 ship the same tiles
+as d = 64 on a narrower BLOCK_D), dtype (fp16, bf16, fp32), causal flag and shipped tile
+config this reports
+
+* shared memory per block (``compiled.metadata.shared``) against the target's limit
+  (``kernels.flash.ARCHS``: 64 KB on sm_75, 163 KB on sm_80, 99 KB on sm_86/89, 227 KB on
+  sm_90: the opt-in maximum per block of the CUDA programming guide);
+* registers per thread and spill stores/loads, from ``ptxas -v`` on the kernel's PTX with
+  the flags Triton itself uses;
+* on sm_90, whether the matmuls were lowered to Hopper ``wgmma`` instructions.
+
+The argument signature (pointer dtypes, which integers are divisible by 16, which equal 1)
+is derived with Triton's own specialisation rule from a representative launch on
+contiguous (B, H=16, N, d) tensors. The full run compiles each config twice: N = 4096
+(the aligned fast path, EVEN_M and EVEN_N: no masks) and N = 4000 (the ragged variant,
+whose masks cost registers); ``--quick`` compiles only the ragged variant.
+
+Exits 1 if any config exceeds its target's shared memory, spills, or fails to compile.
+Runs with ``TRITON_INTERPRET`` unset: it sets the variable to 0 before importing
+:mod:`kernels` (under the interpreter the kernels are not compilable objects).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ["TRITON_INTERPRET"] = "0"  # before kernels is imported: compile, do not interpret
+
+from kernels import runtime  # noqa: E402
+
+if runtime.INTERPRET and __name__ == "__main__":
+    # `python -m kernels.compile_check` imports the package (which chose the interpreter on a
+    # CPU machine) before this line runs: start again with TRITON_INTERPRET=0 inherited.
+    os.execv(sys.executable, [sys.executable, "-m", "kernels.compile_check", *sys.argv[1:]])
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+from triton._C.libtriton import native_specialize_impl  # noqa: E402
+from triton.backends.compiler import BaseBackend, GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from kernels import flash  # noqa: E402
+
+KERNELS = ("fwd", "preprocess", "dkdv", "dq")
+KERNEL_FNS = {"fwd": "_attn_fwd", "preprocess": "_attn_bwd_preprocess", "dkdv": "_attn_bwd_dkdv",
+              "dq": "_attn_bwd_dq"}
+HEAD_DIMS = (64, 80, 128, 256)  # 80: the padded, masked head-dim path (BLOCK_D = 128)
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+#: The subset the test runs: every kernel and target, every shipped config of the heaviest
+#: code path (causal) in fp16 at head dims 128 and 256 (the largest tiles and register
+#: loads), plus the sm_75 bf16 upcast path and fp32 at d = 128 on sm_80 and sm_90.
+QUICK = {"head_dims": (128, 256), "dtypes": (torch.float16,), "causal": (True,),
+         "extra": [("sm75", 128, torch.bfloat16), ("sm80", 128, torch.float32),
+                   ("sm90", 128, torch.float32)]}
+PTXAS = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+
+
+@dataclasses.dataclass
+class Result:
+    kernel: str
+    target: str
+    head_dim: int
+    dtype: str
+    causal: bool
+    config: tuple[int, int, int, int]  # (BLOCK_M, BLOCK_N, num_warps, num_stages)
+    n_ctx: int = 4096
+    shared: int | None = None
+    shared_limit: int = 0
+    registers: int | None = None
+    spill_stores: int | None = None
+    spill_loads: int | None = None
+    wgmma: bool | None = None
+    seconds: float = 0.0
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return (self.error is None and self.shared is not None
+                and self.shared <= self.shared_limit
+                and not self.spill_stores and not self.spill_loads)
+
+
+def _jit_function(kernel) -> triton.runtime.JITFunction:
+    """Unwrap @autotune / @heuristics down to the @jit function."""
+    while not isinstance(kernel, triton.runtime.JITFunction):
+        kernel = kernel.fn
+    return kernel
+
+
+def _launch_values(kernel: str, dtype, head_dim: int, n_ctx: int, causal: bool,
+                   config: tuple[int, int, int, int]) -> dict:
+    """Argument values of a representative launch, keyed by parameter name."""
+    H = 16  # heads; the batch size only enters through stride_qz
+    bd = flash.block_d(head_dim)
+    t = torch.empty(16, dtype=dtype)  # only its dtype and (16-byte aligned) address matter
+    lse = torch.empty(16, dtype=torch.float32)
+    strides = (H * n_ctx * head_dim, n_ctx * head_dim, head_dim, 1)  # contiguous (B, H, N, d)
+    bm, bn = config[0], config[1]
+    values = {"sm_scale": 0.125, "H": H, "H_KV": H, "GROUP": 1, "N_CTX_Q": n_ctx,
+              "N_CTX_K": n_ctx, "HEAD_DIM": head_dim, "IS_CAUSAL": causal, "BLOCK_D": bd,
+              "UPCAST": False, "DOT_PRECISION": "ieee" if dtype == torch.float32 else "tf32",
+              "BLOCK_M": bm, "BLOCK_N": bn, "EVEN_M": n_ctx % bm == 0,
+              "EVEN_N": n_ctx % bn == 0, "EVEN_D": head_dim == bd}
+    for name in ("Q", "K", "V", "Out", "O", "DO", "DQ", "DK", "DV"):
+        values[name] = t
+    values["LSE2"] = values["Delta"] = lse
+    for prefix in ("q", "k", "v", "o", "do", "dq", "dk"):
+        for suffix, s in zip(("z", "h", "m" if prefix in ("q", "o", "do", "dq") else "n", "d"),
+                             strides):
+            values[f"stride_{prefix}{suffix}"] = s
+    return values
+
+
+def compile_one(kernel: str, target: str, head_dim: int, dtype, causal: bool,
+                config: tuple[int, int, int, int], n_ctx: int = 4096) -> Result:
+    """Compile one kernel/config for one target; measure shared memory, registers, spills."""
+    cap, limit = flash.ARCHS[target]
+    res = Result(kernel, target, head_dim, DTYPE_NAMES[dtype], causal, config, n_ctx,
+                 shared_limit=limit)
+    fn = _jit_function(getattr(flash, KERNEL_FNS[kernel]))
+    values = _launch_values(kernel, dtype, head_dim, n_ctx, causal, config)
+    values["UPCAST"] = dtype == torch.bfloat16 and cap < (8, 0)
+    signature, constexprs, attrs = {}, {}, {}
+    for i, p in enumerate(fn.params):
+        val = values[p.name]
+        if p.is_constexpr:
+            signature[p.name], constexprs[p.name] = "constexpr", val
+            continue
+        ty, spec = native_specialize_impl(BaseBackend, val, False, True, True)  # as a launch does
+        signature[p.name] = ty
+        if ty == "constexpr":  # integers equal to 1 are baked in
+            constexprs[p.name] = spec
+        elif spec == "D":
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    t0 = time.perf_counter()
+    try:
+        compiled = triton.compile(
+            ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs),
+            target=GPUTarget("cuda", cap[0] * 10 + cap[1], 32),
+            options={"num_warps": config[2], "num_stages": config[3]})
+        ptx = compiled.asm["ptx"]
+        res.shared = int(compiled.metadata.shared)
+        res.registers, res.spill_stores, res.spill_loads = ptxas_usage(ptx)
+        res.wgmma = "wgmma" in ptx if target == "sm90" and kernel != "preprocess" else None
+    except Exception as e:  # noqa: BLE001 - any compile failure is a reported result
+        res.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e) else ''}"
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def ptxas_usage(ptx: str) -> tuple[int, int, int]:
+    """(registers, spill store bytes, spill load bytes) from ``ptxas -v`` on ``ptx``."""
+    arch = re.search(r"^\.target\s+(\w+)", ptx, re.M).group(1)
+    with tempfile.TemporaryDirectory() as d:
+        src = pathlib.Path(d) / "k.ptx"
+        src.write_text(ptx)
+        # the flags Triton's own ptxas call uses (backends/nvidia/compiler.py: make_cubin)
+        out = subprocess.run([str(PTXAS), "-lineinfo", "-v", "--regAllocOptLevel=2",
+                              f"--gpu-name={arch}", str(src), "-o", str(src) + ".o"],
+                             capture_output=True, text=True, check=True)
+    log = out.stdout + out.stderr
+    regs = int(re.search(r"Used (\d+) registers", log).group(1))
+    spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    return regs, int(spill.group(1)), int(spill.group(2))
+
+
+def shipped(kernel: str, target: str, head_dim: int, dtype) -> list[tuple[int, int, int, int]]:
+    """The configs kernels.flash launches for this kernel/target/head dim/dtype."""
+    if kernel == "preprocess":
+        return [(flash.preprocess_block_m(head_dim), flash.block_d(head_dim),
+                 flash.PREPROCESS_NUM_WARPS, 1)]
+    return flash.configs(kernel, flash.ARCHS[target][0], head_dim, dtype)
+
+
+def plan(quick: bool, targets=None, kernels=None) -> list[tuple]:
+    """Every (kernel, target, head_dim, dtype, causal, config, n_ctx) to compile."""
+    targets = targets or list(flash.ARCHS)
+    kernels = kernels or list(KERNELS)
+    if quick:
+        cases = [(t, d, dt, c) for t in targets for d in QUICK["head_dims"]
+                 for dt in QUICK["dtypes"] for c in QUICK["causal"]]
+        cases += [(t, d, dt, True) for t, d, dt in QUICK["extra"] if t in targets]
+    else:
+        cases = [(t, d, dt, c) for t in targets for d in HEAD_DIMS for dt in DTYPES
+                 for c in (False, True)]
+    jobs = []
+    for t, d, dt, c in cases:
+        for k in kernels:
+            if k == "preprocess" and c:  # no causal flag: compile once per (t, d, dtype)
+                if any(j[:4] == (k, t, d, dt) for j in jobs):
+                    continue
+            for cfg in shipped(k, t, d, dt):
+                for n_ctx in ((4000,) if quick else (4096, 4000)):
+                    jobs.append((k, t, d, dt, c, cfg, n_ctx))
+    return jobs
+
+
+def format_row(r: Result) -> str:
+    cfg = "x".join(str(x) for x in r.config[:2]) + f" w{r.config[2]} s{r.config[3]}"
+    shared = "-" if r.shared is None else f"{r.shared / 1024:.1f}/{r.shared_limit // 1024}"
+    spills = "-" if r.spill_stores is None else f"{r.spill_stores}/{r.spill_loads}"
+    wg = {True: "yes", False: "no", None: ""}[r.wgmma]
+    status = "ok" if r.ok else (r.error or "FAIL")
+    return (f"{r.kernel:<10} {r.target:<5} {r.head_dim:>4} {r.dtype:<4} "
+            f"{'causal' if r.causal else 'full':<6} {r.n_ctx:>5} {cfg:<16} {shared:>11} "
+            f"{r.registers if r.registers is not None else '-':>4} {spills:>7} {wg:>5} "
+            f"{r.seconds:5.1f}s {status}")
+
+
+HEADER = (f"{'kernel':<10} {'arch':<5} {'d':>4} {'type':<4} {'mask':<6} {'N':>5} "
+          f"{'BMxBN warps st':<16} "
+          f"{'smem KB/lim':>11} {'regs':>4} {'spill':>7} {'wgmma':>5} {'time':>6} status")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="the representative subset (see QUICK)")
+    ap.add_argument("--target", action="append", choices=list(flash.ARCHS))
+    ap.add_argument("--kernel", action="append", choices=list(KERNELS))
+    args = ap.parse_args(argv)
+    if runtime.INTERPRET:
+        print("compile_check needs TRITON_INTERPRET unset (kernels were imported under the "
+              "interpreter)", file=sys.stderr)
+        return 2
+    jobs = plan(args.quick, args.target, args.kernel)
+    print(f"# triton {triton.__version__}, {len(jobs)} compilations", flush=True)
+    print(HEADER, flush=True)
+    results = []
+    for k, t, d, dt, c, cfg, n_ctx in jobs:
+        r = compile_one(k, t, d, dt, c, cfg, n_ctx=n_ctx)
+        results.append(r)
+        print(format_row(r), flush=True)
+    bad = [r for r in results if not r.ok]
+    print(f"# {len(results) - len(bad)}/{len(results)} ok"
+          + (f"; {len(bad)} over shared memory, spilling or failing" if bad else ""))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

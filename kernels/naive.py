@@ -1,0 +1,103 @@
+"""Naive attention in PyTorch: the baseline the chapters time against, and an fp64 reference.
+
+``naive_attention`` does what the textbook formula says and nothing cleverer: it
+materialises the scores ``S = q k^T * scale`` and the probabilities ``P = softmax(S)`` as
+full ``(B, H, N_q, N_k)`` tensors in HBM, then computes ``P v``. That is exactly the memory
+traffic FlashAttention avoids, so it is the honest baseline (it is what a model gets
+without a fused kernel). It is differentiable by autograd, which stores ``P`` for the
+backward pass: O(N_q * N_k) memory per head.
+
+Conventions shared with :mod:`kernels.flash`:
+
+* layout ``(B, H, N, d)``; ``k`` and ``v`` may have fewer heads ``H_kv`` with ``H`` a
+  multiple of ``H_kv`` (GQA/MQA): each k/v head serves ``H // H_kv`` consecutive q heads;
+* ``causal=True`` aligns the mask bottom-right: query ``i`` sees key ``j`` iff
+  ``j <= i + N_k - N_q`` (the FlashAttention-2 convention; the usual lower triangle when
+  ``N_q == N_k``);
+* a query row that sees no key gets probability 0 everywhere and output 0, never NaN;
+* ``sm_scale`` defaults to ``1 / sqrt(d)``.
+
+``reference_attention`` computes the same thing in float64 and also returns the natural
+log-sum-exp of each row (``-inf`` for a row with no visible key); tests and the benchmark
+suite's correctness checks compare kernels against it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def causal_mask(n_q: int, n_k: int, device=None) -> torch.Tensor:
+    """Boolean ``(n_q, n_k)`` mask, True where query i may see key j (bottom-right aligned)."""
+    i = torch.arange(n_q, device=device)[:, None]
+    j = torch.arange(n_k, device=device)[None, :]
+    return j <= i + (n_k - n_q)
+
+
+def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.ndim != 4:
+            raise ValueError(f"{name} must be 4-D (B, H, N, d), got shape {tuple(t.shape)}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape, got k {tuple(k.shape)} "
+                         f"and v {tuple(v.shape)}")
+    (B, H, _, d), (Bk, H_kv, _, dk) = q.shape, k.shape
+    if Bk != B or dk != d:
+        raise ValueError(f"k must be (B={B}, H_kv, N_k, d={d}) to match q {tuple(q.shape)}, "
+                         f"got {tuple(k.shape)}")
+    if H_kv == 0 or H % H_kv != 0:
+        raise ValueError(f"q heads H={H} must be a multiple of k/v heads H_kv={H_kv} "
+                         f"(q {tuple(q.shape)}, k {tuple(k.shape)})")
+
+
+def _repeat_kv(x: torch.Tensor, group: int) -> torch.Tensor:
+    """(B, H_kv, N, d) -> (B, H_kv * group, N, d): each k/v head serves ``group`` q heads."""
+    return x if group == 1 else x.repeat_interleave(group, dim=1)  # (B, H, N, d)
+
+
+def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                    sm_scale: float | None = None) -> torch.Tensor:
+    """softmax(q k^T * scale) v with S and P materialised: q (B, H, N_q, d), k/v (B, H_kv, N_k, d).
+
+    Returns o: (B, H, N_q, d) in q's dtype. Computed in the inputs' dtype (as a model
+    would run it), so its error against :func:`reference_attention` is PyTorch's own
+    error in that dtype.
+    """
+    _check(q, k, v)
+    group = q.shape[1] // k.shape[1]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
+    k, v = _repeat_kv(k, group), _repeat_kv(v, group)  # (B, H, N_k, d)
+    s = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, N_q, N_k): in HBM
+    if causal:
+        mask = causal_mask(q.shape[2], k.shape[2], device=q.device)
+        s = s.masked_fill(~mask, float("-inf"))
+    p = torch.softmax(s, dim=-1)  # (B, H, N_q, N_k): in HBM, kept for the backward
+    if causal:
+        p = p.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # no visible key: 0, not NaN
+    return torch.matmul(p, v)  # (B, H, N_q, d)
+
+
+def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                        sm_scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp64 attention and its natural log-sum-exp: returns (o (B, H, N_q, d), lse (B, H, N_q)).
+
+    Differentiable (in float64) so tests can take reference gradients with autograd.
+    A row with no visible key has o = 0 and lse = -inf.
+    """
+    _check(q, k, v)
+    group = q.shape[1] // k.shape[1]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
+    q, k, v = q.double(), _repeat_kv(k.double(), group), _repeat_kv(v.double(), group)
+    s = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, N_q, N_k)
+    if causal:
+        s = s.masked_fill(~causal_mask(q.shape[2], k.shape[2], device=q.device), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)  # (B, H, N_q); -inf where every key is masked
+    visible = torch.isfinite(lse)[..., None]
+    p = torch.where(visible, torch.exp(s - torch.where(visible, lse[..., None], 0.0)), 0.0)
+    return torch.matmul(p, v), lse  # (B, H, N_q, d), (B, H, N_q)
