@@ -79,9 +79,9 @@ _TABLES: dict[str, dict[str, dict[int, list[tuple[int, int, int, int]]]]] = {
         "sm90": {16: [(128, 64, 4, 3)], 32: [(128, 64, 4, 3)], 64: [(128, 64, 4, 3), (128, 128, 8, 3)],
                  128: [(128, 64, 8, 3), (128, 128, 8, 2)], 256: [(128, 64, 8, 2)]},
         "sm80": {16: [(128, 64, 4, 3)], 32: [(128, 64, 4, 3)], 64: [(128, 64, 4, 3), (128, 128, 8, 3)],
-                 128: [(128, 64, 8, 3), (64, 64, 4, 3)], 256: [(64, 32, 4, 2)]},
+                 128: [(128, 64, 8, 3), (64, 64, 4, 3)], 256: [(64, 32, 8, 2)]},
         "sm89": {16: [(128, 64, 4, 2)], 32: [(128, 64, 4, 2)], 64: [(128, 64, 4, 3), (128, 128, 8, 2)],
-                 128: [(128, 64, 8, 2), (64, 64, 4, 2)], 256: [(64, 32, 4, 2)]},
+                 128: [(128, 64, 8, 2), (64, 64, 4, 2)], 256: [(64, 32, 8, 2)]},
     },
     "dkdv": {  # BLOCK_M = query rows per inner step, BLOCK_N = keys held by the program
         "sm90": {16: [(32, 128, 8, 2)], 32: [(32, 128, 8, 2)], 64: [(32, 128, 8, 2), (32, 64, 4, 2)],
@@ -100,6 +100,8 @@ _TABLES: dict[str, dict[str, dict[int, list[tuple[int, int, int, int]]]]] = {
                  128: [(128, 32, 8, 2), (64, 64, 4, 2)], 256: [(64, 32, 4, 1)]},
     },
 }
+# (d = 256 forward on sm80/sm89 uses 8 warps: with 4, ptxas under triton 3.6 spills a few
+# bytes at 255 registers; fp32 dq at d = 128 uses 16 x 16 for the same reason.)
 # Tiles for dot products on CUDA cores (FMA): float32 inputs everywhere (IEEE fp32 dots) and
 # every dtype on sm_75, where Triton >= 3.2 has no tensor-core path. FMA dots hold whole
 # operand rows in registers, so the tiles are small. On sm_75 the backward has no config
@@ -111,7 +113,7 @@ _FMA_TABLES: dict[str, dict[str, dict[int, list[tuple[int, int, int, int]]]]] = 
         "dkdv": {16: [(32, 32, 8, 1)], 32: [(32, 32, 8, 1)], 64: [(32, 32, 8, 1)],
                  128: [(16, 16, 4, 1)], 256: [(16, 16, 4, 1)]},
         "dq": {16: [(32, 32, 8, 1)], 32: [(32, 32, 8, 1)], 64: [(32, 32, 8, 1)],
-               128: [(32, 16, 4, 1)], 256: [(16, 16, 4, 1)]},
+               128: [(16, 16, 4, 1)], 256: [(16, 16, 4, 1)]},
     },
     "sm75": {
         "fwd": {16: [(64, 32, 8, 2)], 32: [(64, 32, 8, 2)], 64: [(64, 32, 8, 2)],
