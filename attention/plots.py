@@ -761,9 +761,13 @@ def block_sweep_figure(prov: dict, records: list[dict], label: str, simulated_by
     if not rows:
         return None
     r0 = rows[0]
+    tile_keys = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")  # vary across the sweep
+
+    def problem(r):
+        return {k: v for k, v in r["shape"].items() if k not in tile_keys}
+
     rows = [r for r in rows if r["mode"] == r0["mode"] and r["dtype"] == r0["dtype"]
-            and {k: v for k, v in r["shape"].items() if not k.startswith("BLOCK")}
-            == {k: v for k, v in r0["shape"].items() if not k.startswith("BLOCK")}]
+            and problem(r) == problem(r0)]
     bms = sorted({r["shape"]["BLOCK_M"] for r in rows})
     bns = sorted({r["shape"]["BLOCK_N"] for r in rows})
     ms = np.full((len(bms), len(bns)), np.nan)

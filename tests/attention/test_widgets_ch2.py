@@ -102,8 +102,11 @@ def test_recorded_result_figures_use_only_given_records():
     mem = [rec("naive", "fwd", 4096, op="attention-memory"),
            rec("naive", "fwd", 65536, op="attention-memory", ms=None, peak_mem_bytes=None,
                error="OOM")]
+    # As the suite records it: the warp count changes with the tile, the problem does not.
     sweep = [dict(rec("triton", "fwd", 1024), shape={"B": 1, "H": 2, "N": 1024, "d": 64,
-                                                     "BLOCK_M": bm, "BLOCK_N": bn})
+                                                     "BLOCK_M": bm, "BLOCK_N": bn,
+                                                     "num_warps": 8 if bm * bn >= 8192 else 4,
+                                                     "num_stages": 2})
              for bm in (64, 128) for bn in (32, 64)]
     fig = plots.recorded_timing_figure({}, recs + others + mem + sweep, "label")
     assert len(fig.axes) == 3  # fwd, fwd+bwd, peak memory
