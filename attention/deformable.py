@@ -331,8 +331,9 @@ def ms_deform_attn(value: np.ndarray, spatial_shapes, level_start, sampling_loca
 
 def init_msda_params(d_model: int, n_heads: int, n_levels: int, n_points: int,
                      rng: np.random.Generator) -> dict:
-    """Deformable DETR's initialisation: offsets start on rings around the reference point
-    (head h points in direction 2*pi*h/H, point p at distance p+1 pixels), weights uniform."""
+    """Deformable DETR's initialisation: offsets start on square rings around the reference
+    point (head h points in direction 2*pi*h/H, scaled so the larger coordinate is 1; point p
+    sits p+1 times that, i.e. at max-norm distance p+1 pixels), weights uniform."""
     s = 1.0 / math.sqrt(d_model)
     theta = 2.0 * math.pi * np.arange(n_heads) / n_heads
     dirs = np.stack([np.cos(theta), np.sin(theta)], -1)  # (H, 2)

@@ -41,7 +41,7 @@ Devices
 Known limits
     No dropout, no key-padding masks (only causal), no fused backward kernel for top-k
     (PyTorch gathers: memory O(N_q * topk * d) in the backward). Top-k's merge cost
-    grows with the number of buffer insertions: ~topk * ln(N_k / topk) per row for
+    grows with the number of buffer insertions: ~topk * (1 + ln(N_k / topk)) per row for
     random scores, but every key for adversarial (increasing) scores; a program runs as
     many insertion steps per key block as its busiest row needs. Sampling draws one
     philox number per (query, key), so ``sample=True`` costs more than argmax.
