@@ -101,7 +101,8 @@ _TABLES: dict[str, dict[str, dict[int, list[tuple[int, int, int, int]]]]] = {
     },
 }
 # (d = 256 forward on sm80/sm89 uses 8 warps: with 4, ptxas under triton 3.6 spills a few
-# bytes at 255 registers; fp32 dq at d = 128 uses 16 x 16 for the same reason.)
+# bytes at 255 registers; fp32 dq at d = 128 uses 32 x 16 with 8 warps: with 4 warps it spills on sm_90
+# under triton 3.6, and 16 x 16 with 4 warps spills on sm_89.)
 # Tiles for dot products on CUDA cores (FMA): float32 inputs everywhere (IEEE fp32 dots) and
 # every dtype on sm_75, where Triton >= 3.2 has no tensor-core path. FMA dots hold whole
 # operand rows in registers, so the tiles are small. On sm_75 the backward has no config
@@ -113,7 +114,7 @@ _FMA_TABLES: dict[str, dict[str, dict[int, list[tuple[int, int, int, int]]]]] = 
         "dkdv": {16: [(32, 32, 8, 1)], 32: [(32, 32, 8, 1)], 64: [(32, 32, 8, 1)],
                  128: [(16, 16, 4, 1)], 256: [(16, 16, 4, 1)]},
         "dq": {16: [(32, 32, 8, 1)], 32: [(32, 32, 8, 1)], 64: [(32, 32, 8, 1)],
-               128: [(16, 16, 4, 1)], 256: [(16, 16, 4, 1)]},
+               128: [(32, 16, 8, 1)], 256: [(16, 16, 4, 1)]},
     },
     "sm75": {
         "fwd": {16: [(64, 32, 8, 2)], 32: [(64, 32, 8, 2)], 64: [(64, 32, 8, 2)],
