@@ -1,23 +1,29 @@
-"""Shared test setup: kernels run under the Triton interpreter unless a GPU is present."""
+"""Shared test setup: kernels run under the Triton interpreter unless a GPU is present;
+every test starts from fixed random seeds and no open figure."""
 
 import pathlib
 
-import kernels  # noqa: F401  (imports kernels.runtime first: sets TRITON_INTERPRET on CPU)
+import matplotlib
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-
-
-import matplotlib  # noqa: E402
+import kernels  # noqa: F401  (kernels.runtime sets TRITON_INTERPRET on CPU before any kernel)
 
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import torch  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(autouse=True)
-def _close_figures():
-    """Each test starts with no open matplotlib figure (and leaves none behind)."""
+def _fresh_state():
+    """No open matplotlib figure before or after a test, and the global generators seeded,
+    so a test that draws from them is reproducible whatever ran before it (xdist
+    distributes tests differently on every run)."""
     plt.close("all")
+    torch.manual_seed(0)
+    np.random.seed(0)
     yield
     plt.close("all")
