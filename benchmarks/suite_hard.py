@@ -23,8 +23,8 @@ import torch
 
 from kernels import bench
 from kernels.flash import flash_attention
-from kernels.hard import hard_attention, naive_hard_attention, naive_topk_attention, topk_attention
-from kernels.naive import reference_attention
+from kernels.hard import hard_attention, topk_attention
+from kernels.naive import naive_hard_attention, naive_topk_attention, reference_attention
 
 SUITE = "hard"
 B, H = 2, 16

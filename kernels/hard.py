@@ -52,8 +52,6 @@ Known limits
 
 from __future__ import annotations
 
-import math
-
 import torch
 import triton
 import triton.language as tl
@@ -61,6 +59,7 @@ import triton.language as tl
 from . import runtime
 from .flash import _validate as _flash_validate
 from .flash import arch_class, block_d
+from .naive import repeat_kv
 
 LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): exp(x) = exp2(x * LOG2E)
 MAX_HEAD_DIM = 128
@@ -382,7 +381,7 @@ def _topk_forward(q, k, v, topk, causal, sm_scale):
 
 def _expand_kv(t, H):
     """(B, H_kv, N_k, d) -> (B, H, N_k, d): query head h reads K/V head h // (H // H_kv)."""
-    return t.repeat_interleave(H // t.shape[1], dim=1)  # (B, H, N_k, d)
+    return repeat_kv(t, H // t.shape[1])  # (B, H, N_k, d)
 
 
 def _reduce_kv(g, H_kv):
@@ -500,40 +499,3 @@ def topk_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, topk: int,
         raise ValueError(f"topk must be in [1, {MAX_TOPK}], got {topk}")
     o, idx = _TopkAttention.apply(q, k, v, topk, causal, scale)
     return (o, idx) if return_index else o
-
-
-# ---------------------------------------------------------------------------------
-# The naive PyTorch versions the chapter times against: materialise S, then select.
-# ---------------------------------------------------------------------------------
-
-
-def _naive_scores(q, k, causal, sm_scale):
-    H, d = q.shape[1], q.shape[-1]
-    scale = 1.0 / math.sqrt(d) if sm_scale is None else sm_scale
-    s = (q @ _expand_kv(k, H).transpose(-1, -2)) * scale  # (B, H, N_q, N_k) in HBM
-    if causal:
-        N_q, N_k = q.shape[2], k.shape[2]
-        keep = torch.ones(N_q, N_k, dtype=torch.bool, device=q.device).tril(N_k - N_q)
-        s = s.masked_fill(~keep, float("-inf"))
-    return s
-
-
-def naive_hard_attention(q, k, v, causal=False, sm_scale=None):
-    """S = q k^T (materialised), idx = argmax S, o = v[idx].  Returns (o, idx).
-
-    A timing baseline: a row with no visible key gets torch.argmax's answer for an
-    all -inf row (index 0), where the kernel returns -1 and o = 0.
-    """
-    s = _naive_scores(q, k, causal, sm_scale)  # (B, H, N_q, N_k)
-    idx = s.argmax(-1)  # (B, H, N_q)
-    o = _gather_rows(_expand_kv(v, q.shape[1]), idx.unsqueeze(-1))[:, :, :, 0]
-    return o, idx
-
-
-def naive_topk_attention(q, k, v, topk, causal=False, sm_scale=None):
-    """S = q k^T (materialised), the topk scores per row, their softmax, the kept rows of V."""
-    s = _naive_scores(q, k, causal, sm_scale)  # (B, H, N_q, N_k)
-    vals, idx = s.topk(min(topk, s.shape[-1]), dim=-1)  # (B, H, N_q, T)
-    p = torch.softmax(vals.float(), dim=-1).to(v.dtype)
-    v_sel = _gather_rows(_expand_kv(v, q.shape[1]), idx)  # (B, H, N_q, T, d)
-    return torch.einsum("bhqt,bhqtd->bhqd", p, v_sel)

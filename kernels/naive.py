@@ -17,6 +17,10 @@ Conventions shared with :mod:`kernels.flash`:
 * a query row that sees no key gets probability 0 everywhere and output 0, never NaN;
 * ``sm_scale`` defaults to ``1 / sqrt(d)``.
 
+``naive_hard_attention`` and ``naive_topk_attention`` are chapter 3's baselines for
+``kernels.hard``: the same materialised ``S`` (``naive_scores``), then argmax or top-k and
+a gather of the selected rows of ``v``.
+
 ``reference_attention`` computes the same thing in float64 and also returns the natural
 log-sum-exp of each row (``-inf`` for a row with no visible key); tests and the benchmark
 suite's correctness checks compare kernels against it.
@@ -56,9 +60,21 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
                          f"(q {tuple(q.shape)}, k {tuple(k.shape)})")
 
 
-def _repeat_kv(x: torch.Tensor, group: int) -> torch.Tensor:
+def repeat_kv(x: torch.Tensor, group: int) -> torch.Tensor:
     """(B, H_kv, N, d) -> (B, H_kv * group, N, d): each k/v head serves ``group`` q heads."""
     return x if group == 1 else x.repeat_interleave(group, dim=1)  # (B, H, N, d)
+
+
+def naive_scores(q: torch.Tensor, k: torch.Tensor, causal: bool = False,
+                 sm_scale: float | None = None) -> torch.Tensor:
+    """S = q k^T * scale, materialised: (B, H, N_q, N_k), causally hidden entries -inf."""
+    _check(q, k, k)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
+    k = repeat_kv(k, q.shape[1] // k.shape[1])  # (B, H, N_k, d)
+    s = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, N_q, N_k): in HBM
+    if causal:
+        s = s.masked_fill(~causal_mask(q.shape[2], k.shape[2], device=q.device), float("-inf"))
+    return s
 
 
 def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -70,16 +86,12 @@ def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     error in that dtype.
     """
     _check(q, k, v)
-    group = q.shape[1] // k.shape[1]
-    scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
-    k, v = _repeat_kv(k, group), _repeat_kv(v, group)  # (B, H, N_k, d)
-    s = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, N_q, N_k): in HBM
-    if causal:
-        mask = causal_mask(q.shape[2], k.shape[2], device=q.device)
-        s = s.masked_fill(~mask, float("-inf"))
+    v = repeat_kv(v, q.shape[1] // k.shape[1])  # (B, H, N_k, d)
+    s = naive_scores(q, k, causal, sm_scale)  # (B, H, N_q, N_k): in HBM
     p = torch.softmax(s, dim=-1)  # (B, H, N_q, N_k): in HBM, kept for the backward
-    if causal:
-        p = p.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # no visible key: 0, not NaN
+    if causal:  # a row with no visible key: 0, not NaN
+        p = p.masked_fill(~causal_mask(q.shape[2], k.shape[2], device=q.device).any(
+            dim=-1, keepdim=True), 0.0)
     return torch.matmul(p, v)  # (B, H, N_q, d)
 
 
@@ -93,7 +105,7 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
     _check(q, k, v)
     group = q.shape[1] // k.shape[1]
     scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
-    q, k, v = q.double(), _repeat_kv(k.double(), group), _repeat_kv(v.double(), group)
+    q, k, v = q.double(), repeat_kv(k.double(), group), repeat_kv(v.double(), group)
     s = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, N_q, N_k)
     if causal:
         s = s.masked_fill(~causal_mask(q.shape[2], k.shape[2], device=q.device), float("-inf"))
@@ -101,3 +113,34 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
     visible = torch.isfinite(lse)[..., None]
     p = torch.where(visible, torch.exp(s - torch.where(visible, lse[..., None], 0.0)), 0.0)
     return torch.matmul(p, v), lse  # (B, H, N_q, d), (B, H, N_q)
+
+
+def _rows(v: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """v (B, H, N_k, d), idx (B, H, N_q, T) -> the selected rows (B, H, N_q, T, d)."""
+    B, H, N_q, T = idx.shape
+    flat = idx.reshape(B, H, N_q * T, 1).expand(-1, -1, -1, v.shape[-1])  # (B, H, N_q*T, d)
+    return torch.gather(v, 2, flat).view(B, H, N_q, T, v.shape[-1])  # (B, H, N_q, T, d)
+
+
+def naive_hard_attention(q, k, v, causal=False, sm_scale=None):
+    """S = q k^T (materialised), idx = argmax S, o = v[idx].  Returns (o, idx).
+
+    A timing baseline for ``kernels.hard.hard_attention``: a row with no visible key gets
+    torch.argmax's answer for an all -inf row (index 0), where the kernel returns -1 and o = 0.
+    """
+    s = naive_scores(q, k, causal, sm_scale)  # (B, H, N_q, N_k)
+    idx = s.argmax(-1)  # (B, H, N_q)
+    v = repeat_kv(v, q.shape[1] // k.shape[1])  # (B, H, N_k, d)
+    return _rows(v, idx.unsqueeze(-1))[:, :, :, 0], idx
+
+
+def naive_topk_attention(q, k, v, topk, causal=False, sm_scale=None):
+    """S = q k^T (materialised), the topk scores per row, their softmax, the kept rows of V.
+
+    The baseline for ``kernels.hard.topk_attention``.
+    """
+    s = naive_scores(q, k, causal, sm_scale)  # (B, H, N_q, N_k)
+    vals, idx = s.topk(min(topk, s.shape[-1]), dim=-1)  # (B, H, N_q, T)
+    p = torch.softmax(vals.float(), dim=-1).to(v.dtype)
+    v_sel = _rows(repeat_kv(v, q.shape[1] // k.shape[1]), idx)  # (B, H, N_q, T, d)
+    return torch.einsum("bhqt,bhqtd->bhqd", p, v_sel)

@@ -11,13 +11,8 @@ import torch
 
 from attention import hard as ah
 from kernels import runtime
-from kernels.hard import (
-    MAX_TOPK,
-    hard_attention,
-    naive_hard_attention,
-    naive_topk_attention,
-    topk_attention,
-)
+from kernels.hard import MAX_TOPK, hard_attention, topk_attention
+from kernels.naive import naive_hard_attention, naive_topk_attention
 
 pytestmark = pytest.mark.xdist_group("hard")
 
