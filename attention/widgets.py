@@ -1,4 +1,4 @@
-"""ipywidgets explorers built on plots.py and memory.py."""
+"""ipywidgets explorers built on ``attention.plots`` and ``attention.memory``."""
 
 from __future__ import annotations
 

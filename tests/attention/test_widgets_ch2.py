@@ -108,13 +108,13 @@ def test_recorded_result_figures_use_only_given_records():
                                                      "num_warps": 8 if bm * bn >= 8192 else 4,
                                                      "num_stages": 2})
              for bm in (64, 128) for bn in (32, 64)]
-    fig = plots.recorded_timing_figure({}, recs + others + mem + sweep, "label")
+    fig = plots.recorded_timing_figure(recs + others + mem + sweep, "label")
     assert len(fig.axes) == 3  # fwd, fwd+bwd, peak memory
     # Only d = 64, causal, fp16 rows: two points per implementation and mode.
     assert [len(line.get_xdata()) for ax in fig.axes[:2] for line in ax.lines] == [2] * 4
     assert fig.axes[0].get_ylabel().startswith("TFLOP/s")
     assert any("out of memory" in line.get_label() for line in fig.axes[2].lines)
-    assert plots.recorded_timing_figure({}, sweep, "label", d=32) is None
+    assert plots.recorded_timing_figure(sweep, "label", d=32) is None
     seen = []
     fig = plots.block_sweep_figure({}, sweep, "label",
                                    lambda shape, bm, bn: seen.append((bm, bn)) or bm * bn)

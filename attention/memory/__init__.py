@@ -1,0 +1,79 @@
+"""A simulated GPU memory hierarchy: tensors live in HBM, tiles are loaded into an SRAM of
+fixed capacity, and every load and store is counted (elements, per tensor, in order).
+
+Each algorithm is written block by block against ``HBMSim`` and has a closed form
+beside it that gives exactly the same counts from a formula, for every N, d, Br, Bc
+(ragged last blocks included). Counts are in *elements*; multiply by the dtype's size
+for bytes (``Traffic.bytes``). Registered algorithms (``algorithms()``):
+
+``standard``          the four steps of standard attention: S and P go to HBM and back.
+``flash1``            FlashAttention-1, Algorithm 1: K/V blocks outside, Q blocks inside;
+                      O, l, m are read and re-written in HBM for every (j, i).
+``flash2``            FlashAttention-2 forward: Q blocks outside; O and L written once.
+``standard_bwd``      the standard backward: reads the stored P, writes dP and dS.
+``flash2_bwd``        FlashAttention-2, Algorithm 2: recomputes P from Q, K and L;
+                      dQ is read-modified-written in HBM for every (j, i).
+``flash2_bwd_split``  the two-kernel backward of the Triton tutorial (and kernels/flash.py):
+                      one loop writes dK, dV; a second loop over Q blocks writes dQ once.
+
+The model, stated once (it is the same for every algorithm, so comparisons are fair):
+
+* N queries attend to N_k keys (``N_k=None``: N_k = N) of head dim d; T_r = ceil(N/Br)
+  query blocks, T_c = ceil(N_k/Bc) key blocks; the last block of each may be ragged.
+* A matrix product runs the loop order its algorithm states. In a loop nest, the block
+  of the outer loop is loaded once per outer step and stays in SRAM; the blocks of the
+  inner loop are re-loaded at every inner step. So the standard step S = Q K^T reads Q
+  once and K T_r times, exactly as FlashAttention-2 does: the only difference between
+  the two forwards is the N x N round trips of S and P.
+* Row-wise passes (softmax, dS = P o (dP - rowsum(P o dP))) hold one row (N_k elements)
+  at a time and read and write each element once.
+* "SRAM" is all on-chip storage (shared memory and registers): a tile is resident while
+  the loop that uses it runs. Capacity ``M`` is in elements; ``M=None`` is unbounded.
+  Tiles that do not fit raise ValueError saying what they need and what M holds.
+* Nothing else is modelled: no caches (L2), no bank conflicts, no causal tile skipping,
+  no dropout, no masking kernels, no fp32 accumulator buffers.
+
+With T_r = 1 (all of Q resident) the standard forward moves exactly 4 N d + 4 N^2
+elements, the count in the FlashAttention paper's analysis; in general it moves
+2 N d + 2 T_r N_k d + 4 N N_k. The flash forwards move
+    flash1: 2 N_k d + T_c (3 N d + 4 N) + (N d + 2 N)   (the last term: O, l, m initialised)
+    flash2: 2 N d + N + 2 T_r N_k d.
+
+Chapter modules register their own algorithms with ``register`` (e.g. hard and top-k
+attention in ``attention.hard``), so ``simulate(name, ...)`` and ``closed_form(name, ...)``
+reach every algorithm in the book. The roofline helpers (``GPUS``, ``roofline_ms``) turn
+counts into time ESTIMATES from published peak numbers; they measure nothing.
+
+The package: ``sim`` (HBMSim, Traffic, the registry, shared checks), ``forward``
+(standard, flash1, flash2), ``backward`` (standard_bwd, flash2_bwd, flash2_bwd_split),
+``roofline`` (block sizes, FLOPs, GPU specs). Every public name is re-exported here.
+"""
+
+from . import backward, forward  # noqa: F401  (importing them registers their algorithms)
+from .roofline import (
+    GPUS,
+    GPUSpec,
+    arithmetic_intensity,
+    fa1_block_sizes,
+    matmul_flops,
+    roofline_ms,
+    sram_need,
+)
+from .sim import (
+    HBMSim,
+    Traffic,
+    Transfer,
+    algorithms,
+    blocks,
+    cdiv,
+    closed_form,
+    register,
+    simulate,
+    traffic,
+)
+
+__all__ = [
+    "GPUS", "GPUSpec", "HBMSim", "Traffic", "Transfer", "algorithms", "arithmetic_intensity",
+    "blocks", "cdiv", "closed_form", "fa1_block_sizes", "matmul_flops", "register", "roofline_ms",
+    "simulate", "sram_need", "traffic",
+]

@@ -1,0 +1,62 @@
+"""The book's figures (matplotlib) and its one palette, one module per kind of figure.
+
+style      the palette (tensors, memory levels, implementations), ``use_book_style``,
+           ``human_bytes`` and the small helpers every figure shares
+maps       attention and mask heatmaps, Gumbel-softmax weights, deformable sampling points
+traffic    HBM traffic per tensor and per algorithm (simulated beside closed forms)
+schedule   the memory hierarchy, tile schedules, roofline ESTIMATES, the tile explorer
+timing     measured scaling with its power-law fit, recorded and live GPU timings
+
+Every name is re-exported here, so chapters write ``plots.attention_heatmap(...)``.
+"""
+
+from .maps import (
+    attention_heatmap,
+    deformable_points_plot,
+    gumbel_softmax_figure,
+    mask_heatmap,
+    msda_points_figure,
+    sampled_attention_plot,
+)
+from .schedule import memory_hierarchy_plot, roofline_bars, tile_explorer_figure, tile_schedule_plot
+from .style import (
+    ATTENTION_CMAP,
+    DTYPE_BYTES,
+    IMPL_COLORS,
+    MASK_COLORS,
+    MEMORY_COLORS,
+    QUADRATIC_TENSORS,
+    SELECTION_COLORS,
+    TENSOR_COLORS,
+    human_bytes,
+    tensor_color,
+    use_book_style,
+)
+from .timing import (
+    block_sweep_figure,
+    deformable_timing_figure,
+    power_law_fit,
+    recorded_timing_figure,
+    scaling_plot,
+    selection_timing_figure,
+)
+from .traffic import (
+    deformable_traffic_figure,
+    naive_traffic_figure,
+    naive_traffic_vs_length,
+    selection_traffic_figure,
+    traffic_bars,
+    traffic_by_algorithm,
+)
+
+__all__ = [
+    "ATTENTION_CMAP", "DTYPE_BYTES", "IMPL_COLORS", "MASK_COLORS", "MEMORY_COLORS",
+    "QUADRATIC_TENSORS", "SELECTION_COLORS", "TENSOR_COLORS", "attention_heatmap",
+    "block_sweep_figure", "deformable_points_plot", "deformable_timing_figure",
+    "deformable_traffic_figure", "gumbel_softmax_figure", "human_bytes", "mask_heatmap",
+    "memory_hierarchy_plot", "msda_points_figure", "naive_traffic_figure",
+    "naive_traffic_vs_length", "power_law_fit", "recorded_timing_figure", "roofline_bars",
+    "sampled_attention_plot", "scaling_plot", "selection_timing_figure",
+    "selection_traffic_figure", "tensor_color", "tile_explorer_figure", "tile_schedule_plot",
+    "traffic_bars", "traffic_by_algorithm", "use_book_style",
+]

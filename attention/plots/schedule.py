@@ -1,0 +1,232 @@
+"""Where the bytes go and how long they take: the memory hierarchy, a tiled schedule step
+by step, roofline ESTIMATES, and chapter 2's tile-size explorer built from them."""
+
+from __future__ import annotations
+
+import matplotlib as mpl
+import matplotlib.pyplot as plt
+import numpy as np
+
+from .. import memory
+from .style import DTYPE_BYTES, MEMORY_COLORS, QUADRATIC_TENSORS, _ax, human_bytes, tensor_color
+from .traffic import traffic_by_algorithm
+
+_GPU_MARKERS = {"A100": "o", "H100": "s", "H200": "D", "CPU": "^"}
+
+
+def memory_hierarchy_plot(levels: list[dict], ax=None, title: str | None = None):
+    """Bandwidth against capacity, both log scale, one marker per (device, memory level).
+
+    Each level is a dict with ``device`` ("A100", "H100", "H200", "CPU"), ``kind``
+    ("SRAM", "HBM", "DRAM": the colour), ``capacity`` (bytes), ``bandwidth`` (bytes/s),
+    ``label`` and optionally ``derived=True`` (drawn hollow: computed, not a spec number)
+    and ``offset`` (the label's offset in points).
+    """
+    ax = _ax(ax)
+    for lv in levels:
+        color = MEMORY_COLORS[lv["kind"]]
+        hollow = lv.get("derived", False)
+        ax.scatter(lv["capacity"], lv["bandwidth"], s=90,
+                   marker=_GPU_MARKERS.get(lv["device"], "o"),
+                   facecolors="white" if hollow else color, edgecolors=color, linewidths=2,
+                   zorder=3)
+        ax.annotate(lv["label"], (lv["capacity"], lv["bandwidth"]),
+                    xytext=lv.get("offset", (8, -4)), textcoords="offset points", fontsize=8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("capacity (bytes)")
+    ax.set_ylabel("bandwidth (bytes / s)")
+    kinds = list(dict.fromkeys(lv["kind"] for lv in levels))
+    devices = list(dict.fromkeys(lv["device"] for lv in levels))
+    handles = [mpl.patches.Patch(color=MEMORY_COLORS[k], label=k) for k in kinds]
+    handles += [mpl.lines.Line2D([], [], marker=_GPU_MARKERS.get(g, "o"), linestyle="",
+                                 color="0.3", label=g) for g in devices]
+    if any(lv.get("derived") for lv in levels):
+        handles.append(mpl.lines.Line2D([], [], marker="o", linestyle="", markerfacecolor="white",
+                                        markeredgecolor="0.3", label="derived, not a spec"))
+    ax.legend(handles=handles, loc="lower left", fontsize=8)
+    ax.set_title(title or "Faster means smaller")
+    return ax
+
+
+def _step_events(trace) -> dict:
+    """step -> list of Transfers of that step (trace order)."""
+    out: dict[int, list] = {}
+    for t in trace:
+        out.setdefault(t.step, []).append(t)
+    return out
+
+
+def _fmt_transfer(ts, op) -> str:
+    names = []
+    for t in ts:
+        if t.op != op:
+            continue
+        sub = ",".join(str(b) for b in t.block) if t.block else ""
+        names.append(f"{t.tensor}{'[' + sub + ']' if sub else ''}")
+    return " ".join(dict.fromkeys(names)) or "-"
+
+
+def tile_schedule_plot(trace, step: int, n_row_blocks: int, n_col_blocks: int, ax=None,
+                       title: str | None = None):
+    """The grid of (i, j) tiles of S, filled in up to ``step`` of a simulated schedule.
+
+    A tile's colour says where its data went: the colour of S, P, dP or dS when that
+    N x N_k tile crossed HBM at that step, SRAM amber when it lived only on chip. Tiles
+    done at earlier steps are pale; the current one is outlined. The strips show which
+    query block (left) and key block (top) are in SRAM now. ``trace`` comes from
+    ``attention.memory.simulate(..., keep_trace=True)``.
+    """
+    ax = _ax(ax)
+    events = _step_events(trace)
+    steps = sorted(events)
+    if not steps:
+        raise ValueError("trace is empty: simulate with keep_trace=True")
+    step = int(np.clip(step, steps[0], steps[-1]))
+    tr, tc = n_row_blocks, n_col_blocks
+    img = np.ones((tr, tc, 4))
+    cur = None
+    for s in steps:
+        if s > step:
+            break
+        ts = events[s]
+        comp = [t for t in ts if t.op == "compute"]
+        if not comp:
+            continue
+        block = comp[0].block
+        quad = [t.tensor for t in ts if t.tensor in QUADRATIC_TENSORS and t.op != "compute"]
+        color = mpl.colors.to_rgba(tensor_color(quad[-1]) if quad else MEMORY_COLORS["SRAM"])
+        color = color if s == step else (*color[:3], 0.35)
+        rows = [block[0]] if block else range(tr)
+        cols = [block[1]] if len(block) > 1 else range(tc)
+        for i in rows:
+            for j in cols:
+                img[i, j] = color
+        if s == step:
+            cur = block
+    ax.imshow(img, extent=(0, tc, tr, 0), interpolation="nearest", aspect="auto")
+    if tr * tc <= 4096:  # grid lines only while they stay readable
+        ax.set_xticks(np.arange(tc + 1), minor=True)
+        ax.set_yticks(np.arange(tr + 1), minor=True)
+        ax.grid(which="minor", color="0.8", linewidth=0.5)
+        ax.tick_params(which="minor", length=0)
+    if cur is not None:
+        i0, i1 = (cur[0], cur[0] + 1) if cur else (0, tr)
+        j0, j1 = (cur[1], cur[1] + 1) if len(cur) > 1 else (0, tc)
+        ax.add_patch(mpl.patches.Rectangle((j0, i0), j1 - j0, i1 - i0, fill=False,
+                                           edgecolor="black", linewidth=2))
+        # Strips: the resident query block (left, Q's colour) and key block (top, K's).
+        ax.add_patch(mpl.patches.Rectangle((-0.06 * tc, i0), 0.04 * tc, i1 - i0,
+                                           color=tensor_color("Q"), clip_on=False))
+        if len(cur) > 1:
+            ax.add_patch(mpl.patches.Rectangle((j0, -0.06 * tr), j1 - j0, 0.04 * tr,
+                                               color=tensor_color("K"), clip_on=False))
+    ax.set_xlim(0, tc)
+    ax.set_ylim(tr, 0)
+    if tr <= 32:
+        ax.set_yticks(np.arange(tr) + 0.5, labels=[str(i) for i in range(tr)])
+    if tc <= 32:
+        ax.set_xticks(np.arange(tc) + 0.5, labels=[str(j) for j in range(tc)])
+    ts = events[step]
+    ax.set_xlabel(f"key block j (T_c = {tc})\nload: {_fmt_transfer(ts, 'load')}\n"
+                  f"store: {_fmt_transfer(ts, 'store')}", fontsize=8)
+    ax.set_ylabel(f"query block i (T_r = {tr})")
+    ax.set_title(title or f"step {step + 1} of {len(steps)}", fontsize=10, pad=16)
+    return ax
+
+
+def roofline_bars(estimates: dict, ax=None, title: str | None = None, unit: str = "ms"):
+    """Grouped bars of ESTIMATED times: ``estimates[gpu][algorithm] = time in unit``.
+
+    Estimates from the roofline model, not measurements: the title says so.
+    """
+    ax = _ax(ax)
+    gpus = list(estimates)
+    algs = list(dict.fromkeys(a for g in gpus for a in estimates[g]))
+    width = 0.8 / max(len(algs), 1)
+    shades = np.linspace(0.35, 0.85, len(algs)) if len(algs) > 1 else [0.5]
+    for k, a in enumerate(algs):
+        vals = [estimates[g].get(a, np.nan) for g in gpus]
+        ax.bar(np.arange(len(gpus)) + (k - (len(algs) - 1) / 2) * width, vals, width,
+               color=str(shades[k]), edgecolor="black", linewidth=0.4, label=a)
+    ax.set_xticks(np.arange(len(gpus)), labels=gpus)
+    ax.set_ylabel(f"{unit} (ESTIMATE)")
+    ax.legend(fontsize=7)
+    ax.set_title(title or "roofline ESTIMATE, not a measurement", fontsize=10)
+    return ax
+
+
+def tile_explorer_figure(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: int = 64,
+                         Bc: int = 64, dtype: str = "float16", algorithm: str = "flash2",
+                         step: int = 0, max_tiles: int = 16384):
+    """The chapter-2 tile-size explorer: everything ``attention.memory`` says about one setting.
+
+    Panels: HBM traffic of standard, FA1 and FA2 (or of the backward passes, if
+    ``algorithm`` is one); the chosen algorithm's schedule over the tiles of S at ``step``;
+    roofline time ESTIMATES for A100, H100 and H200. The SRAM holds ``sram_kib`` KiB of
+    ``dtype`` elements. Tiles that do not fit draw the reason instead; more than
+    ``max_tiles`` tiles are counted but not drawn. Returns the figure.
+    """
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
+    bpe = DTYPE_BYTES[dtype]
+    M = int(sram_kib) * 1024 // bpe
+    fa1_br, fa1_bc = memory.fa1_block_sizes(M, d)
+    fa1_need = memory.sram_need("flash1", N, d, fa1_br, fa1_bc)
+    rule = (f"FA1 rule: Bc = ceil(M/4d) = {fa1_bc}, Br = min(ceil(M/4d), d) = {fa1_br};\n"
+            f"  its flash1 tiles need {fa1_need} elements "
+            f"({'fit' if fa1_need <= M else 'do NOT fit: the rule holds up to constants'})")
+    backward = algorithm.endswith("_bwd") or algorithm.endswith("_split")
+    group = (["standard_bwd", "flash2_bwd", "flash2_bwd_split"] if backward
+             else ["standard", "flash1", "flash2"])
+    t_r, t_c = memory.cdiv(N, Br), memory.cdiv(N, Bc)
+    animate = t_r * t_c <= max_tiles
+    try:
+        chosen = memory.simulate(algorithm, N, d, Br=Br, Bc=Bc, M=M, keep_trace=animate)
+        results = {a: (chosen if a == algorithm else
+                       memory.simulate(a, N, d, Br=Br, Bc=Bc, M=M, keep_trace=False))
+                   for a in group}
+    except ValueError as err:
+        fig, ax = plt.subplots(figsize=(11, 2.2))
+        ax.axis("off")
+        ax.text(0, 0.75, f"Invalid choice: {err}", wrap=True, fontsize=10, color="#C44E52",
+                va="top")
+        ax.text(0, 0.2, rule, fontsize=9, va="top", wrap=True)
+        return fig
+    fig = plt.figure(figsize=(12, 8.2))
+    gs = fig.add_gridspec(2, 2, height_ratios=[1, 1.05], hspace=0.55, wspace=0.28)
+    traffic_by_algorithm(results, bytes_per_elem=bpe, ax=fig.add_subplot(gs[0, 0]),
+                         title=f"HBM traffic, N = {N}, d = {d}, Br = {Br}, Bc = {Bc}, {dtype}")
+    ax = fig.add_subplot(gs[0, 1])
+    if animate:
+        tile_schedule_plot(chosen.trace, step, t_r, t_c, ax=ax,
+                           title=f"{algorithm}: step {min(step, chosen.steps - 1) + 1} of "
+                                 f"{chosen.steps}")
+    else:
+        ax.axis("off")
+        ax.text(0, 0.5, f"{t_r} x {t_c} = {t_r * t_c} tiles: too many to draw.\n"
+                        f"Shrink N or grow Br, Bc to see the schedule.", fontsize=10)
+    est, lines = {}, []
+    for g, spec in memory.GPUS.items():
+        est[g] = {}
+        for a, r in results.items():
+            fl = memory.matmul_flops(a, N, d)
+            est[g][a] = memory.roofline_ms(fl, r.bytes(bpe), spec) * 1e3  # microseconds
+    for a, r in results.items():
+        ai = memory.arithmetic_intensity(memory.matmul_flops(a, N, d), r.bytes(bpe))
+        lines.append(f"{a}: {human_bytes(r.bytes(bpe))}, {ai:.0f} FLOP/byte")
+    ax = fig.add_subplot(gs[1, 0])
+    roofline_bars(est, ax=ax, unit="µs", title="roofline ESTIMATE of one head, "
+                                              "not a measurement")
+    ax2 = fig.add_subplot(gs[1, 1])
+    ax2.axis("off")
+    ridge = ", ".join(f"{g} {s.ridge:.0f}" for g, s in memory.GPUS.items())
+    text = ("Arithmetic intensity (matmul FLOPs / HBM byte):\n  " + "\n  ".join(lines)
+            + f"\nRidge (peak FLOP/s / HBM B/s): {ridge}\n\n"
+            + f"SRAM: {sram_kib} KiB = M = {M} {dtype} elements;\n"
+            + f"  the tiles of {algorithm} need {chosen.sram_peak}.\n" + rule
+            + "\n\nEstimate = max(FLOPs / peak, bytes / HBM bandwidth), with\n"
+            + "\n".join(f"  {s.name}: {s.peak_tflops:g} TFLOP/s, {s.hbm_tbps:g} TB/s"
+                        for s in memory.GPUS.values()))
+    ax2.text(0, 1, text, va="top", fontsize=8, family="monospace", wrap=True)
+    return fig

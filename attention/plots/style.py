@@ -1,0 +1,131 @@
+"""The book's one palette and its shared helpers.
+
+Every chapter draws with these colours, so a colour means the same thing on every
+page: Q, K, V, S, P, O are always the same hue, and so are the memory levels
+(HBM, SRAM, DRAM). Plot functions take an optional ``ax`` and return it, so a chapter
+can compose them.
+"""
+
+from __future__ import annotations
+
+import matplotlib as mpl
+import matplotlib.pyplot as plt
+
+#: Tensors keep their colours in every chapter.
+TENSOR_COLORS: dict[str, str] = {
+    "Q": "#4C72B0",  # blue
+    "K": "#DD8452",  # orange
+    "V": "#55A868",  # green
+    "S": "#C44E52",  # red: the N x N scores
+    "P": "#8172B3",  # purple: the N x N probabilities
+    "O": "#937860",  # brown: the output
+    "dO": "#B07AA1",
+    "dQ": "#7DA3D9",
+    "dK": "#F0B27A",
+    "dV": "#8FCB9B",
+    "l": "#8C8C8C",  # row sums
+    "m": "#595959",  # row maxima
+    "L": "#3F3F3F",  # log-sum-exp
+    "idx": "#CCB974",
+    # Backward-only tensors (light shades of their forward twins' colours).
+    "dP": "#E08E90",  # light red: the gradient w.r.t. P
+    "dS": "#F2B8B9",  # lighter red: the gradient w.r.t. S
+    "D": "#A6A6A6",  # rowsum(dO * O)
+    # Sampled keys and values are lighter shades of K and V; sampling positions share idx's.
+    "K̃": "#F3C29B",
+    "Ṽ": "#A8D5B0",
+    "points": "#CCB974",  # = idx
+}
+
+#: Memory levels keep theirs.
+MEMORY_COLORS: dict[str, str] = {
+    "HBM": "#2F4B7C",  # dark blue: big and slow
+    "SRAM": "#FFA600",  # amber: small and fast
+    "DRAM": "#7A7A7A",  # grey: CPU memory
+    "read": "#2F4B7C",
+    "write": "#D45087",
+}
+
+#: Implementations in timing plots.
+IMPL_COLORS: dict[str, str] = {
+    "naive": "#C44E52",
+    "triton": "#4C72B0",
+    "numpy": "#937860",
+    "sdpa": "#55A868",
+    "sdpa-flash": "#55A868",
+    "sdpa-efficient": "#8FCB9B",
+    "sdpa-cudnn": "#2E7D32",
+    "sdpa-math": "#A5A5A5",
+    "grid_sample+flash": "#64B5CD",
+    "grid_sample+sdpa": "#55A868",
+}
+
+#: Sequential colour map for attention weights (0 = white, 1 = dark).
+ATTENTION_CMAP = "Blues"
+
+#: Boolean masks: a key a query may attend to, and a hidden one.
+MASK_COLORS: dict[str, str] = {"keep": "#2171B5", "masked": "#EFEFEF"}
+
+#: Bytes per element of the dtypes the widgets offer.
+DTYPE_BYTES: dict[str, int] = {"float32": 4, "float16": 2, "bfloat16": 2, "float8": 1}
+
+#: Tensors of size N x N_k: the ones FlashAttention keeps out of HBM.
+QUADRATIC_TENSORS = ("S", "P", "dP", "dS")
+
+#: Chapter 3's attention kinds and gradient estimators (soft attention weights are P).
+SELECTION_COLORS: dict[str, str] = {
+    "soft": TENSOR_COLORS["P"],
+    "hard": TENSOR_COLORS["idx"],
+    "argmax": TENSOR_COLORS["idx"],
+    "topk": "#64B5CD",
+    "reinforce": "#D95F02",
+    "reinforce+baseline": "#E7298A",
+    "gumbel-st": "#1B9E77",
+}
+
+
+def tensor_color(name: str) -> str:
+    """The palette colour of a tensor (dark grey for a name outside it)."""
+    return TENSOR_COLORS.get(name, "#333333")
+
+
+def use_book_style() -> None:
+    """Matplotlib defaults shared by every chapter."""
+    mpl.rcParams.update(
+        {
+            "figure.dpi": 100,
+            "savefig.dpi": 150,
+            "figure.figsize": (6.4, 4.0),
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "axes.grid": False,
+            "axes.titlesize": 11,
+            "axes.labelsize": 10,
+            "legend.frameon": False,
+            "font.size": 10,
+        }
+    )
+
+
+def _ax(ax):
+    """``ax``, or the axes of a new figure when it is None."""
+    if ax is None:
+        _, ax = plt.subplots()
+    return ax
+
+
+def human_bytes(n: float) -> str:
+    """1536 -> '1.5 KiB'."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.3g} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n} B"  # unreachable
+
+
+def _unit(max_bytes: float) -> tuple[float, str]:
+    """The divisor and name of the largest binary unit not above ``max_bytes``."""
+    for div, name in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if max_bytes >= div:
+            return div, name
+    return 1, "B"
