@@ -1,15 +1,128 @@
 """Scaled dot-product attention in NumPy: softmax, masks, self-, cross- and multi-head attention.
 
 Shapes follow the kernels: a single head is ``(..., N, d)``; multi-head tensors are
-``(B, H, N, d)``. Masks are boolean with ``True`` meaning *may attend*. A query row
-whose mask hides every key gets weights 0 and output 0 (never NaN), as the kernels do.
+``(B, H, N, d)``. Masks are boolean with ``True`` meaning *may attend*.
+
+Two rules hold for every function here and in the rest of the package, as in the kernels:
+
+* a query row whose mask hides every key gets weights 0, output 0 and lse -inf (never NaN);
+* a NaN in a row's inputs (or a +inf score, where softmax is undefined) gives NaN in that
+  row's weights, output and lse, and only there. The two are never confused.
+
+Masked positions are *selected out*, never multiplied by 0: a NaN or inf in a value row that
+a query cannot see does not reach that query's output.
+
+Public functions check their arguments first and raise ``TypeError`` (wrong kind: a string
+where a bool belongs, a float where an int belongs, a non-numeric array) or ``ValueError``
+(wrong shape or range), naming the argument and the expected shape.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
+
+# ---------------------------------------------------------------------------------
+# Argument checks shared by the package (attention.flash, .hard, .deformable use them)
+# ---------------------------------------------------------------------------------
+
+
+def check_bool(name: str, value) -> bool:
+    """``value`` as a bool; TypeError for anything else (``"False"`` is not False)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+
+
+def check_int(name: str, value, minimum: int | None = None) -> int:
+    """``value`` as a Python int (NumPy integers accepted; bools and floats refused)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral,
+                                                                      np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_scale(name: str, scale, d: int) -> float:
+    """The softmax scale as a float: 1/sqrt(d) when None, else a finite real number."""
+    if scale is None:
+        if d < 1:
+            raise ValueError(f"the head dim d must be >= 1 for the default scale 1/sqrt(d), "
+                             f"got d={d}")
+        return 1.0 / math.sqrt(d)
+    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (numbers.Real, np.number)):
+        raise TypeError(f"{name} must be a real number or None, got {type(scale).__name__}")
+    scale = float(scale)
+    if not math.isfinite(scale):
+        raise ValueError(f"{name} must be finite, got {scale}")
+    return scale
+
+
+def as_real_array(name: str, x, min_ndim: int = 0) -> np.ndarray:
+    """``np.asarray(x)``, refusing non-numeric, boolean and complex dtypes; integers become
+    float64 (every computation here is in floating point)."""
+    a = np.asarray(x)
+    if a.dtype == np.bool_ or not (np.issubdtype(a.dtype, np.integer)
+                                   or np.issubdtype(a.dtype, np.floating)):
+        raise TypeError(f"{name} must be a real (integer or floating) array, got dtype {a.dtype}")
+    if np.issubdtype(a.dtype, np.integer):
+        a = a.astype(np.float64)
+    if a.ndim < min_ndim:
+        shape = " (..., N, d)" if min_ndim == 2 else ""
+        raise ValueError(f"{name} must be at least {min_ndim}-D{shape}, got shape {a.shape}")
+    return a
+
+
+def check_axis(name: str, axis, ndim: int) -> int:
+    axis = check_int(name, axis)
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{name}={axis} is out of range for an array of {ndim} dims")
+    return axis % ndim
+
+
+def as_mask(name: str, mask, shape: tuple) -> np.ndarray:
+    """A boolean mask broadcast to ``shape`` (True = may attend)."""
+    m = np.asarray(mask)
+    if m.dtype != np.bool_:
+        raise TypeError(f"{name} must be a boolean array (True = may attend), got dtype {m.dtype}")
+    try:
+        return np.broadcast_to(m, shape)
+    except ValueError:
+        raise ValueError(f"{name} of shape {m.shape} does not broadcast to the scores' shape "
+                         f"{tuple(shape)} (..., N_q, N_k)") from None
+
+
+def _lead_shape(*arrays_and_names) -> tuple:
+    shapes = [a.shape[:-2] for _, a in arrays_and_names]
+    try:
+        return np.broadcast_shapes(*shapes)
+    except ValueError:
+        desc = ", ".join(f"{n} {a.shape}" for n, a in arrays_and_names)
+        raise ValueError(f"leading (batch, head) dims must broadcast: {desc}") from None
+
+
+def weighted_sum(p: np.ndarray, v: np.ndarray, keep: np.ndarray | None = None) -> np.ndarray:
+    """o = sum_j p_ij v_j over the *kept* j only: (..., N_q, N_k) x (..., N_k, d_v).
+
+    ``p @ v`` multiplies a hidden weight 0 by the hidden value, and 0 * NaN = NaN: a NaN
+    or inf in a value row would reach queries that cannot see it. When every value is
+    finite that product is exactly 0, so the matmul is used; otherwise the hidden terms
+    are selected out before summing (the kernels do the same).
+    """
+    if keep is None or np.all(np.isfinite(v)):
+        return p @ v
+    keep = np.broadcast_to(keep, p.shape)
+    terms = np.where(keep[..., None], p[..., None] * v[..., None, :, :], 0.0)  # (.., Nq, Nk, dv)
+    return terms.sum(axis=-2)
+
+
+# ---------------------------------------------------------------------------------
+# Softmax
+# ---------------------------------------------------------------------------------
 
 
 def naive_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -23,26 +136,44 @@ def softmax(x: np.ndarray, axis: int = -1, mask: np.ndarray | None = None) -> np
 
     softmax(x) = softmax(x - c) for any constant c; with c = max(x) every exponent is
     <= 0, so exp never overflows and the largest term is exactly 1. Positions where
-    ``mask`` is False get probability 0; a row with no True entry is all zeros.
+    ``mask`` is False get probability 0; a row with no True entry is all zeros. A row
+    with a NaN (or a +inf, where the softmax is undefined) at a visible position is all
+    NaN. An empty axis gives an empty result.
     """
-    x = np.asarray(x)
+    x = as_real_array("x", x)
+    if x.ndim == 0:
+        raise ValueError("x must have at least one axis, got a scalar")
+    axis = check_axis("axis", axis, x.ndim)
     if mask is not None:
-        mask = np.broadcast_to(mask, x.shape)
-        x = np.where(mask, x, -np.inf)
-    m = np.max(x, axis=axis, keepdims=True)
+        x = np.where(as_mask("mask", mask, x.shape), x, -np.inf)
+    if x.shape[axis] == 0:
+        return x.copy()
+    m = np.max(x, axis=axis, keepdims=True)  # NaN if the row has a NaN
+    bad = np.isnan(m) | np.isposinf(m)  # NaN, or +inf: inf - inf is undefined
     m = np.where(np.isfinite(m), m, 0.0)  # fully masked row: avoid (-inf) - (-inf)
-    e = np.exp(x - m)
-    s = e.sum(axis=axis, keepdims=True)
-    return np.divide(e, s, out=np.zeros_like(e), where=s > 0)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x - m)
+        s = e.sum(axis=axis, keepdims=True)
+        out = np.divide(e, s, out=np.zeros_like(e), where=s > 0)
+    return np.where(bad, np.nan, out)
 
 
 def logsumexp(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """log(sum(exp(x))) along ``axis``, stably; -inf for an all -inf row."""
+    """log(sum(exp(x))) along ``axis``, stably; -inf for an all -inf (or empty) row, NaN for a
+    row with a NaN, +inf for a row with a +inf."""
+    x = as_real_array("x", x)
+    if x.ndim == 0:
+        raise ValueError("x must have at least one axis, got a scalar")
+    axis = check_axis("axis", axis, x.ndim)
+    if x.shape[axis] == 0:
+        return np.full(x.shape[:axis] + x.shape[axis + 1:], -np.inf, dtype=x.dtype)
     m = np.max(x, axis=axis, keepdims=True)
     m_safe = np.where(np.isfinite(m), m, 0.0)
-    s = np.exp(x - m_safe).sum(axis=axis, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        s = np.exp(x - m_safe).sum(axis=axis, keepdims=True)
     with np.errstate(divide="ignore"):
         out = np.log(s) + m_safe
+    out = np.where(np.isposinf(m), np.inf, out)
     return np.squeeze(out, axis=axis)
 
 
@@ -53,7 +184,8 @@ def causal_mask(n_q: int, n_k: int | None = None) -> np.ndarray:
     ``j <= i + n_k - n_q``. For n_q == n_k this is the usual lower triangle. When
     n_q > n_k the first ``n_q - n_k`` query rows see no key at all.
     """
-    n_k = n_q if n_k is None else n_k
+    n_q = check_int("n_q", n_q, 0)
+    n_k = n_q if n_k is None else check_int("n_k", n_k, 0)
     i = np.arange(n_q)[:, None]
     j = np.arange(n_k)[None, :]
     return j <= i + (n_k - n_q)
@@ -64,8 +196,44 @@ def padding_mask(lengths, n_k: int) -> np.ndarray:
 
     Broadcasts against scores of shape (B, n_q, n_k).
     """
+    n_k = check_int("n_k", n_k, 0)
     lengths = np.asarray(lengths)
+    if lengths.ndim != 1 or not (np.issubdtype(lengths.dtype, np.integer) or lengths.size == 0):
+        raise TypeError(f"lengths must be a 1-D sequence of ints (B,), got dtype {lengths.dtype} "
+                        f"shape {lengths.shape}")
+    if lengths.size and (lengths.min() < 0 or lengths.max() > n_k):
+        raise ValueError(f"lengths must be in 0..n_k={n_k}, got {lengths.tolist()}")
     return (np.arange(n_k)[None, :] < lengths[:, None])[:, None, :]
+
+
+def _check_qkv(q, k, v) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple]:
+    """q (..., N_q, d), k (..., N_k, d), v (..., N_k, d_v) as real arrays; returns the
+    broadcast leading shape too."""
+    q, k, v = (as_real_array(n, t, 2) for n, t in (("q", q), ("k", k), ("v", v)))
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"q and k must share the head dim: q {q.shape}, k {k.shape}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v must have the same length N_k: k {k.shape}, v {v.shape}")
+    lead = _lead_shape(("q", q), ("k", k), ("v", v))
+    return q, k, v, lead
+
+
+def attention_keep(n_q: int, n_k: int, causal: bool, mask=None, shape=None):
+    """The keep-mask (True = may attend) from ``causal`` and ``mask``, or None for "all"."""
+    keep = causal_mask(n_q, n_k) if causal else None
+    if mask is not None:
+        shape = (n_q, n_k) if shape is None else tuple(shape)
+        m = np.asarray(mask)
+        try:  # a mask may carry extra leading dims, e.g. (B, 1, 1, N_k) against (N_q, N_k)
+            full = np.broadcast_shapes(shape, m.shape)
+        except ValueError:
+            full = None
+        if full is None or full[-2:] != shape[-2:]:
+            raise ValueError(f"mask of shape {m.shape} does not broadcast to the scores' shape "
+                             f"{shape} (..., N_q, N_k)")
+        m = as_mask("mask", m, full)
+        keep = m if keep is None else (keep & m)
+    return keep
 
 
 def scaled_dot_product_attention(
@@ -84,38 +252,44 @@ def scaled_dot_product_attention(
     (bottom-right aligned) combine. Returns o (..., N_q, d_v) and, optionally, the
     weights P (..., N_q, N_k).
     """
-    q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.ndim < 2:
-            raise ValueError(f"{name} must be at least 2-D (..., N, d), got shape {t.shape}")
-    d = q.shape[-1]
-    if k.shape[-1] != d:
-        raise ValueError(f"q and k must share the head dim: q {q.shape}, k {k.shape}")
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"k and v must have the same length: k {k.shape}, v {v.shape}")
+    q, k, v, lead = _check_qkv(q, k, v)
+    causal = check_bool("causal", causal)
+    return_weights = check_bool("return_weights", return_weights)
     # A Python float keeps the inputs' dtype (a NumPy float64 scalar would upcast float32).
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    scale = check_scale("scale", scale, q.shape[-1])
     s = (q @ np.swapaxes(k, -1, -2)) * scale  # (..., N_q, N_k)
-    keep = None
-    if causal:
-        keep = causal_mask(q.shape[-2], k.shape[-2])
-    if mask is not None:
-        keep = mask if keep is None else (keep & mask)
+    keep = attention_keep(q.shape[-2], k.shape[-2], causal, mask, s.shape)
+    if keep is not None:  # a mask may add leading dims
+        s = np.broadcast_to(s, np.broadcast_shapes(s.shape, keep.shape))
     p = softmax(s, axis=-1, mask=keep)  # (..., N_q, N_k)
-    o = p @ v  # (..., N_q, d_v)
+    o = weighted_sum(p, v, keep)  # (..., N_q, d_v)
     return (o, p) if return_weights else o
 
 
 def self_attention(x, w_q, w_k, w_v, causal=False, mask=None, return_weights=False):
     """Self-attention: queries, keys and values all come from the same sequence x (N, d_model)."""
+    x = as_real_array("x", x, 2)
+    for name, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v)):
+        _check_weight(name, w, x.shape[-1])
     q, k, v = x @ w_q, x @ w_k, x @ w_v  # each (N, d)
     return scaled_dot_product_attention(
         q, k, v, mask=mask, causal=causal, return_weights=return_weights
     )
 
 
+def _check_weight(name, w, d_in):
+    w = as_real_array(name, w)
+    if w.ndim != 2 or w.shape[0] != d_in:
+        raise ValueError(f"{name} must be (d_model, d) with d_model={d_in}, got shape {w.shape}")
+    return w
+
+
 def cross_attention(x_dec, x_enc, w_q, w_k, w_v, mask=None, return_weights=False):
     """Cross-attention: m decoder queries (m, d_model) over n encoder states (n, d_model)."""
+    x_dec, x_enc = as_real_array("x_dec", x_dec, 2), as_real_array("x_enc", x_enc, 2)
+    _check_weight("w_q", w_q, x_dec.shape[-1])
+    for name, w in (("w_k", w_k), ("w_v", w_v)):
+        _check_weight(name, w, x_enc.shape[-1])
     q = x_dec @ w_q  # (m, d)
     k, v = x_enc @ w_k, x_enc @ w_v  # (n, d)
     return scaled_dot_product_attention(q, k, v, mask=mask, return_weights=return_weights)
@@ -123,6 +297,10 @@ def cross_attention(x_dec, x_enc, w_q, w_k, w_v, mask=None, return_weights=False
 
 def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
     """(B, N, H*d) -> (B, H, N, d)."""
+    x = np.asarray(x)
+    n_heads = check_int("n_heads", n_heads, 1)
+    if x.ndim != 3:
+        raise ValueError(f"x must be (B, N, H*d), got shape {x.shape}")
     b, n, dm = x.shape
     if dm % n_heads:
         raise ValueError(f"model dim {dm} is not divisible by n_heads={n_heads}")
@@ -131,6 +309,9 @@ def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
 
 def merge_heads(x: np.ndarray) -> np.ndarray:
     """(B, H, N, d) -> (B, N, H*d)."""
+    x = np.asarray(x)
+    if x.ndim != 4:
+        raise ValueError(f"x must be (B, H, N, d), got shape {x.shape}")
     b, h, n, d = x.shape
     return x.transpose(0, 2, 1, 3).reshape(b, n, h * d)
 
@@ -144,12 +325,22 @@ def multi_head_attention(
     for self-attention). Weights are (d_model, d_model). ``mask`` broadcasts to
     (B, H, N_q, N_k). Returns (B, N_q, d_model) and optionally the (B, H, N_q, N_k) weights.
     """
+    x_q, x_kv = as_real_array("x_q", x_q), as_real_array("x_kv", x_kv)
+    for name, x in (("x_q", x_q), ("x_kv", x_kv)):
+        if x.ndim != 3:
+            raise ValueError(f"{name} must be (B, N, d_model), got shape {x.shape}")
+    if x_kv.shape[0] != x_q.shape[0] or x_kv.shape[2] != x_q.shape[2]:
+        raise ValueError(f"x_kv must be (B, N_k, d_model) = ({x_q.shape[0]}, N_k, "
+                         f"{x_q.shape[2]}) like x_q {x_q.shape}, got {x_kv.shape}")
+    dm = x_q.shape[2]
+    for name, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v), ("w_o", w_o)):
+        _check_weight(name, w, dm)
     q = split_heads(x_q @ w_q, n_heads)  # (B, H, N_q, d)
     k = split_heads(x_kv @ w_k, n_heads)  # (B, H, N_k, d)
     v = split_heads(x_kv @ w_v, n_heads)  # (B, H, N_k, d)
     o, p = scaled_dot_product_attention(q, k, v, mask=mask, causal=causal, return_weights=True)
     out = merge_heads(o) @ w_o  # (B, N_q, d_model)
-    return (out, p) if return_weights else out
+    return (out, p) if check_bool("return_weights", return_weights) else out
 
 
 def attention_flops(n_q: int, n_k: int, d: int, causal: bool = False) -> int:
@@ -158,5 +349,6 @@ def attention_flops(n_q: int, n_k: int, d: int, causal: bool = False) -> int:
     Halved when causal, the convention benchmarks use (exact only as N_q = N_k grows; for
     N_q != N_k the bottom-right mask keeps a different fraction).
     """
+    n_q, n_k, d = check_int("n_q", n_q, 0), check_int("n_k", n_k, 0), check_int("d", d, 0)
     f = 4 * n_q * n_k * d
-    return f // 2 if causal else f
+    return f // 2 if check_bool("causal", causal) else f
