@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 # -n: nitpicky, -W: warnings are errors (a failing cell fails the build).
 BOOK_FLAGS ?= -n -W --keep-going
 
-.PHONY: venv book test lint unit site bench figures clean
+.PHONY: venv book test lint unit site bench figures compile-check clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,12 @@ site: book
 	$(BIN)/pytest -m site
 
 test: lint unit site
+
+# The full compile matrix of the FlashAttention tile tables (896 compilations for
+# sm_75/80/89/90, no GPU needed; `make test` runs a representative subset). Run it
+# whenever a tile table in kernels/flash.py changes.
+compile-check: venv
+	$(BIN)/python -m kernels.compile_check
 
 # On a CUDA machine: correctness then timings -> benchmarks/results/<gpu>.json
 bench: venv

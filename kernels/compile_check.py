@@ -1,7 +1,11 @@
 """Compile every shipped FlashAttention config for sm_75, sm_80, sm_89 and sm_90 on a CPU.
 
     python -m kernels.compile_check            # every kernel, config, head dim, dtype, causal
-    python -m kernels.compile_check --quick    # the subset the test suite runs (see QUICK)
+    python -m kernels.compile_check --quick    # the subset `make test` runs (see QUICK)
+
+`make compile-check` runs the full matrix (896 compilations, about 20 minutes on one core
+with an empty Triton cache); run it whenever a tile table in ``kernels/flash.py`` changes.
+``make test`` runs ``--quick`` (55 compilations, under two minutes cold on 2 cores).
 
 Triton compiles ahead of time for a GPU it does not have:
 ``triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget("cuda", cap, 32))``
@@ -64,12 +68,17 @@ KERNEL_FNS = {"fwd": "_attn_fwd", "preprocess": "_attn_bwd_preprocess", "dkdv": 
 HEAD_DIMS = (64, 80, 128, 256)  # 80: the padded, masked head-dim path (BLOCK_D = 128)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
-#: The subset the test runs: every kernel and target, every shipped config of the heaviest
-#: code path (causal) in fp16 at head dims 128 and 256 (the largest tiles and register
-#: loads), plus the sm_75 bf16 upcast path and fp32 at d = 128 on sm_80 and sm_90.
+#: The subset ``make test`` runs: every kernel on every target, with the configs that use
+#: the most registers and the most shared memory. Those are the heaviest code path
+#: (causal, ragged N = 4000: every mask on) at the two largest head dims, where the tiles
+#: hold the widest K/V stages and accumulators: in the full matrix each (kernel, target)
+#: peaks in registers and in shared memory at d = 128 or d = 256, and fp16 and bf16
+#: compile to the same tiles. Plus the paths with their own tables: the sm_75 bf16 upcast,
+#: and fp32 (CUDA-core dots) at d = 128 on sm_80, sm_89 (the smallest shared memory of the
+#: fp32 targets) and sm_90.
 QUICK = {"head_dims": (128, 256), "dtypes": (torch.float16,), "causal": (True,),
          "extra": [("sm75", 128, torch.bfloat16), ("sm80", 128, torch.float32),
-                   ("sm90", 128, torch.float32)]}
+                   ("sm89", 128, torch.float32), ("sm90", 128, torch.float32)]}
 PTXAS = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
 
 
