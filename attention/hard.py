@@ -4,7 +4,9 @@ straight-through estimator, and the REINFORCE (score-function) gradient with a b
 Shapes follow ``attention.core``: q (..., N_q, d), k (..., N_k, d), v (..., N_k, d_v); every
 function works for one head or for (B, H, N, d). Masks are boolean, True = may attend; causal
 masks align bottom-right (query i sees keys j <= i + N_k - N_q). A query row that sees no key
-gets output 0 and index -1 (never NaN), as the kernels in ``kernels/hard.py`` do.
+gets output 0 and index -1 (never NaN), as the kernels in ``kernels/hard.py`` do; a row with a
+NaN among its visible scores has no valid choice: output NaN and index -1 (top-k: all slots -1,
+lse NaN). A NaN in a value row reaches only the queries that select that row.
 
 The gradient estimators work on *logits* ``s`` of shape (..., N) and a per-category loss
 ``f`` of shape (..., N) (the loss if position z is chosen), so that the exact gradient of
@@ -20,7 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import memory
-from .core import causal_mask, scaled_dot_product_attention, softmax
+from .core import (_check_qkv, as_real_array, attention_keep, check_bool, check_int,
+                   check_scale, scaled_dot_product_attention, softmax, weighted_sum)
 
 # ---------------------------------------------------------------------------------
 # Scores and the three forward passes
@@ -29,22 +32,34 @@ from .core import causal_mask, scaled_dot_product_attention, softmax
 
 def attention_scores(q, k, scale=None, causal=False, mask=None):
     """Scaled scores s = q k^T * scale, with -inf where a key is hidden. (..., N_q, N_k)."""
-    q, k = np.asarray(q), np.asarray(k)
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must share the head dim: q {q.shape}, k {k.shape}")
-    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    q, k, _, _ = _check_qkv(q, k, k)
+    causal = check_bool("causal", causal)
+    scale = check_scale("scale", scale, q.shape[-1])
     s = (q @ np.swapaxes(k, -1, -2)) * scale  # (..., N_q, N_k)
-    keep = _keep(q.shape[-2], k.shape[-2], causal, mask)
+    keep = attention_keep(q.shape[-2], k.shape[-2], causal, mask, s.shape)
     if keep is not None:
         s = np.where(keep, s, -np.inf)
     return s
 
 
-def _keep(n_q, n_k, causal, mask):
-    keep = causal_mask(n_q, n_k) if causal else None
-    if mask is not None:
-        keep = mask if keep is None else (keep & mask)
-    return keep
+def _check_v(v, s):
+    """v (..., N_k, d_v) matching scores s (..., N_q, N_k)."""
+    v = as_real_array("v", v, 2)
+    if v.shape[-2] != s.shape[-1]:
+        raise ValueError(f"v must be (..., N_k, d_v) with N_k={s.shape[-1]} keys, got {v.shape}")
+    try:
+        np.broadcast_shapes(v.shape[:-2], s.shape[:-2])
+    except ValueError:
+        raise ValueError(f"v's leading dims {v.shape[:-2]} do not broadcast with the "
+                         f"scores' {s.shape[:-2]}") from None
+    return v
+
+
+def _check_rng(rng):
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator (np.random.default_rng(seed)), "
+                        f"got {type(rng).__name__}")
+    return rng
 
 
 def soft_attention(q, k, v, scale=None, causal=False, mask=None, return_weights=False):
@@ -55,17 +70,26 @@ def soft_attention(q, k, v, scale=None, causal=False, mask=None, return_weights=
 
 def gather_rows(v, idx):
     """o[..., i, :] = v[..., idx[..., i], :], and 0 where idx is -1.  v (..., N_k, d_v)."""
-    v, idx = np.asarray(v), np.asarray(idx)
+    v, idx = as_real_array("v", v, 2), np.asarray(idx)
+    if not np.issubdtype(idx.dtype, np.integer):
+        raise TypeError(f"idx must be an integer array, got dtype {idx.dtype}")
+    if idx.size and idx.max() >= v.shape[-2]:
+        raise ValueError(f"idx must be -1 or in 0..{v.shape[-2] - 1} (v {v.shape}), "
+                         f"got max {idx.max()}")
     safe = np.where(idx < 0, 0, idx)
     o = np.take_along_axis(v, safe[..., None], axis=-2)  # (..., N_q, d_v)
     return np.where(idx[..., None] < 0, 0.0, o)
 
 
 def argmax_index(s):
-    """Row argmax of scores (..., N_q, N_k); ties go to the lowest index; -1 for an all -inf row."""
-    s = np.asarray(s)
+    """Row argmax of scores (..., N); ties go to the lowest index; -1 for an all -inf row and
+    for a row with a NaN (no valid choice)."""
+    s = as_real_array("s", s, 1)
+    if s.shape[-1] == 0:
+        return np.full(s.shape[:-1], -1, dtype=np.int64)
     idx = np.argmax(s, axis=-1)  # np.argmax returns the first maximum: lowest index wins
-    return np.where(np.isneginf(s.max(axis=-1)), -1, idx)
+    m = s.max(axis=-1)
+    return np.where(np.isneginf(m) | np.isnan(m), -1, idx)
 
 
 def hard_attention(q, k, v, scale=None, causal=False, mask=None, return_index=False):
@@ -73,20 +97,36 @@ def hard_attention(q, k, v, scale=None, causal=False, mask=None, return_index=Fa
 
     Equivalent to soft attention with the one-hot weights ``one_hot(idx, N_k)``.
     """
-    idx = argmax_index(attention_scores(q, k, scale, causal, mask))  # (..., N_q)
-    o = gather_rows(v, idx)  # (..., N_q, d_v)
-    return (o, idx) if return_index else o
+    s = attention_scores(q, k, scale, causal, mask)  # (..., N_q, N_k)
+    v = _check_v(v, s)
+    idx = argmax_index(s)  # (..., N_q)
+    o = _nan_rows(gather_rows(v, idx), s)  # (..., N_q, d_v)
+    return (o, idx) if check_bool("return_index", return_index) else o
+
+
+def _nan_rows(o, s):
+    """NaN in every output row whose scores hold a NaN (its choice is undefined)."""
+    return np.where(np.isnan(s).any(axis=-1)[..., None], np.nan, o)
 
 
 def one_hot(idx, n):
     """(..., N_q) int -> (..., N_q, n) float one-hot rows; an index of -1 gives a zero row."""
     idx = np.asarray(idx)
-    return (idx[..., None] == np.arange(n)).astype(float)
+    if not np.issubdtype(idx.dtype, np.integer):
+        raise TypeError(f"idx must be an integer array, got dtype {idx.dtype}")
+    return (idx[..., None] == np.arange(check_int("n", n, 0))).astype(float)
 
 
 def sample_index(p, rng):
     """One sample per row from the categorical distribution p (..., N) by inverse CDF; -1 if p=0."""
-    p = np.asarray(p, dtype=float)
+    p = as_real_array("p", p, 1).astype(float)
+    _check_rng(rng)
+    if p.shape[-1] == 0:
+        raise ValueError(f"p must have at least one category, got shape {p.shape}")
+    if np.any(p < 0):
+        raise ValueError("p must be non-negative (probabilities)")
+    nan_row = np.isnan(p).any(axis=-1)
+    p = np.where(nan_row[..., None], 0.0, p)  # a NaN row draws nothing: -1
     c = np.cumsum(p, axis=-1)  # (..., N)
     total = c[..., -1:]
     u = rng.random(p.shape[:-1] + (1,)) * total
@@ -100,22 +140,28 @@ def sample_index(p, rng):
 def stochastic_hard_attention(q, k, v, rng, scale=None, causal=False, mask=None,
                               return_index=False):
     """Stochastic hard attention (Show, Attend and Tell): z_i ~ softmax(s_i), o_i = v[z_i]."""
-    p = softmax(attention_scores(q, k, scale, causal, mask), axis=-1)  # (..., N_q, N_k)
+    _check_rng(rng)
+    s = attention_scores(q, k, scale, causal, mask)
+    v = _check_v(v, s)
+    p = softmax(s, axis=-1)  # (..., N_q, N_k); NaN rows are NaN and draw -1
     idx = sample_index(p, rng)  # (..., N_q)
-    o = gather_rows(v, idx)
-    return (o, idx) if return_index else o
+    o = _nan_rows(gather_rows(v, idx), s)
+    return (o, idx) if check_bool("return_index", return_index) else o
 
 
 def topk_index(s, topk):
     """Indices of the ``topk`` largest scores per row, by score (desc) then index (asc).
 
-    (..., N_q, N_k) -> (..., N_q, topk); slots beyond the number of visible keys are -1.
+    (..., N_q, N_k) -> (..., N_q, topk); slots beyond the number of visible keys are -1, and
+    every slot of a row with a NaN score.
     """
-    s = np.asarray(s)
+    s = as_real_array("s", s, 1)
+    topk = check_int("topk", topk, 1)
     n_k = s.shape[-1]
     kk = min(topk, n_k)
     order = np.argsort(-s, axis=-1, kind="stable")[..., :kk]  # stable: ties keep lowest index
-    visible = np.isfinite(np.take_along_axis(s, order, -1))
+    visible = np.take_along_axis(s, order, -1) > -np.inf  # +inf scores are kept
+    visible &= ~np.isnan(s).any(axis=-1, keepdims=True)
     idx = np.where(visible, order, -1)
     if kk < topk:  # pad to topk slots
         pad = -np.ones(idx.shape[:-1] + (topk - kk,), dtype=idx.dtype)
@@ -125,19 +171,22 @@ def topk_index(s, topk):
 
 def topk_weights(s, topk):
     """Softmax over the ``topk`` largest scores of each row, 0 elsewhere.  (..., N_q, N_k)."""
-    s = np.asarray(s)
+    s = as_real_array("s", s, 1)
     idx = topk_index(s, topk)  # (..., N_q, topk)
     keep = (one_hot(idx, s.shape[-1]).sum(axis=-2) > 0)  # (..., N_q, N_k)
-    return softmax(s, axis=-1, mask=keep)
+    return np.where(np.isnan(s).any(axis=-1, keepdims=True), np.nan,
+                    softmax(s, axis=-1, mask=keep))
 
 
 def topk_attention(q, k, v, topk, scale=None, causal=False, mask=None, return_weights=False):
     """o = softmax over the k best scores of each row, times V: k rows of V per query."""
-    if int(topk) < 1:
-        raise ValueError(f"topk must be >= 1, got {topk}")
-    p = topk_weights(attention_scores(q, k, scale, causal, mask), int(topk))  # (..., N_q, N_k)
-    o = p @ np.asarray(v)  # (..., N_q, d_v)
-    return (o, p) if return_weights else o
+    topk = check_int("topk", topk, 1)
+    s = attention_scores(q, k, scale, causal, mask)
+    v = _check_v(v, s)
+    p = topk_weights(s, topk)  # (..., N_q, N_k); NaN rows NaN
+    keep = p > 0  # the kept keys: every other value row is selected out, never 0 * NaN
+    o = _nan_rows(weighted_sum(np.where(np.isnan(p), 0.0, p), v, keep), s)  # (..., N_q, d_v)
+    return (o, p) if check_bool("return_weights", return_weights) else o
 
 
 # ---------------------------------------------------------------------------------
@@ -150,26 +199,31 @@ def softmax_jacobian(p):
 
     Every entry is nonzero where p is: each position's score moves every weight.
     """
-    p = np.asarray(p, dtype=float)
+    p = as_real_array("p", p).astype(float)
+    if p.ndim != 1:
+        raise ValueError(f"p must be one row (N,), got shape {p.shape}; use softmax_backward "
+                         f"for batches")
     return np.diag(p) - np.outer(p, p)
 
 
 def softmax_backward(p, grad_p):
     """Vector-Jacobian product of softmax: dL/ds = p * (dL/dp - <p, dL/dp>).  (..., N)."""
-    p, grad_p = np.asarray(p), np.asarray(grad_p)
+    p, grad_p = as_real_array("p", p, 1), as_real_array("grad_p", grad_p, 1)
+    if p.shape != grad_p.shape:
+        raise ValueError(f"p and grad_p must have one shape, got {p.shape} and {grad_p.shape}")
     return p * (grad_p - (p * grad_p).sum(axis=-1, keepdims=True))
 
 
 def gumbel(shape, rng):
     """Standard Gumbel noise g = -log(-log U), U ~ Uniform(0, 1)."""
-    u = rng.random(shape)
+    u = _check_rng(rng).random(shape)
     u = np.clip(u, np.finfo(float).tiny, 1.0)  # U = 0 would give g = -inf
     return -np.log(-np.log(u))
 
 
 def gumbel_max_sample(logits, rng):
     """argmax(logits + Gumbel noise): an exact sample from softmax(logits).  (..., N) -> (...)."""
-    logits = np.asarray(logits, dtype=float)
+    logits = as_real_array("logits", logits, 1).astype(float)
     return argmax_index(logits + gumbel(logits.shape, rng))
 
 
@@ -181,10 +235,17 @@ def gumbel_softmax(logits, tau, rng=None, noise=None, hard=False):
     estimator then back-propagates through the soft y: see ``straight_through_grad``).
     Pass ``noise`` to reuse a Gumbel draw (e.g. to sweep tau on the same sample).
     """
+    tau = check_scale("tau", tau, 1)
     if tau <= 0:
         raise ValueError(f"tau must be > 0, got {tau}")
-    logits = np.asarray(logits, dtype=float)
-    g = gumbel(logits.shape, rng) if noise is None else np.asarray(noise)
+    hard = check_bool("hard", hard)
+    logits = as_real_array("logits", logits, 1).astype(float)
+    if noise is None:
+        g = gumbel(logits.shape, rng)
+    else:
+        g = as_real_array("noise", noise)
+        if g.shape != logits.shape:
+            raise ValueError(f"noise must have logits' shape {logits.shape}, got {g.shape}")
     y = softmax((logits + g) / tau, axis=-1)
     if hard:
         return one_hot(argmax_index(y), logits.shape[-1])
@@ -197,6 +258,9 @@ def straight_through_grad(y_soft, grad_y, tau):
 
     A biased estimate of the gradient of E[L]: it uses dL/dy at the *sampled* one-hot.
     """
+    tau = check_scale("tau", tau, 1)
+    if tau <= 0:
+        raise ValueError(f"tau must be > 0, got {tau}")
     return softmax_backward(y_soft, grad_y) / tau
 
 
@@ -205,8 +269,14 @@ def expected_loss_grad(logits, f):
 
     ``f`` (..., N) is the loss incurred when position z is chosen.
     """
-    p = softmax(np.asarray(logits, dtype=float), axis=-1)
-    return softmax_backward(p, np.asarray(f, dtype=float))
+    logits = as_real_array("logits", logits, 1).astype(float)
+    p = softmax(logits, axis=-1)
+    try:
+        f = np.broadcast_to(as_real_array("f", f).astype(float), logits.shape)
+    except ValueError:
+        raise ValueError(f"f must broadcast to logits' shape {logits.shape}, "
+                         f"got {np.shape(f)}") from None
+    return softmax_backward(p, f)
 
 
 def reinforce_grad(logits, f, rng, n_samples=1, baseline=None, return_samples=False):
@@ -220,8 +290,15 @@ def reinforce_grad(logits, f, rng, n_samples=1, baseline=None, return_samples=Fa
     Returns (n_samples, ..., N): one estimate per draw; average over axis 0 to use them.
     With ``return_samples`` also the drawn positions z (n_samples, ...).
     """
-    logits = np.asarray(logits, dtype=float)
-    f = np.broadcast_to(np.asarray(f, dtype=float), logits.shape)
+    logits = as_real_array("logits", logits, 1).astype(float)
+    try:
+        f = np.broadcast_to(as_real_array("f", f).astype(float), logits.shape)
+    except ValueError:
+        raise ValueError(f"f must broadcast to logits' shape {logits.shape}, "
+                         f"got {np.shape(f)}") from None
+    n_samples = check_int("n_samples", n_samples, 1)
+    _check_rng(rng)
+    return_samples = check_bool("return_samples", return_samples)
     p = softmax(logits, axis=-1)  # (..., N)
     n = logits.shape[-1]
     z = np.stack([sample_index(p, rng) for _ in range(n_samples)])  # (S, ...)
@@ -353,7 +430,9 @@ METHODS = ("soft", "argmax", "reinforce", "reinforce+baseline", "gumbel-st", "to
 
 def retrieval_task(n_examples, n_keys=16, d=16, d_v=8, noise=0.5, rng=None):
     """x (n, d), keys (n, N, d), values (n, N, d_v), target (n,) int."""
-    rng = np.random.default_rng(0) if rng is None else rng
+    n_examples = check_int("n_examples", n_examples, 1)
+    n_keys, d, d_v = check_int("n_keys", n_keys, 1), check_int("d", d, 1), check_int("d_v", d_v, 1)
+    rng = np.random.default_rng(0) if rng is None else _check_rng(rng)
     keys = rng.standard_normal((n_examples, n_keys, d)) / np.sqrt(d)  # (n, N, d)
     values = rng.standard_normal((n_examples, n_keys, d_v))  # (n, N, d_v)
     target = rng.integers(0, n_keys, n_examples)
@@ -428,6 +507,10 @@ def train_retrieval(method, steps=300, batch=32, lr=0.05, n_keys=16, d=16, tau=1
     same yardstick for every method. ``reinforce+baseline`` uses a running mean of past
     losses as its baseline (independent of the current sample, so still unbiased).
     """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    steps, batch = check_int("steps", steps, 0), check_int("batch", batch, 1)
+    eval_every = check_int("eval_every", eval_every, 1)
     rng = np.random.default_rng(seed)
     test = retrieval_task(512, n_keys, d, rng=np.random.default_rng(10_000 + seed))
     W = np.zeros((d, d))
@@ -466,7 +549,8 @@ def estimator_stats(W, task, n_draws=500, rng=None, tau=1.0, topk=4, methods=MET
     the gradient of *their* objective is from that of the expected hard loss.
     ``reinforce+baseline`` uses the constant baseline b = mean_b E_p[f] of this batch.
     """
-    rng = np.random.default_rng(0) if rng is None else rng
+    rng = np.random.default_rng(0) if rng is None else _check_rng(rng)
+    n_draws = check_int("n_draws", n_draws, 1)
     n = len(task["target"])
     s = retrieval_scores(W, task)
     f = retrieval_losses(task)
