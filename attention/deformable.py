@@ -11,6 +11,8 @@ Conventions (the same as ``torch.nn.functional.grid_sample`` and the kernels):
   of the corner pixels, ``px = ((x + 1) * W_f - 1) / 2``.
 * Zero padding: a bilinear corner outside the map contributes 0, so a point far outside
   samples 0 and has zero gradient.
+* A NaN (or infinite) coordinate has no place on the map: its sample is NaN, as in the
+  kernels, never an index error or a silent 0.
 
 DAT (Xia et al. 2022) here follows the paper's six steps; it omits DAT's relative position
 bias and the LayerNorm inside the offset network. ``deformable_attention`` is the NumPy twin
@@ -26,7 +28,8 @@ import math
 import numpy as np
 
 from . import memory
-from .core import merge_heads, scaled_dot_product_attention, softmax, split_heads
+from .core import (as_real_array, check_bool, check_int, merge_heads,
+                   scaled_dot_product_attention, softmax, split_heads)
 
 #: Bilinear interpolation reads the four neighbouring pixels of every sample.
 CORNERS = 4
@@ -43,6 +46,7 @@ def reference_grid(h_r: int, w_r: int) -> np.ndarray:
     Returns ``(h_r * w_r, 2)``. With ``align_corners=False`` on a map of ``r*h_r x r*w_r``
     pixels, cell (i, j) is the centre of the r x r block of pixels it stands for.
     """
+    h_r, w_r = check_int("h_r", h_r, 1), check_int("w_r", w_r, 1)
     ys = (2.0 * np.arange(h_r) + 1.0) / h_r - 1.0
     xs = (2.0 * np.arange(w_r) + 1.0) / w_r - 1.0
     gy, gx = np.meshgrid(ys, xs, indexing="ij")  # (h_r, w_r) each
@@ -52,9 +56,10 @@ def reference_grid(h_r: int, w_r: int) -> np.ndarray:
 def to_pixels(points: np.ndarray, height: int, width: int,
               align_corners: bool = False) -> np.ndarray:
     """Normalised (x, y) in [-1, 1] -> pixel coordinates (column, row), floats."""
-    p = np.asarray(points, dtype=np.float64)
-    size = np.array([width, height], dtype=np.float64)
-    if align_corners:
+    p = _as_points(points)
+    size = np.array([check_int("width", width, 1), check_int("height", height, 1)],
+                    dtype=np.float64)
+    if check_bool("align_corners", align_corners):
         return (p + 1.0) / 2.0 * (size - 1.0)
     return ((p + 1.0) * size - 1.0) / 2.0
 
@@ -62,17 +67,26 @@ def to_pixels(points: np.ndarray, height: int, width: int,
 def to_normalized(pixels: np.ndarray, height: int, width: int,
                   align_corners: bool = False) -> np.ndarray:
     """Pixel coordinates (column, row) -> normalised (x, y); the inverse of ``to_pixels``."""
-    p = np.asarray(pixels, dtype=np.float64)
-    size = np.array([width, height], dtype=np.float64)
-    if align_corners:
+    p = _as_points(pixels, "pixels")
+    size = np.array([check_int("width", width, 1), check_int("height", height, 1)],
+                    dtype=np.float64)
+    if check_bool("align_corners", align_corners):
         return 2.0 * p / (size - 1.0) - 1.0
     return (2.0 * p + 1.0) / size - 1.0
 
 
 def pixel_scale(height: int, width: int, align_corners: bool = False) -> np.ndarray:
     """d(pixel)/d(normalised) for (x, y): the chain-rule factor of every point gradient."""
-    size = np.array([width, height], dtype=np.float64)
-    return (size - 1.0) / 2.0 if align_corners else size / 2.0
+    size = np.array([check_int("width", width, 1), check_int("height", height, 1)],
+                    dtype=np.float64)
+    return (size - 1.0) / 2.0 if check_bool("align_corners", align_corners) else size / 2.0
+
+
+def _as_points(points, name="points"):
+    p = as_real_array(name, points, 1).astype(np.float64)
+    if p.shape[-1] != 2:
+        raise ValueError(f"{name} must be (..., 2) as (x, y), got shape {p.shape}")
+    return p
 
 
 # ------------------------------------------------------------------------------------------
@@ -92,6 +106,8 @@ def bilinear_corners(points: np.ndarray, height: int, width: int, align_corners:
     * ``dweight_dx`` / ``dweight_dy``: derivative of ``weight`` w.r.t. the *normalised* x / y.
     """
     px = to_pixels(points, height, width, align_corners)  # (..., 2)
+    bad = ~np.isfinite(px).all(axis=-1)  # a NaN/inf point: NaN weights, no index
+    px = np.where(bad[..., None], 0.0, px)
     x, y = px[..., 0], px[..., 1]
     x0, y0 = np.floor(x), np.floor(y)
     lx, ly = x - x0, y - y0  # fractional parts: weight of the right / lower neighbour
@@ -104,16 +120,24 @@ def bilinear_corners(points: np.ndarray, height: int, width: int, align_corners:
     dwdx = np.stack([-hy, hy, -ly, ly], axis=-1) * valid * sx
     dwdy = np.stack([-hx, -lx, hx, lx], axis=-1) * valid * sy
     index = (np.clip(rows, 0, height - 1) * width + np.clip(cols, 0, width - 1)).astype(np.int64)
+    nan4 = bad[..., None]
+    weight = np.where(nan4, np.nan, weight)
+    dwdx, dwdy = np.where(nan4, np.nan, dwdx), np.where(nan4, np.nan, dwdy)
     return {"index": index, "valid": valid, "weight": weight,
             "dweight_dx": dwdx, "dweight_dy": dwdy}
 
 
 def _check_map_points(feat, points):
+    feat, points = as_real_array("feat", feat), as_real_array("points", points)
     if feat.ndim != 4:
         raise ValueError(f"feat must be (B, H_f, W_f, C), got shape {feat.shape}")
     if points.ndim != 3 or points.shape[-1] != 2 or points.shape[0] != feat.shape[0]:
         raise ValueError(f"points must be (B, N, 2) with B={feat.shape[0]}, "
                          f"got shape {points.shape}")
+    if min(feat.shape[1:3]) < 1:
+        raise ValueError(f"feat must be a non-empty map (B, H_f >= 1, W_f >= 1, C), "
+                         f"got shape {feat.shape}")
+    return feat, points
 
 
 def bilinear_sample(feat: np.ndarray, points: np.ndarray, align_corners: bool = False):
@@ -123,8 +147,7 @@ def bilinear_sample(feat: np.ndarray, points: np.ndarray, align_corners: bool = 
     Equal to ``grid_sample(feat.permute(0, 3, 1, 2), points[:, None], "bilinear", "zeros",
     align_corners)`` up to a transpose.
     """
-    feat, points = np.asarray(feat), np.asarray(points)
-    _check_map_points(feat, points)
+    feat, points = _check_map_points(feat, points)
     b, h, w, c = feat.shape
     cor = bilinear_corners(points, h, w, align_corners)  # each (B, N, 4)
     flat = feat.reshape(b, h * w, c)  # (B, H_f*W_f, C)
@@ -140,9 +163,12 @@ def bilinear_sample_backward(feat: np.ndarray, points: np.ndarray, grad_out: np.
     scatters each output gradient back to its four corners with the bilinear weights;
     the point gradient is sum_corners d(weight)/d(point) * <feat[corner], grad_out>.
     """
-    feat, points, grad_out = np.asarray(feat), np.asarray(points), np.asarray(grad_out)
-    _check_map_points(feat, points)
+    feat, points = _check_map_points(feat, points)
+    grad_out = as_real_array("grad_out", grad_out)
     b, h, w, c = feat.shape
+    if grad_out.shape != (b, points.shape[1], c):
+        raise ValueError(f"grad_out must be (B, N, C) = {(b, points.shape[1], c)}, "
+                         f"got shape {grad_out.shape}")
     cor = bilinear_corners(points, h, w, align_corners)  # (B, N, 4)
     flat = feat.reshape(b, h * w, c)  # (B, H_f*W_f, C)
     gathered = np.take_along_axis(flat[:, None], cor["index"][..., None], axis=2)  # (B,N,4,C)
@@ -168,6 +194,12 @@ def depthwise_conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None 
     x: (B, C, H, W); weight: (C, k, k); bias: (C,). Returns (B, C, H_o, W_o) with
     H_o = (H + 2*padding - k) // stride + 1.
     """
+    x, weight = as_real_array("x", x), as_real_array("weight", weight)
+    if x.ndim != 4:
+        raise ValueError(f"x must be (B, C, H, W), got shape {x.shape}")
+    if weight.ndim != 3:
+        raise ValueError(f"weight must be (C, k, k), got shape {weight.shape}")
+    stride, padding = check_int("stride", stride, 1), check_int("padding", padding, 0)
     b, c, h, w = x.shape
     k = weight.shape[-1]
     if weight.shape != (c, k, k):
@@ -247,6 +279,13 @@ def dat_attention(x: np.ndarray, params: dict, n_heads: int, n_groups: int, stri
 
     Returns the output (B, H, W, C), or with ``return_all`` a dict of every intermediate.
     """
+    x = as_real_array("x", x)
+    if x.ndim != 4:
+        raise ValueError(f"x must be a feature map (B, H, W, C), got shape {x.shape}")
+    n_heads, n_groups = check_int("n_heads", n_heads, 1), check_int("n_groups", n_groups, 1)
+    stride = check_int("stride", stride, 1)
+    align_corners = check_bool("align_corners", align_corners)
+    return_all = check_bool("return_all", return_all)
     b, h, w, c = x.shape
     g, n_h = n_groups, n_heads
     if c % n_h or c % g or n_h % g:
@@ -282,7 +321,23 @@ def deformable_attention(q: np.ndarray, k_map: np.ndarray, v_map: np.ndarray,
     q: (B, H, N_q, d); k_map, v_map: (B, H, H_f, W_f, d); points: (B, G, N_s, 2) in [-1, 1],
     shared by the H / G heads of each group. The NumPy twin of the fused kernel.
     """
+    q, k_map, v_map = (as_real_array(n, t) for n, t in (("q", q), ("k_map", k_map),
+                                                         ("v_map", v_map)))
+    points = as_real_array("points", points)
+    align_corners = check_bool("align_corners", align_corners)
+    if q.ndim != 4:
+        raise ValueError(f"q must be (B, H, N_q, d), got shape {q.shape}")
     b, n_h, n_q, d = q.shape
+    if k_map.ndim != 5 or k_map.shape[:2] != (b, n_h) or k_map.shape[-1] != d:
+        raise ValueError(f"k_map must be (B, H, H_f, W_f, d) with B={b}, H={n_h}, d={d}, "
+                         f"got shape {k_map.shape}")
+    if v_map.ndim != 5 or v_map.shape[:4] != k_map.shape[:4]:
+        raise ValueError(f"v_map must be (B, H, H_f, W_f, d_v) = {k_map.shape[:4]} + (d_v,), "
+                         f"got shape {v_map.shape}")
+    if points.ndim != 4 or points.shape[0] != b or points.shape[-1] != 2 \
+            or points.shape[1] < 1 or n_h % points.shape[1]:
+        raise ValueError(f"points must be (B, G, N_s, 2) with B={b} and G dividing H={n_h}, "
+                         f"got shape {points.shape}")
     g, n_s = points.shape[1:3]
     h_f, w_f = k_map.shape[2:4]
     pts = np.repeat(points, n_h // g, axis=1).reshape(b * n_h, n_s, 2)  # (B*H, N_s, 2)
@@ -312,12 +367,17 @@ def ms_deform_attn(value: np.ndarray, spatial_shapes, level_start, sampling_loca
     level_start (L,); sampling_locations (B, L_q, H, L, P, 2) as (x, y) in [0, 1];
     attention_weights (B, L_q, H, L, P). Returns (B, L_q, H * D). Sampling is
     ``align_corners=False`` with zero padding on the grid 2 * loc - 1.
+
+    The level tensors are checked as the kernel checks them: ``spatial_shapes`` must cover
+    exactly the S positions of ``value`` and ``level_start`` must be their offsets.
     """
+    value, shapes, starts, sampling_locations, attention_weights = _check_msda(
+        value, spatial_shapes, level_start, sampling_locations, attention_weights)
     b, _, n_h, d = value.shape
     _, l_q, _, n_l, n_p, _ = sampling_locations.shape
     out = np.zeros((b, n_h, l_q, d), dtype=np.result_type(value, attention_weights))
-    for lvl, (h_l, w_l) in enumerate(np.asarray(spatial_shapes)):
-        s0 = int(level_start[lvl])
+    for lvl, (h_l, w_l) in enumerate(shapes):
+        s0 = int(starts[lvl])
         v_l = value[:, s0:s0 + h_l * w_l].reshape(b, h_l, w_l, n_h, d)  # (B, H_l, W_l, H, D)
         v_l = v_l.transpose(0, 3, 1, 2, 4).reshape(b * n_h, h_l, w_l, d)  # (B*H, H_l, W_l, D)
         grid = 2.0 * sampling_locations[:, :, :, lvl] - 1.0  # (B, L_q, H, P, 2)
@@ -327,6 +387,43 @@ def ms_deform_attn(value: np.ndarray, spatial_shapes, level_start, sampling_loca
         w = attention_weights[:, :, :, lvl].transpose(0, 2, 1, 3)  # (B, H, L_q, P)
         out += np.einsum("bhqp,bhqpd->bhqd", w, sampled)
     return out.transpose(0, 2, 1, 3).reshape(b, l_q, n_h * d)  # (B, L_q, H*D)
+
+
+def _check_msda(value, spatial_shapes, level_start, sampling_locations, attention_weights):
+    value = as_real_array("value", value)
+    loc = as_real_array("sampling_locations", sampling_locations)
+    attn = as_real_array("attention_weights", attention_weights)
+    if value.ndim != 4:
+        raise ValueError(f"value must be (B, S, H, D), got shape {value.shape}")
+    b, s, n_h, d = value.shape
+    if loc.ndim != 6 or loc.shape[0] != b or loc.shape[2] != n_h or loc.shape[-1] != 2:
+        raise ValueError(f"sampling_locations must be (B, L_q, H, L, P, 2) with B={b}, "
+                         f"H={n_h}, got shape {loc.shape}")
+    if attn.shape != loc.shape[:-1]:
+        raise ValueError(f"attention_weights must be (B, L_q, H, L, P) = {loc.shape[:-1]}, "
+                         f"got shape {attn.shape}")
+    n_l = loc.shape[3]
+    shapes, starts = np.asarray(spatial_shapes), np.asarray(level_start)
+    for name, t in (("spatial_shapes", shapes), ("level_start", starts)):
+        if not np.issubdtype(t.dtype, np.integer):
+            raise TypeError(f"{name} must hold integers, got dtype {t.dtype}")
+    if shapes.shape != (n_l, 2):
+        raise ValueError(f"spatial_shapes must be (L, 2) = ({n_l}, 2) for the L={n_l} levels "
+                         f"of sampling_locations, got shape {shapes.shape}")
+    if starts.shape != (n_l,):
+        raise ValueError(f"level_start must be (L,) = ({n_l},), got shape {starts.shape}")
+    shapes = shapes.astype(np.int64)
+    if (shapes <= 0).any():
+        raise ValueError(f"spatial_shapes must be positive, got {shapes.tolist()}")
+    areas = shapes[:, 0] * shapes[:, 1]
+    if int(areas.sum()) != s:
+        raise ValueError(f"spatial_shapes {shapes.tolist()} cover {int(areas.sum())} positions "
+                         f"but value has S={s}")
+    expected = np.concatenate([[0], np.cumsum(areas)[:-1]])
+    if not np.array_equal(starts.astype(np.int64), expected):
+        raise ValueError(f"level_start {starts.tolist()} does not match spatial_shapes "
+                         f"(expected {expected.tolist()})")
+    return value, shapes, starts, loc, attn
 
 
 def init_msda_params(d_model: int, n_heads: int, n_levels: int, n_points: int,
