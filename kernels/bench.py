@@ -110,13 +110,29 @@ def save_results(suite: str, records: list[Record], correctness: list[dict],
         "correctness": correctness,
         "records": [r.to_dict() if isinstance(r, Record) else r for r in records],
     }
-    path.write_text(json.dumps(data, indent=1, sort_keys=True, default=_json_default) + "\n")
+    # strict JSON: json.dumps writes a float NaN/inf as a bare NaN/Infinity (never passing it
+    # to ``default``), which is not JSON; they are written as null
+    path.write_text(json.dumps(_finite(data), indent=1, sort_keys=True, default=_json_default,
+                               allow_nan=False) + "\n")
     return path
+
+
+def _finite(x):
+    """``x`` with every non-finite float (NaN, +-inf) replaced by None, recursively."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
 
 
 def _json_default(x):
     if isinstance(x, float) and not math.isfinite(x):
         return None
+    if hasattr(x, "item") and getattr(x, "ndim", None) == 0:  # NumPy / torch scalars
+        return _finite(x.item())
     return str(x)
 
 
