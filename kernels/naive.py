@@ -15,6 +15,8 @@ Conventions shared with :mod:`kernels.flash`:
   ``j <= i + N_k - N_q`` (the FlashAttention-2 convention; the usual lower triangle when
   ``N_q == N_k``);
 * a query row that sees no key gets probability 0 everywhere and output 0, never NaN;
+  a NaN in a row's inputs gives NaN in that row (``reference_attention``, the top-k
+  baseline: output and lse), and a value row that a query cannot see never reaches it;
 * ``sm_scale`` defaults to ``1 / sqrt(d)``.
 
 ``naive_hard_attention`` and ``naive_topk_attention`` are chapter 3's baselines for
@@ -29,6 +31,7 @@ suite's correctness checks compare kernels against it.
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -38,6 +41,40 @@ def causal_mask(n_q: int, n_k: int, device=None) -> torch.Tensor:
     i = torch.arange(n_q, device=device)[:, None]
     j = torch.arange(n_k, device=device)[None, :]
     return j <= i + (n_k - n_q)
+
+
+FP32_MAX = 3.4028234663852886e38
+LOG2E = 1.4426950408889634
+
+
+def check_scale(sm_scale, d: int) -> float:
+    """The softmax scale: 1/sqrt(d) by default; refused (ValueError) when it is not a finite
+    real number or when sm_scale * log2(e), the factor the kernels fold into their exp2
+    scores, overflows float32."""
+    if sm_scale is None:
+        return 1.0 / math.sqrt(d)
+    if isinstance(sm_scale, bool) or not isinstance(sm_scale, numbers.Real):
+        raise TypeError(f"sm_scale must be a real number or None, got {type(sm_scale).__name__}")
+    scale = float(sm_scale)
+    if not math.isfinite(scale) or abs(scale) * LOG2E > FP32_MAX:
+        raise ValueError(f"sm_scale must be finite with |sm_scale * log2(e)| within float32 "
+                         f"(|sm_scale| <= {FP32_MAX / LOG2E:.3g}), got {sm_scale}")
+    return scale
+
+
+def check_causal(causal) -> bool:
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__} {causal!r}")
+    return causal
+
+
+def masked_matmul(p: torch.Tensor, v: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    """sum_j p_ij v_j over the kept j only: a hidden value row (NaN, inf) never reaches a
+    query that cannot see it (``p @ v`` would multiply it by 0: 0 * NaN = NaN)."""
+    if keep is None or bool(torch.isfinite(v).all()):
+        return torch.matmul(p, v)
+    terms = torch.where(keep.unsqueeze(-1), p.unsqueeze(-1) * v.unsqueeze(-3), 0.0)
+    return terms.sum(-2)  # (..., N_q, d)
 
 
 def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -69,7 +106,8 @@ def naive_scores(q: torch.Tensor, k: torch.Tensor, causal: bool = False,
                  sm_scale: float | None = None) -> torch.Tensor:
     """S = q k^T * scale, materialised: (B, H, N_q, N_k), causally hidden entries -inf."""
     _check(q, k, k)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
+    scale = check_scale(sm_scale, q.shape[-1])
+    check_causal(causal)
     k = repeat_kv(k, q.shape[1] // k.shape[1])  # (B, H, N_k, d)
     s = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, N_q, N_k): in HBM
     if causal:
@@ -104,15 +142,17 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
     """
     _check(q, k, v)
     group = q.shape[1] // k.shape[1]
-    scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
+    scale = check_scale(sm_scale, q.shape[-1])
     q, k, v = q.double(), repeat_kv(k.double(), group), repeat_kv(v.double(), group)
     s = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, N_q, N_k)
-    if causal:
-        s = s.masked_fill(~causal_mask(q.shape[2], k.shape[2], device=q.device), float("-inf"))
-    lse = torch.logsumexp(s, dim=-1)  # (B, H, N_q); -inf where every key is masked
-    visible = torch.isfinite(lse)[..., None]
-    p = torch.where(visible, torch.exp(s - torch.where(visible, lse[..., None], 0.0)), 0.0)
-    return torch.matmul(p, v), lse  # (B, H, N_q, d), (B, H, N_q)
+    keep = None
+    if check_causal(causal):
+        keep = causal_mask(q.shape[2], k.shape[2], device=q.device)
+        s = s.masked_fill(~keep, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)  # (B, H, N_q); -inf where every key is masked, NaN rows NaN
+    empty = torch.isneginf(lse)[..., None]  # no visible key: P = 0 (a NaN row stays NaN)
+    p = torch.where(empty, 0.0, torch.exp(s - torch.where(empty, 0.0, lse[..., None])))
+    return masked_matmul(p, v, keep), lse  # (B, H, N_q, d), (B, H, N_q)
 
 
 def _rows(v: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -137,10 +177,24 @@ def naive_hard_attention(q, k, v, causal=False, sm_scale=None):
 def naive_topk_attention(q, k, v, topk, causal=False, sm_scale=None):
     """S = q k^T (materialised), the topk scores per row, their softmax, the kept rows of V.
 
-    The baseline for ``kernels.hard.topk_attention``.
+    The baseline for ``kernels.hard.topk_attention``. Slots whose score is -inf (fewer than
+    ``topk`` visible keys) weigh 0 and are not read; a row with no visible key gives 0, a
+    row with a NaN score gives NaN.
     """
+    if isinstance(topk, bool) or not isinstance(topk, int):
+        raise TypeError(f"topk must be an int, got {type(topk).__name__}")
+    if topk < 1:
+        raise ValueError(f"topk must be >= 1, got {topk}")
     s = naive_scores(q, k, causal, sm_scale)  # (B, H, N_q, N_k)
     vals, idx = s.topk(min(topk, s.shape[-1]), dim=-1)  # (B, H, N_q, T)
-    p = torch.softmax(vals.float(), dim=-1).to(v.dtype)
+    kept = vals > float("-inf")  # (B, H, N_q, T)
+    m = vals.float().amax(-1, keepdim=True)
+    m = torch.where(torch.isneginf(m), 0.0, m)
+    e = torch.where(kept, torch.exp(vals.float() - m), 0.0)
+    l = e.sum(-1, keepdim=True)
+    p = torch.where(l == 0, 0.0, e / torch.where(l == 0, 1.0, l))  # NaN rows stay NaN
+    nan_row = torch.isnan(s).any(-1, keepdim=True)
+    p = torch.where(nan_row, float("nan"), p).to(v.dtype)
     v_sel = _rows(repeat_kv(v, q.shape[1] // k.shape[1]), idx)  # (B, H, N_q, T, d)
+    v_sel = torch.where(kept.unsqueeze(-1), v_sel, 0.0)  # an unkept slot is never read
     return torch.einsum("bhqt,bhqtd->bhqd", p, v_sel)
