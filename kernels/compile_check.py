@@ -138,12 +138,10 @@ def _launch_values(kernel: str, dtype, head_dim: int, n_ctx: int, causal: bool,
     return values
 
 
-def compile_one(kernel: str, target: str, head_dim: int, dtype, causal: bool,
-                config: tuple[int, int, int, int], n_ctx: int = 4096) -> Result:
-    """Compile one kernel/config for one target; measure shared memory, registers, spills."""
-    cap, limit = flash.ARCHS[target]
-    res = Result(kernel, target, head_dim, DTYPE_NAMES[dtype], causal, config, n_ctx,
-                 shared_limit=limit)
+def _compile(kernel: str, target: str, head_dim: int, dtype, causal: bool,
+             config: tuple[int, int, int, int], n_ctx: int):
+    """``triton.compile`` of one kernel/config for one target, as a launch would specialise."""
+    cap = flash.ARCHS[target][0]
     fn = _jit_function(getattr(flash, KERNEL_FNS[kernel]))
     values = _launch_values(kernel, dtype, head_dim, n_ctx, causal, config)
     values["UPCAST"] = dtype == torch.bfloat16 and cap < (8, 0)
@@ -159,12 +157,21 @@ def compile_one(kernel: str, target: str, head_dim: int, dtype, causal: bool,
             constexprs[p.name] = spec
         elif spec == "D":
             attrs[(i,)] = [["tt.divisibility", 16]]
+    return triton.compile(
+        ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs),
+        target=GPUTarget("cuda", cap[0] * 10 + cap[1], 32),
+        options={"num_warps": config[2], "num_stages": config[3]})
+
+
+def compile_one(kernel: str, target: str, head_dim: int, dtype, causal: bool,
+                config: tuple[int, int, int, int], n_ctx: int = 4096) -> Result:
+    """Compile one kernel/config for one target; measure shared memory, registers, spills."""
+    limit = flash.ARCHS[target][1]
+    res = Result(kernel, target, head_dim, DTYPE_NAMES[dtype], causal, config, n_ctx,
+                 shared_limit=limit)
     t0 = time.perf_counter()
     try:
-        compiled = triton.compile(
-            ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs),
-            target=GPUTarget("cuda", cap[0] * 10 + cap[1], 32),
-            options={"num_warps": config[2], "num_stages": config[3]})
+        compiled = _compile(kernel, target, head_dim, dtype, causal, config, n_ctx)
         ptx = compiled.asm["ptx"]
         res.shared = int(compiled.metadata.shared)
         res.registers, res.spill_stores, res.spill_loads = ptxas_usage(ptx)
@@ -239,16 +246,95 @@ HEADER = (f"{'kernel':<10} {'arch':<5} {'d':>4} {'type':<4} {'mask':<6} {'N':>5}
           f"{'smem KB/lim':>11} {'regs':>4} {'spill':>7} {'wgmma':>5} {'time':>6} status")
 
 
+#: The hot loop to beat, as recorded (not recompiled here: the tutorial is not shipped with
+#: the triton wheel): the Triton fused-attention tutorial's forward (python/tutorials/
+#: 06-fused-attention.py), compiled the same way for sm_90 with triton 3.7.1 at fp16,
+#: d = 128, 128 x 128 tiles, 8 warps, 3 stages, non-causal.
+TUTORIAL_FWD_SM90 = {
+    "what": "Triton fused-attention tutorial forward, fp16, d=128, 128x128, 8 warps, "
+            "3 stages, non-causal, sm_90, triton 3.7.1 (recorded, not recompiled)",
+    "hot_loop": {"instructions": 492, "tensor_core": 16, "FMUL": 66, "FFMA": 66,
+                 "MUFU.EX2": 66, "integer": 13},
+    "tma": True,
+}
+#: The report's shapes: bf16 at the head dims models use, long aligned sequences.
+REPORT_SHAPES = {"head_dims": (64, 128), "dtype": torch.bfloat16, "n_ctx": 16384}
+STATIC_DIR = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "static"
+
+
+def machine_code_report(target: str) -> dict:
+    """Hot-loop instruction counts of every shipped fwd/dkdv/dq config on ``target``."""
+    from kernels import sass
+
+    rows = []
+    for kernel in ("fwd", "dkdv", "dq"):
+        for d in REPORT_SHAPES["head_dims"]:
+            for causal in (False, True):
+                for cfg in shipped(kernel, target, d, REPORT_SHAPES["dtype"]):
+                    c = _compile(kernel, target, d, REPORT_SHAPES["dtype"], causal, cfg,
+                                 REPORT_SHAPES["n_ctx"])
+                    regs, st, ld = ptxas_usage(c.asm["ptx"])
+                    rep = sass.report(c.asm["cubin"])
+                    loop = rep["hot_loop"] or {}
+                    # scores per hot-loop iteration: one BLOCK_M x BLOCK_N tile
+                    per_score = loop.get("instructions", 0) / (cfg[0] * cfg[1])
+                    rows.append({"kernel": kernel, "head_dim": d, "dtype": "bf16",
+                                 "causal": causal, "n_ctx": REPORT_SHAPES["n_ctx"],
+                                 "config": dict(zip(("BLOCK_M", "BLOCK_N", "num_warps",
+                                                     "num_stages"), cfg)),
+                                 "registers": regs, "spill_bytes": st + ld,
+                                 "shared_bytes": int(c.metadata.shared),
+                                 "instructions_per_score": round(per_score, 4), **rep})
+    return {"target": target, "triton": triton.__version__, "torch": torch.__version__,
+            "date": time.strftime("%Y-%m-%d"), "command":
+            f"python -m kernels.compile_check --report --target {target}",
+            "note": "instruction counts of the compiled machine code, not time",
+            "reference": TUTORIAL_FWD_SM90 if target == "sm90" else None, "kernels": rows}
+
+
+def format_report(rep: dict) -> str:
+    lines = [f"# {rep['target']}: hot loop per iteration (triton {rep['triton']}); "
+             "instruction counts, not time",
+             f"{'kernel':<6} {'d':>4} {'mask':<6} {'BMxBN w s':<14} {'instr':>6} {'/score':>7} "
+             f"{'mma':>4} {'FMUL':>5} {'FFMA':>5} {'EX2':>4} {'int':>4} {'cp.as':>5} "
+             f"{'TMA':>4} {'regs':>4}"]
+    for r in rep["kernels"]:
+        c, hl = r["config"], r["hot_loop"] or {}
+        cfg = f"{c['BLOCK_M']}x{c['BLOCK_N']} w{c['num_warps']} s{c['num_stages']}"
+        lines.append(
+            f"{r['kernel']:<6} {r['head_dim']:>4} {'causal' if r['causal'] else 'full':<6} "
+            f"{cfg:<14} {hl.get('instructions', '-'):>6} {r['instructions_per_score']:>7.4f} "
+            f"{hl.get('tensor_core', '-'):>4} {hl.get('FMUL', '-'):>5} {hl.get('FFMA', '-'):>5} "
+            f"{hl.get('MUFU.EX2', '-'):>4} {hl.get('integer', '-'):>4} "
+            f"{hl.get('LDGSTS', '-'):>5} {'yes' if r['tma'] else 'no':>4} {r['registers']:>4}")
+    if rep["reference"]:
+        ref = rep["reference"]
+        lines.append(f"# to beat: {ref['what']}: {ref['hot_loop']}")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="the representative subset (see QUICK)")
     ap.add_argument("--target", action="append", choices=list(flash.ARCHS))
     ap.add_argument("--kernel", action="append", choices=list(KERNELS))
+    ap.add_argument("--report", action="store_true",
+                    help="hot-loop SASS instruction counts (sm90/sm80) -> benchmarks/static/")
     args = ap.parse_args(argv)
     if runtime.INTERPRET:
         print("compile_check needs TRITON_INTERPRET unset (kernels were imported under the "
               "interpreter)", file=sys.stderr)
         return 2
+    if args.report:
+        import json
+
+        STATIC_DIR.mkdir(parents=True, exist_ok=True)
+        for target in args.target or ["sm90", "sm80"]:
+            rep = machine_code_report(target)
+            path = STATIC_DIR / f"static-{target}.json"
+            path.write_text(json.dumps(rep, indent=1) + "\n")
+            print(format_report(rep), f"\n# written to {path}", flush=True)
+        return 0
     jobs = plan(args.quick, args.target, args.kernel)
     print(f"# triton {triton.__version__}, {len(jobs)} compilations", flush=True)
     print(HEADER, flush=True)

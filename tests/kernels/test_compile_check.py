@@ -43,3 +43,54 @@ def test_representative_configs_fit_and_do_not_spill(target):
     assert rows and all(r[-1] == "ok" for r in rows), out
     if target == "sm90":
         assert any(r[0] == "fwd" and "yes" in r for r in rows), "no wgmma on sm_90"
+
+
+def test_sass_parser_finds_the_innermost_tensor_core_loop():
+    from kernels import sass
+
+    text = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+.L_x_0:
+        /*0010*/                   IMAD R2, R3, R4, R5 ;
+.L_x_1:
+        /*0020*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], R24 ;
+        /*0030*/                   FFMA R6, R7, R8, R9 ;
+        /*0040*/                   MUFU.EX2 R10, R11 ;
+        /*0050*/                   UIADD3 UR5, UR5, 0x1, URZ ;
+        /*0060*/              @!P0 BRA `(.L_x_1) ;
+        /*0070*/              @P1 BRA `(.L_x_0) ;
+        /*0080*/                   EXIT ;
+"""
+    instrs, labels = sass.parse(text)
+    assert len(instrs) == 9 and labels == {".L_x_0": 1, ".L_x_1": 2}
+    assert sass.loops(instrs, labels) == [(2, 6), (1, 7)]
+    a, b = sass.hot_loop(instrs, labels)
+    counts = sass.count(instrs[a:b + 1])
+    assert (a, b) == (2, 6)
+    assert counts["instructions"] == 5 and counts["tensor_core"] == 1
+    assert counts["FFMA"] == 1 and counts["MUFU.EX2"] == 1
+    assert counts["integer"] == 0 and counts["uniform"] == 1
+
+
+def test_machine_code_report_of_the_forward_on_sm90():
+    """One forward config compiled for sm_90: its hot loop issues the wgmma count the tile
+    implies and one exp2 per score element per thread."""
+    script = (
+        "import json, torch\n"
+        "from kernels import compile_check as cc, sass\n"
+        "c = cc._compile('fwd', 'sm90', 128, torch.bfloat16, False, (128, 128, 8, 2), 16384)\n"
+        "print(json.dumps(sass.report(c.asm['cubin'])))\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_INTERPRET"] = "0"
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    import json
+
+    rep = json.loads(proc.stdout.strip().splitlines()[-1])
+    loop = rep["hot_loop"]
+    # two warpgroups of 64 rows; S = Q K^T: d / 16 = 8 wgmma, O += P V: BLOCK_N / 16 = 8
+    assert loop["tensor_core"] == 16
+    # 128 x 128 scores over 256 threads: 64 exponentials per thread (+ the rescale's)
+    assert 64 <= loop["MUFU.EX2"] <= 64 + 4
+    assert loop["LDGSTS"] > 0 and not rep["tma"]
