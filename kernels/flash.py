@@ -51,13 +51,12 @@ Known limits
 
 from __future__ import annotations
 
-import math
-
 import torch
 import triton
 import triton.language as tl
 
 from . import runtime
+from .naive import check_causal, check_scale
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
 LN2 = 0.6931471805599453  # ln(2): log(x) = log2(x) * LN2
@@ -229,6 +228,22 @@ def _store_tile(ptrs, value, offs_r, offs_d, n_rows, HEAD_DIM, EVEN_R: tl.conste
 
 
 @triton.jit
+def _select_pv(acc, p, visible, v_base, stride_vn, stride_vd, start_n, offs_n, offs_d, N_CTX_K,
+               HEAD_DIM, BLOCK_N: tl.constexpr):
+    """acc += sum over the VISIBLE keys j of p[:, j] v[j, :], one key at a time (rank-1
+    updates selected by ``visible``): a hidden key's value row never enters a product."""
+    for jj in range(0, BLOCK_N):
+        col = offs_n == start_n + jj  # (BLOCK_N,)
+        p_j = tl.sum(tl.where(col[None, :], p, 0.0), 1)  # (BLOCK_M,) column jj of p
+        vis_j = tl.sum(tl.where(col[None, :] & visible, 1, 0), 1) > 0  # (BLOCK_M,)
+        v_j = tl.load(v_base + (start_n + jj) * stride_vn + offs_d * stride_vd,
+                      mask=(offs_d < HEAD_DIM) & (start_n + jj < N_CTX_K),
+                      other=0.0).to(tl.float32)  # (BLOCK_D,)
+        acc += tl.where(vis_j[:, None], p_j[:, None] * v_j[None, :], 0.0)
+    return acc
+
+
+@triton.jit
 def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
                     offs_m, offs_d, lo, hi, qk_scale, N_CTX_K, HEAD_DIM, causal_offset,
                     BLOCK_N: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
@@ -267,7 +282,18 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stri
         alpha = tl.exp2(m_i - m_ij_safe)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
-        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
+        if MASKED:
+            # A hidden key has p = 0, but 0 * NaN = NaN: a NaN/inf in a value row hidden from
+            # a query would reach it through the dot. Such a tile (rare) is summed key by key
+            # instead, selecting only the visible terms, so no result depends on the tiles.
+            n_bad = tl.sum(tl.sum((tl.abs(v.to(tl.float32)) < float("inf")) == 0, 1), 0)
+            if n_bad > 0:
+                acc = _select_pv(acc, p, visible, v_base, stride_vn, stride_vd, start_n, offs_n,
+                                 offs_d, N_CTX_K, HEAD_DIM, BLOCK_N)
+            else:
+                acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
+        else:
+            acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
         m_i = m_ij
     return acc, l_i, m_i
 
@@ -393,10 +419,8 @@ def _validate(q, k, v, sm_scale) -> float:
     if B < 1 or H_kv < 1 or H % H_kv != 0:
         raise ValueError(f"q heads H={H} must be a positive multiple of k/v heads H_kv={H_kv} "
                          f"(q {tuple(q.shape)}, k {tuple(k.shape)})")
-    scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
-    if not math.isfinite(scale):
-        raise ValueError(f"sm_scale must be finite, got {sm_scale}")
-    return scale
+    # finite, and sm_scale * log2(e) (folded into the kernels' exp2 scores) within fp32
+    return check_scale(sm_scale, d)
 
 
 def _upcast(dtype: torch.dtype, device: torch.device) -> bool:
@@ -470,15 +494,18 @@ def _attn_bwd_preprocess(O, DO, Delta,
 @triton.jit
 def _attn_bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
                          stride_qm, stride_qd, stride_dom, stride_dod,
-                         offs_n, offs_d, lo, hi, qk_scale, N_CTX_Q, HEAD_DIM, causal_offset,
+                         offs_n, offs_d, lo, hi, qk_scale, N_CTX_Q, N_CTX_K, HEAD_DIM,
+                         causal_offset,
                          BLOCK_M: tl.constexpr, MASKED: tl.constexpr, EVEN_M: tl.constexpr,
-                         EVEN_D: tl.constexpr, UPCAST: tl.constexpr,
+                         EVEN_N: tl.constexpr, EVEN_D: tl.constexpr, UPCAST: tl.constexpr,
                          DOT_PRECISION: tl.constexpr):
     """Accumulate dK, dV of the resident key block over query blocks [lo, hi).
 
     Works with transposed tiles (keys along rows): pT = P^T, (BLOCK_N, BLOCK_M).
     MASKED=True applies the causal mask (the diagonal blocks). Query rows past N_q
-    load lse = +inf, so their P is exactly 0 and they contribute nothing.
+    load lse = +inf, so their P is exactly 0 and they contribute nothing. Key rows past N_k
+    (a ragged last key block, EVEN_N=False) get s = -inf, so exp2 never sees them: with a
+    strongly negative lse their exp2(0 - lse) would overflow.
     """
     for start_m in range(lo, hi, BLOCK_M):
         start_m = tl.multiple_of(start_m, BLOCK_M)
@@ -502,6 +529,8 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
         sT = tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION) * qk_scale
         if MASKED:  # hidden pairs get s = -inf, so P = 0 exactly
             sT = tl.where(offs_n[:, None] <= offs_m[None, :] + causal_offset, sT, float("-inf"))
+        if not EVEN_N:  # padded key rows of the ragged last block: P = 0, never exp2(-lse)
+            sT = tl.where(offs_n[:, None] < N_CTX_K, sT, float("-inf"))
         pT = tl.exp2(sT - lse2[None, :])
         # dV += P^T dO
         dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=DOT_PRECISION)
@@ -572,13 +601,13 @@ def _attn_bwd_dkdv(Q, K, V, DO, LSE2, Delta, DK, DV, sm_scale,
             dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
                                           stride_qm, stride_qd, stride_dom, stride_dod,
                                           offs_n, offs_d, lo, full_start, qk_scale, N_CTX_Q,
-                                          HEAD_DIM, causal_offset, BLOCK_M, True, EVEN_M, EVEN_D,
-                                          UPCAST, DOT_PRECISION)
+                                          N_CTX_K, HEAD_DIM, causal_offset, BLOCK_M, True,
+                                          EVEN_M, EVEN_N, EVEN_D, UPCAST, DOT_PRECISION)
         dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
                                       stride_qm, stride_qd, stride_dom, stride_dod,
                                       offs_n, offs_d, full_start, end_m, qk_scale, N_CTX_Q,
-                                      HEAD_DIM, causal_offset, BLOCK_M, False, EVEN_M, EVEN_D,
-                                      UPCAST, DOT_PRECISION)
+                                      N_CTX_K, HEAD_DIM, causal_offset, BLOCK_M, False, EVEN_M,
+                                      EVEN_N, EVEN_D, UPCAST, DOT_PRECISION)
 
     dk = dk * sm_scale  # S = scale * Q K^T  =>  dK = scale * dS^T Q
     dk_base = DK + off_z.to(tl.int64) * stride_dkz + off_hkv.to(tl.int64) * stride_dkh
@@ -704,6 +733,7 @@ def forward_with_tiles(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_
     >= 16. A tile that does not fit the GPU raises Triton's out-of-resources error.
     """
     scale = _validate(q, k, v, sm_scale)
+    check_causal(causal)
     for name, b in (("block_m", block_m), ("block_n", block_n)):
         if not isinstance(b, int) or b < 16 or b & (b - 1):
             raise ValueError(f"{name} must be a power of two >= 16, got {b!r}")
@@ -723,7 +753,7 @@ def forward_with_tiles(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_
     return o
 
 
-def _backward(do, q, k, v, o, lse2, causal: bool, scale: float):
+def _backward(do, q, k, v, o, lse2, causal: bool, scale: float, dlse=None):
     B, H, N_q, d = q.shape
     if not runtime.INTERPRET:
         cap = torch.cuda.get_device_capability(q.device)
@@ -743,6 +773,10 @@ def _backward(do, q, k, v, o, lse2, causal: bool, scale: float):
     _attn_bwd_preprocess[(triton.cdiv(N_q, block_m_pre), B * H)](
         o, do, delta, *o.stride(), *do.stride(), H, N_q, d,
         BLOCK_M=block_m_pre, BLOCK_D=bd, num_warps=PREPROCESS_NUM_WARPS)
+    if dlse is not None:
+        # lse_i = log sum_j exp(S_ij): d lse_i / d S_ij = P_ij, so a gradient dL_i on the lse
+        # adds dL_i * P_ij to dS_ij = P_ij (dP_ij - delta_i): delta_i <- delta_i - dL_i
+        delta = (delta - dlse.to(torch.float32)).contiguous()
     grid_kv = lambda META: (triton.cdiv(N_k, META["BLOCK_N"]), B * H_kv)
     _attn_bwd_dkdv[grid_kv](
         q, k, v, do, lse2, delta, dk, dv, scale,
@@ -763,6 +797,7 @@ class _FlashAttention(torch.autograd.Function):
 
     The saved lse is in base 2 (the kernels' units, so the backward's recomputed scores and
     lse sit on the same fp32 grid); the lse handed to the caller is converted to natural log.
+    That lse is differentiable: its gradient enters the FA2 backward as delta <- delta - dlse.
     """
 
     @staticmethod
@@ -773,13 +808,12 @@ class _FlashAttention(torch.autograd.Function):
         if not return_lse:
             return o
         lse = lse2 * LN2  # (B, H, N_q) natural log; -inf stays -inf
-        ctx.mark_non_differentiable(lse)
         return o, lse
 
     @staticmethod
-    def backward(ctx, do, *unused):
+    def backward(ctx, do, dlse=None):
         q, k, v, o, lse2 = ctx.saved_tensors
-        dq, dk, dv = _backward(do, q, k, v, o, lse2, ctx.causal, ctx.sm_scale)
+        dq, dk, dv = _backward(do, q, k, v, o, lse2, ctx.causal, ctx.sm_scale, dlse)
         return dq, dk, dv, None, None, None
 
 
@@ -797,10 +831,14 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     Returns:
         o: (B, H, N_q, d) in q's dtype (0 for a row with no visible key), and with
         ``return_lse`` also lse: (B, H, N_q) float32 (-inf for such a row).
-        Differentiable with respect to q, k and v (lse is not).
+        Differentiable with respect to q, k and v, through o and through lse (so partial
+        attentions can be merged by their lse, as in split-K or ring attention).
     """
     scale = _validate(q, k, v, sm_scale)
-    return _FlashAttention.apply(q, k, v, bool(causal), scale, bool(return_lse))
+    check_causal(causal)
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
+    return _FlashAttention.apply(q, k, v, causal, scale, return_lse)
 
 
 def attention_probs(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, causal: bool = False,
@@ -820,6 +858,7 @@ def attention_probs(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, causal:
         (B, H, len(rows), N_k) float32; masked entries and rows with lse = -inf are 0.
     """
     scale = _validate(q, k, k, sm_scale)
+    check_causal(causal)
     B, H, N_q, d = q.shape
     H_kv, N_k = k.shape[1], k.shape[2]
     if not isinstance(lse, torch.Tensor) or tuple(lse.shape) != (B, H, N_q):

@@ -101,13 +101,44 @@ def test_agrees_with_torch_sdpa():
         assert _max_err(naive_attention(q, k, v, causal=causal), expected) < 2e-5
 
 
+U32 = 2.0 ** -24  # fp32 unit roundoff
+
+
+def _softmax_error_bound(q, k, causal, sm_scale):
+    """Forward error bound of P = softmax(q k^T * scale) computed in fp32, from fp64 inputs.
+
+    Each score is a length-d fp32 dot product, then scaled: |s~ - s| <= kappa_ij with
+    kappa_ij = (gamma_d + 2u) * scale * sum_c |q_ic| |k_jc| (gamma_d = d u / (1 - d u)).
+    lse moves by at most max_j kappa_ij, so |ln P~_ij - ln P_ij| <= r_ij = kappa_ij +
+    max_j kappa_ij + 8u (exp2/log2 and the rescalings) and |P~ - P| <= P * expm1(r).
+    Returns (P (fp64), |P~ - P| bound, max_j kappa_ij + 8u per row: the lse bound).
+    """
+    d = q.shape[-1]
+    scale = sm_scale or 1 / math.sqrt(d)
+    gamma = d * U32 / (1 - d * U32)
+    s_abs = (q.abs().double() @ k.abs().double().transpose(-1, -2)) * abs(scale)
+    kappa = (gamma + 2 * U32) * s_abs
+    s = (q.double() @ k.double().transpose(-1, -2)) * scale
+    if causal:
+        hidden = ~torch.ones(s.shape[-2:], dtype=torch.bool).tril(s.shape[-1] - s.shape[-2])
+        s = s.masked_fill(hidden, float("-inf"))
+        kappa = kappa.masked_fill(hidden, 0.0)
+    p = torch.softmax(s, dim=-1)
+    row = kappa.amax(-1, keepdim=True) + 8 * U32
+    return p, p * torch.expm1(kappa + row), row[..., 0]
+
+
 def test_custom_scale_and_large_logits_do_not_overflow():
     # Inputs of size ~1e2: scores ~1e4 * sqrt(d); exp would overflow without the running max.
-    # o, lse and dv are well conditioned: relative error at fp32 level. dq and dk are not:
-    # softmax is nearly one-hot, dS = P * (dP - delta) cancels almost exactly, and the
-    # FlashAttention-2 identity delta = rowsum(dO * O) rounds differently from dP, so their
-    # error is bounded by fp32 rounding of dP (eps * |dO| |V|) amplified by scale * |K|.
+    # Tolerances come from a forward error bound, not from one machine: fp32 rounding of
+    # scores of ~1e4 moves them by ~1e-3 absolute, hence P by ~1e-3 relative
+    # (_softmax_error_bound). o = P V / l, lse and dv = P^T dO inherit that bound plus their
+    # own fp32 summation error (N u relative). dq and dk are not well conditioned: softmax is
+    # nearly one-hot, dS = P * (dP - delta) cancels almost exactly, and the FlashAttention-2
+    # identity delta = rowsum(dO * O) rounds differently from dP, so their error is bounded by
+    # fp32 rounding of dP (eps * |dO| |V|) amplified by scale * |K|.
     q, k, v = _qkv(1, 2, 2, 64, 80, 32, scale=100.0, grad=True)
+    n_q, n_k = q.shape[2], k.shape[2]
     for sm_scale in (None, 0.05):
         o, lse = flash_attention(q, k, v, causal=True, sm_scale=sm_scale, return_lse=True)
         do = torch.randn_like(o)
@@ -115,9 +146,14 @@ def test_custom_scale_and_large_logits_do_not_overflow():
         o_ref, lse_ref, (dq_r, dk_r, dv_r) = _ref_grads(q, k, v, do, True, sm_scale)
         for t in (o, lse, dq, dk, dv):
             assert torch.all(torch.isfinite(t))
-        assert _max_err(o, o_ref) < 1e-5 * o_ref.abs().max().item()
-        assert _max_err(lse, lse_ref) < 1e-6 * lse_ref.abs().max().item()
-        assert _max_err(dv, dv_r) < 1e-5 * dv_r.abs().max().item()
+        p, dp_bound, lse_bound = _softmax_error_bound(q.detach(), k.detach(), True, sm_scale)
+        va, doa = v.detach().abs().double(), do.abs().double()
+        o_tol = dp_bound @ va + (n_k + 4) * U32 * (p @ va)  # (B, H, N_q, d)
+        assert torch.all((o.double() - o_ref).abs() <= 2 * o_tol + 1e-30)
+        lse_tol = lse_bound + 4 * U32 * lse_ref.abs()
+        assert torch.all((lse.double() - lse_ref).abs() <= 2 * lse_tol)
+        dv_tol = dp_bound.transpose(-1, -2) @ doa + (n_q + 4) * U32 * (p.transpose(-1, -2) @ doa)
+        assert torch.all((dv.double() - dv_r).abs() <= 2 * dv_tol + 1e-30)
         scale = sm_scale or 1 / math.sqrt(q.shape[-1])
         dp_bound = (do.abs().double() @ v.abs().double().transpose(-1, -2)).max().item()
         for g, r, x in ((dq, dq_r, k), (dk, dk_r, q)):
@@ -300,3 +336,97 @@ def test_forward_with_tiles_matches_reference(block_m, block_n):
     assert _max_err(o, o_ref) < 2e-5
     with pytest.raises(ValueError, match="block_n"):
         flash.forward_with_tiles(q, k, v, 64, 24)
+
+
+# ------------------------------------------------------------------------------------------
+# No silent wrong answers (issue 10): NaN stays in its row, bad arguments raise
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [8, 77, 130])
+def test_causal_mask_shields_earlier_rows_from_a_nan_value_row(n):
+    # item 2: v[..., n-1, :] = NaN is seen only by the last query; masked probabilities must
+    # not multiply the hidden row (0 * NaN = NaN), whatever the tile size
+    q, k, v = _qkv(1, 2, 2, n, n, 16, seed=3)
+    v[..., n - 1, 3] = float("nan")
+    v[..., n - 2, 5] = float("inf")  # an inf hidden from all rows before n - 2 as well
+    o, lse = flash_attention(q, k, v, causal=True, return_lse=True)
+    o_ref, lse_ref = reference_attention(q, k, v, causal=True)
+    assert torch.equal(torch.isnan(o), torch.isnan(o_ref))
+    assert torch.isnan(o[..., n - 1, 3]).all() and not torch.isnan(o[..., : n - 1, :]).any()
+    finite = torch.isfinite(o_ref)
+    assert torch.equal(torch.isfinite(o), finite)
+    assert _max_err(o[finite], o_ref[finite]) < 2e-5
+    assert torch.all(torch.isfinite(lse))  # lse depends on the scores only
+
+
+def test_nan_query_row_gives_nan_row_not_empty_row():
+    # item 1 for the kernel and its reference: NaN row -> NaN o and lse; empty row -> 0, -inf
+    q, k, v = _qkv(1, 1, 1, 6, 4, 16)
+    q[0, 0, 4, 0] = float("nan")
+    for fn in (lambda: flash_attention(q, k, v, causal=True, return_lse=True),
+               lambda: reference_attention(q, k, v, causal=True)):
+        o, lse = fn()
+        assert torch.isnan(o[0, 0, 4]).all() and torch.isnan(lse[0, 0, 4])
+        assert torch.all(o[0, 0, :2] == 0) and torch.isneginf(lse[0, 0, :2]).all()
+        assert torch.isfinite(o[0, 0, [2, 3, 5]]).all()
+
+
+@pytest.mark.parametrize("sm_scale", [1e300, -1e300, 2.4e38, float("inf"), float("nan")])
+def test_scale_overflowing_fp32_is_refused(sm_scale):
+    # item 3: sm_scale * log2(e) is folded into the kernel's fp32 scores
+    q, k, v = _qkv(1, 1, 1, 8, 8, 16)
+    with pytest.raises(ValueError, match="sm_scale"):
+        flash_attention(q, k, v, sm_scale=sm_scale)
+    with pytest.raises(ValueError, match="sm_scale"):
+        reference_attention(q, k, v, sm_scale=sm_scale)
+    flash_attention(q, k, v, sm_scale=2.3e38)  # the largest finite product is accepted
+
+
+@pytest.mark.parametrize("kw,exc", [({"causal": "False"}, TypeError), ({"causal": 1}, TypeError),
+                                    ({"return_lse": "yes"}, TypeError),
+                                    ({"sm_scale": "0.5"}, TypeError)])
+def test_flags_are_checked_as_bools(kw, exc):
+    q, k, v = _qkv(1, 1, 1, 8, 8, 16)
+    with pytest.raises(exc):
+        flash_attention(q, k, v, **kw)
+
+
+@pytest.mark.parametrize("causal,n_q,n_k", [(False, 37, 37), (True, 37, 53), (True, 60, 20)])
+def test_lse_is_differentiable(causal, n_q, n_k):
+    # item 12: o and lse both carry gradients; float64 autograd through reference_attention
+    # is the reference. A gradient dL on lse enters the FA2 backward as delta <- delta - dL.
+    q, k, v = _qkv(1, 2, 1, n_q, n_k, 16, seed=5, grad=True)
+    o, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
+    go, gl = torch.randn_like(o), torch.randn_like(lse)
+    visible = torch.isfinite(lse)
+    loss = (o * go).sum() + (torch.where(visible, lse, 0.0) * gl).sum()
+    grads = torch.autograd.grad(loss, (q, k, v))
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    o_r, lse_r = reference_attention(q64, k64, v64, causal=causal)
+    loss_r = (o_r * go.double()).sum() + (torch.where(visible, lse_r, 0.0) * gl.double()).sum()
+    refs = torch.autograd.grad(loss_r, (q64, k64, v64))
+    for g, r in zip(grads, refs):
+        assert torch.all(torch.isfinite(g))
+        # fp32 kernels vs fp64: sums of N terms of size |P||dO||V|, |dlse||K|: a few 1e-6
+        assert _max_err(g, r) < 1e-4 * max(1.0, r.abs().max().item())
+
+
+def test_dkdv_padded_key_rows_never_reach_exp2(recwarn):
+    # item 13: N_k = 40 is ragged against the 64-key tile; a strongly negative lse made the
+    # padded rows' exp2(0 - lse) overflow (numpy warns under the interpreter). Masked now.
+    import numpy as np
+
+    g = torch.Generator().manual_seed(0)
+    kdir = torch.randn(1, 1, 1, 16, generator=g)
+    k = (kdir + 0.01 * torch.randn(1, 1, 40, 16, generator=g)).to(DEVICE)  # all keys alike
+    q = (-300.0 * kdir.expand(1, 1, 24, 16)).contiguous().to(DEVICE)  # all scores ~ -1e3
+    v = torch.randn(1, 1, 40, 16, generator=g).to(DEVICE)
+    q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
+    o, lse = flash_attention(q, k, v, return_lse=True)
+    assert lse.max() < -500
+    with np.errstate(over="raise", invalid="raise"):
+        dq, dk, dv = torch.autograd.grad(o.sum(), (q, k, v))
+    for t in (dq, dk, dv):
+        assert torch.all(torch.isfinite(t))
+    assert not [w for w in recwarn if "overflow" in str(w.message)]
