@@ -20,9 +20,8 @@ Implementations: ``triton`` (kernels.flash), ``naive`` (kernels.naive: S and P i
 ``sdpa-flash`` / ``sdpa-efficient`` / ``sdpa-cudnn`` (torch SDPA pinned to one backend with
 ``torch.nn.attention.sdpa_kernel``; a backend that errors on this GPU/shape is skipped).
 Shapes keep B * N = 16k tokens and H * d = 2048 so every point does similar work per
-token. FLOPs: 4 B H N^2 d for the forward (two matmuls), halved when causal; forward +
-backward counts 3.5x the forward (the backward does 2.5x: five matmuls, one of them the
-recomputation of S).
+token. Timing goes through ``kernels.bench`` (``time_attention``, ``time_tiles``), the
+chapters' path too; FLOPs are ``kernels.bench.attention_flops``.
 """
 
 from __future__ import annotations
@@ -31,10 +30,9 @@ import math
 import time
 
 import torch
-import torch.nn.functional as F
 
-from kernels import flash
-from kernels.bench import Record, measure
+from kernels import bench
+from kernels.bench import Record
 from kernels.flash import flash_attention
 from kernels.naive import naive_attention, reference_attention
 
@@ -94,121 +92,9 @@ def check() -> list[dict]:
     return out
 
 
-def _sdpa(backend):
-    from torch.nn.attention import sdpa_kernel
-
-    def attn(q, k, v, causal):
-        with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    return attn
-
-
-def _impls() -> dict:
-    from torch.nn.attention import SDPBackend
-
-    impls = {"triton": lambda q, k, v, causal: flash_attention(q, k, v, causal=causal),
-             "naive": lambda q, k, v, causal: naive_attention(q, k, v, causal=causal)}
-    for name, attr in (("sdpa-flash", "FLASH_ATTENTION"), ("sdpa-efficient", "EFFICIENT_ATTENTION"),
-                       ("sdpa-cudnn", "CUDNN_ATTENTION")):
-        if hasattr(SDPBackend, attr):
-            impls[name] = _sdpa(getattr(SDPBackend, attr))
-    return impls
-
-
-def flops(B, H, N_q, N_k, d, causal, mode) -> float:
-    f = 4.0 * B * H * N_q * N_k * d * (0.5 if causal else 1.0)
-    return f * (3.5 if mode == "fwd+bwd" else 1.0)
-
-
-def _bench_one(impl_name, attn, mode, dtype, B, H, N, d, causal, timing) -> Record | None:
-    shape = {"B": B, "H": H, "N_q": N, "N_k": N, "d": d, "causal": causal}
-    rec = Record(SUITE, "attention", impl_name, mode, str(dtype).replace("torch.", ""), shape)
-    try:
-        q, k, v = _qkv(B, H, H, N, N, d, dtype, grad=(mode == "fwd+bwd"))
-        if mode == "fwd":
-            def fn():
-                with torch.no_grad():
-                    return attn(q, k, v, causal)
-        else:
-            do = torch.randn(B, H, N, d, device="cuda", dtype=dtype)
-
-            def fn():
-                o = attn(q, k, v, causal)
-                return torch.autograd.grad(o, (q, k, v), do)
-        return measure(rec, fn, flops=flops(B, H, N, N, d, causal, mode), **timing)
-    except torch.cuda.OutOfMemoryError:
-        rec.error = "OOM"
-        return rec
-    except RuntimeError as e:  # an SDPA backend that does not support this GPU/shape/dtype
-        if impl_name.startswith("sdpa"):
-            return None
-        raise RuntimeError(f"{impl_name} {mode} {shape} {dtype}: {e}") from e
-    finally:
-        q = k = v = None
-        torch.cuda.empty_cache()
-
-
-def _speed_sweep(dtype, mode, seq_lens, head_dims, deadline, timing, impls, log):
-    records = []
-    for d in head_dims:
-        H = WIDTH // d
-        for N in seq_lens:
-            B = max(1, TOKENS // N)
-            for causal in (False, True):
-                for name, attn in impls.items():
-                    if time.monotonic() > deadline:
-                        return records, True
-                    r = _bench_one(name, attn, mode, dtype, B, H, N, d, causal, timing)
-                    if r is not None:
-                        records.append(r)
-                        log(r)
-    return records, False
-
-
-def _memory_sweep(seq_lens, deadline, timing, log):
-    """Peak memory of one fp16 forward, B = 1, H = 16, d = 64: Triton vs naive."""
-    records = []
-    impls = {"triton": lambda q, k, v, c: flash_attention(q, k, v, causal=c),
-             "naive": lambda q, k, v, c: naive_attention(q, k, v, causal=c)}
-    for N in seq_lens:
-        for name, attn in impls.items():
-            if time.monotonic() > deadline:
-                return records, True
-            r = _bench_one(name, attn, "fwd", torch.float16, 1, 16, N, 64, False, timing)
-            r.op = "attention-memory"
-            records.append(r)
-            log(r)
-    return records, False
-
-
 #: The BLOCK_M x BLOCK_N sweep: one forward shape, every tile pair (chapter 2 draws it).
 TILE_SWEEP_SHAPE = {"B": 4, "H": 32, "N_q": 4096, "N_k": 4096, "d": 64, "causal": False}
 TILE_SWEEP_BLOCKS = [16, 32, 64, 128]
-
-
-def _tile_sweep(deadline, timing, log):
-    """Forward ms of fp16 attention at each BLOCK_M x BLOCK_N (autotuner bypassed)."""
-    records = []
-    sh = TILE_SWEEP_SHAPE
-    q, k, v = _qkv(sh["B"], sh["H"], sh["H"], sh["N_q"], sh["N_k"], sh["d"], torch.float16)
-    for bm in TILE_SWEEP_BLOCKS:
-        for bn in TILE_SWEEP_BLOCKS:
-            if time.monotonic() > deadline:
-                return records, True
-            warps = 8 if bm * bn >= 128 * 64 else 4
-            rec = Record(SUITE, "attention", "triton", "fwd", "float16",
-                         {**sh, "BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps,
-                          "num_stages": 2})
-            fn = lambda bm=bm, bn=bn, warps=warps: flash.forward_with_tiles(
-                q, k, v, bm, bn, causal=False, num_warps=warps, num_stages=2)
-            try:
-                measure(rec, fn, flops=flops(sh["B"], sh["H"], sh["N_q"], sh["N_k"], sh["d"],
-                                             False, "fwd"), **timing)
-            except Exception as e:  # noqa: BLE001 - a tile that does not fit is a result
-                rec.error = type(e).__name__
-            records.append(rec)
-            log(rec)
-    return records, False
 
 
 def _log(r: Record) -> None:
@@ -227,24 +113,30 @@ def run(quick: bool, deadline: float) -> list[Record]:
     head_dims = [64] if quick else HEAD_DIMS
     mem_lens = [4096, 16384] if quick else MEM_SEQ_LENS
     timing = {"warmup": 5, "rep": 20} if quick else {"warmup": 10, "rep": 50}
-    impls = _impls()
+    impls = bench.attention_impls(sdpa_backends=True)
+    common = {"suite": SUITE, "deadline": deadline, "log": _log}
+
+    def speed(dtype, mode):
+        return [r for d in head_dims for r in bench.time_attention(
+            seq_lens, impls, d=d, causal=(False, True), dtype=dtype, modes=(mode,),
+            tokens=TOKENS, width=WIDTH, **common, **timing)]
+
+    def peak_memory():  # one fp16 forward, B = 1, H = 16, d = 64: Triton vs naive
+        return bench.time_attention(
+            mem_lens, {k: impls[k] for k in ("triton", "naive")}, d=64, batch=1, heads=16,
+            op="attention-memory", **common, warmup=1, rep=1)
+
+    def tiles():
+        sh = TILE_SWEEP_SHAPE
+        return bench.time_tiles(TILE_SWEEP_BLOCKS, batch=sh["B"], heads=sh["H"], N=sh["N_q"],
+                                d=sh["d"], causal=sh["causal"], **common, **timing)
+
+    plan = [lambda: speed("float16", "fwd"), lambda: speed("float16", "fwd+bwd"), peak_memory,
+            tiles, lambda: speed("bfloat16", "fwd"), lambda: speed("bfloat16", "fwd+bwd")]
     records: list[Record] = []
-    plan = [
-        lambda: _speed_sweep(torch.float16, "fwd", seq_lens, head_dims, deadline, timing, impls,
-                             _log),
-        lambda: _speed_sweep(torch.float16, "fwd+bwd", seq_lens, head_dims, deadline, timing,
-                             impls, _log),
-        lambda: _memory_sweep(mem_lens, deadline, {"warmup": 1, "rep": 1}, _log),
-        lambda: _tile_sweep(deadline, timing, _log),
-        lambda: _speed_sweep(torch.bfloat16, "fwd", seq_lens, head_dims, deadline, timing, impls,
-                             _log),
-        lambda: _speed_sweep(torch.bfloat16, "fwd+bwd", seq_lens, head_dims, deadline, timing,
-                             impls, _log),
-    ]
     for step in plan:
-        recs, stopped = step()
-        records.extend(recs)
-        if stopped:
+        records.extend(step())
+        if time.monotonic() > deadline:
             print(f"[flash] deadline reached: {len(records)} records kept", flush=True)
             break
     return records

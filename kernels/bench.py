@@ -1,8 +1,12 @@
-"""Timing on a CUDA GPU and the recorded-results files the book plots.
+"""Timing on a CUDA GPU and the recorded-results files the book plots: the book's one
+timing path (chapters and ``benchmarks/`` both time through here).
 
 ``time_fn`` is the median of ``triton.testing.do_bench`` after a warm-up, plus the
-peak memory the call allocated. ``Record`` is one measured row; ``save_results``
-merges a suite's rows into ``benchmarks/results/<gpu-slug>.json`` together with the
+peak memory the call allocated. ``Record`` is one measured row and ``measure`` fills
+one. ``time_attention`` times attention implementations over sequence lengths and
+``time_tiles`` the forward kernel over BLOCK_M x BLOCK_N; ``live_or_recorded`` is what
+a chapter's timing cell draws: live rows on a GPU, recorded ones elsewhere.
+``save_results`` merges a suite's rows into ``benchmarks/results/<gpu-slug>.json`` together with the
 provenance (GPU name, capability, torch, triton and CUDA versions, date).
 ``load_results`` reads every recorded file back for the chapters; it never invents
 a number: with no files it returns an empty list, and chapters say so.
@@ -23,7 +27,8 @@ import dataclasses
 import json
 import math
 import pathlib
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -72,10 +77,15 @@ def time_fn(fn: Callable[[], object], warmup: int = 25, rep: int = 100) -> dict:
 
 
 def measure(record: Record, fn: Callable[[], object], flops: float | None = None,
-            bytes_moved: float | None = None, **kw) -> Record:
-    """Time ``fn`` into ``record``; an out-of-memory error is recorded, not raised."""
+            bytes_moved: float | None = None, timer: Callable[..., dict] | None = None,
+            **kw) -> Record:
+    """Time ``fn`` into ``record``; an out-of-memory error is recorded, not raised.
+
+    ``timer(fn, **kw)`` returns ``{"ms", "peak_mem_bytes"}``: ``time_fn`` unless given
+    (tests pass a fake one to run the plumbing on a CPU).
+    """
     try:
-        t = time_fn(fn, **kw)
+        t = (timer or time_fn)(fn, **kw)
     except torch.cuda.OutOfMemoryError:
         record.error = "OOM"
         torch.cuda.empty_cache()
@@ -87,6 +97,200 @@ def measure(record: Record, fn: Callable[[], object], flops: float | None = None
     if bytes_moved is not None:
         record.gbps = bytes_moved / (t["ms"] * 1e-3) / 1e9
     return record
+
+
+# ---------------------------------------------------------------------------------
+# Attention over sequence lengths, and the forward kernel over tile sizes.
+# ---------------------------------------------------------------------------------
+
+
+def attention_flops(B: int, H: int, N_q: int, N_k: int, d: int, causal: bool = False,
+                    mode: str = "fwd") -> float:
+    """Matmul FLOPs of attention: 4 B H N_q N_k d forward (S = Q K^T and P V), halved when
+    causal. Forward + backward counts 3.5x the forward (the backward does 2.5x: five
+    matmuls, one of them the recomputation of S)."""
+    f = 4.0 * B * H * N_q * N_k * d * (0.5 if causal else 1.0)
+    return f * (3.5 if mode == "fwd+bwd" else 1.0)
+
+
+def attention_impls(sdpa_backends: bool = False) -> dict[str, Callable]:
+    """The implementations chapters and suites time, each ``fn(q, k, v, causal)``.
+
+    "triton" (``kernels.flash``), "naive" (``kernels.naive``: S and P in HBM) and PyTorch's
+    scaled_dot_product_attention: one "sdpa" (PyTorch picks the backend) or, with
+    ``sdpa_backends``, "sdpa-flash", "sdpa-efficient" and "sdpa-cudnn", each pinned to
+    one backend (those this torch has).
+    """
+    import torch.nn.functional as F
+
+    from .flash import flash_attention
+    from .naive import naive_attention
+
+    impls = {"triton": lambda q, k, v, causal: flash_attention(q, k, v, causal=causal),
+             "naive": lambda q, k, v, causal: naive_attention(q, k, v, causal=causal)}
+    if not sdpa_backends:
+        impls["sdpa"] = lambda q, k, v, causal: F.scaled_dot_product_attention(
+            q, k, v, is_causal=causal)
+        return impls
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def pinned(backend):
+        def attn(q, k, v, causal):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return attn
+
+    for name, attr in (("sdpa-flash", "FLASH_ATTENTION"),
+                       ("sdpa-efficient", "EFFICIENT_ATTENTION"),
+                       ("sdpa-cudnn", "CUDNN_ATTENTION")):
+        if hasattr(SDPBackend, attr):
+            impls[name] = pinned(getattr(SDPBackend, attr))
+    return impls
+
+
+def _torch_dtype(dtype) -> tuple[torch.dtype, str]:
+    dt = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    return dt, str(dt).removeprefix("torch.")
+
+
+def _step(attn, mode: str, q, k, v, causal: bool, do) -> Callable[[], object]:
+    """One forward (no autograd graph), or one forward and its backward of ``do``."""
+    if mode == "fwd":
+        def fn():
+            with torch.no_grad():
+                return attn(q, k, v, causal)
+    elif mode == "fwd+bwd":
+        def fn():
+            return torch.autograd.grad(attn(q, k, v, causal), (q, k, v), do)
+    else:
+        raise ValueError(f"mode must be 'fwd' or 'fwd+bwd', got {mode!r}")
+    return fn
+
+
+def time_attention(lengths: Iterable[int], impls: dict[str, Callable] | None = None, *,
+                   d: int = 64, causal: bool | tuple = False, dtype="float16",
+                   modes: tuple = ("fwd",), batch: int | None = None,
+                   heads: int | None = None, tokens: int = 16 * 1024, width: int = 1024,
+                   suite: str = "live", op: str = "attention", device=None, seed: int = 0,
+                   timer: Callable[..., dict] | None = None, deadline: float | None = None,
+                   progress: bool = False, log: Callable[[Record], None] | None = None,
+                   **timing) -> list[Record]:
+    """Time attention at each sequence length N = N_q = N_k: one Record per case.
+
+    Shapes: q, k, v are (B, H, N, d) in ``dtype`` with B = ``batch`` or tokens // N (at
+    least 1) and H = ``heads`` or width // d, so every N does similar work per token.
+    ``causal`` is a bool or a tuple of them; ``modes`` holds "fwd" (no autograd graph)
+    and/or "fwd+bwd" (forward, then the gradients of a random dO). ``impls`` maps a name
+    to ``fn(q, k, v, causal)`` (default ``attention_impls()``).
+
+    Out of memory is recorded (error "OOM"), not raised; an SDPA implementation that
+    refuses the shape or GPU is left out; any other error is raised, naming the case.
+    ``timer`` defaults to ``time_fn`` (CUDA only; ``timing`` passes warmup and rep to it).
+    Past ``deadline`` (``time.monotonic()``) no new case starts. ``log(record)`` is called
+    after each case; ``progress`` shows a bar over the lengths.
+    """
+    impls = attention_impls() if impls is None else impls
+    dt, dt_name = _torch_dtype(dtype)
+    device = runtime.DEVICE if device is None else device
+    causals = (causal,) if isinstance(causal, bool) else tuple(causal)
+    grad = "fwd+bwd" in modes
+    lengths = list(lengths)
+    if progress:
+        from tqdm.auto import tqdm
+
+        lengths = tqdm(lengths, desc="timing")
+    records: list[Record] = []
+    for N in lengths:
+        B = batch or max(1, tokens // N)
+        H = heads or max(1, width // d)
+        try:
+            g = torch.Generator(device=device).manual_seed(seed)
+            q, k, v, do = (torch.randn(B, H, N, d, generator=g, device=device, dtype=dt)
+                           for _ in range(4))  # (B, H, N, d)
+            q, k, v = (t.requires_grad_(grad) for t in (q, k, v))
+        except torch.cuda.OutOfMemoryError:  # the inputs alone do not fit
+            q = k = v = do = None
+        cases = [(c, name, attn, mode) for c in causals for name, attn in impls.items()
+                 for mode in modes]
+        for c, name, attn, mode in cases:
+            if deadline is not None and time.monotonic() > deadline:
+                return records
+            rec = Record(suite, op, name, mode, dt_name,
+                         {"B": B, "H": H, "N_q": N, "N_k": N, "d": d, "causal": c})
+            if q is None:
+                rec.error = "OOM"
+            else:
+                try:
+                    measure(rec, _step(attn, mode, q, k, v, c, do), timer=timer,
+                            flops=attention_flops(B, H, N, N, d, c, mode), **timing)
+                except torch.cuda.OutOfMemoryError:
+                    rec.error = "OOM"
+                except RuntimeError as e:
+                    if name.startswith("sdpa"):  # a backend without this GPU/shape/dtype
+                        continue
+                    raise RuntimeError(f"{name} {mode} {rec.shape} {dt_name}: {e}") from e
+            records.append(rec)
+            if log is not None:
+                log(rec)
+        q = k = v = do = None
+        torch.cuda.empty_cache()
+    return records
+
+
+def time_tiles(blocks: Iterable[int] = (16, 32, 64, 128), *, batch: int = 4, heads: int = 32,
+               N: int = 4096, d: int = 64, causal: bool = False, dtype="float16",
+               num_stages: int = 2, suite: str = "live", device=None, seed: int = 0,
+               timer: Callable[..., dict] | None = None, deadline: float | None = None,
+               log: Callable[[Record], None] | None = None, **timing) -> list[Record]:
+    """Forward time of ``kernels.flash`` at each BLOCK_M x BLOCK_N, autotuner bypassed.
+
+    One Record per tile pair, the tiles and warps in its shape (8 warps from 128 x 64 up,
+    else 4). A tile that does not fit this GPU is a result: its error names why.
+    """
+    from .flash import forward_with_tiles
+
+    dt, dt_name = _torch_dtype(dtype)
+    device = runtime.DEVICE if device is None else device
+    g = torch.Generator(device=device).manual_seed(seed)
+    q, k, v = (torch.randn(batch, heads, N, d, generator=g, device=device, dtype=dt)
+               for _ in range(3))  # (B, H, N, d)
+    shape = {"B": batch, "H": heads, "N_q": N, "N_k": N, "d": d, "causal": causal}
+    records: list[Record] = []
+    blocks = list(blocks)
+    for bm in blocks:
+        for bn in blocks:
+            if deadline is not None and time.monotonic() > deadline:
+                return records
+            warps = 8 if bm * bn >= 128 * 64 else 4
+            rec = Record(suite, "attention", "triton", "fwd", dt_name,
+                         {**shape, "BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps,
+                          "num_stages": num_stages})
+            fn = lambda bm=bm, bn=bn, w=warps: forward_with_tiles(  # noqa: E731
+                q, k, v, bm, bn, causal=causal, num_warps=w, num_stages=num_stages)
+            try:
+                measure(rec, fn, timer=timer,
+                        flops=attention_flops(batch, heads, N, N, d, causal), **timing)
+            except Exception as e:  # noqa: BLE001 - a tile that does not fit is a result
+                rec.error = type(e).__name__
+            records.append(rec)
+            if log is not None:
+                log(rec)
+    return records
+
+
+def live_or_recorded(suite: str, live: Callable[[], list[Record]],
+                     results_dir: pathlib.Path | None = None) -> list[tuple[str, list[dict]]]:
+    """What a chapter's timing cell draws: a list of ``(label, records as dicts)``.
+
+    On a CUDA GPU, ``live()`` measured now, labelled "measured live: <provenance>";
+    elsewhere each recorded GPU's rows of ``suite``, labelled "recorded: <provenance>".
+    An empty list means nothing is recorded: the chapter says so and invents nothing.
+    """
+    if runtime.HAS_CUDA and not runtime.INTERPRET:
+        rows = [r.to_dict() if isinstance(r, Record) else r for r in live()]
+        return [("measured live: " + provenance_label(runtime.describe()), rows)]
+    return [("recorded: " + provenance_label(prov), records)
+            for prov, records in suite_records(load_results(results_dir), suite)]
 
 
 def results_path(gpu: str | None = None) -> pathlib.Path:

@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from attention.plots import plot_recorded_timings, use_book_style  # noqa: E402
+from attention.plots import recorded_timing_figure, use_book_style  # noqa: E402
 from kernels.bench import load_results, provenance_label, suite_records  # noqa: E402
 
 OUT_DIR = ROOT / "figures"
@@ -38,9 +38,12 @@ def draw(prov: dict, records: list[dict], out_dir: pathlib.Path = OUT_DIR) -> li
             fig, axes = plt.subplots(2, 2, figsize=(10, 7.5), sharex=True)
             for i, d in enumerate((64, 128)):
                 for j, causal in enumerate((False, True)):
-                    plot_recorded_timings(records, ax=axes[i, j], mode=mode, dtype=dtype, d=d,
-                                          causal=causal,
-                                          title=f"d = {d}, {'causal' if causal else 'full'}")
+                    ax = axes[i, j]
+                    if recorded_timing_figure(records, label, d=d, causal=causal, dtype=dtype,
+                                              metric="tflops", modes=[mode], memory=False,
+                                              axes=[ax]) is None:
+                        ax.set_axis_off()
+                    ax.set_title(f"d = {d}, {'causal' if causal else 'full'}")
             fig.suptitle(f"attention {mode}, {dtype}: TFLOP/s (higher is better)\n{label}",
                          fontsize=10)
             fig.tight_layout()
@@ -50,9 +53,8 @@ def draw(prov: dict, records: list[dict], out_dir: pathlib.Path = OUT_DIR) -> li
             paths.append(path)
     if any(r.get("op") == "attention-memory" for r in records):
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
-        plot_recorded_timings(records, ax=ax, op="attention-memory", mode="fwd", dtype="float16",
-                              d=64, causal=False, metric="peak_mem_bytes",
-                              title=f"peak memory of one forward, fp16, B=1, H=16, d=64\n{label}")
+        recorded_timing_figure(records, label, dtype="float16", modes=[], axes=[ax])
+        ax.set_title(f"peak memory of one forward, fp16, B=1, H=16, d=64\n{label}")
         fig.tight_layout()
         path = out_dir / f"gpu_flash_{slug}_memory.png"
         fig.savefig(path)
