@@ -163,7 +163,7 @@ def recorded_timing_figure(records: list[dict], label: str, *, d: int = 64,
     return fig
 
 
-def block_sweep_figure(prov: dict, records: list[dict], label: str, simulated_bytes):
+def block_sweep_figure(records: list[dict], label: str, simulated_bytes):
     """Measured ms over a BLOCK_M x BLOCK_N sweep beside the simulator's HBM bytes.
 
     ``simulated_bytes(shape, BLOCK_M, BLOCK_N)`` returns the simulator's bytes for a

@@ -116,7 +116,7 @@ def test_recorded_result_figures_use_only_given_records():
     assert any("out of memory" in line.get_label() for line in fig.axes[2].lines)
     assert plots.recorded_timing_figure(sweep, "label", d=32) is None
     seen = []
-    fig = plots.block_sweep_figure({}, sweep, "label",
+    fig = plots.block_sweep_figure(sweep, "label",
                                    lambda shape, bm, bn: seen.append((bm, bn)) or bm * bn)
     assert sorted(seen) == [(64, 32), (64, 64), (128, 32), (128, 64)]
-    assert plots.block_sweep_figure({}, recs, "label", lambda *a: 0) is None
+    assert plots.block_sweep_figure(recs, "label", lambda *a: 0) is None
