@@ -28,7 +28,10 @@ Ties
 Shapes
     q (B, H, N_q, d), k and v (B, H_kv, N_k, d) with H % H_kv == 0 (grouped-query
     attention); any strides. Causal masks align bottom-right (query i sees keys
-    j <= i + N_k - N_q); a query that sees no key gets o = 0 and index -1, never NaN.
+    j <= i + N_k - N_q); a query that sees no key gets o = 0 and index -1, never NaN; a
+    query whose visible scores hold a NaN has no valid choice: o = NaN and index -1 (top-k:
+    every slot -1, lse NaN), never mistaken for the empty row. A scale whose product with
+    log2(e) overflows fp32 is refused (ValueError).
 dtypes / head dims
     float16, bfloat16, float32 (scores accumulate in float32; float32 inputs use IEEE
     dot products so the argmax matches an fp64 reference away from exact ties).
@@ -173,6 +176,7 @@ def _hard_attn_fwd(
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # best score so far
     idx_i = tl.full([BLOCK_M], -1, dtype=tl.int32)  # its key index
+    nan_i = tl.zeros([BLOCK_M], dtype=tl.int32)  # 1 once a visible score is NaN
     # causal, bottom-right: row i sees keys j <= i + N_K - N_Q; stop after the block's last
     hi = N_K
     if CAUSAL:
@@ -192,7 +196,9 @@ def _hard_attn_fwd(
             rnd = (off_bh.to(tl.int64) * N_Q + offs_m[:, None]) * N_K + cols[None, :]
             u = tl.rand(seed, rnd)
             s = s - tl.log(-tl.log(u))  # u = 0 gives -inf: never chosen
+        nan_i = tl.maximum(nan_i, tl.max(tl.where(visible & (s != s), 1, 0), 1))
         s = tl.where(visible, s, float("-inf"))
+        s = tl.where(s != s, float("-inf"), s)  # a NaN row is flagged above, not chosen from
         m_blk = tl.max(s, 1)
         # lowest index among the block's maxima
         idx_blk = tl.min(tl.where(s == m_blk[:, None], cols[None, :], N_K), 1)
@@ -201,10 +207,12 @@ def _hard_attn_fwd(
         m_i = tl.where(better, m_blk, m_i)
 
     # one row of V per query: a gather, not a stream
+    idx_i = tl.where(nan_i > 0, -1, idx_i)
     has = (idx_i >= 0) & (offs_m < N_Q)
     v_ptrs = V + off_b * stride_vb + off_hk * stride_vh \
         + idx_i[:, None] * stride_vn + offs_d[None, :] * stride_vd
-    o = tl.load(v_ptrs, mask=has[:, None] & mask_d[None, :], other=0.0)
+    o = tl.load(v_ptrs, mask=has[:, None] & mask_d[None, :], other=0.0).to(tl.float32)
+    o = tl.where(nan_i[:, None] > 0, float("nan"), o)
     o_ptrs = O + off_b * stride_ob + off_h * stride_oh \
         + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
     tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=(offs_m[:, None] < N_Q) & mask_d[None, :])
@@ -254,6 +262,7 @@ def _topk_attn_fwd(
     buf_s = tl.where(real, float("-inf"), float("inf")) + tl.zeros([BLOCK_M, TOPK_PAD], tl.float32)
     buf_j = (N_K + slots)[None, :] + tl.zeros([BLOCK_M, TOPK_PAD], tl.int32)
     thr = tl.min(buf_s, 1)  # the k-th best score so far: a key must beat it to get in
+    nan_i = tl.zeros([BLOCK_M], dtype=tl.int32)  # 1 once a visible score is NaN
 
     hi = N_K
     if CAUSAL:
@@ -268,7 +277,8 @@ def _topk_attn_fwd(
         visible = cols[None, :] < N_K
         if CAUSAL:
             visible = visible & (cols[None, :] <= offs_m[:, None] + (N_K - N_Q))
-        s = tl.where(visible, s, float("-inf"))
+        nan_i = tl.maximum(nan_i, tl.max(tl.where(visible & (s != s), 1, 0), 1))
+        s = tl.where(visible & (s == s), s, float("-inf"))  # NaN rows are flagged, not kept
         # strict >: a later key that ties the k-th best loses to it (lowest index wins)
         n_cand = tl.max(tl.sum((s > thr[:, None]).to(tl.int32), 1), 0)
         # candidates enter best-first, so a block inserts at most TOPK of them
@@ -285,8 +295,8 @@ def _topk_attn_fwd(
             s = tl.where(cols[None, :] == c_j[:, None], float("-inf"), s)  # consumed
             thr = tl.min(buf_s, 1)
 
-    # softmax over the kept scores (padding and empty slots weigh 0)
-    valid = real & (buf_s > float("-inf"))
+    # softmax over the kept scores (padding and empty slots weigh 0); a NaN row keeps nothing
+    valid = real & (buf_s > float("-inf")) & (nan_i[:, None] == 0)
     m_i = tl.max(tl.where(valid, buf_s, float("-inf")), 1)
     m_safe = tl.where(m_i > float("-inf"), m_i, 0.0)
     p = tl.where(valid, tl.exp2((buf_s - m_safe[:, None]) * LOG2E), 0.0)  # (BLOCK_M, TOPK_PAD)
@@ -307,6 +317,8 @@ def _topk_attn_fwd(
     has = l_i > 0
     o = acc / tl.where(has, l_i, 1.0)[:, None]
     lse = tl.where(has, m_safe + tl.log(tl.where(has, l_i, 1.0)), float("-inf"))
+    o = tl.where(nan_i[:, None] > 0, float("nan"), o)
+    lse = tl.where(nan_i > 0, float("nan"), lse)
     row = offs_m < N_Q
     o_ptrs = O + off_b * stride_ob + off_h * stride_oh \
         + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od

@@ -349,3 +349,47 @@ def test_shipped_configs_compile_for_gpus_without_spills():
     assert {r.split()[0] for r in rows} == {"hard", "topk64", "topk128"}, out
     assert {r.split()[1] for r in rows} == {"sm90", "sm75"}, out
     assert all(r.endswith(" ok") for r in rows), out
+
+
+# ------------------------------------------------------------------------------------------
+# No silent wrong answers (issue 10)
+# ------------------------------------------------------------------------------------------
+
+
+def test_nan_score_rows_are_nan_not_empty():
+    # item 1: a NaN in q row 3 gives o = NaN and idx = -1 (no valid choice); the empty rows of
+    # a causal N_q > N_k mask give o = 0 and idx = -1; a hidden NaN value row reaches nobody
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, n, 16, generator=g) for n in (10, 8, 8))
+    q[0, 0, 5, 0] = float("nan")
+    v[0, 0, 7] = float("nan")
+    o, idx = hard_attention(q, k, v, causal=True, return_index=True)
+    assert idx[0, 0, 5] == -1 and torch.isnan(o[0, 0, 5]).all()
+    assert torch.all(idx[0, 0, :2] == -1) and torch.all(o[0, 0, :2] == 0)
+    seen7 = idx[0, 0] == 7
+    assert torch.equal(torch.isnan(o[0, 0]).any(-1), seen7 | (torch.arange(10) == 5))
+    o, idx = topk_attention(q, k, v, 3, causal=True, return_index=True)
+    assert torch.all(idx[0, 0, 5] == -1) and torch.isnan(o[0, 0, 5]).all()
+    assert torch.all(o[0, 0, :2] == 0)
+    o_n = naive_topk_attention(q, k, v, 3, causal=True)
+    assert torch.equal(torch.isnan(o_n), torch.isnan(o)) and torch.all(o_n[0, 0, :2] == 0)
+
+
+@pytest.mark.parametrize("sm_scale", [1e300, -3e38, float("nan")])
+def test_hard_and_topk_refuse_scales_that_overflow_fp32(sm_scale):
+    # item 3: scores times sm_scale * log2(e) must stay in fp32
+    q, k, v = (torch.randn(1, 1, 8, 16) for _ in range(3))
+    with pytest.raises(ValueError, match="sm_scale"):
+        hard_attention(q, k, v, sm_scale=sm_scale)
+    with pytest.raises(ValueError, match="sm_scale"):
+        topk_attention(q, k, v, 2, sm_scale=sm_scale)
+
+
+@pytest.mark.parametrize("topk,exc", [(2.7, TypeError), ("3", TypeError), (True, TypeError),
+                                      (0, ValueError), (-1, ValueError)])
+def test_topk_must_be_a_positive_int(topk, exc):
+    q, k, v = (torch.randn(1, 1, 8, 16) for _ in range(3))
+    with pytest.raises(exc, match="topk"):
+        topk_attention(q, k, v, topk)
+    with pytest.raises(TypeError, match="causal"):
+        hard_attention(q, k, v, causal="False")
