@@ -1,0 +1,436 @@
+/* The book's static explorers (attention/static.py writes their data into the page).
+ *
+ * Each <div class="static-explorer"> holds JSON: the controls' grids, Vega-Lite specs and
+ * the numbers attention.memory (or attention.hard) computed when the chapter executed.
+ * This script builds native controls, looks the chosen rows up and hands them to Vega
+ * (vega-bundle.js, vendored from vl-convert-python). It computes nothing about attention:
+ * the one product is bytes = elements x bytes per element, exactly Traffic.bytes.
+ * window.staticExplorers[id] exposes each explorer (state, Vega views) to the site tests.
+ */
+(function () {
+  "use strict";
+
+  const KINDS = {};
+  window.staticExplorers = window.staticExplorers || {};
+
+  // ------------------------------------------------------------------ helpers
+  const fmtInt = (x) => Number(x).toLocaleString("en-US");
+  function human(bytes) {
+    const units = [[2 ** 30, "GiB"], [2 ** 20, "MiB"], [2 ** 10, "KiB"]];
+    for (const [div, name] of units) {
+      if (bytes >= div) return (bytes / div).toPrecision(3) + " " + name;
+    }
+    return bytes + " B";
+  }
+  const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c]));
+  const sum = (a) => a.reduce((x, y) => x + y, 0);
+
+  /** Rows for bars_spec: one per (group, tensor, read/written) with elements > 0. */
+  function barRows(group, tensors, flat, bpe, rows) {
+    tensors.forEach((t, k) => {
+      const r = flat[2 * k], w = flat[2 * k + 1];
+      if (r) rows.push({ group, tensor: t, kind: "read", elements: r, bytes: r * bpe, order: 2 * k });
+      if (w) rows.push({ group, tensor: t, kind: "written", elements: w, bytes: w * bpe, order: 2 * k + 1 });
+    });
+    return rows;
+  }
+  /** Total elements of a flattened [r0, w0, r1, w1, ...] list (its first 2 * n entries). */
+  const totalOf = (flat, n) => sum(flat.slice(0, 2 * n));
+
+  /** A Vega-Lite spec with each named data source ({name}) given its values. */
+  function withData(spec, data) {
+    const visit = (node) => {
+      if (node && node.data && node.data.name in data) node.data.values = data[node.data.name];
+      (node.layer || []).forEach(visit);
+    };
+    visit(spec);
+    return spec;
+  }
+
+  // ------------------------------------------------------------------ controls
+  let uid = 0;
+  function makeControl(host, spec, onChange) {
+    const id = "se-" + (++uid) + "-" + spec.name;
+    const wrap = document.createElement("div");
+    wrap.className = "se-control se-" + spec.type;
+    const label = document.createElement("label");
+    label.htmlFor = id;
+    label.textContent = spec.label;
+    let input;
+    if (spec.type === "select") {
+      input = document.createElement("select");
+      spec.options.forEach((o, i) => {
+        const opt = document.createElement("option");
+        opt.value = String(i);
+        opt.textContent = o;
+        input.append(opt);
+      });
+      input.value = String(spec.value);
+    } else if (spec.type === "checkbox") {
+      input = document.createElement("input");
+      input.type = "checkbox";
+      input.checked = !!spec.value;
+    } else {
+      input = document.createElement("input");
+      input.type = "range";
+      input.min = "0";
+      input.step = "1";
+      input.max = String(spec.options.length - 1);
+      input.value = String(spec.value);
+    }
+    input.id = id;
+    input.name = spec.name;
+    input.dataset.name = spec.name;
+    const out = document.createElement("output");
+    out.htmlFor = id;
+    wrap.append(label, input);
+    if (spec.type === "range") wrap.append(out);
+    if (spec.type === "checkbox") wrap.insertBefore(input, label);
+    host.append(wrap);
+    const ctl = {
+      spec, input, out,
+      get() {
+        return spec.type === "checkbox" ? input.checked : Number(input.value);
+      },
+      setOptions(options) {
+        spec.options = options;
+        input.max = String(options.length - 1);
+        if (Number(input.value) > options.length - 1) input.value = String(options.length - 1);
+        ctl.show();
+      },
+      show() {
+        if (spec.type === "range") {
+          const text = spec.options[Number(input.value)];
+          out.textContent = text;
+          input.setAttribute("aria-valuetext", spec.label + " " + text);
+        }
+      },
+    };
+    ctl.show();
+    input.addEventListener(spec.type === "range" ? "input" : "change", () => {
+      ctl.show();
+      onChange(spec.name);
+    });
+    return ctl;
+  }
+
+  // ------------------------------------------------------------------ the engine
+  async function init(root) {
+    const script = root.querySelector("script.static-explorer-data");
+    if (!script || root.dataset.ready) return;
+    root.dataset.ready = "1";
+    const cfg = JSON.parse(script.textContent);
+    const kind = KINDS[cfg.kind];
+    const fallback = root.querySelector(".static-explorer-fallback");
+    if (!kind || typeof vegaEmbed === "undefined") {
+      if (fallback) fallback.textContent = "This explorer could not start (no Vega in this page).";
+      return;
+    }
+    if (fallback) fallback.remove();
+    const form = document.createElement("div");
+    form.className = "se-controls";
+    const readout = document.createElement("div");
+    readout.className = "se-readout";
+    readout.setAttribute("aria-live", "polite");
+    const charts = document.createElement("div");
+    charts.className = "se-charts";
+    root.append(form, readout, charts);
+
+    const handle = { id: root.id, kind: cfg.kind, cfg, controls: {}, views: {}, specKeys: {},
+                     lastRedrawMs: null, redraws: 0, ready: null };
+    window.staticExplorers[root.id] = handle;
+    const slots = {};
+    for (const name of kind.charts) {
+      const div = document.createElement("div");
+      div.className = "se-chart se-chart-" + name;
+      charts.append(div);
+      slots[name] = div;
+    }
+    let pending = Promise.resolve();
+    const redraw = (changed) => {
+      pending = pending.then(() => draw(changed));
+      handle.ready = pending;
+      return pending;
+    };
+    for (const spec of kind.controls(cfg)) {
+      handle.controls[spec.name] = makeControl(form, spec, redraw);
+    }
+    handle.state = () => Object.fromEntries(
+      Object.entries(handle.controls).map(([k, c]) => [k, c.get()]));
+    /** Set a control by option index (or checked state) through its own DOM event. */
+    handle.set = (name, value) => {
+      const c = handle.controls[name];
+      if (c.spec.type === "checkbox") c.input.checked = !!value;
+      else c.input.value = String(value);
+      c.input.dispatchEvent(new Event(c.spec.type === "range" ? "input" : "change"));
+      return handle.ready;
+    };
+
+    async function draw(changed) {
+      const t0 = performance.now();
+      const out = kind.update(cfg, handle.state(), handle, changed);
+      const runs = [];
+      for (const [name, chart] of Object.entries(out.charts)) {
+        if (handle.specKeys[name] !== chart.spec) {
+          if (handle.views[name]) handle.views[name].finalize();
+          // The first data go into the spec, so the first draw already has them.
+          const spec = withData(JSON.parse(JSON.stringify(cfg.specs[chart.spec])), chart.data);
+          const res = await vegaEmbed(slots[name], spec, { actions: false, renderer: "svg" });
+          handle.views[name] = res.view;
+          handle.specKeys[name] = chart.spec;
+          continue;
+        }
+        const view = handle.views[name];
+        for (const [ds, rows] of Object.entries(chart.data)) view.data(ds, rows);
+        runs.push(view.runAsync());
+      }
+      readout.innerHTML = out.text;
+      await Promise.all(runs);
+      handle.lastRedrawMs = performance.now() - t0;
+      handle.redraws += 1;
+    }
+    await redraw(null);
+  }
+
+  function initAll() {
+    document.querySelectorAll(".static-explorer").forEach((root) => {
+      init(root).catch((err) => {
+        root.append(Object.assign(document.createElement("p"), {
+          className: "se-error", textContent: "Explorer error: " + err }));
+        console.error(err);
+      });
+    });
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", initAll);
+  else initAll();
+
+  const labels = (xs, f) => xs.map(f || String);
+
+  // ------------------------------------------------------------------ chapter 2: tiles
+  KINDS.tile = {
+    charts: ["bars", "tiles"],
+    controls(cfg) {
+      const g = cfg.grid;
+      return [
+        { name: "N", label: "sequence length N", type: "range", options: labels(g.N, fmtInt), value: cfg.init.N },
+        { name: "d", label: "head dim d", type: "select", options: labels(g.d), value: cfg.init.d },
+        { name: "Br", label: "query tile Br", type: "range", options: labels(g.B), value: cfg.init.Br },
+        { name: "Bc", label: "key tile Bc", type: "range", options: labels(g.B), value: cfg.init.Bc },
+        { name: "sram", label: "SRAM per SM", type: "select", options: cfg.srams.map((s) => s[0]), value: cfg.init.sram },
+        { name: "dtype", label: "dtype", type: "select", options: cfg.dtypes.map((t) => `${t[0]} (${t[1]} B)`), value: cfg.init.dtype },
+        { name: "algorithm", label: "algorithm", type: "select", options: cfg.groups.fwd.concat(cfg.groups.bwd), value: cfg.init.algorithm },
+        { name: "step", label: "schedule step", type: "range", options: ["1"], value: 0 },
+      ];
+    },
+    update(cfg, s, h) {
+      const g = cfg.grid, nd = g.d.length, nb = g.B.length;
+      const algs = cfg.groups.fwd.concat(cfg.groups.bwd);
+      const alg = algs[s.algorithm];
+      const group = cfg.groups.fwd.includes(alg) ? "fwd" : "bwd";
+      const idx = ((s.N * nd + s.d) * nb + s.Br) * nb + s.Bc;
+      const bpe = cfg.dtypes[s.dtype][1];
+      const M = cfg.sram.M[s.sram][s.dtype];
+      const rows = [];
+      const lines = [];
+      for (const a of cfg.groups[group]) {
+        const flat = g.counts[a][idx], nt = g.tensors[a].length;
+        barRows(a, g.tensors[a], flat, bpe, rows);
+        const peak = flat[flat.length - 1];
+        const fits = peak <= M;
+        lines.push(`<li${a === alg ? ' class="se-chosen"' : ""}><b>${a}</b>: ${human(totalOf(flat, nt) * bpe)} ` +
+          `(${fmtInt(totalOf(flat, nt))} elements); tiles need ${fmtInt(peak)} elements of SRAM: ` +
+          (fits ? "fit" : '<span class="se-bad">do NOT fit in M</span>') + "</li>");
+      }
+      // The schedule at the small N of the step view.
+      const run = cfg.schedule.runs[`${alg},${g.B[s.Br]},${g.B[s.Bc]}`];
+      const step = h.controls.step;
+      const nSteps = run.steps.length;
+      if (step.spec.options.length !== nSteps) {
+        step.setOptions(Array.from({ length: nSteps }, (_, i) => `${i + 1} of ${nSteps}`));
+      }
+      const cur = Math.min(step.get(), nSteps - 1);
+      const tiles = [];
+      const fill = [];
+      for (let i = 0; i < run.tr; i++) { fill.push(new Array(run.tc).fill(null)); }
+      for (let k = 0; k <= cur; k++) {
+        const [i, j, what] = run.steps[k];
+        if (i < 0) continue;
+        const cols = j >= 0 ? [j] : [...Array(run.tc).keys()];
+        for (const c of cols) fill[i][c] = [what, k === cur];
+      }
+      for (let i = 0; i < run.tr; i++) {
+        for (let j = 0; j < run.tc; j++) {
+          const f = fill[i][j];
+          tiles.push({ i, j, fill: f ? f[0] : "pending", current: f ? f[1] : false });
+        }
+      }
+      const [, , , loads, stores] = run.steps[cur];
+      const rule = cfg.sram.rule[`${s.sram},${s.dtype},${s.d},${s.N}`];
+      const text =
+        `<p>N = ${fmtInt(g.N[s.N])}, d = ${g.d[s.d]}, Br = ${g.B[s.Br]}, Bc = ${g.B[s.Bc]}, ` +
+        `${cfg.dtypes[s.dtype][0]}; SRAM ${esc(cfg.srams[s.sram][0])}: M = ${fmtInt(M)} elements.</p>` +
+        `<ul>${lines.join("")}</ul>` +
+        `<p>FA1's rule for this M and d: Bc = ⌈M/4d⌉ = ${rule[1]}, Br = min(⌈M/4d⌉, d) = ${rule[0]}; ` +
+        `its flash1 tiles need ${fmtInt(rule[2])} elements (${rule[2] <= M ? "fit" : "do NOT fit: the rule holds up to constants"}).</p>` +
+        `<p class="se-step"><b>${alg}</b>, schedule at N = ${cfg.schedule.N} (${run.tr} × ${run.tc} tiles), ` +
+        `step ${cur + 1} of ${nSteps}: load ${esc(loads)}; store ${esc(stores)}.</p>`;
+      return {
+        charts: { bars: { spec: "bars_" + group, data: { bars: rows } },
+                  tiles: { spec: "tiles", data: { tiles } } },
+        text,
+      };
+    },
+  };
+
+  // ------------------------------------------------------------------ landing page teaser
+  KINDS.teaser = {
+    charts: ["bars"],
+    controls(cfg) {
+      const g = cfg.grid;
+      return [
+        { name: "N", label: "sequence length N", type: "range", options: labels(g.N, fmtInt), value: cfg.init.N },
+        { name: "Br", label: "query tile Br", type: "range", options: labels(g.B), value: cfg.init.Br },
+        { name: "Bc", label: "key tile Bc", type: "range", options: labels(g.B), value: cfg.init.Bc },
+      ];
+    },
+    update(cfg, s) {
+      const g = cfg.grid, nb = g.B.length;
+      const idx = ((s.N * 1 + 0) * nb + s.Br) * nb + s.Bc;
+      const names = { standard: "standard attention", flash2: "FlashAttention-2" };
+      const rows = [], tot = {};
+      for (const a of ["standard", "flash2"]) {
+        const flat = g.counts[a][idx];
+        barRows(names[a], g.tensors[a], flat, cfg.bpe, rows);
+        tot[a] = totalOf(flat, g.tensors[a].length) * cfg.bpe;
+      }
+      const text = `<p>One head, N = ${fmtInt(g.N[s.N])}, d = ${g.d[0]}, ${cfg.dtype}: standard attention moves ` +
+        `<b>${human(tot.standard)}</b> between HBM and SRAM, FlashAttention-2 <b>${human(tot.flash2)}</b> ` +
+        `(${(tot.standard / tot.flash2).toFixed(1)} times less).</p>`;
+      return { charts: { bars: { spec: "bars", data: { bars: rows } } }, text };
+    },
+  };
+
+  // ------------------------------------------------------------------ chapter 1
+  KINDS.naive = {
+    charts: ["lines", "bars"],
+    controls(cfg) {
+      const g = cfg.grid;
+      return [
+        { name: "n", label: "keys n", type: "range", options: labels(g.n, fmtInt), value: cfg.init.n },
+        { name: "self", label: "self-attention (m = n)", type: "checkbox", value: cfg.init.self },
+        { name: "m", label: "queries m", type: "range", options: labels(g.m, fmtInt), value: cfg.init.m },
+        { name: "d", label: "head dim d", type: "select", options: labels(g.d), value: cfg.init.d },
+        { name: "dtype", label: "dtype", type: "select", options: cfg.dtypes.map((t) => `${t[0]} (${t[1]} B)`), value: cfg.init.dtype },
+      ];
+    },
+    update(cfg, s, h) {
+      const g = cfg.grid, T = g.tensors, bpe = cfg.dtypes[s.dtype][1];
+      h.controls.m.input.disabled = s.self;
+      const table = g.counts[s.self ? 0 : s.m + 1][s.d];
+      const lines = [];
+      g.n.forEach((n, ni) => {
+        const flat = table[ni];
+        T.forEach((t, k) => lines.push({ x: n, series: t, bytes: (flat[2 * k] + flat[2 * k + 1]) * bpe }));
+        lines.push({ x: n, series: "total", bytes: totalOf(flat, T.length) * bpe });
+      });
+      const flat = table[s.n];
+      const rows = [];
+      T.forEach((t, k) => barRows(t, [t], [flat[2 * k], flat[2 * k + 1]], bpe, rows));
+      const total = totalOf(flat, T.length);
+      const sp = flat[2 * T.indexOf("S")] + flat[2 * T.indexOf("S") + 1] + flat[2 * T.indexOf("P")] + flat[2 * T.indexOf("P") + 1];
+      const m = s.self ? g.n[s.n] : g.m[s.m];
+      const text = `<p>m = ${fmtInt(m)} queries, n = ${fmtInt(g.n[s.n])} keys, d = ${g.d[s.d]}, ` +
+        `${cfg.dtypes[s.dtype][0]} (Br = ${g.Br}): <b>${human(total * bpe)}</b> in all, ` +
+        `${Math.round((100 * sp) / total)}% of it S and P.</p>`;
+      return { charts: { lines: { spec: "lines", data: { lines, marker: [{ x: g.n[s.n] }] } },
+                         bars: { spec: "bars", data: { bars: rows } } }, text };
+    },
+  };
+
+  // ------------------------------------------------------------------ chapter 3
+  KINDS.temperature = {
+    charts: ["map", "row"],
+    controls(cfg) {
+      const g = cfg.grid;
+      return [
+        { name: "tau", label: "temperature τ", type: "range", options: g.tau_exp.map((e) => Number((10 ** e).toPrecision(3)).toString()), value: cfg.init.tau },
+        { name: "row", label: "query row", type: "range", options: labels([...Array(g.shape[0]).keys()]), value: cfg.init.row },
+      ];
+    },
+    update(cfg, s, h) {
+      const g = cfg.grid, y = g.y[s.tau];
+      const map = [];
+      y.forEach((r, q) => r.forEach((v, k) => map.push({ query: q, key: k, y: v, selected: q === s.row })));
+      const row = y[s.row].map((v, k) => ({ key: k, y: v, p: g.p[s.row][k] }));
+      const k = g.sample[s.row];
+      const tau = h.controls.tau.spec.options[s.tau];
+      const text = `<p>τ = ${tau}, query ${s.row}: the largest weight is ${Math.max(...y[s.row]).toFixed(3)}; ` +
+        `the Gumbel-max sample argmax(s + g) is key ${k} (▼). Black ticks: softmax(s), τ = 1 without noise.</p>`;
+      return { charts: { map: { spec: "map", data: { map } },
+                         row: { spec: "row", data: { row, sample: [{ key: k }] } } }, text };
+    },
+  };
+
+  KINDS.topk = {
+    charts: ["lines", "bars"],
+    controls(cfg) {
+      const g = cfg.grid;
+      return [
+        { name: "k", label: "top-k k", type: "range", options: labels(g.k), value: cfg.init.k },
+        { name: "N", label: "length N", type: "range", options: labels(g.N, fmtInt), value: cfg.init.N },
+        { name: "d", label: "head dim d", type: "select", options: labels(g.d), value: cfg.init.d },
+      ];
+    },
+    update(cfg, s) {
+      const g = cfg.grid, T = g.tensors, bpe = cfg.bpe;
+      const runs = [["soft", "soft"], ["hard", "hard (argmax)"], ["topk:" + g.k[s.k], "top-k"]];
+      const lines = [];
+      for (const [key, series] of runs) {
+        g.N.forEach((n, ni) => lines.push({ x: n, series, bytes: totalOf(g.counts[key][s.d][ni], T.length) * bpe }));
+      }
+      const rows = [];
+      const parts = [];
+      for (const [key, series] of runs) {
+        const label = series === "top-k" ? `top-k (k = ${g.k[s.k]})` : series;
+        const flat = g.counts[key][s.d][s.N];
+        barRows(label, T, flat, bpe, rows);
+        parts.push(`${label} <b>${human(totalOf(flat, T.length) * bpe)}</b>`);
+      }
+      const text = `<p>One head, N = ${fmtInt(g.N[s.N])}, d = ${g.d[s.d]}, float16: ${parts.join(", ")}.</p>`;
+      return { charts: { lines: { spec: "lines", data: { lines, marker: [{ x: g.N[s.N] }] } },
+                         bars: { spec: "bars", data: { bars: rows } } }, text };
+    },
+  };
+
+  // ------------------------------------------------------------------ chapter 4
+  KINDS.deformable = {
+    charts: ["bars", "lines"],
+    controls(cfg) {
+      const g = cfg.grid;
+      return [
+        { name: "r", label: "DAT factor r", type: "range", options: labels(g.r), value: cfg.init.r },
+        { name: "P", label: "MSDA points P", type: "range", options: labels(g.P), value: cfg.init.P },
+        { name: "L", label: "MSDA levels L", type: "range", options: labels(g.L), value: cfg.init.L },
+        { name: "side", label: "map side", type: "range", options: labels(g.side), value: cfg.init.side },
+        { name: "d", label: "head dim d", type: "select", options: labels(g.d), value: cfg.init.d },
+      ];
+    },
+    update(cfg, s) {
+      const g = cfg.grid, T = g.tensors, bpe = cfg.bpe, c = g.counts;
+      const pick = (alg, si) => (alg === "dense-image" ? c[alg][s.d][si]
+        : alg === "msda" ? c[alg][s.d][si][s.L][s.P] : c[alg][s.d][si][s.r]);
+      const rows = [], lines = [], parts = [];
+      for (const [name, alg] of Object.entries(g.names)) {
+        const flat = pick(alg, s.side);
+        barRows(name, T, flat, bpe, rows);
+        parts.push(`${name} <b>${human(totalOf(flat, T.length) * bpe)}</b>`);
+        g.side.forEach((side, si) => lines.push({ x: side, series: name, bytes: totalOf(pick(alg, si), T.length) * bpe }));
+      }
+      const side = g.side[s.side];
+      const text = `<p>${side} × ${side} map (${fmtInt(side * side)} queries), d = ${g.d[s.d]}, r = ${g.r[s.r]}, ` +
+        `L · P = ${g.L[s.L]} × ${g.P[s.P]}, float16: ${parts.join(", ")}.</p>`;
+      return { charts: { bars: { spec: "bars", data: { bars: rows } },
+                         lines: { spec: "lines", data: { lines, marker: [{ x: side }] } } }, text };
+    },
+  };
+})();

@@ -1,0 +1,150 @@
+"""attention.static: the data behind the static site's explorers equals what attention computes."""
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from attention import hard, memory, static
+from attention.core import softmax
+
+rnd = random.Random(0)
+
+
+def _flat(t, names):
+    return [x for n in names for x in t.per_tensor.get(n, (0, 0))]
+
+
+@pytest.fixture(scope="module")
+def tile_grid():
+    return static.tile_grid()
+
+
+def test_tile_grid_is_closed_form(tile_grid):
+    g = tile_grid
+    assert g["N"] == [256 * 2**k for k in range(9)] and g["d"] == [32, 64, 128, 256]
+    assert g["B"] == [16, 32, 64, 128, 256]
+    assert set(g["counts"]) == set(static.FORWARD + static.BACKWARD)
+    for _ in range(60):
+        alg = rnd.choice(static.FORWARD + static.BACKWARD)
+        iN, id_, ibr, ibc = (rnd.randrange(len(g[k])) for k in ("N", "d", "B", "B"))
+        k = ((iN * len(g["d"]) + id_) * len(g["B"]) + ibr) * len(g["B"]) + ibc
+        t = memory.closed_form(alg, g["N"][iN], g["d"][id_], Br=g["B"][ibr], Bc=g["B"][ibc])
+        row = g["counts"][alg][k]
+        assert row[:-1] == _flat(t, g["tensors"][alg])
+        assert sum(row[:-1]) == t.total and row[-1] == t.sram_peak
+        # The tiles fit in M exactly when the closed form with M accepts them.
+        for M in (row[-1] - 1, row[-1]):
+            fits = True
+            try:
+                memory.closed_form(alg, g["N"][iN], g["d"][id_], Br=g["B"][ibr],
+                                   Bc=g["B"][ibc], M=M)
+            except ValueError:
+                fits = False
+            assert fits == (row[-1] <= M)
+
+
+def test_sram_table():
+    tab = static.sram_table()
+    for si, (_, kib) in enumerate(static.SRAM_KIB):
+        for ti, (_, bpe) in enumerate(static._dtypes()):
+            M = tab["M"][si][ti]
+            assert M == kib * 1024 // bpe
+            for di, d in enumerate(static.TILE_D):
+                br, bc, need = tab["rule"][f"{si},{ti},{di},0"]
+                assert (br, bc) == memory.fa1_block_sizes(M, d)
+                assert need == memory.sram_need("flash1", static.TILE_N[0], d, br, bc)
+
+
+@pytest.mark.parametrize("alg", static.FORWARD + static.BACKWARD)
+def test_schedule_steps_follow_the_simulator(alg):
+    br, bc = rnd.choice(static.TILE_B), rnd.choice(static.TILE_B)
+    t = memory.simulate(alg, 256, 64, Br=br, Bc=bc, keep_trace=True)
+    steps = static.schedule_steps(alg, 256, 64, br, bc)
+    assert len(steps) == t.steps
+    for s, (i, j, _what, loads, stores) in enumerate(steps):
+        ev = [e for e in t.trace if e.step == s]
+        comp = [e for e in ev if e.op == "compute"]
+        if comp:
+            assert (i, j) == (comp[0].block + (-1, -1))[:2]
+        for op, text in (("load", loads), ("store", stores)):
+            names = {e.tensor for e in ev if e.op == op}
+            assert {w.split("[")[0] for w in text.split()} == (names or {"-"})
+    # The schedule's shape does not depend on d (the step view is drawn at one d).
+    assert static.schedule_steps(alg, 256, 32, br, bc) == steps
+
+
+def test_naive_grid_is_closed_form():
+    g = static.naive_grid()
+    for _ in range(40):
+        mi = rnd.randrange(-1, len(g["m"]))
+        di, ni = rnd.randrange(len(g["d"])), rnd.randrange(len(g["n"]))
+        n = g["n"][ni]
+        m = n if mi < 0 else g["m"][mi]
+        t = memory.closed_form("standard", m, g["d"][di], Br=64, Bc=64, N_k=n)
+        assert g["counts"][mi + 1][di][ni] == _flat(t, g["tensors"])
+        assert sum(g["counts"][mi + 1][di][ni]) == t.total
+
+
+def test_topk_grid_is_closed_form():
+    g = static.topk_grid()
+    for _ in range(30):
+        name = rnd.choice(["soft", "hard"] + [f"topk:{k}" for k in g["k"]])
+        di, ni = rnd.randrange(len(g["d"])), rnd.randrange(len(g["N"]))
+        kw = {"k": int(name.split(":")[1])} if ":" in name else {}
+        t = memory.closed_form(name.split(":")[0], g["N"][ni], g["d"][di], **kw)
+        assert g["counts"][name][di][ni] == _flat(t, g["tensors"])
+
+
+def test_deformable_grid_is_closed_form():
+    g = static.deformable_grid()
+    for _ in range(30):
+        di, si = rnd.randrange(len(g["d"])), rnd.randrange(len(g["side"]))
+        ri, pi, li = (rnd.randrange(len(g[k])) for k in ("r", "P", "L"))
+        side, d = g["side"][si], g["d"][di]
+        c = g["counts"]
+        cases = [
+            (c["dense-image"][di][si], "dense-image", dict(height=side, width=side, d=d)),
+            (c["dat"][di][si][ri], "dat", dict(height=side, width=side, d=d, r=g["r"][ri])),
+            (c["dat-unfused"][di][si][ri], "dat-unfused",
+             dict(height=side, width=side, d=d, r=g["r"][ri])),
+            (c["msda"][di][si][li][pi], "msda",
+             dict(n_queries=side * side, d=d, n_levels=g["L"][li], n_points=g["P"][pi])),
+        ]
+        for row, alg, kw in cases:
+            assert row == _flat(memory.closed_form(alg, **kw), g["tensors"]), (alg, kw)
+
+
+def test_temperature_grid_is_gumbel_softmax():
+    rng = np.random.default_rng(1)
+    s = rng.standard_normal((8, 12))
+    g = hard.gumbel(s.shape, rng)
+    grid = static.temperature_grid(s, g)
+    for i in (0, 17, 40, 70):
+        want = hard.gumbel_softmax(s, 10.0 ** grid["tau_exp"][i], noise=g)
+        np.testing.assert_allclose(grid["y"][i], want, atol=1e-5)
+    np.testing.assert_allclose(grid["p"], softmax(s, axis=-1), atol=1e-5)
+    assert grid["sample"] == np.argmax(s + g, -1).tolist()
+
+
+def test_explorer_html_embeds_parseable_json():
+    e = static.teaser()
+    html = e._repr_html_()
+    assert 'class="static-explorer"' in html and "static-explorer-fallback" in html
+    start = html.index('class="static-explorer-data">') + len('class="static-explorer-data">')
+    data = json.loads(html[start:html.index("</script>", start)])
+    assert data["kind"] == "teaser" and set(data["grid"]["counts"]) == {"standard", "flash2"}
+    assert "</script" not in html[start:html.index("</script>", start)]
+
+
+def test_tqdm_is_silent_on_the_site(monkeypatch):
+    import importlib
+
+    monkeypatch.setenv(static.SITE_ENV, "1")
+    mod = importlib.reload(static)
+    try:
+        assert mod.ON_SITE and mod.tqdm(range(3)).disable
+    finally:
+        monkeypatch.delenv(static.SITE_ENV)
+        importlib.reload(static)

@@ -1,0 +1,415 @@
+"""The static site's explorers respond in the browser, offline, with the numbers Python computes.
+
+Run after `make book`. Each built page is opened as a file in headless Chromium (Playwright
+drives the system's Chromium; no request may leave file://). Every control of every
+explorer is set to its first, last and an inside value through the page's own DOM events
+(chapter 2's explorer also at 20 random settings), and the data Vega drew (``view.data``)
+is compared with ``attention`` in Python. Screenshots of each explorer before and after a
+change, at 1400 px and 390 px, go to ``_build/screenshots/explorers/`` for a person to
+look at.
+"""
+
+import os
+import pathlib
+import random
+import re
+
+import pytest
+
+from attention import deformable, hard, memory, plots, static  # noqa: F401  (registers)
+
+pytestmark = pytest.mark.site
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+HTML = ROOT / "_build" / "html"
+SHOTS = ROOT / "_build" / "screenshots" / "explorers"
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]
+CHAPTER_PAGES = sorted((HTML / "chapters").glob("*.html"))
+MAX_PAGE_BYTES = 3 * 2**20
+DTYPES = list(plots.DTYPE_BYTES.items())
+
+# page, explorer kind
+EXPLORERS = [("intro.html", "teaser"), ("chapters/01_self_cross_attention.html", "naive"),
+             ("chapters/02_flash_attention.html", "tile"),
+             ("chapters/03_soft_hard_attention.html", "temperature"),
+             ("chapters/03_soft_hard_attention.html", "topk"),
+             ("chapters/04_deformable_attention.html", "deformable")]
+
+
+# ---------------------------------------------------------------------------------
+# The browser: file:// only, every other request recorded and refused.
+# ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not (HTML / "index.html").exists():
+        pytest.fail("no built site: run `make book` first")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not os.path.exists(CHROMIUM):
+        msg = "headless Chromium is needed for the site tests: apt-get install chromium"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+class Page:
+    """One built page, opened offline at a given width; ``outside`` lists refused requests."""
+
+    def __init__(self, browser, name: str, width: int = 1400):
+        self.outside, self.errors = [], []
+        self.ctx = browser.new_context(viewport={"width": width, "height": 1000},
+                                       service_workers="block")
+        self.ctx.route("**/*", self._route)
+        self.page = self.ctx.new_page()
+        self.page.on("pageerror", self._error)
+        self.page.goto((HTML / name).as_uri())
+        self.page.wait_for_function(
+            "() => document.querySelectorAll('.static-explorer').length > 0 && "
+            "[...document.querySelectorAll('.static-explorer')].every(el => "
+            "window.staticExplorers && window.staticExplorers[el.id] && "
+            "window.staticExplorers[el.id].redraws > 0)", timeout=30_000)
+
+    def _error(self, err):
+        # sphinx-thebe declares THEBE_JS_URL twice on every page (not ours, harmless).
+        if "THEBE_JS_URL" not in str(err):
+            self.errors.append(str(err))
+
+    def _route(self, route):
+        url = route.request.url
+        if url.startswith("file://") or url.startswith("data:") or url.startswith("blob:"):
+            route.continue_()
+        else:
+            self.outside.append(url)
+            route.abort()
+
+    def explorer_id(self, kind: str) -> str:
+        ids = self.page.evaluate(
+            "k => Object.values(window.staticExplorers).filter(h => h.kind === k).map(h => h.id)",
+            kind)
+        assert len(ids) == 1, f"{len(ids)} explorers of kind {kind}"
+        return ids[0]
+
+    def set(self, eid: str, name: str, value) -> float:
+        """Set control ``name`` (option index, or checked) as a reader would: change the
+        element, fire its own event; wait for the redraw; return its time in ms."""
+        return self.page.evaluate(
+            """async ([eid, name, value]) => {
+                 const root = document.getElementById(eid);
+                 const input = root.querySelector(`[data-name="${name}"]`);
+                 const h = window.staticExplorers[eid];
+                 const before = h.redraws;
+                 if (input.type === "checkbox") {
+                   if (input.checked !== value) input.click();
+                 } else {
+                   input.value = String(value);
+                   input.dispatchEvent(new Event(input.type === "range" ? "input" : "change",
+                                                 {bubbles: true}));
+                 }
+                 await h.ready;
+                 if (h.redraws === before) throw new Error("no redraw after " + name);
+                 return h.lastRedrawMs;
+               }""", [eid, name, value])
+
+    def n_options(self, eid: str, name: str) -> int:
+        return self.page.evaluate(
+            """([eid, name]) => { const i = document.getElementById(eid)
+                 .querySelector(`[data-name="${name}"]`);
+                 return i.type === "checkbox" ? 2 : i.tagName === "SELECT" ? i.options.length
+                   : Number(i.max) + 1; }""", [eid, name])
+
+    def data(self, eid: str, chart: str, name: str) -> list[dict]:
+        return self.page.evaluate(
+            "([eid, c, n]) => window.staticExplorers[eid].views[c].data(n)"
+            ".map(r => Object.fromEntries(Object.entries(r).filter(([k]) => "
+            "!k.startsWith('Symbol'))))", [eid, chart, name])
+
+    def state(self, eid: str) -> dict:
+        return self.page.evaluate("eid => window.staticExplorers[eid].state()", eid)
+
+    def readout(self, eid: str) -> str:
+        return self.page.evaluate(
+            "eid => document.getElementById(eid).querySelector('.se-readout').textContent", eid)
+
+    def controls(self, eid: str) -> list[str]:
+        return self.page.evaluate(
+            "eid => Object.keys(window.staticExplorers[eid].controls)", eid)
+
+    def close(self):
+        self.ctx.close()
+
+
+def _bars(rows) -> dict:
+    return {(r["group"], r["tensor"], r["kind"]): r["bytes"] for r in rows}
+
+
+def _expected_bars(results: dict, bpe: int) -> dict:
+    """{(group, tensor, kind): bytes} from attention Traffic results, as Traffic.bytes does."""
+    out = {}
+    for group, t in results.items():
+        for tensor, (r, w) in t.per_tensor.items():
+            if r:
+                out[(group, tensor, "read")] = r * bpe
+            if w:
+                out[(group, tensor, "written")] = w * bpe
+        assert sum(v for (g, _, _), v in out.items() if g == group) == t.bytes(bpe)
+    return out
+
+
+# ---------------------------------------------------------------------------------
+# What Python says, per explorer, for the state the page reports.
+# ---------------------------------------------------------------------------------
+
+
+def check_tile(pg: Page, eid: str) -> None:
+    s, cfg = pg.state(eid), static
+    N, d = cfg.TILE_N[s["N"]], cfg.TILE_D[s["d"]]
+    br, bc = cfg.TILE_B[s["Br"]], cfg.TILE_B[s["Bc"]]
+    dtype, bpe = DTYPES[s["dtype"]]
+    alg = (cfg.FORWARD + cfg.BACKWARD)[s["algorithm"]]
+    group = cfg.FORWARD if alg in cfg.FORWARD else cfg.BACKWARD
+    res = {a: memory.closed_form(a, N, d, Br=br, Bc=bc) for a in group}
+    assert _bars(pg.data(eid, "bars", "bars")) == _expected_bars(res, bpe)
+    # Fit or not, as the simulator with this SRAM says.
+    M = cfg.SRAM_KIB[s["sram"]][1] * 1024 // bpe
+    text = pg.readout(eid)
+    assert f"M = {M:,} elements" in text
+    for a in group:
+        try:
+            memory.closed_form(a, N, d, Br=br, Bc=bc, M=M)
+            fits = True
+        except ValueError:
+            fits = False
+        line = re.search(rf"{a}: [^;]*; tiles need ([\d,]+) elements of SRAM: (fit|do NOT fit)",
+                         text)
+        assert line, (a, text)
+        assert int(line.group(1).replace(",", "")) == memory.sram_need(a, N, d, br, bc)
+        assert (line.group(2) == "fit") == fits
+    rbr, rbc = memory.fa1_block_sizes(M, d)
+    assert f"Bc = ⌈M/4d⌉ = {rbc}, Br = min(⌈M/4d⌉, d) = {rbr}" in text
+    # The schedule at N = 256, up to the chosen step, from the simulator's trace.
+    t = memory.simulate(alg, cfg.TRACE_N, d, Br=br, Bc=bc, keep_trace=True)
+    tr, tc = memory.cdiv(cfg.TRACE_N, br), memory.cdiv(cfg.TRACE_N, bc)
+    step = min(s["step"], t.steps - 1)
+    want = {(i, j): ("pending", False) for i in range(tr) for j in range(tc)}
+    for k in range(step + 1):
+        ev = [e for e in t.trace if e.step == k]
+        comp = [e for e in ev if e.op == "compute"]
+        if not comp:
+            continue
+        quad = [e.tensor for e in ev if e.tensor in plots.QUADRATIC_TENSORS and e.op != "compute"]
+        block = comp[0].block
+        cols = [block[1]] if len(block) > 1 else range(tc)
+        for j in cols:
+            want[(block[0], j)] = (quad[-1] if quad else "SRAM", k == step)
+    got = {(r["i"], r["j"]): (r["fill"], r["current"]) for r in pg.data(eid, "tiles", "tiles")}
+    assert got == want
+    assert f"step {step + 1} of {t.steps}" in text
+
+
+def check_teaser(pg: Page, eid: str) -> None:
+    s = pg.state(eid)
+    N, br, bc = static.TILE_N[s["N"]], static.TILE_B[s["Br"]], static.TILE_B[s["Bc"]]
+    res = {"standard attention": memory.closed_form("standard", N, 64, Br=br, Bc=bc),
+           "FlashAttention-2": memory.closed_form("flash2", N, 64, Br=br, Bc=bc)}
+    assert _bars(pg.data(eid, "bars", "bars")) == _expected_bars(res, 2)
+
+
+def check_naive(pg: Page, eid: str) -> None:
+    s = pg.state(eid)
+    n, d = static.NAIVE_N[s["n"]], static.NAIVE_D[s["d"]]
+    m = n if s["self"] else static.NAIVE_M[s["m"]]
+    _, bpe = DTYPES[s["dtype"]]
+    t = memory.closed_form("standard", m, d, Br=64, Bc=64, N_k=n)
+    want = {(k, k, kind): v for (_, k, kind), v in _expected_bars({"": t}, bpe).items()}
+    assert _bars(pg.data(eid, "bars", "bars")) == want
+    lines = {(r["x"], r["series"]): r["bytes"] for r in pg.data(eid, "lines", "lines")}
+    for nn in static.NAIVE_N:
+        tt = memory.closed_form("standard", nn if s["self"] else m, d, Br=64, Bc=64, N_k=nn)
+        assert lines[(nn, "total")] == tt.bytes(bpe)
+        for k, (r, w) in tt.per_tensor.items():
+            assert lines[(nn, k)] == (r + w) * bpe
+    assert pg.data(eid, "lines", "marker") == [{"x": n}]
+
+
+def check_temperature(pg: Page, eid: str) -> None:
+    import numpy as np
+
+    s = pg.state(eid)
+    cfg = pg.page.evaluate("eid => window.staticExplorers[eid].cfg.grid", eid)
+    tau = 10.0 ** static.TAU_EXP[s["tau"]]
+    y = hard.gumbel_softmax(np.array(cfg["scores"]), tau, noise=np.array(cfg["noise"]))
+    got = np.zeros_like(y)
+    for r in pg.data(eid, "map", "map"):
+        got[r["query"], r["key"]] = r["y"]
+    np.testing.assert_allclose(got, y, atol=1e-5)
+    row = pg.data(eid, "row", "row")
+    np.testing.assert_allclose([r["y"] for r in row], y[s["row"]], atol=1e-5)
+    sample = int(np.argmax(np.array(cfg["scores"]) + np.array(cfg["noise"]), -1)[s["row"]])
+    assert pg.data(eid, "row", "sample") == [{"key": sample}]
+
+
+def check_topk(pg: Page, eid: str) -> None:
+    s = pg.state(eid)
+    N, d, k = static.TOPK_N[s["N"]], static.TOPK_D[s["d"]], static.TOPK_K[s["k"]]
+    res = {"soft": memory.closed_form("soft", N, d), "hard (argmax)": memory.closed_form(
+        "hard", N, d), f"top-k (k = {k})": memory.closed_form("topk", N, d, k=k)}
+    assert _bars(pg.data(eid, "bars", "bars")) == _expected_bars(res, 2)
+    lines = {(r["x"], r["series"]): r["bytes"] for r in pg.data(eid, "lines", "lines")}
+    for nn in static.TOPK_N:
+        assert lines[(nn, "top-k")] == memory.closed_form("topk", nn, d, k=k).bytes(2)
+        assert lines[(nn, "soft")] == memory.closed_form("soft", nn, d).bytes(2)
+
+
+def check_deformable(pg: Page, eid: str) -> None:
+    s = pg.state(eid)
+    side, d = static.DEFORM_SIDE[s["side"]], static.DEFORM_D[s["d"]]
+    r, P, L = static.DEFORM_R[s["r"]], static.DEFORM_P[s["P"]], static.DEFORM_L[s["L"]]
+
+    def kw(alg, side):
+        if alg == "msda":
+            return dict(n_queries=side * side, d=d, n_levels=L, n_points=P)
+        return dict(height=side, width=side, d=d, **({"r": r} if alg.startswith("dat") else {}))
+
+    res = {name: memory.closed_form(alg, **kw(alg, side))
+           for name, alg in static.DEFORM_ALGS.items()}
+    assert _bars(pg.data(eid, "bars", "bars")) == _expected_bars(res, 2)
+    lines = {(r_["x"], r_["series"]): r_["bytes"] for r_ in pg.data(eid, "lines", "lines")}
+    for name, alg in static.DEFORM_ALGS.items():
+        for sd in static.DEFORM_SIDE:
+            assert lines[(sd, name)] == memory.closed_form(alg, **kw(alg, sd)).bytes(2)
+
+
+CHECKS = {"tile": check_tile, "teaser": check_teaser, "naive": check_naive,
+          "temperature": check_temperature, "topk": check_topk, "deformable": check_deformable}
+
+
+# ---------------------------------------------------------------------------------
+# The tests.
+# ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("page_name,kind", EXPLORERS, ids=[k for _, k in EXPLORERS])
+def test_explorer_matches_python(browser, page_name, kind):
+    pg = Page(browser, page_name)
+    try:
+        eid = pg.explorer_id(kind)
+        check = CHECKS[kind]
+        check(pg, eid)  # the initial drawing
+        times = []
+        for name in pg.controls(eid):
+            n = pg.n_options(eid, name)
+            values = [False, True, False] if n == 2 and name == "self" else [0, n - 1, n // 2]
+            for v in values:
+                times.append(pg.set(eid, name, v))
+                check(pg, eid)
+        assert max(times) < 100, f"slowest redraw {max(times):.0f} ms"
+        assert not pg.errors, pg.errors
+        assert not pg.outside, f"requests left the page: {pg.outside}"
+        root = pg.page.locator(f"#{eid}")
+        assert root.locator(".static-explorer-fallback").count() == 0
+        assert root.locator(".se-error").count() == 0
+    finally:
+        pg.close()
+
+
+def test_tile_explorer_random_settings(browser):
+    rnd = random.Random(11)
+    pg = Page(browser, "chapters/02_flash_attention.html")
+    try:
+        eid = pg.explorer_id("tile")
+        for _ in range(24):
+            for name in ("N", "d", "Br", "Bc", "sram", "dtype", "algorithm"):
+                pg.set(eid, name, rnd.randrange(pg.n_options(eid, name)))
+            pg.set(eid, "step", rnd.randrange(pg.n_options(eid, "step")))
+            check_tile(pg, eid)
+        assert not pg.outside and not pg.errors
+    finally:
+        pg.close()
+
+
+def test_controls_are_labelled_and_reachable_by_tab(browser):
+    pg = Page(browser, "chapters/02_flash_attention.html", width=390)
+    try:
+        eid = pg.explorer_id("tile")
+        info = pg.page.evaluate(
+            """eid => [...document.getElementById(eid).querySelectorAll('input, select')]
+                 .map(i => ({name: i.dataset.name, label: !!document.querySelector(
+                   `label[for="${i.id}"]`), tab: i.tabIndex,
+                   right: i.getBoundingClientRect().right, w: i.getBoundingClientRect().width}))""",
+            eid)
+        assert len(info) == 8
+        for i in info:
+            assert i["label"] and i["tab"] >= 0, i
+            assert 0 < i["right"] <= 390 and i["w"] >= 40, i  # on screen, wide enough to use
+        # Tab walks through the controls in order.
+        pg.page.locator(f"#{eid} [data-name=N]").focus()
+        seen = []
+        for _ in range(len(info) - 1):
+            pg.page.keyboard.press("Tab")
+            seen.append(pg.page.evaluate("document.activeElement.dataset.name"))
+        assert seen == [i["name"] for i in info[1:]]
+        # Arrow keys move a focused slider.
+        before = pg.state(eid)["N"]
+        pg.page.locator(f"#{eid} [data-name=N]").focus()
+        pg.page.keyboard.press("ArrowRight")
+        pg.page.evaluate("eid => window.staticExplorers[eid].ready", eid)
+        assert pg.state(eid)["N"] == before + 1
+        check_tile(pg, eid)
+    finally:
+        pg.close()
+
+
+CHANGES = {"teaser": [("N", 8)], "naive": [("self", False), ("m", 2), ("n", 3)],
+           "tile": [("Br", 0), ("Bc", 1), ("step", 40)], "temperature": [("tau", 10), ("row", 3)],
+           "topk": [("k", 8)], "deformable": [("r", 1), ("P", 15)]}
+
+
+@pytest.mark.parametrize("width", [1400, 390])
+@pytest.mark.parametrize("page_name,kind", EXPLORERS, ids=[k for _, k in EXPLORERS])
+def test_screenshots(browser, page_name, kind, width):
+    """Screenshots of each explorer before and after a change, for a person to look at."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    pg = Page(browser, page_name, width=width)
+    try:
+        eid = pg.explorer_id(kind)
+        root = pg.page.locator(f"#{eid}")
+        root.scroll_into_view_if_needed()
+        before = SHOTS / f"{kind}-{width}-before.png"
+        root.screenshot(path=str(before))
+        for name, value in CHANGES[kind]:
+            pg.set(eid, name, value)
+        after = SHOTS / f"{kind}-{width}-after.png"
+        root.screenshot(path=str(after))
+        assert before.stat().st_size > 5_000 and after.stat().st_size > 5_000
+        box = root.bounding_box()
+        assert box["width"] <= width, f"the explorer is wider ({box['width']}) than the page"
+        assert not pg.outside
+    finally:
+        pg.close()
+
+
+@pytest.mark.parametrize("page", CHAPTER_PAGES, ids=lambda p: p.name)
+def test_chapter_page_has_no_widget_noise_and_is_small(page):
+    text = page.read_text(encoding="utf-8")
+    assert page.stat().st_size < MAX_PAGE_BYTES, f"{page.name}: {page.stat().st_size} bytes"
+    assert "application/vnd.jupyter.widget-view+json" not in text
+    assert "application/vnd.jupyter.widget-state+json" not in text
+    assert not re.search(r"\d+%\|[█▏▎▍▌▋▊▉ ]*\| *\d+/\d+", text), "a tqdm bar is on the page"
+    assert "static-explorer" in text, "no static explorer on the page"
+
+
+def test_vega_is_vendored_not_fetched():
+    bundle = HTML / "_static" / static.BUNDLE
+    assert bundle.exists() and bundle.stat().st_size > 100_000
+    for page in [HTML / "intro.html", *CHAPTER_PAGES]:
+        text = page.read_text(encoding="utf-8")
+        srcs = re.findall(r'<script[^>]+src="([^"]+)"', text)
+        assert any(s.split("?")[0].endswith(static.BUNDLE) for s in srcs), page.name
+        assert not [s for s in srcs if s.startswith(("http:", "https:", "//"))], (page.name, srcs)
