@@ -45,9 +45,8 @@ HEAD_DIMS = [64, 128]
 
 
 def _qkv(B, H, H_kv, N_q, N_k, d, dtype, grad=False, seed=0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    return [torch.randn(s, generator=g, device="cuda", dtype=dtype).requires_grad_(grad)
-            for s in ((B, H, N_q, d), (B, H_kv, N_k, d), (B, H_kv, N_k, d))]
+    return bench.random_qkv(B, H, N_q, d, H_kv=H_kv, N_k=N_k, dtype=dtype, device="cuda",
+                            seed=seed, grad=grad)
 
 
 def _max_err(a, b) -> float:

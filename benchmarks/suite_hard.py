@@ -32,12 +32,7 @@ NAIVE_MAX_BYTES = 40 * 2**30  # skip naive shapes whose S (+ top-k copies) would
 
 
 def _inputs(N, d, dtype=torch.float16, seed=0, N_k=None):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    n_k = N if N_k is None else N_k
-    q = torch.randn((B, H, N, d), device="cuda", dtype=dtype, generator=g)
-    k = torch.randn((B, H, n_k, d), device="cuda", dtype=dtype, generator=g)
-    v = torch.randn((B, H, n_k, d), device="cuda", dtype=dtype, generator=g)
-    return q, k, v
+    return bench.random_qkv(B, H, N, d, N_k=N_k, dtype=dtype, device="cuda", seed=seed)
 
 
 def _ref_scores(q, k):

@@ -153,6 +153,19 @@ def _torch_dtype(dtype) -> tuple[torch.dtype, str]:
     return dt, str(dt).removeprefix("torch.")
 
 
+def random_qkv(B: int, H: int, N_q: int, d: int, *, H_kv: int | None = None,
+               N_k: int | None = None, dtype="float16", device=None, seed: int = 0,
+               grad: bool = False) -> list[torch.Tensor]:
+    """Standard-normal q (B, H, N_q, d) and k, v (B, H_kv, N_k, d), drawn in that order from
+    a generator seeded with ``seed`` on ``device`` (default ``runtime.DEVICE``)."""
+    dt, _ = _torch_dtype(dtype)
+    device = runtime.DEVICE if device is None else device
+    g = torch.Generator(device=device).manual_seed(seed)
+    h_kv, n_k = H if H_kv is None else H_kv, N_q if N_k is None else N_k
+    return [torch.randn(shape, generator=g, device=device, dtype=dt).requires_grad_(grad)
+            for shape in ((B, H, N_q, d), (B, h_kv, n_k, d), (B, h_kv, n_k, d))]
+
+
 def _step(attn, mode: str, q, k, v, causal: bool, do) -> Callable[[], object]:
     """One forward (no autograd graph), or one forward and its backward of ``do``."""
     if mode == "fwd":
@@ -204,10 +217,8 @@ def time_attention(lengths: Iterable[int], impls: dict[str, Callable] | None = N
         B = batch or max(1, tokens // N)
         H = heads or max(1, width // d)
         try:
-            g = torch.Generator(device=device).manual_seed(seed)
-            q, k, v, do = (torch.randn(B, H, N, d, generator=g, device=device, dtype=dt)
-                           for _ in range(4))  # (B, H, N, d)
-            q, k, v = (t.requires_grad_(grad) for t in (q, k, v))
+            q, k, v = random_qkv(B, H, N, d, dtype=dt, device=device, seed=seed, grad=grad)
+            do = torch.randn_like(q) if grad else None  # (B, H, N, d)
         except torch.cuda.OutOfMemoryError:  # the inputs alone do not fit
             q = k = v = do = None
         cases = [(c, name, attn, mode) for c in causals for name, attn in impls.items()
@@ -249,11 +260,8 @@ def time_tiles(blocks: Iterable[int] = (16, 32, 64, 128), *, batch: int = 4, hea
     """
     from .flash import forward_with_tiles
 
-    dt, dt_name = _torch_dtype(dtype)
-    device = runtime.DEVICE if device is None else device
-    g = torch.Generator(device=device).manual_seed(seed)
-    q, k, v = (torch.randn(batch, heads, N, d, generator=g, device=device, dtype=dt)
-               for _ in range(3))  # (B, H, N, d)
+    _, dt_name = _torch_dtype(dtype)
+    q, k, v = random_qkv(batch, heads, N, d, dtype=dtype, device=device, seed=seed)
     shape = {"B": batch, "H": heads, "N_q": N, "N_k": N, "d": d, "causal": causal}
     records: list[Record] = []
     blocks = list(blocks)
