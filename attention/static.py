@@ -195,7 +195,7 @@ def bars_spec(tensors: list[str], title: str = "HBM traffic (bytes)", height: in
                                  "symbolType": "square"}},
             "opacity": {"field": "kind", "type": "ordinal",
                         "scale": {"domain": ["read", "written"], "range": [1.0, 0.45]},
-                        "legend": {"orient": "bottom", "title": None, "columns": 2}},
+                        "legend": {"orient": "top", "title": None, "columns": 2}},
             "order": {"field": "order", "type": "quantitative"},
             "tooltip": [{"field": "group"}, {"field": "tensor"}, {"field": "kind"},
                         {"field": "bytes", "type": "quantitative", "format": ","}],
@@ -217,7 +217,8 @@ def lines_spec(series: list[str], colors: list[str], x_title: str, height: int =
              "encoding": {
                  "x": {"field": "x", "type": "quantitative", "title": x_title,
                        "scale": {"type": "log", "base": 2},
-                       "axis": {"format": ",d", "labelOverlap": "greedy"}},
+                       "axis": {"format": ",d", "labelOverlap": "greedy", "tickCount": 5,
+                                "labelSeparation": 6}},
                  "y": {"field": "bytes", "type": "quantitative", "title": y_title,
                        "scale": {"type": "log"}, "axis": {"format": "~s"}},
                  "color": {"field": "series", "type": "nominal", "sort": series,
@@ -244,23 +245,18 @@ def tiles_spec(height: int = 240) -> dict:
         "$schema": "https://vega.github.io/schema/vega-lite/v6.json",
         "width": "container", "height": height, "autosize": {"type": "fit", "contains": "padding"},
         "data": {"name": "tiles"},
-        "transform": [{"calculate": "datum.i + 1", "as": "i1"},
-                      {"calculate": "datum.j + 1", "as": "j1"}],
         "mark": {"type": "rect", "stroke": "#cccccc", "strokeWidth": 0.5},
         "encoding": {
-            "x": {"field": "j", "type": "quantitative", "title": "key block j",
-                  "axis": {"tickMinStep": 1, "format": "d"},
-                  "scale": {"zero": True, "nice": False}},
-            "x2": {"field": "j1"},
-            "y": {"field": "i", "type": "quantitative", "title": "query block i",
-                  "axis": {"tickMinStep": 1, "format": "d"},
-                  "scale": {"reverse": True, "zero": True, "nice": False}},
-            "y2": {"field": "i1"},
+            "x": {"field": "j", "type": "ordinal", "title": "key block j",
+                  "axis": {"labelAngle": 0}},
+            "y": {"field": "i", "type": "ordinal", "title": "query block i"},
             "color": {"field": "fill", "type": "nominal", "scale": {"domain": fills, "range": rng},
                       "legend": {"orient": "bottom", "title": "tile went to", "columns": 3}},
             "opacity": {"condition": {"test": "datum.current || datum.fill == 'pending'",
                                       "value": 1.0}, "value": 0.35},
             "strokeWidth": {"condition": {"test": "datum.current", "value": 2.5}, "value": 0.5},
+            "stroke": {"condition": {"test": "datum.current", "value": "#000000"},
+                       "value": "#cccccc"},
             "tooltip": [{"field": "i"}, {"field": "j"}, {"field": "fill"}],
         },
         **_FONT,
@@ -582,8 +578,8 @@ def _write_bundle(app, exc) -> None:
     # One function scope: the bundle's top-level names (``_``, ``n``, ...) would otherwise
     # collide with other scripts' globals; it sets window.vegaEmbed, vega, vegaLite itself.
     bundle = vl_convert.javascript_bundle()
-    out.write_text(f"/* vega, vega-lite, vega-embed: vl-convert-python {vl_convert.__version__} */\n"
-                   f"(function () {{\n{bundle}\n}})();\n", encoding="utf-8")
+    head = f"/* vega, vega-lite, vega-embed from vl-convert-python {vl_convert.__version__} */"
+    out.write_text(f"{head}\n(function () {{\n{bundle}\n}})();\n", encoding="utf-8")
 
 
 def setup(app):

@@ -62,9 +62,9 @@ def browser():
 class Page:
     """One built page, opened offline at a given width; ``outside`` lists refused requests."""
 
-    def __init__(self, browser, name: str, width: int = 1400):
+    def __init__(self, browser, name: str, width: int = 1400, height: int = 1000):
         self.outside, self.errors = [], []
-        self.ctx = browser.new_context(viewport={"width": width, "height": 1000},
+        self.ctx = browser.new_context(viewport={"width": width, "height": height},
                                        service_workers="block")
         self.ctx.route("**/*", self._route)
         self.page = self.ctx.new_page()
@@ -376,7 +376,7 @@ CHANGES = {"teaser": [("N", 8)], "naive": [("self", False), ("m", 2), ("n", 3)],
 def test_screenshots(browser, page_name, kind, width):
     """Screenshots of each explorer before and after a change, for a person to look at."""
     SHOTS.mkdir(parents=True, exist_ok=True)
-    pg = Page(browser, page_name, width=width)
+    pg = Page(browser, page_name, width=width, height=2400)  # the whole explorer in view
     try:
         eid = pg.explorer_id(kind)
         root = pg.page.locator(f"#{eid}")
