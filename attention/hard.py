@@ -327,19 +327,15 @@ def reinforce_grad(logits, f, rng, n_samples=1, baseline=None, return_samples=Fa
 # those: 1 (hard) or k (top-k) rows of V per query.
 
 
-def _blocks(n, b):
-    return [min(b, n - i * b) for i in range(-(-n // b))]
-
-
 def _simulate_soft(N, d, Br=64, Bc=64, M=None, N_k=None, keep_trace=True):
     """Streaming soft attention (FlashAttention forward): Q block in SRAM, K and V streamed."""
     n_k = N if N_k is None else N_k
     sim = memory.HBMSim(M, keep_trace)
-    for i, br in enumerate(_blocks(N, Br)):
+    for i, br in enumerate(memory.blocks(N, Br)):
         sim.step = i
         sim.hold(br * d + br * d + 2 * br, "Q block, O accumulator, m and l")
         sim.load("Q", br * d, (i,))
-        for j, bc in enumerate(_blocks(n_k, Bc)):
+        for j, bc in enumerate(memory.blocks(n_k, Bc)):
             sim.hold(2 * bc * d + br * bc, "K, V and S tiles")
             sim.load("K", bc * d, (j,))
             sim.load("V", bc * d, (j,))
@@ -351,9 +347,12 @@ def _simulate_soft(N, d, Br=64, Bc=64, M=None, N_k=None, keep_trace=True):
 
 def _closed_soft(N, d, Br=64, Bc=64, M=None, N_k=None, keep_trace=True):
     n_k = N if N_k is None else N_k
-    t_r = -(-N // Br)
+    br, bc = min(Br, N), min(Bc, n_k)
+    peak = memory.fit_tiles("soft", {"the loop over K, V": {
+        "Q_i, O_i": 2 * br * d, "m_i, l_i": 2 * br, "K_j, V_j": 2 * bc * d, "S_ij": br * bc}}, M)
+    t_r, t_c = memory.cdiv(N, Br), memory.cdiv(n_k, Bc)
     return memory.traffic({"Q": (N * d, 0), "K": (t_r * n_k * d, 0), "V": (t_r * n_k * d, 0),
-                           "O": (0, N * d)})
+                           "O": (0, N * d)}, peak, steps=t_r, events=2 * t_r * t_c + 2 * t_r)
 
 
 def _simulate_select(N, d, rows, Br, Bc, M, N_k, keep_trace, write_lse):
@@ -361,11 +360,11 @@ def _simulate_select(N, d, rows, Br, Bc, M, N_k, keep_trace, write_lse):
     n_k = N if N_k is None else N_k
     kk = min(rows, n_k)
     sim = memory.HBMSim(M, keep_trace)
-    for i, br in enumerate(_blocks(N, Br)):
+    for i, br in enumerate(memory.blocks(N, Br)):
         sim.step = i
         sim.hold(br * d + 2 * br * kk, "Q block and the running (score, index) buffer")
         sim.load("Q", br * d, (i,))
-        for j, bc in enumerate(_blocks(n_k, Bc)):
+        for j, bc in enumerate(memory.blocks(n_k, Bc)):
             sim.hold(bc * d + br * bc, "K and S tiles")
             sim.load("K", bc * d, (j,))
             sim.release(bc * d + br * bc)
@@ -380,15 +379,20 @@ def _simulate_select(N, d, rows, Br, Bc, M, N_k, keep_trace, write_lse):
     return sim.result()
 
 
-def _closed_select(N, d, rows, Br, N_k, write_lse):
+def _closed_select(name, N, d, rows, Br, Bc, M, N_k, write_lse):
     n_k = N if N_k is None else N_k
     kk = min(rows, n_k)
-    t_r = -(-N // Br)
+    br, bc = min(Br, N), min(Bc, n_k)
+    kept = {"Q_i": br * d, "the (score, index) buffer": 2 * br * kk}
+    peak = memory.fit_tiles(name, {"the pass over K": {**kept, "K_j": bc * d, "S_ij": br * bc},
+                                   "the gather of V": {**kept, "O_i": br * d}}, M)
+    t_r, t_c = memory.cdiv(N, Br), memory.cdiv(n_k, Bc)
     per = {"Q": (N * d, 0), "K": (t_r * n_k * d, 0), "V": (N * kk * d, 0), "O": (0, N * d),
            "idx": (0, N * kk)}
     if write_lse:
         per["L"] = (0, N)
-    return memory.traffic(per)
+    return memory.traffic(per, peak, steps=t_r,
+                          events=t_r * t_c + t_r * (3 + kk + bool(write_lse)))
 
 
 def _simulate_hard(N, d, Br=64, Bc=64, M=None, N_k=None, keep_trace=True):
@@ -397,7 +401,7 @@ def _simulate_hard(N, d, Br=64, Bc=64, M=None, N_k=None, keep_trace=True):
 
 
 def _closed_hard(N, d, Br=64, Bc=64, M=None, N_k=None, keep_trace=True):
-    return _closed_select(N, d, 1, Br, N_k, write_lse=False)
+    return _closed_select("hard", N, d, 1, Br, Bc, M, N_k, write_lse=False)
 
 
 def _simulate_topk(N, d, k=8, Br=64, Bc=64, M=None, N_k=None, keep_trace=True):
@@ -409,7 +413,7 @@ def _simulate_topk(N, d, k=8, Br=64, Bc=64, M=None, N_k=None, keep_trace=True):
 
 
 def _closed_topk(N, d, k=8, Br=64, Bc=64, M=None, N_k=None, keep_trace=True):
-    return _closed_select(N, d, k, Br, N_k, write_lse=True)
+    return _closed_select("topk", N, d, k, Br, Bc, M, N_k, write_lse=True)
 
 
 memory.register("soft", _simulate_soft, _closed_soft)

@@ -57,23 +57,28 @@ from .roofline import (
     fa1_block_sizes,
     matmul_flops,
     roofline_ms,
-    sram_need,
 )
 from .sim import (
+    MAX_EVENTS,
+    MAX_TRACE_EVENTS,
     HBMSim,
     Traffic,
     Transfer,
     algorithms,
     blocks,
     cdiv,
+    check_count,
     closed_form,
+    fit_tiles,
     register,
     simulate,
+    sram_need,
     traffic,
 )
 
 __all__ = [
-    "GPUS", "GPUSpec", "HBMSim", "Traffic", "Transfer", "algorithms", "arithmetic_intensity",
-    "blocks", "cdiv", "closed_form", "fa1_block_sizes", "matmul_flops", "register", "roofline_ms",
-    "simulate", "sram_need", "traffic",
+    "GPUS", "MAX_EVENTS", "MAX_TRACE_EVENTS", "GPUSpec", "HBMSim", "Traffic", "Transfer",
+    "algorithms", "arithmetic_intensity", "blocks", "cdiv", "check_count", "closed_form",
+    "fa1_block_sizes", "fit_tiles", "matmul_flops", "register", "roofline_ms", "simulate",
+    "sram_need", "traffic",
 ]

@@ -4,7 +4,7 @@ two-kernel backward of the Triton tutorial and ``kernels/flash.py``."""
 
 from __future__ import annotations
 
-from .sim import HBMSim, Traffic, _check_args, _fit, blocks, cdiv, register, traffic
+from .sim import HBMSim, Traffic, _check_args, blocks, cdiv, fit_tiles, register, traffic
 
 # ---------------------------------------------------------------------------------
 # Standard backward (FlashAttention paper, Appendix B, Algorithm 3), P stored in HBM:
@@ -28,7 +28,7 @@ def _simulate_standard_bwd(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | 
                            N_k: int | None = None, keep_trace: bool = True) -> Traffic:
     """The standard backward: five passes, reading the P the forward stored (N x N_k)."""
     n_k = _check_args(N, d, Br, Bc, M, N_k)
-    _fit("standard_bwd", _phases_standard_bwd(N, n_k, d, Br, Bc), M)
+    fit_tiles("standard_bwd", _phases_standard_bwd(N, n_k, d, Br, Bc), M)
     sim = HBMSim(M, keep_trace)
     rows, cols = blocks(N, Br), blocks(n_k, Bc)
     first = True
@@ -103,7 +103,7 @@ def _simulate_standard_bwd(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | 
 def _closed_standard_bwd(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None = None,
                          N_k: int | None = None, keep_trace: bool = True) -> Traffic:
     n_k = _check_args(N, d, Br, Bc, M, N_k)
-    peak = _fit("standard_bwd", _phases_standard_bwd(N, n_k, d, Br, Bc), M)
+    peak = fit_tiles("standard_bwd", _phases_standard_bwd(N, n_k, d, Br, Bc), M)
     t_r, t_c = cdiv(N, Br), cdiv(n_k, Bc)
     nn = N * n_k
     return traffic({
@@ -117,7 +117,7 @@ def _closed_standard_bwd(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | No
         "dQ": (0, N * d),
         "Q": (t_c * N * d, 0),
         "dK": (0, n_k * d),
-    }, peak)
+    }, peak, steps=4 * t_r * t_c + t_r, events=12 * t_r * t_c + 2 * t_c + 6 * t_r)
 
 
 register("standard_bwd", _simulate_standard_bwd, _closed_standard_bwd)
@@ -162,7 +162,7 @@ def _simulate_flash2_bwd(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | No
                          N_k: int | None = None, keep_trace: bool = True) -> Traffic:
     """FlashAttention-2's Algorithm 2: K/V blocks outside, dQ_i updated in HBM per (j, i)."""
     n_k = _check_args(N, d, Br, Bc, M, N_k)
-    _fit("flash2_bwd", _phases_flash2_bwd(N, n_k, d, Br, Bc), M)
+    fit_tiles("flash2_bwd", _phases_flash2_bwd(N, n_k, d, Br, Bc), M)
     sim = HBMSim(M, keep_trace)
     rows, cols = blocks(N, Br), blocks(n_k, Bc)
     _preprocess_D(sim, rows, d)
@@ -193,8 +193,8 @@ def _simulate_flash2_bwd(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | No
 def _closed_flash2_bwd(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None = None,
                        N_k: int | None = None, keep_trace: bool = True) -> Traffic:
     n_k = _check_args(N, d, Br, Bc, M, N_k)
-    peak = _fit("flash2_bwd", _phases_flash2_bwd(N, n_k, d, Br, Bc), M)
-    t_c = cdiv(n_k, Bc)
+    peak = fit_tiles("flash2_bwd", _phases_flash2_bwd(N, n_k, d, Br, Bc), M)
+    t_r, t_c = cdiv(N, Br), cdiv(n_k, Bc)
     return traffic({
         "O": (N * d, 0),  # only for D
         "dO": (N * d + t_c * N * d, 0),
@@ -206,7 +206,7 @@ def _closed_flash2_bwd(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None
         "L": (t_c * N, 0),
         "dK": (0, n_k * d),
         "dV": (0, n_k * d),
-    }, peak)
+    }, peak, steps=t_r + t_r * t_c, events=7 * t_r * t_c + 4 * t_c + 4 * t_r + 1)
 
 
 register("flash2_bwd", _simulate_flash2_bwd, _closed_flash2_bwd)
@@ -237,7 +237,7 @@ def _simulate_flash2_bwd_split(N: int, d: int, Br: int = 64, Bc: int = 64,
                                keep_trace: bool = True) -> Traffic:
     """The two-loop FlashAttention-2 backward: dK, dV by key blocks, then dQ by query blocks."""
     n_k = _check_args(N, d, Br, Bc, M, N_k)
-    _fit("flash2_bwd_split", _phases_flash2_bwd_split(N, n_k, d, Br, Bc), M)
+    fit_tiles("flash2_bwd_split", _phases_flash2_bwd_split(N, n_k, d, Br, Bc), M)
     sim = HBMSim(M, keep_trace)
     rows, cols = blocks(N, Br), blocks(n_k, Bc)
     _preprocess_D(sim, rows, d)
@@ -283,7 +283,7 @@ def _closed_flash2_bwd_split(N: int, d: int, Br: int = 64, Bc: int = 64,
                              M: int | None = None, N_k: int | None = None,
                              keep_trace: bool = True) -> Traffic:
     n_k = _check_args(N, d, Br, Bc, M, N_k)
-    peak = _fit("flash2_bwd_split", _phases_flash2_bwd_split(N, n_k, d, Br, Bc), M)
+    peak = fit_tiles("flash2_bwd_split", _phases_flash2_bwd_split(N, n_k, d, Br, Bc), M)
     t_r, t_c = cdiv(N, Br), cdiv(n_k, Bc)
     return traffic({
         "O": (N * d, 0),
@@ -296,7 +296,7 @@ def _closed_flash2_bwd_split(N: int, d: int, Br: int = 64, Bc: int = 64,
         "dK": (0, n_k * d),
         "dV": (0, n_k * d),
         "dQ": (0, N * d),
-    }, peak)
+    }, peak, steps=t_r + 2 * t_r * t_c, events=8 * t_r * t_c + 4 * t_c + 9 * t_r)
 
 
 register("flash2_bwd_split", _simulate_flash2_bwd_split, _closed_flash2_bwd_split)

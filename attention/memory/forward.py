@@ -3,7 +3,7 @@ attention, FlashAttention-1 (Algorithm 1) and the FlashAttention-2 forward."""
 
 from __future__ import annotations
 
-from .sim import HBMSim, Traffic, _check_args, _fit, blocks, cdiv, register, traffic
+from .sim import HBMSim, Traffic, _check_args, blocks, cdiv, fit_tiles, register, traffic
 
 # ---------------------------------------------------------------------------------
 # Standard (materialising) attention: the four steps, S and P round-trip through HBM.
@@ -32,7 +32,7 @@ def _simulate_standard(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None
     streams P_ij and V_j (P read once, V T_r times).
     """
     n_k = _check_args(N, d, Br, Bc, M, N_k)
-    _fit("standard", _phases_standard(N, n_k, d, Br, Bc), M)
+    fit_tiles("standard", _phases_standard(N, n_k, d, Br, Bc), M)
     sim = HBMSim(M, keep_trace)
     rows, cols = blocks(N, Br), blocks(n_k, Bc)
     # Step 1: S = Q K^T, one (Br x Bc) tile at a time; Q_i stays for the whole row block.
@@ -76,8 +76,8 @@ def _simulate_standard(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None
 def _closed_standard(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None = None,
                      N_k: int | None = None, keep_trace: bool = True) -> Traffic:
     n_k = _check_args(N, d, Br, Bc, M, N_k)
-    peak = _fit("standard", _phases_standard(N, n_k, d, Br, Bc), M)
-    t_r = cdiv(N, Br)
+    peak = fit_tiles("standard", _phases_standard(N, n_k, d, Br, Bc), M)
+    t_r, t_c = cdiv(N, Br), cdiv(n_k, Bc)
     return traffic({
         "Q": (N * d, 0),  # once: Q_i stays in SRAM while K streams past
         "K": (t_r * n_k * d, 0),  # once per query block
@@ -85,7 +85,7 @@ def _closed_standard(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None =
         "P": (N * n_k, N * n_k),  # written by step 2, read by step 3
         "V": (t_r * n_k * d, 0),
         "O": (0, N * d),
-    }, peak)
+    }, peak, steps=2 * t_r * t_c + t_r, events=6 * t_r * t_c + 5 * t_r)
 
 
 register("standard", _simulate_standard, _closed_standard)
@@ -111,7 +111,7 @@ def _simulate_flash1(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None =
                      N_k: int | None = None, keep_trace: bool = True) -> Traffic:
     """FlashAttention-1's Algorithm 1: O, l and m live in HBM and are updated per (j, i)."""
     n_k = _check_args(N, d, Br, Bc, M, N_k)
-    _fit("flash1", _phases_flash(N, n_k, d, Br, Bc), M)
+    fit_tiles("flash1", _phases_flash(N, n_k, d, Br, Bc), M)
     sim = HBMSim(M, keep_trace)
     rows, cols = blocks(N, Br), blocks(n_k, Bc)
     sim.store("O", N * d)  # line 2: O = 0, l = 0, m = -inf written to HBM
@@ -142,8 +142,8 @@ def _simulate_flash1(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None =
 def _closed_flash1(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None = None,
                    N_k: int | None = None, keep_trace: bool = True) -> Traffic:
     n_k = _check_args(N, d, Br, Bc, M, N_k)
-    peak = _fit("flash1", _phases_flash(N, n_k, d, Br, Bc), M)
-    t_c = cdiv(n_k, Bc)
+    peak = fit_tiles("flash1", _phases_flash(N, n_k, d, Br, Bc), M)
+    t_r, t_c = cdiv(N, Br), cdiv(n_k, Bc)
     return traffic({
         "K": (n_k * d, 0),  # once: K_j, V_j stay for the whole inner loop
         "V": (n_k * d, 0),
@@ -151,7 +151,7 @@ def _closed_flash1(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None = N
         "O": (t_c * N * d, N * d + t_c * N * d),  # initialised, then read+written per j
         "l": (t_c * N, N + t_c * N),
         "m": (t_c * N, N + t_c * N),
-    }, peak)
+    }, peak, steps=t_r * t_c, events=8 * t_r * t_c + 2 * t_c + 3)
 
 
 register("flash1", _simulate_flash1, _closed_flash1)
@@ -169,7 +169,7 @@ def _simulate_flash2(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None =
                      N_k: int | None = None, keep_trace: bool = True) -> Traffic:
     """FlashAttention-2's forward: Q_i, O_i, l_i, m_i stay on chip; O and L are written once."""
     n_k = _check_args(N, d, Br, Bc, M, N_k)
-    _fit("flash2", _phases_flash(N, n_k, d, Br, Bc), M)
+    fit_tiles("flash2", _phases_flash(N, n_k, d, Br, Bc), M)
     sim = HBMSim(M, keep_trace)
     rows, cols = blocks(N, Br), blocks(n_k, Bc)
     for i, br in enumerate(rows):
@@ -193,15 +193,15 @@ def _simulate_flash2(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None =
 def _closed_flash2(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None = None,
                    N_k: int | None = None, keep_trace: bool = True) -> Traffic:
     n_k = _check_args(N, d, Br, Bc, M, N_k)
-    peak = _fit("flash2", _phases_flash(N, n_k, d, Br, Bc), M)
-    t_r = cdiv(N, Br)
+    peak = fit_tiles("flash2", _phases_flash(N, n_k, d, Br, Bc), M)
+    t_r, t_c = cdiv(N, Br), cdiv(n_k, Bc)
     return traffic({
         "Q": (N * d, 0),
         "K": (t_r * n_k * d, 0),  # once per query block
         "V": (t_r * n_k * d, 0),
         "O": (0, N * d),
         "L": (0, N),
-    }, peak)
+    }, peak, steps=t_r * t_c, events=3 * t_r * t_c + 3 * t_r)
 
 
 register("flash2", _simulate_flash2, _closed_flash2)

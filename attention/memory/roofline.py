@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from .sim import cdiv, closed_form
+from .sim import cdiv, check_count
 
 
 def fa1_block_sizes(M: int, d: int) -> tuple[int, int]:
@@ -16,16 +16,9 @@ def fa1_block_sizes(M: int, d: int) -> tuple[int, int]:
     are the paper's big-O ones, so with S_ij and l, m the tiles can exceed M slightly
     (``sram_need`` says by how much).
     """
-    if M < 1 or d < 1:
-        raise ValueError(f"M and d must be positive, got M={M}, d={d}")
+    M, d = check_count("M", M), check_count("d", d)
     bc = cdiv(M, 4 * d)
     return min(bc, d), bc
-
-
-def sram_need(algorithm: str, N: int, d: int, Br: int = 64, Bc: int = 64,
-              N_k: int | None = None) -> int:
-    """Peak SRAM elements the algorithm's tiles need (what ``simulate`` reports as sram_peak)."""
-    return closed_form(algorithm, N, d, Br=Br, Bc=Bc, M=None, N_k=N_k).sram_peak
 
 
 def matmul_flops(algorithm: str, N: int, d: int, N_k: int | None = None) -> int:
@@ -35,7 +28,8 @@ def matmul_flops(algorithm: str, N: int, d: int, N_k: int | None = None) -> int:
     8 N N_k d. FlashAttention-2's backward recomputes S first: 10 N N_k d. The two-kernel
     backward computes S and dP = dO V^T in both kernels: 14 N N_k d.
     """
-    n_k = N if N_k is None else N_k
+    N, d = check_count("N", N), check_count("d", d)
+    n_k = N if N_k is None else check_count("N_k", N_k)
     per = {"standard": 4, "flash1": 4, "flash2": 4, "standard_bwd": 8, "flash2_bwd": 10,
            "flash2_bwd_split": 14}
     if algorithm not in per:
