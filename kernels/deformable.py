@@ -8,7 +8,10 @@ Spec sheet
     ``ms_deform_attn_core_pytorch``): value (B, S, H, D_h) with S = sum_l H_l W_l;
     spatial_shapes (L, 2) int64 as (H_l, W_l); level_start_index (L,) int64;
     sampling_locations (B, L_q, H, L, P, 2) as (x, y) in [0, 1]; attention_weights
-    (B, L_q, H, L, P). Returns (B, L_q, H * D_h) in value's dtype.
+    (B, L_q, H, L, P). Returns (B, L_q, H * D_h) in value's dtype. ``im2col_step`` is
+    accepted and ignored; ``MSDeformAttnFunction.apply`` has the CUDA op's signature.
+    The level tensors are checked against S on every call (a small device-to-host copy);
+    the kernel reads the checked copy, so no in-place edit can make it read out of bounds.
     Algorithm: one program per (block of ``BLOCK_Q`` queries, batch x head); the
     (BLOCK_Q, D_h) accumulator stays in registers while the program walks the L x P
     samples of each query, gathering four corner rows of D_h contiguous values each
@@ -30,14 +33,16 @@ Spec sheet
     ``_dat_bwd_dq`` (one program per query block). Point gradients of the heads in a
     group are summed in PyTorch (deterministic).
 Dtypes
-    float16, bfloat16, float32. MSDA's value, locations and weights may differ in dtype
+    float16, bfloat16, float32; MSDA also float64 (computed in fp64: Deformable DETR's own
+    float64 tests and gradcheck pass). MSDA's value, locations and weights may differ in dtype
     (the output follows value); DAT's q, k_map and v_map share one (points may differ).
     Bilinear weights, sums and softmax statistics are fp32. Dot products run in the
     input dtype on tensor cores for fp16/bf16 and in IEEE fp32 (no TF32) for fp32;
     under the Triton interpreter, and for bf16 below sm_80, tiles are upcast to fp32.
 Head dims
-    d, D_h from 1 to 128; tiles are padded to the next power of two (at least 16) and
-    masked.
+    DAT: d from 1 to 128, padded to the next power of two (at least 16) and masked. MSDA:
+    any D_h (Deformable DETR tests 30 ... 3096): the kernels loop over channel blocks of at
+    most 128 (one block up to 128).
 Devices
     CUDA GPUs sm_75 ... sm_90 with Triton 3.6 / 3.7 (only long-stable Triton APIs: masked
     pointer loads/stores, tl.dot, tl.atomic_add; no block pointers or TMA). On a CPU,
@@ -55,8 +60,9 @@ Known limits
     corners of every sample once per query block (served by L2 when the maps fit there),
     and the gathers are not coalesced across samples. ``deformable_attention`` has
     no attention bias (DAT's relative position bias is not included) and no mask. MSDA's
-    ``im2col_step`` argument of the CUDA op is not needed and not accepted. Float64 is
-    not supported (use the references below).
+    ``im2col_step`` argument of the CUDA op is not needed (accepted and ignored). DAT does
+    not take float64 (use the reference below). A NaN/inf sampling location gives a NaN
+    sample. sm_scale whose product with log2(e) overflows float32 is refused.
 
 ``ms_deform_attn_reference`` and ``deformable_attention_reference`` are the naive PyTorch
 versions built on ``grid_sample`` that the tests and benchmarks compare against.
@@ -65,7 +71,6 @@ versions built on ``grid_sample`` that the tests and benchmarks compare against.
 from __future__ import annotations
 
 import math
-import weakref
 
 import torch
 import torch.nn.functional as F
@@ -73,6 +78,7 @@ import triton
 import triton.language as tl
 
 from . import runtime
+from .naive import check_scale
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
 LN2 = 0.6931471805599453  # ln(2)
@@ -81,6 +87,14 @@ MAX_HEAD_DIM = 128
 #: four corner tiles per map costs more shared memory than it hides (164 KB at d = 128, fp32).
 NUM_STAGES = 1
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+#: MSDA also takes float64 (Deformable DETR's own tests run in it): gathers and FMAs only,
+#: no tensor-core dot, so the kernel simply computes in fp64 then.
+_MSDA_DTYPES = _FLOAT_DTYPES + (torch.float64,)
+#: MSDA walks the value head dim in blocks of at most this many channels on a GPU (any D_h
+#: works); under the interpreter, where every tile op costs Python overhead, in one block up
+#: to this many (the tests lower it to exercise the channel loop).
+MSDA_MAX_BLOCK_D = 128
+MSDA_INTERPRET_MAX_BLOCK_D = 4096
 
 
 # ------------------------------------------------------------------------------------------
@@ -122,52 +136,72 @@ def _corner_scatter(base, xi, yi, W, H, stride_y, stride_x, offs_d, mask_r, mask
 
 
 @triton.jit
+def _to_acc(x, FP64: tl.constexpr):
+    """MSDA's arithmetic type: fp64 for float64 inputs, fp32 otherwise."""
+    if FP64:
+        return x.to(tl.float64)
+    else:
+        return x.to(tl.float32)
+
+
+@triton.jit
+def _msda_corner(base, xi, yi, W, H, stride_y, stride_x, offs_d, stride_d, mask_r, mask_d,
+                 FP64: tl.constexpr):
+    """Gather one corner for a block of queries: (BLOCK_Q, BLOCK_D), 0 outside the map."""
+    inside = (xi >= 0) & (xi < W) & (yi >= 0) & (yi < H) & mask_r
+    ptrs = base + (yi.to(tl.int64) * stride_y + xi.to(tl.int64) * stride_x)[:, None] \
+        + offs_d[None, :] * stride_d
+    return _to_acc(tl.load(ptrs, mask=inside[:, None] & mask_d[None, :], other=0.0), FP64)
+
+
+@triton.jit
 def _msda_fwd(Value, Shapes, Starts, Loc, Attn, Out,
               stride_vb, stride_vs, stride_vh, stride_vd,
               stride_ob, stride_oq, stride_oh, stride_od,
               L_q, N_HEADS, HEAD_DIM,
-              N_LEVELS: tl.constexpr, N_POINTS: tl.constexpr,
+              N_LEVELS: tl.constexpr, N_POINTS: tl.constexpr, FP64: tl.constexpr,
               BLOCK_Q: tl.constexpr, BLOCK_D: tl.constexpr):
     pid_q = tl.program_id(0)
     pid_bh = tl.program_id(1).to(tl.int64)
     b = pid_bh // N_HEADS
     h = pid_bh % N_HEADS
     offs_q = pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)
-    offs_d = tl.arange(0, BLOCK_D)
     mask_q = offs_q < L_q
-    mask_d = offs_d < HEAD_DIM
     v_base = Value + b * stride_vb + h * stride_vh
     # Loc (B, L_q, H, L, P, 2) and Attn (B, L_q, H, L, P) are contiguous
     row = ((b * L_q + offs_q) * N_HEADS + h) * (N_LEVELS * N_POINTS)  # (BLOCK_Q,)
-    acc = tl.zeros([BLOCK_Q, BLOCK_D], dtype=tl.float32)  # stays in registers
-    for lvl in range(N_LEVELS):
-        H_l = tl.load(Shapes + 2 * lvl).to(tl.int32)
-        W_l = tl.load(Shapes + 2 * lvl + 1).to(tl.int32)
-        lvl_base = v_base + tl.load(Starts + lvl) * stride_vs
-        for p in tl.static_range(N_POINTS):
-            lp = lvl * N_POINTS + p
-            x = tl.load(Loc + (row + lp) * 2, mask=mask_q, other=0.0).to(tl.float32)
-            y = tl.load(Loc + (row + lp) * 2 + 1, mask=mask_q, other=0.0).to(tl.float32)
-            w = tl.load(Attn + row + lp, mask=mask_q, other=0.0).to(tl.float32)
-            # align_corners=False on grid 2*loc - 1: pixel = loc * size - 0.5
-            x0, y0, lx, ly = _bilinear_setup(x * W_l - 0.5, y * H_l - 0.5)
-            hx = 1.0 - lx
-            hy = 1.0 - ly
-            sy = W_l * stride_vs  # one row of the level down
-            v00 = _corner_rows(lvl_base, x0, y0, W_l, H_l, sy, stride_vs, offs_d, stride_vd,
-                               mask_q, mask_d)
-            v01 = _corner_rows(lvl_base, x0 + 1, y0, W_l, H_l, sy, stride_vs, offs_d,
-                               stride_vd, mask_q, mask_d)
-            v10 = _corner_rows(lvl_base, x0, y0 + 1, W_l, H_l, sy, stride_vs, offs_d,
-                               stride_vd, mask_q, mask_d)
-            v11 = _corner_rows(lvl_base, x0 + 1, y0 + 1, W_l, H_l, sy, stride_vs, offs_d,
-                               stride_vd, mask_q, mask_d)
-            sample = (hy * hx)[:, None] * v00 + (hy * lx)[:, None] * v01 \
-                + (ly * hx)[:, None] * v10 + (ly * lx)[:, None] * v11
-            acc += w[:, None] * sample
-    o_ptrs = Out + b * stride_ob + offs_q[:, None] * stride_oq + h * stride_oh \
-        + offs_d[None, :] * stride_od
-    tl.store(o_ptrs, acc.to(Out.dtype.element_ty), mask=mask_q[:, None] & mask_d[None, :])
+    for d0 in range(0, HEAD_DIM, BLOCK_D):  # channel blocks: any head dim (one when <= 128)
+        offs_d = d0 + tl.arange(0, BLOCK_D)
+        mask_d = offs_d < HEAD_DIM
+        acc = _to_acc(tl.zeros([BLOCK_Q, BLOCK_D], dtype=tl.float32), FP64)  # in registers
+        for lvl in range(N_LEVELS):
+            H_l = tl.load(Shapes + 2 * lvl).to(tl.int32)
+            W_l = tl.load(Shapes + 2 * lvl + 1).to(tl.int32)
+            lvl_base = v_base + tl.load(Starts + lvl) * stride_vs
+            for p in tl.static_range(N_POINTS):
+                lp = lvl * N_POINTS + p
+                x = _to_acc(tl.load(Loc + (row + lp) * 2, mask=mask_q, other=0.0), FP64)
+                y = _to_acc(tl.load(Loc + (row + lp) * 2 + 1, mask=mask_q, other=0.0), FP64)
+                w = _to_acc(tl.load(Attn + row + lp, mask=mask_q, other=0.0), FP64)
+                # align_corners=False on grid 2*loc - 1: pixel = loc * size - 0.5
+                x0, y0, lx, ly = _bilinear_setup(x * W_l - 0.5, y * H_l - 0.5)
+                hx = 1.0 - lx
+                hy = 1.0 - ly
+                sy = W_l * stride_vs  # one row of the level down
+                v00 = _msda_corner(lvl_base, x0, y0, W_l, H_l, sy, stride_vs, offs_d, stride_vd,
+                                   mask_q, mask_d, FP64)
+                v01 = _msda_corner(lvl_base, x0 + 1, y0, W_l, H_l, sy, stride_vs, offs_d,
+                                   stride_vd, mask_q, mask_d, FP64)
+                v10 = _msda_corner(lvl_base, x0, y0 + 1, W_l, H_l, sy, stride_vs, offs_d,
+                                   stride_vd, mask_q, mask_d, FP64)
+                v11 = _msda_corner(lvl_base, x0 + 1, y0 + 1, W_l, H_l, sy, stride_vs, offs_d,
+                                   stride_vd, mask_q, mask_d, FP64)
+                sample = (hy * hx)[:, None] * v00 + (hy * lx)[:, None] * v01 \
+                    + (ly * hx)[:, None] * v10 + (ly * lx)[:, None] * v11
+                acc += w[:, None] * sample
+        o_ptrs = Out + b * stride_ob + offs_q[:, None] * stride_oq + h * stride_oh \
+            + offs_d[None, :] * stride_od
+        tl.store(o_ptrs, acc.to(Out.dtype.element_ty), mask=mask_q[:, None] & mask_d[None, :])
 
 
 @triton.jit
@@ -175,24 +209,19 @@ def _msda_bwd(Value, Shapes, Starts, Loc, Attn, dOut, dValue, dLoc, dAttn,
               stride_vb, stride_vs, stride_vh, stride_vd,
               stride_gb, stride_gq, stride_gh, stride_gd,
               L_q, S, N_HEADS, HEAD_DIM,
-              N_LEVELS: tl.constexpr, N_POINTS: tl.constexpr,
-              BLOCK_Q: tl.constexpr, BLOCK_D: tl.constexpr):
+              N_LEVELS: tl.constexpr, N_POINTS: tl.constexpr, FP64: tl.constexpr,
+              BLOCK_Q: tl.constexpr, BLOCK_D: tl.constexpr, D_BLOCKS: tl.constexpr):
     pid_q = tl.program_id(0)
     pid_bh = tl.program_id(1).to(tl.int64)
     b = pid_bh // N_HEADS
     h = pid_bh % N_HEADS
     offs_q = pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)
-    offs_d = tl.arange(0, BLOCK_D)
     mask_q = offs_q < L_q
-    mask_d = offs_d < HEAD_DIM
     v_base = Value + b * stride_vb + h * stride_vh
-    # dValue is a contiguous fp32 (B, S, H, D) buffer
+    # dValue is a contiguous (B, S, H, D) buffer in the arithmetic type (fp32 or fp64)
     dv_base = dValue + (b * S * N_HEADS + h) * HEAD_DIM
     dv_stride_s = N_HEADS * HEAD_DIM
     row = ((b * L_q + offs_q) * N_HEADS + h) * (N_LEVELS * N_POINTS)
-    go = tl.load(dOut + b * stride_gb + offs_q[:, None] * stride_gq + h * stride_gh
-                 + offs_d[None, :] * stride_gd,
-                 mask=mask_q[:, None] & mask_d[None, :], other=0.0).to(tl.float32)
     for lvl in range(N_LEVELS):
         H_l = tl.load(Shapes + 2 * lvl).to(tl.int32)
         W_l = tl.load(Shapes + 2 * lvl + 1).to(tl.int32)
@@ -201,43 +230,52 @@ def _msda_bwd(Value, Shapes, Starts, Loc, Attn, dOut, dValue, dLoc, dAttn,
         dlvl_base = dv_base + start * dv_stride_s
         for p in tl.static_range(N_POINTS):
             lp = lvl * N_POINTS + p
-            x = tl.load(Loc + (row + lp) * 2, mask=mask_q, other=0.0).to(tl.float32)
-            y = tl.load(Loc + (row + lp) * 2 + 1, mask=mask_q, other=0.0).to(tl.float32)
-            w = tl.load(Attn + row + lp, mask=mask_q, other=0.0).to(tl.float32)
+            x = _to_acc(tl.load(Loc + (row + lp) * 2, mask=mask_q, other=0.0), FP64)
+            y = _to_acc(tl.load(Loc + (row + lp) * 2 + 1, mask=mask_q, other=0.0), FP64)
+            w = _to_acc(tl.load(Attn + row + lp, mask=mask_q, other=0.0), FP64)
             x0, y0, lx, ly = _bilinear_setup(x * W_l - 0.5, y * H_l - 0.5)
             hx = 1.0 - lx
             hy = 1.0 - ly
             sy = W_l * stride_vs
-            v00 = _corner_rows(lvl_base, x0, y0, W_l, H_l, sy, stride_vs, offs_d, stride_vd,
-                               mask_q, mask_d)
-            v01 = _corner_rows(lvl_base, x0 + 1, y0, W_l, H_l, sy, stride_vs, offs_d,
-                               stride_vd, mask_q, mask_d)
-            v10 = _corner_rows(lvl_base, x0, y0 + 1, W_l, H_l, sy, stride_vs, offs_d,
-                               stride_vd, mask_q, mask_d)
-            v11 = _corner_rows(lvl_base, x0 + 1, y0 + 1, W_l, H_l, sy, stride_vs, offs_d,
-                               stride_vd, mask_q, mask_d)
-            sample = (hy * hx)[:, None] * v00 + (hy * lx)[:, None] * v01 \
-                + (ly * hx)[:, None] * v10 + (ly * lx)[:, None] * v11
-            # d out / d weight = sample;  d sample / d px, d py from the corner differences
-            g_w = tl.sum(go * sample, axis=1)
-            ds_dpx = hy[:, None] * (v01 - v00) + ly[:, None] * (v11 - v10)
-            ds_dpy = hx[:, None] * (v10 - v00) + lx[:, None] * (v11 - v01)
-            g_x = w * tl.sum(go * ds_dpx, axis=1) * W_l.to(tl.float32)  # d px / d loc_x = W_l
-            g_y = w * tl.sum(go * ds_dpy, axis=1) * H_l.to(tl.float32)
-            tl.store(dAttn + row + lp, g_w, mask=mask_q)
-            tl.store(dLoc + (row + lp) * 2, g_x, mask=mask_q)
-            tl.store(dLoc + (row + lp) * 2 + 1, g_y, mask=mask_q)
-            # d value: scatter w * bilinear weight * dOut to the four corners
-            gw = w[:, None] * go
             dsy = W_l * dv_stride_s
-            _corner_scatter(dlvl_base, x0, y0, W_l, H_l, dsy, dv_stride_s, offs_d, mask_q,
-                            mask_d, (hy * hx)[:, None] * gw)
-            _corner_scatter(dlvl_base, x0 + 1, y0, W_l, H_l, dsy, dv_stride_s, offs_d,
-                            mask_q, mask_d, (hy * lx)[:, None] * gw)
-            _corner_scatter(dlvl_base, x0, y0 + 1, W_l, H_l, dsy, dv_stride_s, offs_d,
-                            mask_q, mask_d, (ly * hx)[:, None] * gw)
-            _corner_scatter(dlvl_base, x0 + 1, y0 + 1, W_l, H_l, dsy, dv_stride_s, offs_d,
-                            mask_q, mask_d, (ly * lx)[:, None] * gw)
+            g_w = w * 0.0  # sums over the channel blocks, in the arithmetic type
+            g_px = w * 0.0
+            g_py = w * 0.0
+            for db in tl.static_range(D_BLOCKS):  # one block when D_h <= 128 (unrolled)
+                offs_d = db * BLOCK_D + tl.arange(0, BLOCK_D)
+                mask_d = offs_d < HEAD_DIM
+                go = _to_acc(tl.load(dOut + b * stride_gb + offs_q[:, None] * stride_gq
+                                     + h * stride_gh + offs_d[None, :] * stride_gd,
+                                     mask=mask_q[:, None] & mask_d[None, :], other=0.0), FP64)
+                v00 = _msda_corner(lvl_base, x0, y0, W_l, H_l, sy, stride_vs, offs_d, stride_vd,
+                                   mask_q, mask_d, FP64)
+                v01 = _msda_corner(lvl_base, x0 + 1, y0, W_l, H_l, sy, stride_vs, offs_d,
+                                   stride_vd, mask_q, mask_d, FP64)
+                v10 = _msda_corner(lvl_base, x0, y0 + 1, W_l, H_l, sy, stride_vs, offs_d,
+                                   stride_vd, mask_q, mask_d, FP64)
+                v11 = _msda_corner(lvl_base, x0 + 1, y0 + 1, W_l, H_l, sy, stride_vs, offs_d,
+                                   stride_vd, mask_q, mask_d, FP64)
+                sample = (hy * hx)[:, None] * v00 + (hy * lx)[:, None] * v01 \
+                    + (ly * hx)[:, None] * v10 + (ly * lx)[:, None] * v11
+                # d out / d weight = sample;  d sample / d px, d py from corner differences
+                g_w += tl.sum(go * sample, axis=1)
+                ds_dpx = hy[:, None] * (v01 - v00) + ly[:, None] * (v11 - v10)
+                ds_dpy = hx[:, None] * (v10 - v00) + lx[:, None] * (v11 - v01)
+                g_px += tl.sum(go * ds_dpx, axis=1)
+                g_py += tl.sum(go * ds_dpy, axis=1)
+                # d value: scatter w * bilinear weight * dOut to the four corners
+                gw = w[:, None] * go
+                _corner_scatter(dlvl_base, x0, y0, W_l, H_l, dsy, dv_stride_s, offs_d, mask_q,
+                                mask_d, (hy * hx)[:, None] * gw)
+                _corner_scatter(dlvl_base, x0 + 1, y0, W_l, H_l, dsy, dv_stride_s, offs_d,
+                                mask_q, mask_d, (hy * lx)[:, None] * gw)
+                _corner_scatter(dlvl_base, x0, y0 + 1, W_l, H_l, dsy, dv_stride_s, offs_d,
+                                mask_q, mask_d, (ly * hx)[:, None] * gw)
+                _corner_scatter(dlvl_base, x0 + 1, y0 + 1, W_l, H_l, dsy, dv_stride_s, offs_d,
+                                mask_q, mask_d, (ly * lx)[:, None] * gw)
+            tl.store(dAttn + row + lp, g_w, mask=mask_q)
+            tl.store(dLoc + (row + lp) * 2, w * g_px * W_l, mask=mask_q)  # d px / d loc_x = W_l
+            tl.store(dLoc + (row + lp) * 2 + 1, w * g_py * H_l, mask=mask_q)
 
 
 def _block_d(head_dim: int) -> int:
@@ -267,20 +305,23 @@ def msda_config(kernel: str, n_rows: int, head_dim: int, capability: tuple[int, 
     return 16, 4
 
 
-def _check_float(name: str, t, ndim: int, shape_doc: str) -> None:
+def _check_float(name: str, t, ndim: int, shape_doc: str, dtypes=_FLOAT_DTYPES) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype not in _FLOAT_DTYPES:
-        raise TypeError(f"{name} must be float16, bfloat16 or float32, got {t.dtype}")
+    if t.dtype not in dtypes:
+        names = ", ".join(str(x).replace("torch.", "") for x in dtypes)
+        raise TypeError(f"{name} must be one of {names}, got {t.dtype}")
     if t.dim() != ndim:
         raise ValueError(f"{name} must be {shape_doc}, got shape {tuple(t.shape)}")
 
 
 def _validate_msda(value, spatial_shapes, level_start_index, sampling_locations,
                    attention_weights):
-    _check_float("value", value, 4, "(B, S, H, D_h)")
-    _check_float("sampling_locations", sampling_locations, 6, "(B, L_q, H, L, P, 2)")
-    _check_float("attention_weights", attention_weights, 5, "(B, L_q, H, L, P)")
+    """Check every argument; returns the level shapes and starts, checked, on value's device."""
+    _check_float("value", value, 4, "(B, S, H, D_h)", _MSDA_DTYPES)
+    _check_float("sampling_locations", sampling_locations, 6, "(B, L_q, H, L, P, 2)",
+                 _MSDA_DTYPES)
+    _check_float("attention_weights", attention_weights, 5, "(B, L_q, H, L, P)", _MSDA_DTYPES)
     for name, t, nd in (("spatial_shapes", spatial_shapes, 2),
                         ("level_start_index", level_start_index, 1)):
         if not isinstance(t, torch.Tensor):
@@ -303,19 +344,19 @@ def _validate_msda(value, spatial_shapes, level_start_index, sampling_locations,
     if attention_weights.shape != (b, l_q, n_h, n_l, n_p):
         raise ValueError(f"attention_weights must be (B, L_q, H, L, P) = "
                          f"{(b, l_q, n_h, n_l, n_p)}, got shape {tuple(attention_weights.shape)}")
-    if not 1 <= d <= MAX_HEAD_DIM:
-        raise ValueError(f"value head dim D_h={d} must be in 1..{MAX_HEAD_DIM}")
+    if d < 1 or l_q < 1 or n_l < 1 or n_p < 1 or b < 1 or n_h < 1:
+        raise ValueError(f"value (B, S, H, D_h) and sampling_locations (B, L_q, H, L, P, 2) "
+                         f"need every size >= 1, got value {tuple(value.shape)}, "
+                         f"sampling_locations {tuple(sampling_locations.shape)}")
     for name, t in (("spatial_shapes", spatial_shapes), ("level_start_index", level_start_index),
                     ("sampling_locations", sampling_locations),
                     ("attention_weights", attention_weights)):
         if t.device != value.device:
             raise ValueError(f"{name} is on {t.device} but value is on {value.device}")
-    key = (id(spatial_shapes), id(level_start_index), s)
-    cached = _CHECKED_LEVELS.get(key)
-    if cached is not None and cached[0]() is spatial_shapes and cached[1]() is level_start_index \
-            and cached[2] == (spatial_shapes._version, level_start_index._version):
-        return  # these very tensors, unmodified, were checked against S before
-    shapes = spatial_shapes.detach().cpu().to(torch.int64)  # a device sync, once per tensor
+    # Checked on every call: no cache may skip a bounds check on data the caller can change
+    # (e.g. in place through .numpy()). One small device-to-host copy (a sync) per call; the
+    # kernel then reads these very checked values, copied back, not the caller's tensors.
+    shapes = spatial_shapes.detach().cpu().to(torch.int64)
     areas = shapes[:, 0] * shapes[:, 1]
     if (shapes <= 0).any():
         raise ValueError(f"spatial_shapes must be positive, got {shapes.tolist()}")
@@ -326,37 +367,29 @@ def _validate_msda(value, spatial_shapes, level_start_index, sampling_locations,
     if not torch.equal(level_start_index.detach().cpu().to(torch.int64), starts):
         raise ValueError(f"level_start_index {level_start_index.tolist()} does not match "
                          f"spatial_shapes (expected {starts.tolist()})")
-    if len(_CHECKED_LEVELS) >= 64:
-        _CHECKED_LEVELS.clear()
-    _CHECKED_LEVELS[key] = (weakref.ref(spatial_shapes), weakref.ref(level_start_index),
-                            (spatial_shapes._version, level_start_index._version))
-
-
-#: Level tensors already checked against S. A detector passes the same spatial_shapes and
-#: level_start_index to every layer; checking their values needs a device-to-host copy (a
-#: sync), so it is done once per tensor object and redone if either is modified in place.
-_CHECKED_LEVELS: dict = {}
+    return shapes.to(value.device), starts.to(value.device)
 
 
 class _MSDeformAttn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, value, spatial_shapes, level_start_index, sampling_locations,
-                attention_weights):
+    def forward(ctx, value, shapes, starts, sampling_locations, attention_weights):
         b, s, n_h, d = value.shape
         _, l_q, _, n_l, n_p, _ = sampling_locations.shape
-        shapes = spatial_shapes.to(torch.int64).contiguous()
-        starts = level_start_index.to(torch.int64).contiguous()
         loc = sampling_locations.contiguous()
         attn = attention_weights.contiguous()
+        fp64 = torch.float64 in (value.dtype, loc.dtype, attn.dtype)
         out = torch.empty((b, l_q, n_h, d), device=value.device, dtype=value.dtype)
         block_q, num_warps = msda_config("fwd", b * l_q * n_h, d, _capability(value.device),
-                                       value.dtype == torch.float32)
+                                       value.dtype in (torch.float32, torch.float64))
+        block_q = _interpret_rows(block_q, l_q, value.device)
         grid = (triton.cdiv(l_q, block_q), b * n_h)
         _msda_fwd[grid](value, shapes, starts, loc, attn, out,
                         *value.stride(), *out.stride(), l_q, n_h, d,
-                        N_LEVELS=n_l, N_POINTS=n_p, BLOCK_Q=block_q, BLOCK_D=_block_d(d),
+                        N_LEVELS=n_l, N_POINTS=n_p, FP64=fp64, BLOCK_Q=block_q,
+                        BLOCK_D=_msda_block_d(d, _capability(value.device)),
                         num_warps=num_warps, num_stages=NUM_STAGES)
         ctx.save_for_backward(value, shapes, starts, loc, attn)
+        ctx.fp64 = fp64
         return out.view(b, l_q, n_h * d)  # (B, L_q, H*D_h)
 
     @staticmethod
@@ -364,35 +397,70 @@ class _MSDeformAttn(torch.autograd.Function):
         value, shapes, starts, loc, attn = ctx.saved_tensors
         b, s, n_h, d = value.shape
         _, l_q, _, n_l, n_p, _ = loc.shape
+        acc_dtype = torch.float64 if ctx.fp64 else torch.float32
         go = grad_out.view(b, l_q, n_h, d)  # (B, L_q, H, D_h)
-        d_value = torch.zeros((b, s, n_h, d), device=value.device, dtype=torch.float32)
-        d_loc = torch.empty(loc.shape, device=value.device, dtype=torch.float32)
-        d_attn = torch.empty(attn.shape, device=value.device, dtype=torch.float32)
+        d_value = torch.zeros((b, s, n_h, d), device=value.device, dtype=acc_dtype)
+        d_loc = torch.empty(loc.shape, device=value.device, dtype=acc_dtype)
+        d_attn = torch.empty(attn.shape, device=value.device, dtype=acc_dtype)
         block_q, num_warps = msda_config("bwd", b * l_q * n_h, d, _capability(value.device),
-                                       value.dtype == torch.float32)
+                                       value.dtype in (torch.float32, torch.float64))
+        block_q = _interpret_rows(block_q, l_q, value.device)
+        bd = _msda_block_d(d, _capability(value.device))
         grid = (triton.cdiv(l_q, block_q), b * n_h)
         _msda_bwd[grid](value, shapes, starts, loc, attn, go, d_value, d_loc, d_attn,
                         *value.stride(), *go.stride(), l_q, s, n_h, d,
-                        N_LEVELS=n_l, N_POINTS=n_p, BLOCK_Q=block_q, BLOCK_D=_block_d(d),
-                        num_warps=num_warps, num_stages=NUM_STAGES)
+                        N_LEVELS=n_l, N_POINTS=n_p, FP64=ctx.fp64, BLOCK_Q=block_q,
+                        BLOCK_D=bd, D_BLOCKS=triton.cdiv(d, bd), num_warps=num_warps,
+                        num_stages=NUM_STAGES)
         return (d_value.to(value.dtype), None, None, d_loc.to(loc.dtype),
                 d_attn.to(attn.dtype))
 
 
+def _interpret_rows(block_q: int, l_q: int, device) -> int:
+    """Under the interpreter, no wider query tile than the queries need (at least 16)."""
+    if _capability(device) is None:
+        return min(block_q, max(16, triton.next_power_of_2(l_q)))
+    return block_q
+
+
+def _msda_block_d(head_dim: int, capability: tuple[int, int] | None = None) -> int:
+    """Channels per block of the MSDA kernels: the padded head dim, at most 128 on a GPU
+    (the kernels loop over channel blocks for larger head dims)."""
+    top = MSDA_INTERPRET_MAX_BLOCK_D if capability is None else MSDA_MAX_BLOCK_D
+    return max(16, min(_block_d(head_dim), top))
+
+
 def ms_deform_attn(value: torch.Tensor, spatial_shapes: torch.Tensor,
                    level_start_index: torch.Tensor, sampling_locations: torch.Tensor,
-                   attention_weights: torch.Tensor) -> torch.Tensor:
+                   attention_weights: torch.Tensor, im2col_step: int | None = None
+                   ) -> torch.Tensor:
     """Multi-scale deformable attention (Deformable DETR's op), forward and backward.
 
     value: (B, S, H, D_h); spatial_shapes: (L, 2) int64 (H_l, W_l); level_start_index: (L,);
     sampling_locations: (B, L_q, H, L, P, 2) (x, y) in [0, 1]; attention_weights:
     (B, L_q, H, L, P). Returns (B, L_q, H * D_h). Differentiable in value,
-    sampling_locations and attention_weights.
+    sampling_locations and attention_weights. float16/bfloat16/float32/float64, any D_h.
+    ``im2col_step`` (the CUDA op's batching knob) is accepted for drop-in use and ignored:
+    this kernel needs no im2col buffer.
     """
-    _validate_msda(value, spatial_shapes, level_start_index, sampling_locations,
-                   attention_weights)
-    return _MSDeformAttn.apply(value, spatial_shapes, level_start_index, sampling_locations,
-                               attention_weights)
+    if im2col_step is not None and (isinstance(im2col_step, bool)
+                                    or not isinstance(im2col_step, int) or im2col_step < 1):
+        raise TypeError(f"im2col_step must be a positive int or None, got {im2col_step!r}")
+    shapes, starts = _validate_msda(value, spatial_shapes, level_start_index,
+                                    sampling_locations, attention_weights)
+    return _MSDeformAttn.apply(value, shapes, starts, sampling_locations, attention_weights)
+
+
+class MSDeformAttnFunction:
+    """Drop-in for Deformable DETR's ``MSDeformAttnFunction``:
+    ``MSDeformAttnFunction.apply(value, spatial_shapes, level_start_index,
+    sampling_locations, attention_weights, im2col_step)``."""
+
+    @staticmethod
+    def apply(value, spatial_shapes, level_start_index, sampling_locations, attention_weights,
+              im2col_step=None):
+        return ms_deform_attn(value, spatial_shapes, level_start_index, sampling_locations,
+                              attention_weights, im2col_step)
 
 
 def ms_deform_attn_reference(value, spatial_shapes, level_start_index, sampling_locations,
@@ -722,7 +790,8 @@ def _validate_dat(q, k_map, v_map, points, sm_scale):
     for name, t in (("k_map", k_map), ("v_map", v_map), ("points", points)):
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
-    return 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
+    # finite, and sm_scale * log2(e) (the kernel's exp2 factor) within float32
+    return check_scale(sm_scale, d)
 
 
 def _dat_args(q, k_map, v_map, points):
@@ -795,7 +864,10 @@ def deformable_attention(q: torch.Tensor, k_map: torch.Tensor, v_map: torch.Tens
     points.
     """
     scale = _validate_dat(q, k_map, v_map, points, sm_scale)
-    return _DeformableAttention.apply(q, k_map, v_map, points, scale, bool(align_corners))
+    if not isinstance(align_corners, bool):
+        raise TypeError(f"align_corners must be a bool, got {type(align_corners).__name__} "
+                        f"{align_corners!r}")
+    return _DeformableAttention.apply(q, k_map, v_map, points, scale, align_corners)
 
 
 def sample_maps(k_map: torch.Tensor, v_map: torch.Tensor, points: torch.Tensor,

@@ -125,7 +125,7 @@ def test_msda_bad_inputs():
     with pytest.raises(ValueError, match="level_start_index"):
         kd.ms_deform_attn(value, sh, torch.tensor([0, 15], device=DEV), loc, w)
     with pytest.raises(TypeError, match="value"):
-        kd.ms_deform_attn(value.double(), sh, st, loc, w)
+        kd.ms_deform_attn(value.int(), sh, st, loc, w)
     with pytest.raises(TypeError, match="spatial_shapes"):
         kd.ms_deform_attn(value, sh.float(), st, loc, w)
     with pytest.raises(ValueError, match="attention_weights"):
@@ -242,19 +242,24 @@ except ImportError:
 
 PTRS = {"Value", "Out", "Loc", "Attn", "dOut", "Q", "K", "V", "Pts", "dO", "dQ"}
 F32 = {"LSE", "Delta", "dK", "dV", "dPts", "dValue", "dLoc", "dAttn"}
+ACC = {"dValue", "dLoc", "dAttn"}  # MSDA's gradient buffers: fp64 for float64 inputs
 
 def compile_one(name, dtype, cap, head_dim):
     fn = getattr(kd, name)
     if name.startswith("_msda"):
         bq, warps = kd.msda_config(name[6:], 1 << 20, head_dim, (cap // 10, cap % 10),
                                    dtype == torch.float32)
-        consts = dict(N_LEVELS=4, N_POINTS=4, BLOCK_Q=bq)
+        bd = kd._msda_block_d(head_dim, (cap // 10, cap % 10))
+        consts = dict(N_LEVELS=4, N_POINTS=4, BLOCK_Q=bq, FP64=dtype == torch.float64,
+                      BLOCK_D=bd)
+        if name == "_msda_bwd":
+            consts["D_BLOCKS"] = -(-head_dim // bd)
     else:
         kernel = {"_dat_fwd": "fwd", "_dat_bwd_dkdv": "dkdv", "_dat_bwd_dq": "dq"}[name]
         fp32_dots = kd.dot_fp32(dtype, (cap // 10, cap % 10))
         bm, bn, warps = kd.dat_config(kernel, 4096, head_dim, (cap // 10, cap % 10), fp32_dots)
         consts = dict(ALIGN_CORNERS=True, BLOCK_M=bm, BLOCK_N=bn, DOT_FP32=fp32_dots)
-    consts["BLOCK_D"] = max(16, triton.next_power_of_2(head_dim))
+    consts.setdefault("BLOCK_D", max(16, triton.next_power_of_2(head_dim)))
     # Argument types as a contiguous launch specialises them (Triton's own rule): 16-byte
     # aligned pointers, unit inner strides baked in as 1, other ints divisible by 16.
     sig, attrs = {}, {}
@@ -265,6 +270,8 @@ def compile_one(name, dtype, cap, head_dim):
             continue
         if n in PTRS:
             val = torch.empty(16, dtype=dtype)
+        elif n in ACC and dtype == torch.float64:
+            val = torch.empty(16, dtype=torch.float64)
         elif n in F32:
             val = torch.empty(16, dtype=torch.float32)
         elif n in ("Shapes", "Starts"):
@@ -292,6 +299,9 @@ def compile_one(name, dtype, cap, head_dim):
 NAMES = ["_msda_fwd", "_msda_bwd", "_dat_fwd", "_dat_bwd_dkdv", "_dat_bwd_dq"]
 jobs = [(n, torch.float16, cap, d) for cap in (75, 80, 90) for d in (32, 64) for n in NAMES]
 jobs += [(n, torch.float32, 80, 32) for n in NAMES] + [(n, torch.bfloat16, 75, 32) for n in NAMES]
+# MSDA in float64 and at a head dim above one channel block (the loop over blocks)
+jobs += [(n, dt, 90, d) for n in NAMES[:2] for dt, d in ((torch.float64, 32),
+                                                          (torch.float16, 1025))]
 for job in jobs:
     compile_one(*job)
 print("compiled", len(jobs))
@@ -313,9 +323,9 @@ def test_kernels_compile_for_sm75_sm80_sm90_without_spills():
                           capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
-    assert "compiled 40" in out, out
+    assert "compiled 44" in out, out
     rows = [line for line in proc.stdout.splitlines() if " spill " in line]
-    assert len(rows) == 40, out
+    assert len(rows) == 44, out
     spilling = [r for r in rows if " spill -" not in r and " spill 0/0 " not in r]
     assert not spilling, "\n".join(spilling)
     # shared memory per block within each target's opt-in maximum (CUDA programming guide)
@@ -324,10 +334,95 @@ def test_kernels_compile_for_sm75_sm80_sm90_without_spills():
     assert not too_big, "\n".join(too_big)
 
 
-def test_msda_level_check_is_cached_but_sees_in_place_edits():
+def test_msda_level_check_sees_in_place_edits():
+    # item 4: no cache may skip the bounds check; an edit through .numpy() bypasses
+    # torch's version counter, so the check runs on every call
     value, sh, st, loc, w = _msda_inputs(1, 4, 2, 8, [[4, 4], [2, 2]], 2)
-    kd.ms_deform_attn(value, sh, st, loc, w)  # checked once, then cached
+    kd.ms_deform_attn(value, sh, st, loc, w)
     kd.ms_deform_attn(value, sh, st, loc, w)
     sh[1, 1] = 3  # in place: now 16 + 6 != S = 20
     with pytest.raises(ValueError, match="spatial_shapes"):
         kd.ms_deform_attn(value, sh, st, loc, w)
+    sh[1, 1] = 2
+    kd.ms_deform_attn(value, sh, st, loc, w)
+    if sh.device.type == "cpu":
+        sh.numpy()[0, 0] = 9  # 36 + 4 != 20: reading past the end of value if unchecked
+        with pytest.raises(ValueError, match="spatial_shapes"):
+            kd.ms_deform_attn(value, sh, st, loc, w)
+
+
+# ------------------------------------------------------------------------------------------
+# Drop-in for Deformable DETR's MSDeformAttnFunction: its own test suite (models/ops/test.py),
+# float64 forward equality and gradcheck at its head dims. gradcheck uses fast_mode (one
+# random direction per input) so D_h = 3096 stays seconds under the interpreter.
+# ------------------------------------------------------------------------------------------
+
+
+def _detr_inputs(channels, seed):
+    g = torch.Generator().manual_seed(seed)
+    n, m, lq, n_l, n_p = 1, 2, 2, 2, 2
+    shapes = torch.as_tensor([(6, 4), (3, 2)], dtype=torch.long, device=DEV)
+    starts = torch.cat((shapes.new_zeros((1,)), shapes.prod(1).cumsum(0)[:-1]))
+    s = int(shapes.prod(1).sum())
+    value = torch.rand(n, s, m, channels, generator=g) * 0.01
+    loc = torch.rand(n, lq, m, n_l, n_p, 2, generator=g)
+    w = torch.rand(n, lq, m, n_l, n_p, generator=g) + 1e-5
+    w /= w.sum(-1, keepdim=True).sum(-2, keepdim=True)
+    return value.to(DEV), shapes, starts, loc.to(DEV), w.to(DEV)
+
+
+def test_detr_forward_equal_with_pytorch_double_and_float():
+    value, shapes, starts, loc, w = _detr_inputs(2, 0)
+    ref = kd.ms_deform_attn_reference(value.double(), shapes, starts, loc.double(), w.double())
+    out = kd.MSDeformAttnFunction.apply(value.double(), shapes, starts, loc.double(),
+                                        w.double(), 2)
+    assert out.dtype == torch.float64
+    assert torch.allclose(out, ref)  # DETR's check: default rtol 1e-5, atol 1e-8
+    out32 = kd.MSDeformAttnFunction.apply(value, shapes, starts, loc, w, 2)
+    assert torch.allclose(out32.double(), ref, rtol=1e-2, atol=1e-3)
+
+
+@pytest.mark.parametrize("channels", [30, 32, 64, 71, 1025, 2048, 3096])
+def test_detr_gradient_numerical(channels):
+    value, shapes, starts, loc, w = _detr_inputs(channels, channels)
+    ins = (value.double().requires_grad_(), shapes, starts, loc.double().requires_grad_(),
+           w.double().requires_grad_(), 2)
+    assert torch.autograd.gradcheck(kd.MSDeformAttnFunction.apply, ins, fast_mode=True)
+    ref = kd.ms_deform_attn_reference(*ins[:5])
+    assert torch.allclose(kd.MSDeformAttnFunction.apply(*ins), ref)
+
+
+def test_msda_loops_over_channel_blocks(monkeypatch):
+    # item 14: head dims above one block (128 on a GPU) loop over channel blocks; forcing
+    # 16-channel blocks under the interpreter exercises that loop, ragged last block included
+    monkeypatch.setattr(kd, "MSDA_INTERPRET_MAX_BLOCK_D", 16)
+    monkeypatch.setattr(kd, "MSDA_MAX_BLOCK_D", 16)
+    value, shapes, starts, loc, w = _detr_inputs(71, 1)
+    ins = [value.double(), loc.double(), w.double()]
+    grad = torch.randn(1, 2, 2 * 71, dtype=torch.float64)
+    ours = _run(lambda v, lc, ww: kd.ms_deform_attn(v, shapes, starts, lc, ww), ins, grad,
+                torch.float64)
+    ref = _run(lambda v, lc, ww: kd.ms_deform_attn_reference(v, shapes, starts, lc, ww), ins,
+               grad, torch.float64)
+    for a, b in zip(ours, ref):
+        # float64, sums of at most L*P*4 = 16 terms per output: a few ulp of the magnitudes
+        assert torch.allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_msda_nan_location_gives_nan_only_there():
+    value, shapes, starts, loc, w = _detr_inputs(8, 2)
+    loc[0, 1, 0, 0, 0, 0] = float("nan")  # query 1, head 0
+    out = kd.ms_deform_attn(value, shapes, starts, loc, w).view(1, 2, 2, 8)
+    assert torch.isnan(out[0, 1, 0]).all()
+    assert torch.isfinite(out[0, 0]).all() and torch.isfinite(out[0, 1, 1]).all()
+
+
+def test_dat_refuses_bad_scale_and_flags():
+    q = torch.randn(1, 2, 5, 8, device=DEV)
+    km = torch.randn(1, 2, 4, 4, 8, device=DEV)
+    pts = torch.rand(1, 1, 3, 2, device=DEV) * 2 - 1
+    for scale in (1e300, float("nan"), 3e38):
+        with pytest.raises(ValueError, match="sm_scale"):
+            kd.deformable_attention(q, km, km, pts, sm_scale=scale)
+    with pytest.raises(TypeError, match="align_corners"):
+        kd.deformable_attention(q, km, km, pts, align_corners="False")
