@@ -76,14 +76,77 @@ def traffic_explorer_ch1(n: int = 1024, m: int | None = None, d: int = 64,
 # ---------------------------------------------------------------------------------
 
 
+#: A setting whose three simulations would record more events than this is drawn from the
+#: closed forms instead (same counts, no schedule): a slider redraw stays well under a second.
+SIMULATE_EVENTS = 1_500_000
+#: The tile explorer's schedule panel draws at most this many tiles of S (as the figure's
+#: ``max_tiles``); beyond it the step slider is switched off.
+MAX_TILES = 16384
+FORWARD = ["standard", "flash1", "flash2"]
+BACKWARD = ["standard_bwd", "flash2_bwd", "flash2_bwd_split"]
+
+
+def tile_schedule_state(N: int, d: int, M: int, Br: int, Bc: int, algorithm: str):
+    """What the tile explorer's step slider can show: ``(steps, None)`` with the number of
+    steps of ``algorithm``'s schedule, or ``(0, reason)`` when there is no schedule to step
+    through (the tiles do not fit in ``M`` elements of SRAM, or too many tiles to draw).
+    From ``memory.closed_form``: nothing is simulated."""
+    from attention import memory
+
+    try:
+        form = memory.closed_form(algorithm, N, d, Br=Br, Bc=Bc, M=M)
+    except ValueError as err:  # the tiles do not fit in M
+        return 0, f"step: off, the tiles do not fit in SRAM. {err}"
+    tiles = memory.cdiv(N, Br) * memory.cdiv(N, Bc)
+    if tiles > MAX_TILES:
+        return 0, (f"step: off, {tiles:,} tiles of S are too many to draw (at most "
+                   f"{MAX_TILES:,}); shrink N or grow Br, Bc")
+    return form.steps, None
+
+
+def _closed_form_tile_figure(N, d, sram_kib, Br, Bc, dtype, algorithm, events):
+    """The tile explorer's figure for settings too big to simulate: HBM traffic and roofline
+    ESTIMATES from ``memory.closed_form`` (the same counts ``simulate`` would give)."""
+    import matplotlib.pyplot as plt
+
+    from attention import memory, plots
+
+    bpe = plots.DTYPE_BYTES[dtype]
+    M = int(sram_kib) * 1024 // bpe
+    group = BACKWARD if algorithm in BACKWARD else FORWARD
+    results = {a: memory.closed_form(a, N, d, Br=Br, Bc=Bc, M=M) for a in group}
+    fig, (ax0, ax1, ax2) = plt.subplots(1, 3, figsize=(13, 4.2),
+                                        gridspec_kw={"width_ratios": [1.1, 1, 0.9]})
+    plots.traffic_by_algorithm(results, bytes_per_elem=bpe, ax=ax0,
+                               title=f"HBM traffic, N = {N}, d = {d}, Br = {Br}, Bc = {Bc}, "
+                                     f"{dtype} (closed form)")
+    est = {g: {a: memory.roofline_ms(memory.matmul_flops(a, N, d), r.bytes(bpe), spec) * 1e3
+               for a, r in results.items()} for g, spec in memory.GPUS.items()}
+    plots.roofline_bars(est, ax=ax1, unit="µs",
+                        title="roofline ESTIMATE of one head, not a measurement")
+    ax2.axis("off")
+    lines = [f"{a}: {plots.human_bytes(r.bytes(bpe))}, tiles need {r.sram_peak:,}"
+             for a, r in results.items()]
+    text = (f"Counted by memory.closed_form: simulating\n"
+            f"these {events:,} events in Python\nwould take too long "
+            f"(no schedule drawn).\n\nSRAM: {sram_kib} KiB = M = {M:,} {dtype} elements\n"
+            + "\n".join(lines))
+    ax2.text(0, 1, text, va="top", fontsize=8, family="monospace")
+    fig.tight_layout()
+    return fig
+
+
 def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: int = 64,
                        Bc: int = 64, dtype: str = "float16", algorithm: str = "flash2"):
     """Sliders for N, d, SRAM size, Br, Bc, dtype, algorithm and the schedule's step.
 
     Each change redraws ``attention.plots.tile_explorer_figure``: HBM reads and writes per
     algorithm and tensor, the tiles in SRAM at the chosen step, and roofline ESTIMATES for
-    A100, H100 and H200. Tiles larger than the SRAM draw the reason instead. "Use the FA1
-    rule" sets Br and Bc from the SRAM size. Returns the widget box.
+    A100, H100 and H200. Tiles larger than the SRAM draw the reason instead, and switch the
+    step slider off (the label beside it says why), as do more tiles than can be drawn.
+    Settings too big to simulate quickly (``SIMULATE_EVENTS``) are drawn from the closed
+    forms, so no slider position can stall the kernel. "Use the FA1 rule" sets Br and Bc
+    from the SRAM size. Returns the widget box.
     """
     import ipywidgets as widgets
 
@@ -100,21 +163,39 @@ def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: int 
     bc_s = widgets.IntSlider(value=Bc, min=16, max=512, step=16, description="Bc", **opts)
     dt_m = widgets.Dropdown(options=list(plots.DTYPE_BYTES), value=dtype, description="dtype",
                             style=style)
-    alg_m = widgets.Dropdown(options=["standard", "flash1", "flash2", "standard_bwd",
-                                      "flash2_bwd", "flash2_bwd_split"],
-                             value=algorithm, description="algorithm", style=style)
+    alg_m = widgets.Dropdown(options=FORWARD + BACKWARD, value=algorithm,
+                             description="algorithm", style=style)
     step_s = widgets.IntSlider(value=0, min=0, max=0, description="step", **opts)
+    step_note = widgets.HTML(value="")
     rule_b = widgets.Button(description="Use the FA1 rule for Br, Bc")
     out = widgets.Output()
     busy = {"on": False}
 
-    def n_steps() -> int:
+    def sram_elements() -> int:
+        return m_s.value * 1024 // plots.DTYPE_BYTES[dt_m.value]
+
+    def update_step() -> None:
+        steps, why = tile_schedule_state(n_s.value, d_m.value, sram_elements(), br_s.value,
+                                         bc_s.value, alg_m.value)
+        step_s.max = max(steps - 1, 0)
+        step_s.disabled = why is not None
+        if why is not None:
+            step_s.value = 0
+        step_note.value = "" if why is None else f"<i>{why}</i>"
+
+    def figure():
+        kw = dict(N=n_s.value, d=d_m.value, sram_kib=m_s.value, Br=br_s.value, Bc=bc_s.value,
+                  dtype=dt_m.value, algorithm=alg_m.value)
+        group = BACKWARD if alg_m.value in BACKWARD else FORWARD
         try:
-            t = memory.simulate(alg_m.value, n_s.value, d_m.value, Br=br_s.value,
-                                Bc=bc_s.value, keep_trace=False)
-        except ValueError:
-            return 1
-        return t.steps
+            events = sum(memory.closed_form(a, n_s.value, d_m.value, Br=br_s.value,
+                                            Bc=bc_s.value, M=sram_elements()).events
+                         for a in group)
+        except ValueError:  # the tiles do not fit: the figure says why, simulating nothing
+            events = 0
+        if events > SIMULATE_EVENTS:
+            return _closed_form_tile_figure(events=events, **kw)
+        return plots.tile_explorer_figure(step=step_s.value, max_tiles=MAX_TILES, **kw)
 
     def redraw(change=None):
         if busy["on"]:
@@ -122,17 +203,13 @@ def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: int 
         busy["on"] = True
         try:
             if change is None or change["owner"] is not step_s:
-                step_s.max = max(n_steps() - 1, 0)
-            fig = plots.tile_explorer_figure(N=n_s.value, d=d_m.value, sram_kib=m_s.value,
-                                             Br=br_s.value, Bc=bc_s.value, dtype=dt_m.value,
-                                             algorithm=alg_m.value, step=step_s.value)
-            _show_figure(out, fig)
+                update_step()
+            _show_figure(out, figure())
         finally:
             busy["on"] = False
 
     def use_rule(_button):
-        M = m_s.value * 1024 // plots.DTYPE_BYTES[dt_m.value]
-        br, bc = memory.fa1_block_sizes(M, d_m.value)
+        br, bc = memory.fa1_block_sizes(sram_elements(), d_m.value)
         busy["on"] = True  # one redraw for both sliders
         br_s.value = min(max(br, br_s.min), br_s.max)
         bc_s.value = min(max(bc, bc_s.min), bc_s.max)
@@ -145,7 +222,7 @@ def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: int 
     redraw()
     controls = widgets.VBox([widgets.HBox([n_s, d_m, m_s, dt_m]),
                              widgets.HBox([br_s, bc_s, rule_b]),
-                             widgets.HBox([alg_m, step_s])])
+                             widgets.HBox([alg_m, step_s, step_note])])
     return widgets.VBox([controls, out])
 
 

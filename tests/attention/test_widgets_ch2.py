@@ -120,3 +120,70 @@ def test_recorded_result_figures_use_only_given_records():
                                    lambda shape, bm, bn: seen.append((bm, bn)) or bm * bn)
     assert sorted(seen) == [(64, 32), (64, 64), (128, 32), (128, 64)]
     assert plots.block_sweep_figure(recs, "label", lambda *a: 0) is None
+
+
+def _note(box):
+    step = _find(box, "step")
+    stack = [box]
+    while stack:  # the HTML label beside the step slider
+        w = stack.pop()
+        kids = list(getattr(w, "children", ()))
+        if step in kids:
+            return kids[kids.index(step) + 1].value
+        stack.extend(kids)
+    raise LookupError("step note")
+
+
+def test_step_slider_is_off_when_the_tiles_do_not_fit():
+    from attention import memory
+
+    box = widgets.tile_size_explorer(N=1024, d=128, sram_kib=16, Br=256, Bc=256)
+    step = _find(box, "step")
+    assert step.disabled and step.max == 0 and step.value == 0
+    assert "do not fit in SRAM" in _note(box) and "M holds 8192" in _note(box)
+    # A larger SRAM and smaller tiles: they fit, the slider comes back with the schedule.
+    _find(box, "Br").value = 128
+    _find(box, "Bc").value = 128
+    assert step.disabled
+    _find(box, "SRAM (KiB)").value = 256
+    assert memory.sram_need("flash2", 1024, 128, 128, 128) <= 256 * 1024 // 2
+    assert not step.disabled and _note(box) == ""
+    assert step.max == memory.closed_form("flash2", 1024, 128, Br=128, Bc=128).steps - 1 == 63
+    # The standard forward needs a whole row of S: with a small SRAM and a long N it does
+    # not fit while flash2 does; switching the algorithm switches the slider off.
+    _find(box, "SRAM (KiB)").value = 16
+    _find(box, "Br").value = 16
+    _find(box, "Bc").value = 16
+    _find(box, "N").value = 16384
+    _find(box, "algorithm").value = "standard"
+    assert step.disabled and "one row of S" in _note(box)
+
+
+def test_no_slider_position_runs_a_huge_simulation(monkeypatch):
+    import time
+
+    from attention import memory
+
+    real = memory.simulate
+    events = []
+
+    def spy(alg, *a, **kw):
+        t = real(alg, *a, **kw)
+        events.append(t.events)
+        return t
+
+    monkeypatch.setattr(memory, "simulate", spy)
+    t0 = time.perf_counter()
+    # The sliders' extreme corner (longest N, smallest tiles), forward and backward.
+    for alg in ("flash2", "flash2_bwd"):
+        box = widgets.tile_size_explorer(N=16384, d=32, sram_kib=256, Br=16, Bc=16,
+                                         algorithm=alg)
+        assert _find(box, "step").disabled and "too many to draw" in _note(box)
+        assert _png(box)
+    assert time.perf_counter() - t0 < 10  # ~1 s each on one core
+    assert sum(events) <= widgets.SIMULATE_EVENTS
+    # The closed-form figure carries the counts.
+    fig = widgets._closed_form_tile_figure(16384, 32, 256, 16, 16, "float16", "flash2",
+                                           events=10**7)
+    text = " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
+    assert "memory.closed_form" in text and "10,000,000 events" in text
