@@ -41,8 +41,15 @@ elements, the count in the FlashAttention paper's analysis; in general it moves
 
 Chapter modules register their own algorithms with ``register`` (e.g. hard and top-k
 attention in ``attention.hard``), so ``simulate(name, ...)`` and ``closed_form(name, ...)``
-reach every algorithm in the book. The roofline helpers (``GPUS``, ``roofline_ms``) turn
-counts into time ESTIMATES from published peak numbers; they measure nothing.
+reach every algorithm in the book. Both check the arguments of every algorithm in one place
+(counts are positive ints, NumPy integers included; ValueError or TypeError naming the
+argument), and ``closed_form`` gives every field of ``simulate``'s result but the trace:
+reads, writes, per-tensor counts, SRAM peak, steps and events, raising as the simulation
+does when the tiles do not fit in ``M``; ``sram_need`` works for every algorithm.
+``simulate`` refuses schedules of more than ``MAX_TRACE_EVENTS`` events (``MAX_EVENTS``
+with ``keep_trace=False``) before running them and points to ``closed_form``. The
+roofline helpers (``GPUS``, ``roofline_ms``) turn counts into time ESTIMATES from published
+peak numbers; they measure nothing.
 
 The package: ``sim`` (HBMSim, Traffic, the registry, shared checks), ``forward``
 (standard, flash1, flash2), ``backward`` (standard_bwd, flash2_bwd, flash2_bwd_split),
