@@ -116,7 +116,8 @@ def weighted_sum(p: np.ndarray, v: np.ndarray, keep: np.ndarray | None = None) -
     if keep is None or np.all(np.isfinite(v)):
         return p @ v
     keep = np.broadcast_to(keep, p.shape)
-    terms = np.where(keep[..., None], p[..., None] * v[..., None, :, :], 0.0)  # (.., Nq, Nk, dv)
+    with np.errstate(invalid="ignore"):  # 0 * inf at hidden terms, selected out right here
+        terms = np.where(keep[..., None], p[..., None] * v[..., None, :, :], 0.0)  # (.., Nq, Nk, dv)
     return terms.sum(axis=-2)
 
 

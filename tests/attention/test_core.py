@@ -375,3 +375,60 @@ def test_multi_head_is_per_head_sdpa(rng):
 def test_attention_flops():
     assert core.attention_flops(128, 256, 64) == 4 * 128 * 256 * 64
     assert core.attention_flops(128, 128, 64, causal=True) == 2 * 128 * 128 * 64
+
+
+# ----------------------------------------------------------------- no silent wrong answers
+
+
+def test_nan_row_is_nan_never_the_empty_row():
+    # item 1: a NaN gives a NaN row; a row with nothing visible gives 0 (and lse -inf)
+    p = core.softmax(np.array([[1.0, np.nan, 0.0], [1.0, 2.0, 3.0]]))
+    assert np.isnan(p[0]).all() and np.isfinite(p[1]).all()
+    p = core.softmax(np.array([[1.0, np.nan, 0.0]]), mask=np.array([[True, False, True]]))
+    assert np.isfinite(p).all()  # the NaN is hidden: the row is fine
+    assert np.all(core.softmax(np.array([[1.0, 2.0]]), mask=np.zeros((1, 2), bool)) == 0)
+    assert np.isnan(core.logsumexp(np.array([1.0, np.nan])))
+    assert core.logsumexp(np.array([-np.inf, -np.inf])) == -np.inf
+    assert core.logsumexp(np.zeros((2, 0))).tolist() == [-np.inf, -np.inf]
+    q, k, v = (np.random.default_rng(0).normal(size=(6, 4)) for _ in range(3))
+    q[2, 1] = np.nan
+    o = core.scaled_dot_product_attention(q, k, v)
+    assert np.isnan(o[2]).all() and np.isfinite(np.delete(o, 2, 0)).all()
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_causal_mask_shields_earlier_rows_from_hidden_value_rows(bad):
+    # item 2: v[7] is seen by query 7 only; 0 * NaN must not reach queries 0..6
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.normal(size=(8, 4)) for _ in range(3))
+    v[7, 2] = bad
+    o = core.scaled_dot_product_attention(q, k, v, causal=True)
+    assert np.isfinite(o[:7]).all()
+    assert not np.isfinite(o[7, 2]) and np.isfinite(np.delete(o[7], 2)).all()
+
+
+@pytest.mark.parametrize("call,exc", [
+    (lambda: core.scaled_dot_product_attention(np.ones((4, 8)), np.ones((4, 8)),
+                                               np.ones((4, 8)), causal="False"), TypeError),
+    (lambda: core.scaled_dot_product_attention(np.ones((4, 0)), np.ones((4, 0)),
+                                               np.ones((4, 3))), ValueError),  # d = 0
+    (lambda: core.scaled_dot_product_attention(np.ones((2, 4, 8)), np.ones((3, 4, 8)),
+                                               np.ones((3, 4, 8))), ValueError),  # batch
+    (lambda: core.scaled_dot_product_attention(np.ones((4, 8)), np.ones((4, 8)),
+                                               np.ones((4, 8)), scale=np.inf), ValueError),
+    (lambda: core.scaled_dot_product_attention(np.ones((4, 8)), np.ones((4, 8)),
+                                               np.ones((4, 8)), mask=np.ones((4, 4))), TypeError),
+    (lambda: core.scaled_dot_product_attention(np.ones((4, 8)), np.ones((4, 8)),
+                                               np.ones((4, 8)), mask=np.ones((3, 4), bool)),
+     ValueError),
+    (lambda: core.softmax(np.ones(3), axis=1), ValueError),
+    (lambda: core.softmax(np.array(["a"])), TypeError),
+    (lambda: core.causal_mask(2.5), TypeError),
+    (lambda: core.split_heads(np.ones((1, 4, 8)), 3), ValueError),
+    (lambda: core.split_heads(np.ones((4, 8)), 2), ValueError),
+    (lambda: core.multi_head_attention(np.ones((1, 4, 8)), np.ones((2, 4, 8)), *[np.eye(8)] * 4,
+                                       n_heads=2), ValueError),
+])
+def test_bad_arguments_raise_clear_errors(call, exc):
+    with pytest.raises(exc):
+        call()

@@ -236,3 +236,32 @@ def test_scaled_attention_reference_consistency():
     ref = scaled_dot_product_attention(q, km.reshape(1, 1, hf * wf, d),
                                        vm.reshape(1, 1, hf * wf, d))
     np.testing.assert_allclose(o, ref, rtol=1e-12, atol=1e-12)
+
+
+# ----------------------------------------------------------------- no silent wrong answers
+
+
+def test_nan_point_gives_nan_sample_not_index_error():
+    # item 11: a NaN sampling point used to crash the sampler with IndexError
+    feat = np.random.default_rng(0).normal(size=(1, 4, 5, 3))
+    pts = np.array([[[np.nan, 0.0], [0.1, 0.2], [0.3, np.inf]]])
+    out = dfm.bilinear_sample(feat, pts)
+    assert np.isnan(out[0, [0, 2]]).all() and np.isfinite(out[0, 1]).all()
+    g_feat, g_pts = dfm.bilinear_sample_backward(feat, pts, np.ones((1, 3, 3)))
+    assert np.isnan(g_pts[0, 0]).all() and np.isfinite(g_pts[0, 1]).all()
+
+
+def test_ms_deform_attn_checks_levels_like_the_kernel():
+    # item 5: level tensors that do not describe value are refused, not read wrongly
+    v = np.ones((1, 6, 1, 2))
+    loc, w = np.full((1, 1, 1, 1, 1, 2), 0.5), np.ones((1, 1, 1, 1, 1))
+    with pytest.raises(ValueError, match="spatial_shapes"):
+        dfm.ms_deform_attn(v, [[2, 2]], [0], loc, w)  # 4 positions, S = 6
+    with pytest.raises(ValueError, match="level_start"):
+        dfm.ms_deform_attn(v, [[2, 3]], [1], loc, w)
+    with pytest.raises(TypeError, match="spatial_shapes"):
+        dfm.ms_deform_attn(v, [[2.0, 3.0]], [0], loc, w)
+    with pytest.raises(ValueError, match="attention_weights"):
+        dfm.ms_deform_attn(v, [[2, 3]], [0], loc, w[..., :0])
+    with pytest.raises(TypeError, match="align_corners"):
+        dfm.bilinear_sample(np.ones((1, 2, 2, 1)), np.zeros((1, 1, 2)), align_corners="False")

@@ -155,3 +155,66 @@ def test_backward_matches_finite_differences():
             args[idx][pos] -= 2 * eps
             num[pos] = (up - loss(*args)) / (2 * eps)
         np.testing.assert_allclose(g, num, rtol=1e-6, atol=1e-8)
+
+
+# ----------------------------------------------------------------- no silent wrong answers
+
+
+@pytest.mark.parametrize("Br,Bc", [(1, 1), (3, 2), (4, 8), (64, 64)])
+def test_nan_rows_and_hidden_nan_values_do_not_depend_on_tiles(Br, Bc):
+    # items 1 and 2: a NaN in q row 2 makes row 2 NaN (o and lse), never the "no key" row;
+    # a NaN in v row 7 reaches query 7 only, whatever the tiles
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.normal(size=(10, 4)) for _ in range(3))
+    k, v = k[:8], v[:8]
+    q[4, 1] = np.nan  # causal N_q = 10 > N_k = 8: rows 0, 1 see no key
+    v[7, 0] = np.nan
+    o_s, lse_s, _ = flash.standard_forward(q, k, v, causal=True)
+    for f in (flash.flash1_forward, flash.flash2_forward):
+        o, lse = f(q, k, v, Br=Br, Bc=Bc, causal=True)
+        assert np.array_equal(np.isnan(o), np.isnan(o_s))
+        assert np.array_equal(np.isnan(lse), np.isnan(lse_s))
+        np.testing.assert_allclose(o[~np.isnan(o_s)], o_s[~np.isnan(o_s)], rtol=1e-12,
+                                   atol=1e-14)
+    assert np.isnan(lse_s[4]) and np.isnan(o_s[4]).all()
+    assert np.all(o_s[:2] == 0) and np.isneginf(lse_s[:2]).all()
+    assert np.isnan(o_s[9, 0]) and np.isfinite(o_s[[2, 3, 5, 6, 7, 8]]).all()
+
+
+def test_integer_input_to_softmax_passes_is_computed_in_float():
+    # item 7
+    x = np.array([[1, 2, 3], [0, 0, 0]])
+    for f in (flash.softmax_2pass, flash.softmax_3pass):
+        y = f(x, block=2)
+        assert y.dtype == np.float64
+        np.testing.assert_allclose(y, core.softmax(x.astype(float)), rtol=1e-15)
+        assert np.all(f(np.full((1, 3), -np.inf)) == 0)  # nothing visible: 0, not NaN
+
+
+def test_backward_checks_shapes_and_takes_dlse():
+    # item 6: a wrongly shaped lse or p used to broadcast into wrong gradients
+    rng = np.random.default_rng(3)
+    q, k, v, do = (rng.normal(size=(2, 6, 4)) for _ in range(4))
+    o, lse = flash.flash2_forward(q, k, v)
+    _, _, p = flash.standard_forward(q, k, v)
+    with pytest.raises(ValueError, match="lse"):
+        flash.flash2_backward(q, k, v, o, lse[:, :1], do)
+    with pytest.raises(ValueError, match="lse"):
+        flash.flash2_backward(q, k, v, o, lse[..., None], do)
+    with pytest.raises(ValueError, match="p"):
+        flash.standard_backward(q, k, v, p[:1], do)
+    with pytest.raises(ValueError, match="do"):
+        flash.standard_backward(q, k, v, p, do[..., :3])
+    with pytest.raises(TypeError, match="causal"):
+        flash.flash2_forward(q, k, v, causal="False")
+    with pytest.raises(TypeError, match="Br"):
+        flash.flash2_forward(q, k, v, Br=2.5)
+    # d lse / d S = P: the dlse path against float64 autograd
+    dlse = rng.normal(size=(2, 6))
+    dq, dk, dv = flash.flash2_backward(q, k, v, o, lse, do, Br=4, Bc=4, dlse=dlse)
+    qt, kt, vt = (torch.tensor(t, requires_grad=True) for t in (q, k, v))
+    s = qt @ kt.transpose(-1, -2) / 2.0
+    ot = torch.softmax(s, -1) @ vt
+    loss = (ot * torch.tensor(do)).sum() + (torch.logsumexp(s, -1) * torch.tensor(dlse)).sum()
+    for g, r in zip((dq, dk, dv), torch.autograd.grad(loss, (qt, kt, vt))):
+        np.testing.assert_allclose(g, r.numpy(), rtol=1e-10, atol=1e-12)

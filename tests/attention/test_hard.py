@@ -238,3 +238,44 @@ def test_estimator_stats_unbiased_vs_biased():
     assert st["reinforce+baseline"]["rel_std"] < st["reinforce"]["rel_std"]
     assert st["gumbel-st"]["rel_bias"] > 4 * st["gumbel-st"]["rel_bias_se"]  # biased
     assert st["argmax"]["rel_bias"] == pytest.approx(1.0)
+
+
+# ----------------------------------------------------------------- no silent wrong answers
+
+
+def test_nan_rows_are_nan_and_hidden_values_never_leak():
+    # item 1: NaN score row -> o NaN, idx -1 (no valid choice), never the empty row's o = 0
+    rng = np.random.default_rng(0)
+    q, k, v = rng.normal(size=(10, 4)), rng.normal(size=(8, 4)), rng.normal(size=(8, 3))
+    q[4, 0] = np.nan
+    v[7] = np.nan  # seen only by the queries that select key 7
+    o, idx = ah.hard_attention(q, k, v, causal=True, return_index=True)
+    assert idx[4] == -1 and np.isnan(o[4]).all()
+    assert np.all(idx[:2] == -1) and np.all(o[:2] == 0)
+    assert np.array_equal(np.isnan(o).any(-1), (idx == 7) | (np.arange(10) == 4))
+    o, p = ah.topk_attention(q, k, v, 3, causal=True, return_weights=True)
+    assert np.isnan(o[4]).all() and np.isnan(p[4]).all() and np.all(o[:2] == 0)
+    assert np.all(ah.topk_index(ah.attention_scores(q, k, causal=True), 3)[4] == -1)
+    kept7 = p[:, 7] > 0
+    assert np.array_equal(np.isnan(o).any(-1), kept7 | (np.arange(10) == 4))
+    o = ah.stochastic_hard_attention(q, k, v, np.random.default_rng(1), causal=True)
+    assert np.isnan(o[4]).all() and np.all(o[:2] == 0)
+
+
+@pytest.mark.parametrize("call,exc", [
+    (lambda: ah.topk_index(np.zeros((2, 3)), -1), ValueError),
+    (lambda: ah.topk_attention(*[np.ones((4, 2))] * 3, 2.7), TypeError),
+    (lambda: ah.topk_attention(*[np.ones((4, 2))] * 3, "3"), TypeError),
+    (lambda: ah.hard_attention(*[np.ones((4, 2))] * 3, causal="False"), TypeError),
+    (lambda: ah.softmax_jacobian(np.ones((1, 3)) / 3), ValueError),
+    (lambda: ah.stochastic_hard_attention(*[np.ones((4, 2))] * 3, None), TypeError),
+    (lambda: ah.reinforce_grad(np.zeros(3), np.zeros(3), np.random.default_rng(0),
+                               n_samples=0), ValueError),
+    (lambda: ah.hard_attention(np.ones((4, 2)), np.ones((5, 2)), np.ones((4, 2))), ValueError),
+    (lambda: ah.gumbel_softmax(np.zeros(3), 1.0, hard="yes", rng=np.random.default_rng(0)),
+     TypeError),
+])
+def test_bad_arguments_raise_clear_errors(call, exc):
+    # item 8 and the obscure errors: checked at the top, named
+    with pytest.raises(exc):
+        call()
