@@ -117,7 +117,7 @@ def weighted_sum(p: np.ndarray, v: np.ndarray, keep: np.ndarray | None = None) -
         return p @ v
     keep = np.broadcast_to(keep, p.shape)
     with np.errstate(invalid="ignore"):  # 0 * inf at hidden terms, selected out right here
-        terms = np.where(keep[..., None], p[..., None] * v[..., None, :, :], 0.0)  # (.., Nq, Nk, dv)
+        terms = np.where(keep[..., None], p[..., None] * v[..., None, :, :], 0.0)
     return terms.sum(axis=-2)
 
 
