@@ -4,8 +4,10 @@
     python -m kernels.compile_check --quick    # the subset `make test` runs (see QUICK)
 
 `make compile-check` runs the full matrix (896 compilations, about 20 minutes on one core
-with an empty Triton cache); run it whenever a tile table in ``kernels/flash.py`` changes.
-``make test`` runs ``--quick`` (55 compilations, under two minutes cold on 2 cores).
+with an empty Triton cache) and records in ``kernels/compile_peaks.json`` the cases with the
+most registers and the most shared memory per kernel, target and dot path; run it whenever
+a tile table in ``kernels/flash.py`` changes. ``make test`` runs ``--quick``: exactly those
+recorded cases (41 compilations, about a minute cold on 2 cores).
 
 Triton compiles ahead of time for a GPU it does not have:
 ``triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget("cuda", cap, 32))``
@@ -68,14 +70,9 @@ KERNEL_FNS = {"fwd": "_attn_fwd", "preprocess": "_attn_bwd_preprocess", "dkdv": 
 HEAD_DIMS = (64, 80, 128, 256)  # 80: the padded, masked head-dim path (BLOCK_D = 128)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
-#: The subset ``make test`` runs: every kernel on every target, with the configs that use
-#: the most registers and the most shared memory. Those are the heaviest code path
-#: (causal, ragged N = 4000: every mask on) at the two largest head dims, where the tiles
-#: hold the widest K/V stages and accumulators: in the full matrix each (kernel, target)
-#: peaks in registers and in shared memory at d = 128 or d = 256, and fp16 and bf16
-#: compile to the same tiles. Plus the paths with their own tables: the sm_75 bf16 upcast,
-#: and fp32 (CUDA-core dots) at d = 128 on sm_80, sm_89 (the smallest shared memory of the
-#: fp32 targets) and sm_90.
+#: What ``--quick`` compiles when no peaks file is recorded: every kernel on every target
+#: at the heaviest code path (causal, ragged N = 4000: every mask on) at head dims 128 and
+#: 256, plus the sm_75 bf16 upcast and the fp32 (CUDA-core) tables on sm_80/89/90.
 QUICK = {"head_dims": (128, 256), "dtypes": (torch.float16,), "causal": (True,),
          "extra": [("sm75", 128, torch.bfloat16), ("sm80", 128, torch.float32),
                    ("sm89", 128, torch.float32), ("sm90", 128, torch.float32)]}
@@ -206,10 +203,71 @@ def shipped(kernel: str, target: str, head_dim: int, dtype) -> list[tuple[int, i
     return flash.configs(kernel, flash.ARCHS[target][0], head_dim, dtype)
 
 
+#: The configs with the most registers and the most shared memory, per kernel, target and
+#: dot path (tensor cores, or CUDA-core FMA for fp32 and sm_75), as measured by the last
+#: full run (``make compile-check`` rewrites it). ``--quick`` compiles exactly these.
+PEAKS_FILE = pathlib.Path(__file__).with_name("compile_peaks.json")
+_NAME_DTYPES = {v: k for k, v in DTYPE_NAMES.items()}
+
+
+def _dot_path(target: str, dtype: str) -> str:
+    return "fma" if target == "sm75" or dtype == "fp32" else "tensor-core"
+
+
+def peaks(results: list[Result]) -> list[dict]:
+    """The heaviest compiled case per (kernel, target, dot path): the one with the most
+    registers (ties: more shared memory) and the one with the most shared memory (ties:
+    more registers)."""
+    groups: dict[tuple, list[Result]] = {}
+    for r in results:
+        if r.ok:
+            groups.setdefault((r.kernel, r.target, _dot_path(r.target, r.dtype)), []).append(r)
+    out = []
+    for (kernel, target, path), rs in sorted(groups.items()):
+        by_regs = max(rs, key=lambda r: (r.registers, r.shared))
+        by_smem = max(rs, key=lambda r: (r.shared, r.registers))
+        for why, r in (("registers", by_regs), ("shared", by_smem)):
+            case = {"kernel": kernel, "target": target, "dot": path, "head_dim": r.head_dim,
+                    "dtype": r.dtype, "causal": r.causal, "config": list(r.config),
+                    "n_ctx": r.n_ctx, "registers": r.registers, "shared": r.shared,
+                    "peak": why}
+            if by_regs is by_smem and why == "shared":
+                out[-1]["peak"] = "registers+shared"
+                continue
+            out.append(case)
+    return out
+
+
+def _recorded_peaks(targets, kernels) -> list[tuple] | None:
+    """``--quick``'s jobs from PEAKS_FILE (None when there is none). A recorded config that
+    is no longer shipped is replaced by every config shipped for that case."""
+    if not PEAKS_FILE.exists():
+        return None
+    import json
+
+    jobs = []
+    for c in json.loads(PEAKS_FILE.read_text())["peaks"]:
+        if c["target"] not in targets or c["kernel"] not in kernels:
+            continue
+        dt = _NAME_DTYPES[c["dtype"]]
+        now = shipped(c["kernel"], c["target"], c["head_dim"], dt)
+        cfgs = [tuple(c["config"])] if tuple(c["config"]) in now else now
+        if tuple(c["config"]) not in now:
+            print(f"# {PEAKS_FILE.name} is stale for {c['kernel']} {c['target']} "
+                  f"d={c['head_dim']}: run make compile-check", flush=True)
+        for cfg in cfgs:
+            job = (c["kernel"], c["target"], c["head_dim"], dt, c["causal"], cfg, c["n_ctx"])
+            if job not in jobs:
+                jobs.append(job)
+    return jobs
+
+
 def plan(quick: bool, targets=None, kernels=None) -> list[tuple]:
     """Every (kernel, target, head_dim, dtype, causal, config, n_ctx) to compile."""
     targets = targets or list(flash.ARCHS)
     kernels = kernels or list(KERNELS)
+    if quick and (jobs := _recorded_peaks(targets, kernels)) is not None:
+        return jobs
     if quick:
         cases = [(t, d, dt, c) for t in targets for d in QUICK["head_dims"]
                  for dt in QUICK["dtypes"] for c in QUICK["causal"]]
@@ -346,7 +404,19 @@ def main(argv=None) -> int:
     bad = [r for r in results if not r.ok]
     print(f"# {len(results) - len(bad)}/{len(results)} ok"
           + (f"; {len(bad)} over shared memory, spilling or failing" if bad else ""))
+    if not (args.quick or args.target or args.kernel or bad):
+        write_peaks(results)
+        print(f"# peaks per kernel and target written to {PEAKS_FILE}")
     return 1 if bad else 0
+
+
+def write_peaks(results: list[Result]) -> None:
+    import json
+
+    PEAKS_FILE.write_text(json.dumps(
+        {"triton": triton.__version__, "date": time.strftime("%Y-%m-%d"),
+         "command": "python -m kernels.compile_check", "compilations": len(results),
+         "peaks": peaks(results)}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
