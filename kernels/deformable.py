@@ -78,7 +78,7 @@ import triton
 import triton.language as tl
 
 from . import runtime
-from .naive import check_scale
+from .naive import kernel_scale
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
 LN2 = 0.6931471805599453  # ln(2)
@@ -791,7 +791,7 @@ def _validate_dat(q, k_map, v_map, points, sm_scale):
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
     # finite, and sm_scale * log2(e) (the kernel's exp2 factor) within float32
-    return check_scale(sm_scale, d)
+    return kernel_scale(sm_scale, d)
 
 
 def _dat_args(q, k_map, v_map, points):

@@ -56,7 +56,7 @@ import triton
 import triton.language as tl
 
 from . import runtime
-from .naive import check_causal, check_scale
+from .naive import check_causal, kernel_scale
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
 LN2 = 0.6931471805599453  # ln(2): log(x) = log2(x) * LN2
@@ -420,7 +420,7 @@ def _validate(q, k, v, sm_scale) -> float:
         raise ValueError(f"q heads H={H} must be a positive multiple of k/v heads H_kv={H_kv} "
                          f"(q {tuple(q.shape)}, k {tuple(k.shape)})")
     # finite, and sm_scale * log2(e) (folded into the kernels' exp2 scores) within fp32
-    return check_scale(sm_scale, d)
+    return kernel_scale(sm_scale, d)
 
 
 def _upcast(dtype: torch.dtype, device: torch.device) -> bool:

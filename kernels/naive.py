@@ -62,6 +62,18 @@ def check_scale(sm_scale, d: int) -> float:
     return scale
 
 
+FP32_TINY = 2.0**-126  # the smallest normal float32
+
+
+def kernel_scale(sm_scale, d: int) -> float:
+    """``check_scale`` for the Triton kernels, whose scale is a float32 argument: a nonzero
+    |sm_scale| below the smallest normal float32 (which Triton cannot pass as fp32) is
+    flushed to 0. That changes no fp32 result: exp2(s * sm_scale * log2 e) rounds to 1 for
+    every finite fp32 score s either way."""
+    scale = check_scale(sm_scale, d)
+    return 0.0 if abs(scale) < FP32_TINY else scale
+
+
 def check_causal(causal) -> bool:
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__} {causal!r}")
