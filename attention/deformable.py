@@ -28,8 +28,15 @@ import math
 import numpy as np
 
 from . import memory
-from .core import (as_real_array, check_bool, check_int, merge_heads,
-                   scaled_dot_product_attention, softmax, split_heads)
+from .core import (
+    as_real_array,
+    check_bool,
+    check_int,
+    merge_heads,
+    scaled_dot_product_attention,
+    softmax,
+    split_heads,
+)
 
 #: Bilinear interpolation reads the four neighbouring pixels of every sample.
 CORNERS = 4

@@ -19,12 +19,18 @@ skips them.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from .core import (as_real_array, attention_keep, check_bool, check_int, check_scale,
-                   logsumexp, softmax, weighted_sum)
+from .core import (
+    as_real_array,
+    attention_keep,
+    check_bool,
+    check_int,
+    check_scale,
+    logsumexp,
+    softmax,
+    weighted_sum,
+)
 
 # ---------------------------------------------------------------------------------
 # Online softmax: three passes, then two, then one (fused with the product by V).

@@ -22,8 +22,17 @@ from __future__ import annotations
 import numpy as np
 
 from . import memory
-from .core import (_check_qkv, as_real_array, attention_keep, check_bool, check_int,
-                   check_scale, scaled_dot_product_attention, softmax, weighted_sum)
+from .core import (
+    _check_qkv,
+    as_real_array,
+    attention_keep,
+    check_bool,
+    check_int,
+    check_scale,
+    scaled_dot_product_attention,
+    softmax,
+    weighted_sum,
+)
 
 # ---------------------------------------------------------------------------------
 # Scores and the three forward passes
