@@ -18,7 +18,13 @@ from .maps import (
     msda_points_figure,
     sampled_attention_plot,
 )
-from .schedule import memory_hierarchy_plot, roofline_bars, tile_explorer_figure, tile_schedule_plot
+from .schedule import (
+    memory_hierarchy_plot,
+    roofline_bars,
+    tile_explorer_figure,
+    tile_explorer_summary,
+    tile_schedule_plot,
+)
 from .style import (
     ATTENTION_CMAP,
     DTYPE_BYTES,
@@ -57,6 +63,7 @@ __all__ = [
     "memory_hierarchy_plot", "msda_points_figure", "naive_traffic_figure",
     "naive_traffic_vs_length", "power_law_fit", "recorded_timing_figure", "roofline_bars",
     "sampled_attention_plot", "scaling_plot", "selection_timing_figure",
-    "selection_traffic_figure", "tensor_color", "tile_explorer_figure", "tile_schedule_plot",
+    "selection_traffic_figure", "tensor_color", "tile_explorer_figure",
+    "tile_explorer_summary", "tile_schedule_plot",
     "traffic_bars", "traffic_by_algorithm", "use_book_style",
 ]

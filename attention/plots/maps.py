@@ -168,33 +168,54 @@ def sampled_attention_plot(image, points, weights, query_xy, ax=None,
     return ax
 
 
-def msda_points_figure(levels, locations, weights, queries_xy, n_heads_shown: int = 2):
+#: Colours of MSDA's heads in ``msda_points_figure`` (K's orange first: the points are keys).
+HEAD_COLORS = ("#DD8452", "#4C9F9F", "#8172B3", "#C44E52", "#55A868", "#937860")
+
+
+def msda_points_figure(levels, locations, weights, queries_xy, n_heads_shown: int = 2,
+                       query_labels=None):
     """Multi-scale deformable attention: one panel per pyramid level, the sampling points of a
-    few queries on it (marker per query, area = attention weight, K's colour), the queries as
-    stars. ``levels``: list of 2-D arrays; ``locations`` (n_q, H, L, P, 2) in [0, 1];
-    ``weights`` (n_q, H, L, P); ``queries_xy`` (n_q, 2) in [0, 1]."""
+    few queries on it (marker shape per query, colour per head, area = attention weight), the
+    queries as stars, and a legend for shapes and colours under the panels.
+    ``levels``: list of 2-D arrays; ``locations`` (n_q, H, L, P, 2) in [0, 1];
+    ``weights`` (n_q, H, L, P); ``queries_xy`` (n_q, 2) in [0, 1]; ``query_labels`` names
+    the queries in the legend."""
     n_l = len(levels)
-    fig, axes = plt.subplots(1, n_l, figsize=(3.2 * n_l, 3.0))
+    fig, axes = plt.subplots(1, n_l, figsize=(3.2 * n_l, 3.4))
     axes = np.atleast_1d(axes)
     markers = ["o", "s", "^", "D", "v", "P"]
     loc = np.asarray(locations)[:, :n_heads_shown]
     wts = np.asarray(weights)[:, :n_heads_shown]
+    n_q, n_h = loc.shape[:2]
     wmax = max(float(wts.max()), 1e-12)
     for lvl, ax in enumerate(axes):
         img = np.asarray(levels[lvl])
         h, w = img.shape[:2]
         _show_image(ax, img)
-        for qi in range(loc.shape[0]):
-            xy = loc[qi, :, lvl].reshape(-1, 2) * np.array([w, h]) - 0.5  # (heads*P, 2)
-            ww = wts[qi, :, lvl].reshape(-1)
-            ax.scatter(xy[:, 0], xy[:, 1], s=15 + 160 * ww / wmax, marker=markers[qi % 6],
-                       c=TENSOR_COLORS["K"], edgecolors="black", linewidths=0.4, zorder=3,
-                       alpha=0.9)
+        for qi in range(n_q):
+            for hi in range(n_h):
+                xy = loc[qi, hi, lvl].reshape(-1, 2) * np.array([w, h]) - 0.5  # (P, 2)
+                ww = wts[qi, hi, lvl].reshape(-1)
+                ax.scatter(xy[:, 0], xy[:, 1], s=15 + 160 * ww / wmax,
+                           marker=markers[qi % 6], c=HEAD_COLORS[hi % len(HEAD_COLORS)],
+                           edgecolors="black", linewidths=0.4, zorder=3, alpha=0.9)
             qx, qy = np.asarray(queries_xy[qi]) * np.array([w, h]) - 0.5
             ax.scatter([qx], [qy], marker="*", s=140, c=TENSOR_COLORS["Q"],
                        edgecolors="white", linewidths=0.6, zorder=4)
         ax.set_xlim(-0.5, w - 0.5)
         ax.set_ylim(h - 0.5, -0.5)
         ax.set_title(f"level {lvl}: {h} x {w}")
-    fig.tight_layout()
+    labels = list(query_labels) if query_labels is not None else [
+        f"query {qi}" for qi in range(n_q)]
+    line = mpl.lines.Line2D
+    handles = [line([], [], ls="", marker="*", ms=11, mfc=TENSOR_COLORS["Q"], mec="white",
+                    label="query (star)")]
+    handles += [line([], [], ls="", marker=markers[qi % 6], ms=7, mfc="white", mec="black",
+                     label=f"points of {labels[qi]}") for qi in range(n_q)]
+    handles += [line([], [], ls="", marker="o", ms=7, mec="black",
+                     mfc=HEAD_COLORS[hi % len(HEAD_COLORS)], label=f"head {hi}")
+                for hi in range(n_h)]
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False,
+               fontsize=8, title="marker area = attention weight", title_fontsize=8)
     return fig

@@ -158,14 +158,16 @@ def roofline_bars(estimates: dict, ax=None, title: str | None = None, unit: str 
 
 def tile_explorer_figure(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: int = 64,
                          Bc: int = 64, dtype: str = "float16", algorithm: str = "flash2",
-                         step: int = 0, max_tiles: int = 16384):
+                         step: int = 0, max_tiles: int = 16384, text_panel: bool = True):
     """The chapter-2 tile-size explorer: everything ``attention.memory`` says about one setting.
 
     Panels: HBM traffic of standard, FA1 and FA2 (or of the backward passes, if
     ``algorithm`` is one); the chosen algorithm's schedule over the tiles of S at ``step``;
     roofline time ESTIMATES for A100, H100 and H200. The SRAM holds ``sram_kib`` KiB of
     ``dtype`` elements. Tiles that do not fit draw the reason instead; more than
-    ``max_tiles`` tiles are counted but not drawn. Returns the figure.
+    ``max_tiles`` tiles are counted but not drawn. With ``text_panel=False`` the numbers
+    are left out of the figure (three panels in a row); ``tile_explorer_summary`` gives them
+    as text to print under it. Returns the figure.
     """
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
@@ -193,11 +195,17 @@ def tile_explorer_figure(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: in
                 va="top")
         ax.text(0, 0.2, rule, fontsize=9, va="top", wrap=True)
         return fig
-    fig = plt.figure(figsize=(12, 8.2))
-    gs = fig.add_gridspec(2, 2, height_ratios=[1, 1.05], hspace=0.55, wspace=0.28)
-    traffic_by_algorithm(results, bytes_per_elem=bpe, ax=fig.add_subplot(gs[0, 0]),
+    if text_panel:
+        fig = plt.figure(figsize=(12, 8.2))
+        gs = fig.add_gridspec(2, 2, height_ratios=[1, 1.05], hspace=0.55, wspace=0.28)
+        slots = gs[0, 0], gs[0, 1], gs[1, 0]
+    else:
+        fig = plt.figure(figsize=(14, 4.4))
+        gs = fig.add_gridspec(1, 3, wspace=0.3)
+        slots = gs[0, 0], gs[0, 1], gs[0, 2]
+    traffic_by_algorithm(results, bytes_per_elem=bpe, ax=fig.add_subplot(slots[0]),
                          title=f"HBM traffic, N = {N}, d = {d}, Br = {Br}, Bc = {Bc}, {dtype}")
-    ax = fig.add_subplot(gs[0, 1])
+    ax = fig.add_subplot(slots[1])
     if animate:
         tile_schedule_plot(chosen.trace, step, t_r, t_c, ax=ax,
                            title=f"{algorithm}: step {min(step, chosen.steps - 1) + 1} of "
@@ -215,9 +223,11 @@ def tile_explorer_figure(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: in
     for a, r in results.items():
         ai = memory.arithmetic_intensity(memory.matmul_flops(a, N, d), r.bytes(bpe))
         lines.append(f"{a}: {human_bytes(r.bytes(bpe))}, {ai:.0f} FLOP/byte")
-    ax = fig.add_subplot(gs[1, 0])
+    ax = fig.add_subplot(slots[2])
     roofline_bars(est, ax=ax, unit="µs", title="roofline ESTIMATE of one head, "
                                               "not a measurement")
+    if not text_panel:
+        return fig
     ax2 = fig.add_subplot(gs[1, 1])
     ax2.axis("off")
     ridge = ", ".join(f"{g} {s.ridge:.0f}" for g, s in memory.GPUS.items())
@@ -230,3 +240,34 @@ def tile_explorer_figure(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: in
                         for s in memory.GPUS.values()))
     ax2.text(0, 1, text, va="top", fontsize=8, family="monospace", wrap=True)
     return fig
+
+
+def tile_explorer_summary(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: int = 64,
+                          Bc: int = 64, dtype: str = "float16",
+                          algorithm: str = "flash2") -> str:
+    """The numbers behind ``tile_explorer_figure`` as a short text, one fact a line:
+    traffic and arithmetic intensity per algorithm, the GPUs' ridge points, what the SRAM
+    holds and what the tiles need, and the FA1 rule's tiles."""
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
+    bpe = DTYPE_BYTES[dtype]
+    M = int(sram_kib) * 1024 // bpe
+    backward = algorithm.endswith("_bwd") or algorithm.endswith("_split")
+    group = (["standard_bwd", "flash2_bwd", "flash2_bwd_split"] if backward
+             else ["standard", "flash1", "flash2"])
+    results = {a: memory.simulate(a, N, d, Br=Br, Bc=Bc, M=M, keep_trace=False)
+               for a in group}
+    fa1_br, fa1_bc = memory.fa1_block_sizes(M, d)
+    fa1_need = memory.sram_need("flash1", N, d, fa1_br, fa1_bc)
+    lines = [f"{'algorithm':<18}{'HBM traffic':>12}{'FLOP/byte':>11}"]
+    for a, r in results.items():
+        ai = memory.arithmetic_intensity(memory.matmul_flops(a, N, d), r.bytes(bpe))
+        lines.append(f"{a:<18}{human_bytes(r.bytes(bpe)):>12}{ai:>11.0f}")
+    ridge = ", ".join(f"{g} {s.ridge:.0f}" for g, s in memory.GPUS.items())
+    lines += [f"ridge points (peak FLOP/s / HBM bytes/s): {ridge}",
+              f"SRAM: {sram_kib} KiB = M = {M} {dtype} elements; "
+              f"the tiles of {algorithm} need {results[algorithm].sram_peak}",
+              f"FA1 rule: Bc = ceil(M/4d) = {fa1_bc}, Br = min(ceil(M/4d), d) = {fa1_br}; "
+              f"its tiles need {fa1_need} elements "
+              f"({'fit' if fa1_need <= M else 'do NOT fit'})"]
+    return "\n".join(lines)

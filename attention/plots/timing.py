@@ -46,7 +46,8 @@ def scaling_plot(x, y, ax=None, label: str = "measured", color: str | None = Non
     ax.yaxis.set_minor_formatter(mpl.ticker.NullFormatter())
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.legend(loc="upper left")
+    # under the axes, so the legend never covers a measurement
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False, fontsize=8)
     return ax, slope
 
 

@@ -33,6 +33,63 @@ def traffic_bars(per_tensor: dict, ax=None, title: str | None = None, unit: str 
     return ax
 
 
+#: Legend groups of ``traffic_by_algorithm``: each legend column is one group, so a light
+#: shade (a gradient) is read beside its group's header, not among a dozen swatches.
+TENSOR_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("inputs", ("Q", "K", "V")),
+    ("N × N", ("S", "P", "dP", "dS")),
+    ("output, stats", ("O", "l", "m", "L", "D")),
+    ("gradients", ("dO", "dQ", "dK", "dV")),
+)
+
+
+def _by_group(tensors) -> list[str]:
+    """Tensor names in legend-group order; names in no group keep their order at the end."""
+    tensors = list(tensors)
+    known = [t for _, members in TENSOR_GROUPS for t in members if t in tensors]
+    return known + [t for t in tensors if t not in known]
+
+
+def _label_segments(ax, results, tensors, names, scale, top) -> None:
+    """Write each tensor's name inside its block of a bar where the block is tall enough."""
+    for xi, n in enumerate(names):
+        y = 0.0
+        for t in tensors:
+            h = sum(results[n].per_tensor.get(t, (0, 0))) * scale
+            if h >= 0.06 * top:
+                ax.text(xi, y + h / 2, t, ha="center", va="center", fontsize=8,
+                        bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none",
+                              "alpha": 0.7})
+            y += h
+
+
+def _grouped_legend(ax, tensors) -> None:
+    """A legend under the axes, one column per group: a bold header, then its tensors."""
+    blank = mpl.patches.Patch(visible=False)
+    columns = []
+    for header, members in TENSOR_GROUPS:
+        shown = [t for t in members if t in tensors]
+        if shown:
+            columns.append([(blank, header)]
+                           + [(mpl.patches.Patch(color=tensor_color(t)), t) for t in shown])
+    rest = [t for t in tensors if not any(t in m for _, m in TENSOR_GROUPS)]
+    if rest:
+        columns.append([(blank, "other")]
+                       + [(mpl.patches.Patch(color=tensor_color(t)), t) for t in rest])
+    columns.append([(blank, "HBM"),
+                    (mpl.patches.Patch(facecolor="white", edgecolor="black"), "read"),
+                    (mpl.patches.Patch(facecolor="white", edgecolor="black", hatch="///"),
+                     "written")])
+    rows = max(len(c) for c in columns)
+    entries = [e for c in columns for e in c + [(blank, "")] * (rows - len(c))]
+    leg = ax.legend([h for h, _ in entries], [lbl for _, lbl in entries], ncol=len(columns),
+                    fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1),
+                    frameon=False, handlelength=1.2, columnspacing=1.0)
+    for k, text in enumerate(leg.get_texts()):
+        if k % rows == 0:
+            text.set_fontweight("bold")
+
+
 def traffic_by_algorithm(results: dict, bytes_per_elem: int = 2, ax=None,
                          title: str | None = None):
     """Stacked bars of HBM bytes per algorithm, split by tensor: reads solid, writes hatched.
@@ -41,7 +98,7 @@ def traffic_by_algorithm(results: dict, bytes_per_elem: int = 2, ax=None,
     """
     ax = _ax(ax)
     names = list(results)
-    tensors = list(dict.fromkeys(t for r in results.values() for t in r.per_tensor))
+    tensors = _by_group(dict.fromkeys(t for r in results.values() for t in r.per_tensor))
     div, unit = _unit(max(r.total for r in results.values()) * bytes_per_elem)
     x = np.arange(len(names))
     bottom = np.zeros(len(names))
@@ -59,11 +116,8 @@ def traffic_by_algorithm(results: dict, bytes_per_elem: int = 2, ax=None,
     ax.set_xticks(x, labels=names)
     ax.set_ylabel(f"HBM traffic ({unit})")
     ax.set_ylim(0, bottom.max() * 1.15)
-    handles = [mpl.patches.Patch(color=tensor_color(t), label=t) for t in tensors]
-    handles += [mpl.patches.Patch(facecolor="white", edgecolor="black", label="read"),
-                mpl.patches.Patch(facecolor="white", edgecolor="black", hatch="///",
-                                  label="written")]
-    ax.legend(handles=handles, fontsize=7, ncol=2, loc="upper right")
+    _label_segments(ax, results, tensors, names, bytes_per_elem / div, bottom.max())
+    _grouped_legend(ax, tensors)
     if title:
         ax.set_title(title)
     return ax

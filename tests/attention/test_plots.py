@@ -120,3 +120,32 @@ def test_traffic_bars_and_human_bytes():
     assert [p.get_height() for p in ax.patches] == [10, 5, 0, 5]
     assert plots.human_bytes(1536) == "1.5 KiB"
     assert plots.human_bytes(12) == "12 B"
+
+
+def test_tile_explorer_without_text_panel_prints_its_numbers_instead():
+    fig = plots.tile_explorer_figure(N=256, d=64, text_panel=False)
+    assert not any(t.get_fontfamily() == ["monospace"] for ax in fig.axes for t in ax.texts)
+    summary = plots.tile_explorer_summary(N=256, d=64)
+    assert "flash2" in summary and "FLOP/byte" in summary and "FA1 rule" in summary
+    plt.close(fig)
+
+
+def test_backward_traffic_legend_is_grouped():
+    res = {a: memory.simulate(a, 512, 64, Br=128, Bc=64, keep_trace=False)
+           for a in ("standard_bwd", "flash2_bwd")}
+    ax = plots.traffic_by_algorithm(res)
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert {"inputs", "N × N", "gradients", "HBM"} <= set(labels)
+    assert labels.count("dQ") == 1 and "written" in labels
+    plt.close(ax.figure)
+
+
+def test_msda_points_legend_names_queries_and_heads():
+    rng = np.random.default_rng(0)
+    levels = [rng.random((s, s)) for s in (16, 8)]
+    fig = plots.msda_points_figure(levels, rng.random((2, 2, 2, 3, 2)),
+                                   rng.random((2, 2, 2, 3)), rng.random((2, 2)),
+                                   query_labels=["face", "flag"])
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "points of face" in labels and "head 1" in labels
+    plt.close(fig)
