@@ -1,7 +1,7 @@
 """Source quoted in the chapters' prose still occurs, line for line, in the packages.
 
-A fenced python block whose first line is ``# <path>, <function>: ...`` quotes lines of
-that function: every line of the block that is not a comment must equal (after stripping
+A ``{code-block} python`` whose caption starts ``<path>, <function>`` quotes lines of that
+function: every line of the block that is not a comment must equal (after stripping
 indentation) a line of the function's current source. Comment lines are the chapter's own
 annotations. So a quoted inner loop cannot drift from `kernels/flash.py` unnoticed.
 """
@@ -15,8 +15,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
-FENCE = re.compile(r"^```python\n(.*?)^```", flags=re.M | re.S)
-HEADER = re.compile(r"^# ((?:attention|kernels)/[\w/]+\.py), (\w+)\b")
+FENCE = re.compile(r"^```\{code-block\} python\n(.*?)^```", flags=re.M | re.S)
+HEADER = re.compile(r"^:caption: ((?:attention|kernels)/[\w/]+\.py), (\w+)\b")
 
 
 def _quotes() -> list[tuple[str, str, str, list[str]]]:
@@ -31,8 +31,8 @@ def _quotes() -> list[tuple[str, str, str, list[str]]]:
                 lines = block.splitlines()
                 head = HEADER.match(lines[0]) if lines else None
                 if head:
-                    body = [ln.strip() for ln in lines[1:]
-                            if ln.strip() and not ln.strip().startswith("#")]
+                    body = [ln.strip() for ln in lines[1:] if ln.strip()
+                            and not ln.strip().startswith(("#", ":"))]
                     out.append((nb_path.name, head.group(1), head.group(2), body))
     return out
 
