@@ -53,10 +53,13 @@ peak numbers; they measure nothing.
 
 The package: ``sim`` (HBMSim, Traffic, the registry, shared checks), ``forward``
 (standard, flash1, flash2), ``backward`` (standard_bwd, flash2_bwd, flash2_bwd_split),
-``roofline`` (block sizes, FLOPs, GPU specs). Every public name is re-exported here.
+``roofline`` (block sizes, FLOPs, GPU specs), ``cache`` (what the model leaves out: the
+compulsory traffic, each tensor once, and the L2 policy under which a GPU gets near it).
+Every public name is re-exported here.
 """
 
 from . import backward, forward  # noqa: F401  (importing them registers their algorithms)
+from .cache import compulsory, heads_in_flight, kv_fits_in_l2
 from .roofline import (
     GPUS,
     GPUSpec,
@@ -86,6 +89,7 @@ from .sim import (
 __all__ = [
     "GPUS", "MAX_EVENTS", "MAX_TRACE_EVENTS", "GPUSpec", "HBMSim", "Traffic", "Transfer",
     "algorithms", "arithmetic_intensity", "blocks", "cdiv", "check_count", "closed_form",
+    "compulsory", "heads_in_flight", "kv_fits_in_l2",
     "fa1_block_sizes", "fit_tiles", "matmul_flops", "register", "roofline_ms", "simulate",
     "sram_need", "traffic",
 ]

@@ -55,6 +55,7 @@ class GPUSpec:
     l1_smem_kb_per_sm: int  # combined L1 cache + shared memory per SM (KB)
     boost_ghz: float
     source: str
+    l2_mb: float = 0.0  # L2 cache, MB (datasheet)
 
     @property
     def sram_mib(self) -> float:
@@ -75,12 +76,13 @@ class GPUSpec:
 GPUS: dict[str, GPUSpec] = {
     "A100": GPUSpec("A100 SXM4 40GB", 312.0, 1.555, 40, 108, 164, 192, 1.41,
                     "NVIDIA A100 datasheet; Ampere tuning guide (192 KB L1/shared per SM, "
-                    "up to 164 KB shared)"),
+                    "up to 164 KB shared; 40 MB L2)", l2_mb=40.0),
     "H100": GPUSpec("H100 SXM5 80GB", 989.4, 3.35, 80, 132, 228, 256, 1.83,
                     "NVIDIA H100 datasheet; Hopper tuning guide (256 KB L1/shared per SM, "
-                    "up to 228 KB shared)"),
+                    "up to 228 KB shared; 50 MB L2)", l2_mb=50.0),
     "H200": GPUSpec("H200 SXM 141GB", 989.4, 4.8, 141, 132, 228, 256, 1.83,
-                    "NVIDIA H200 datasheet (the H100's GH100 compute with HBM3e)"),
+                    "NVIDIA H200 datasheet (the H100's GH100 compute with HBM3e; 50 MB L2)",
+                    l2_mb=50.0),
 }
 
 
