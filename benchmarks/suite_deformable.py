@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels import deformable as kd
+from kernels import runtime
 from kernels.bench import Record, measure
 
 SUITE = "deformable"
@@ -47,27 +48,27 @@ DAT_SHAPES = [
 
 
 def _msda_inputs(b, l_q, levels, dtype, seed=0, grad=False, lo=-0.1, hi=1.1):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    shapes = torch.tensor(levels, dtype=torch.int64, device="cuda")
+    g = torch.Generator(device=runtime.DEVICE).manual_seed(seed)
+    shapes = torch.tensor(levels, dtype=torch.int64, device=runtime.DEVICE)
     areas = shapes[:, 0] * shapes[:, 1]
     starts = torch.cat([areas.new_zeros(1), areas.cumsum(0)[:-1]])
     s, n_l = int(areas.sum()), len(levels)
-    value = torch.randn(b, s, MSDA_HEADS, MSDA_HEAD_DIM, generator=g, device="cuda")
+    value = torch.randn(b, s, MSDA_HEADS, MSDA_HEAD_DIM, generator=g, device=runtime.DEVICE)
     loc = lo + (hi - lo) * torch.rand(b, l_q, MSDA_HEADS, n_l, MSDA_POINTS, 2, generator=g,
-                                      device="cuda")
-    w = torch.rand(b, l_q, MSDA_HEADS, n_l, MSDA_POINTS, generator=g, device="cuda")
+                                      device=runtime.DEVICE)
+    w = torch.rand(b, l_q, MSDA_HEADS, n_l, MSDA_POINTS, generator=g, device=runtime.DEVICE)
     w = w / w.sum((-1, -2), keepdim=True)
     tensors = [t.to(dtype).requires_grad_(grad) for t in (value, loc, w)]
     return tensors, shapes, starts
 
 
 def _dat_inputs(b, n_h, g_, h_f, w_f, d, r, dtype, seed=0, grad=False, spread=1.1):
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    g = torch.Generator(device=runtime.DEVICE).manual_seed(seed)
     n_s = (h_f // r) * (w_f // r)
-    q = torch.randn(b, n_h, h_f * w_f, d, generator=g, device="cuda")
-    km = torch.randn(b, n_h, h_f, w_f, d, generator=g, device="cuda")
-    vm = torch.randn(b, n_h, h_f, w_f, d, generator=g, device="cuda")
-    pts = (2 * torch.rand(b, g_, n_s, 2, generator=g, device="cuda") - 1) * spread
+    q = torch.randn(b, n_h, h_f * w_f, d, generator=g, device=runtime.DEVICE)
+    km = torch.randn(b, n_h, h_f, w_f, d, generator=g, device=runtime.DEVICE)
+    vm = torch.randn(b, n_h, h_f, w_f, d, generator=g, device=runtime.DEVICE)
+    pts = (2 * torch.rand(b, g_, n_s, 2, generator=g, device=runtime.DEVICE) - 1) * spread
     return [t.to(dtype).requires_grad_(grad) for t in (q, km, vm, pts)]
 
 
@@ -77,8 +78,8 @@ def _errors(fn, ref_fn, tensors, grad_seed=1):
     def run(f, dtype):
         xs = [t.detach().to(dtype).requires_grad_() for t in tensors]
         out = f(*xs)
-        g = torch.Generator(device="cuda").manual_seed(grad_seed)
-        do = torch.randn(out.shape, generator=g, device="cuda").to(dtype)
+        g = torch.Generator(device=runtime.DEVICE).manual_seed(grad_seed)
+        do = torch.randn(out.shape, generator=g, device=runtime.DEVICE).to(dtype)
         grads = torch.autograd.grad(out, xs, do)
         return [out.double(), *(x.double() for x in grads)]
 
@@ -97,12 +98,14 @@ def _tolerance(err_pt: float, scale: float, atol: float, cap: float) -> float:
     return min(2 * err_pt, cap * scale) + atol * scale
 
 
-def check() -> list[dict]:
+def check(dry: bool = False) -> list[dict]:
+    """MSDA and fused DAT vs fp64 on this GPU; ``dry``: smaller maps (the interpreter)."""
     out = []
+    levels = [[7, 9], [4, 5]] if dry else [[31, 45], [16, 23], [8, 12], [4, 6]]
+    l_q, dat = (20, (1, 2, 2, 9, 11, 16, 3)) if dry else (333, (2, 4, 2, 23, 37, 32, 3))
     for dtype, atol, cap in ((torch.float32, 1e-5, 1e-3), (torch.float16, 2e-3, 2e-2)):
         tag = str(dtype).replace("torch.", "")
-        tensors, shapes, starts = _msda_inputs(1, 333, [[31, 45], [16, 23], [8, 12], [4, 6]],
-                                               dtype)
+        tensors, shapes, starts = _msda_inputs(1, l_q, levels, dtype)
         errs = _errors(lambda v, lc, w, sh=shapes, st=starts: kd.ms_deform_attn(v, sh, st, lc, w),
                        lambda v, lc, w, sh=shapes, st=starts: kd.ms_deform_attn_reference(
                            v, sh, st, lc, w), tensors)
@@ -111,7 +114,7 @@ def check() -> list[dict]:
             out.append({"name": f"msda-{part}-{tag}", "max_err": err, "tol": tol,
                         "ok": err <= tol})
         for align in (True, False):
-            tensors = _dat_inputs(2, 4, 2, 23, 37, 32, 3, dtype)
+            tensors = _dat_inputs(*dat, dtype)
             errs = _errors(lambda *a, ac=align: kd.deformable_attention(*a, align_corners=ac),
                            lambda *a, ac=align: kd.deformable_attention_reference(
                                *a, align_corners=ac), tensors)
@@ -152,10 +155,23 @@ def _dat_impls() -> dict:
     return impls
 
 
-def run(quick: bool, deadline: float) -> list[Record]:
+#: The dry run's shapes (``benchmarks/run.py --dry-run``: the interpreter on a CPU).
+DRY_MSDA_LEVELS, DRY_MSDA_QUERIES = [[6, 8], [3, 4]], [12]
+DRY_DAT_SHAPES = [("dry-4x8", 1, 2, 1, 4, 8, 16, 2)]
+TIMING = {"warmup": 5, "rep": 20}
+
+
+def run(quick: bool, deadline: float, timer=None, dry: bool = False) -> list[Record]:
+    """MSDA, then fused DAT; stops cleanly at ``deadline``. ``timer``:
+    ``kernels.bench.time_fn`` unless given. The MSDA reference gets ``spatial_shapes`` on
+    the host, so it never synchronises with the GPU per call (it reads them with
+    ``.tolist()``); the Triton wrapper validates them on the host each call, and the
+    record's ``stats["host_sync"]`` says so."""
     records: list[Record] = []
-    dtypes = [torch.float16] if quick else [torch.float32, torch.float16]
-    queries = MSDA_QUERIES[:1] if quick else MSDA_QUERIES
+    dtypes = [torch.float16] if quick or dry else [torch.float32, torch.float16]
+    levels = DRY_MSDA_LEVELS if dry else MSDA_LEVELS
+    queries = DRY_MSDA_QUERIES if dry else MSDA_QUERIES[:1] if quick else MSDA_QUERIES
+    timing = {**TIMING, "timer": timer}
     # 1. MSDA
     for dtype in dtypes:
         for l_q in queries:
@@ -164,8 +180,10 @@ def run(quick: bool, deadline: float) -> list[Record]:
                                  ("naive", kd.ms_deform_attn_reference)):
                     if time.monotonic() > deadline:
                         return records
-                    tensors, shapes, starts = _msda_inputs(MSDA_BATCH, l_q, MSDA_LEVELS,
+                    tensors, shapes, starts = _msda_inputs(MSDA_BATCH, l_q, levels,
                                                            dtype, grad=mode != "fwd")
+                    if impl == "naive":  # host-side shapes: no device-to-host copy per call
+                        shapes, starts = shapes.cpu(), starts.cpu()
                     call = lambda v, lc, w, f=fn, sh=shapes, st=starts: f(  # noqa: E731
                         v, sh, st, lc, w)
                     if mode == "fwd":
@@ -175,15 +193,16 @@ def run(quick: bool, deadline: float) -> list[Record]:
                     else:
                         step = _fwd_bwd(call, tensors)
                     shape = {"B": MSDA_BATCH, "L_q": l_q, "H": MSDA_HEADS,
-                             "D_h": MSDA_HEAD_DIM, "levels": MSDA_LEVELS,
-                             "S": int(sum(h * w for h, w in MSDA_LEVELS)), "P": MSDA_POINTS}
+                             "D_h": MSDA_HEAD_DIM, "levels": levels,
+                             "S": int(sum(h * w for h, w in levels)), "P": MSDA_POINTS}
                     rec = Record(SUITE, "msda", impl, mode, str(dtype).replace("torch.", ""),
-                                 shape)
-                    records.append(measure(rec, step))
+                                 shape, stage="sweep")
+                    records.append(measure(rec, step, **timing))
     # 2. fused DAT attention
     impls = _dat_impls()
     for dtype in dtypes:
-        for name, b, n_h, g_, h_f, w_f, d, r in (DAT_SHAPES[:1] if quick else DAT_SHAPES):
+        for name, b, n_h, g_, h_f, w_f, d, r in (DRY_DAT_SHAPES if dry else
+                                                  DAT_SHAPES[:1] if quick else DAT_SHAPES):
             for mode in ("fwd", "fwd+bwd"):
                 for impl, fn in impls.items():
                     if time.monotonic() > deadline:
@@ -201,7 +220,8 @@ def run(quick: bool, deadline: float) -> list[Record]:
                              "H_f": h_f, "W_f": w_f, "N_s": n_s, "d": d, "r": r}
                     flops = 4 * b * n_h * h_f * w_f * n_s * d  # QK^T and PV
                     rec = Record(SUITE, "dat", impl, mode, str(dtype).replace("torch.", ""),
-                                 shape)
+                                 shape, stage="sweep")
                     records.append(measure(rec, step,
-                                           flops=flops * (1 if mode == "fwd" else 3.5)))
+                                           flops=flops * (1 if mode == "fwd" else 3.5),
+                                           **timing))
     return records

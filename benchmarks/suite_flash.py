@@ -5,8 +5,13 @@ fp16 and bf16; GQA, ragged and cross lengths) to the fp64 ``reference_attention`
 GPU, with the flash-attn tolerance rule: error at most twice PyTorch's own error in the
 same dtype (naive attention vs fp64) plus a small atol.
 
-``run(quick, deadline)`` records, in order of importance (so a deadline cuts the least
-important part):
+``goal(timer, dry)`` times the goal shapes, which ``benchmarks/run.py`` runs right after
+every suite's correctness checks and before any sweep, with no deadline (the budget never
+cuts them): bf16, d = 128, N = 16384 (B = 1, H = 16), forward non-causal, forward causal,
+then forward + backward non-causal and causal (``GOAL_CASES``, in that order).
+
+``run(quick, deadline, timer, dry)`` then records the sweeps, in order of importance (so a
+deadline cuts the least important part):
 
 1. forward, fp16: d in {64, 128}, N in {512, ..., 16k}, causal and not;
 2. forward + backward, fp16, same shapes;
@@ -17,11 +22,14 @@ important part):
 5. and 6. the same as 1 and 2 in bf16.
 
 Implementations: ``triton`` (kernels.flash), ``naive`` (kernels.naive: S and P in HBM), and
-``sdpa-flash`` / ``sdpa-efficient`` / ``sdpa-cudnn`` (torch SDPA pinned to one backend with
-``torch.nn.attention.sdpa_kernel``; a backend that errors on this GPU/shape is skipped).
-Shapes keep B * N = 16k tokens and H * d = 2048 so every point does similar work per
-token. Timing goes through ``kernels.bench`` (``time_attention``, ``time_tiles``), the
-chapters' path too; FLOPs are ``kernels.bench.attention_flops``.
+``sdpa-cudnn`` / ``sdpa-flash`` / ``sdpa-efficient`` / ``sdpa-math`` (torch SDPA pinned to
+one backend with ``torch.nn.attention.sdpa_kernel``; a backend that refuses this GPU/shape
+is recorded with error "unsupported" and its reasons in ``detail``; the results file's
+summary names the best SDPA backend that ran). Shapes keep B * N = 16k tokens and
+H * d = 2048 so every point does similar work per token. Timing goes through
+``kernels.bench`` (``time_attention``, ``time_tiles``), the chapters' path too; FLOPs are
+``kernels.bench.attention_flops``. With ``dry`` (``benchmarks/run.py --dry-run`` on a CPU)
+every step runs at tiny shapes under the Triton interpreter with the run's fake timer.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ import time
 
 import torch
 
-from kernels import bench
+from kernels import bench, runtime
 from kernels.bench import Record
 from kernels.flash import flash_attention
 from kernels.naive import naive_attention, reference_attention
@@ -45,8 +53,8 @@ HEAD_DIMS = [64, 128]
 
 
 def _qkv(B, H, H_kv, N_q, N_k, d, dtype, grad=False, seed=0):
-    return bench.random_qkv(B, H, N_q, d, H_kv=H_kv, N_k=N_k, dtype=dtype, device="cuda",
-                            seed=seed, grad=grad)
+    return bench.random_qkv(B, H, N_q, d, H_kv=H_kv, N_k=N_k, dtype=dtype,
+                            device=runtime.DEVICE, seed=seed, grad=grad)
 
 
 def _max_err(a, b) -> float:
@@ -63,12 +71,20 @@ CHECK_SHAPES = [
 ]
 
 
-def check() -> list[dict]:
+#: The dry run's checks: the same rule at shapes the Triton interpreter runs in a second.
+DRY_CHECK_SHAPES = [
+    ("mha-32-d16", 1, 2, 2, 32, 32, 16, False),
+    ("gqa-ragged-d16-causal", 1, 4, 2, 23, 23, 16, True),
+]
+
+
+def check(dry: bool = False) -> list[dict]:
     """Kernel vs fp64 reference on this GPU, forward and backward, fp16 and bf16."""
     out = []
     for dtype in (torch.float16, torch.bfloat16):
         atol = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
-        for name, B, H, H_kv, N_q, N_k, d, causal in CHECK_SHAPES:
+        for name, B, H, H_kv, N_q, N_k, d, causal in (DRY_CHECK_SHAPES if dry
+                                                      else CHECK_SHAPES):
             q, k, v = _qkv(B, H, H_kv, N_q, N_k, d, dtype, grad=True)
             o = flash_attention(q, k, v, causal=causal)
             do = torch.randn_like(o)
@@ -87,8 +103,34 @@ def check() -> list[dict]:
                 out.append({"name": f"{name}-{str(dtype)[6:]}-{what}", "max_err": err,
                             "tol": tol, "ok": bool(math.isfinite(err) and err <= tol)})
             del q, k, v, o, grads, q64, k64, v64, o_ref, grads_ref, qs, ks, vs, o_pt, grads_pt
-    torch.cuda.empty_cache()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
     return out
+
+
+#: The goal shapes: what the book's headline numbers are, timed before any sweep.
+GOAL = {"dtype": "bfloat16", "d": 128, "N": 16384, "B": 1, "H": 16}
+#: The dry run's stand-in (same dtype and cases, a shape the interpreter runs at once).
+DRY_GOAL = {"dtype": "bfloat16", "d": 16, "N": 32, "B": 1, "H": 2}
+#: (mode, causal) in the order they are timed.
+GOAL_CASES = [("fwd", False), ("fwd", True), ("fwd+bwd", False), ("fwd+bwd", True)]
+#: Timed reps per case (warm-up calls are not timed).
+TIMING = {"warmup": 10, "rep": 50}
+QUICK_TIMING = {"warmup": 5, "rep": bench.MIN_REPS}
+
+
+def goal(timer=None, dry: bool = False) -> list[Record]:
+    """The goal shapes, every implementation (Triton, naive, each SDPA backend), no
+    deadline: ``GOAL_CASES`` in order at ``GOAL`` (``DRY_GOAL`` with ``dry``)."""
+    g = DRY_GOAL if dry else GOAL
+    impls = bench.attention_impls(sdpa_backends=True)
+    records: list[Record] = []
+    for mode, causal in GOAL_CASES:
+        records += bench.time_attention(
+            [g["N"]], impls, d=g["d"], causal=causal, dtype=g["dtype"], modes=(mode,),
+            batch=g["B"], heads=g["H"], suite=SUITE, timer=timer, log=_log, stage="goal",
+            device=runtime.DEVICE, **TIMING)
+    return records
 
 
 #: The BLOCK_M x BLOCK_N sweep: one forward shape, every tile pair (chapter 2 draws it).
@@ -98,37 +140,49 @@ TILE_SWEEP_BLOCKS = [16, 32, 64, 128]
 
 def _log(r: Record) -> None:
     s = r.shape
-    what = (r.error if r.error else f"{r.ms:.3f} ms {r.tflops:.1f} TFLOP/s "
-            f"{(r.peak_mem_bytes or 0) / 2**20:.0f} MiB")
-    print(f"[flash] {r.op} {r.mode:<7} {r.dtype:<8} {r.impl:<14} B={s['B']} H={s['H']} "
+    if r.error:
+        what = r.error + (f" ({r.detail[:200]})" if r.detail else "")
+    else:
+        st = r.stats or {}
+        band = (f" [p20 {st['p20_ms']:.3f}, p80 {st['p80_ms']:.3f}, n={st['reps']}]"
+                if st.get("p20_ms") is not None else "")
+        what = (f"{r.ms:.3f} ms{band} {r.tflops:.1f} TFLOP/s "
+                f"{(r.peak_mem_bytes or 0) / 2**20:.0f} MiB"
+                + (" HOST-SYNC" if st.get("host_sync") else ""))
+    print(f"[flash] {r.stage or ''} {r.op} {r.mode:<7} {r.dtype:<8} {r.impl:<14} "
+          f"B={s['B']} H={s['H']} "
           f"N={s['N_q']} d={s['d']} causal={s['causal']}"
           + (f" tiles={s['BLOCK_M']}x{s['BLOCK_N']}" if "BLOCK_M" in s else "")
           + f": {what}", flush=True)
 
 
-def run(quick: bool, deadline: float) -> list[Record]:
+def run(quick: bool, deadline: float, timer=None, dry: bool = False) -> list[Record]:
     """Time every implementation; stop cleanly (keeping what was measured) at ``deadline``."""
-    seq_lens = [1024, 4096] if quick else SEQ_LENS
-    head_dims = [64] if quick else HEAD_DIMS
-    mem_lens = [4096, 16384] if quick else MEM_SEQ_LENS
-    timing = {"warmup": 5, "rep": 20} if quick else {"warmup": 10, "rep": 50}
+    seq_lens = [16, 32] if dry else [1024, 4096] if quick else SEQ_LENS
+    head_dims = [16] if dry else [64] if quick else HEAD_DIMS
+    mem_lens = [16, 32] if dry else [4096, 16384] if quick else MEM_SEQ_LENS
+    tokens, width = (64, 32) if dry else (TOKENS, WIDTH)
+    timing = QUICK_TIMING if quick or dry else TIMING
     impls = bench.attention_impls(sdpa_backends=True)
-    common = {"suite": SUITE, "deadline": deadline, "log": _log}
+    common = {"suite": SUITE, "deadline": deadline, "log": _log, "timer": timer,
+              "stage": "sweep", "device": runtime.DEVICE}
 
     def speed(dtype, mode):
         return [r for d in head_dims for r in bench.time_attention(
             seq_lens, impls, d=d, causal=(False, True), dtype=dtype, modes=(mode,),
-            tokens=TOKENS, width=WIDTH, **common, **timing)]
+            tokens=tokens, width=width, **common, **timing)]
 
     def peak_memory():  # one fp16 forward, B = 1, H = 16, d = 64: Triton vs naive
         return bench.time_attention(
-            mem_lens, {k: impls[k] for k in ("triton", "naive")}, d=64, batch=1, heads=16,
-            op="attention-memory", **common, warmup=1, rep=1)
+            mem_lens, {k: impls[k] for k in ("triton", "naive")}, d=16 if dry else 64,
+            batch=1, heads=2 if dry else 16, op="attention-memory", **common, warmup=1,
+            rep=bench.MIN_REPS)
 
     def tiles():
-        sh = TILE_SWEEP_SHAPE
-        return bench.time_tiles(TILE_SWEEP_BLOCKS, batch=sh["B"], heads=sh["H"], N=sh["N_q"],
-                                d=sh["d"], causal=sh["causal"], **common, **timing)
+        sh = {"B": 1, "H": 2, "N_q": 32, "d": 16, "causal": False} if dry else TILE_SWEEP_SHAPE
+        return bench.time_tiles([16, 32] if dry else TILE_SWEEP_BLOCKS, batch=sh["B"],
+                                heads=sh["H"], N=sh["N_q"], d=sh["d"], causal=sh["causal"],
+                                **common, **timing)
 
     plan = [lambda: speed("float16", "fwd"), lambda: speed("float16", "fwd+bwd"), peak_memory,
             tiles, lambda: speed("bfloat16", "fwd"), lambda: speed("bfloat16", "fwd+bwd")]

@@ -1,24 +1,36 @@
 """Timing on a CUDA GPU and the recorded-results files the book plots: the book's one
 timing path (chapters and ``benchmarks/`` both time through here).
 
-``time_fn`` is the median of ``triton.testing.do_bench`` after a warm-up, plus the
-peak memory the call allocated. ``Record`` is one measured row and ``measure`` fills
-one. ``time_attention`` times attention implementations over sequence lengths and
-``time_tiles`` the forward kernel over BLOCK_M x BLOCK_N; ``live_or_recorded`` is what
-a chapter's timing cell draws: live rows on a GPU, recorded ones elsewhere.
-``save_results`` merges a suite's rows into ``benchmarks/results/<gpu-slug>.json`` together with the
-provenance (GPU name, capability, torch, triton and CUDA versions, date).
-``load_results`` reads every recorded file back for the chapters; it never invents
+``time_fn`` times a call with a fixed protocol: the first call (compile, autotune) and a
+peak-memory / host-sync probe apart, then at least ``MIN_REPS`` timed reps, each after the
+same L2 flush and a GPU spin that lets the host queue the call first, between CUDA events
+around the call only; it reports the median and the spread (min, max, p20, p80, IQR).
+``FakeTimer`` stands in for it on a CPU (``benchmarks/run.py --dry-run``). ``Record`` is
+one measured row and ``measure`` fills one. ``time_attention`` times attention
+implementations over sequence lengths (each SDPA backend on its own with
+``attention_impls(sdpa_backends=True)``; a backend that refuses is recorded with its
+reasons) and ``time_tiles`` the forward kernel over BLOCK_M x BLOCK_N; ``live_or_recorded``
+is what a chapter's timing cell draws: live rows on a GPU, recorded ones elsewhere.
+``gpu_provenance`` adds the GPU's state (SM count, clocks, power limit, MIG mode, driver)
+to ``runtime.describe()``; ``summarize`` names the best SDPA backend that ran and the
+speed-up against naive per case (causal and not apart). ``save_results`` merges a suite's
+rows into ``benchmarks/results/<gpu-slug>.json`` and ``validate_results`` checks such a
+file. ``load_results`` reads every recorded file back for the chapters; it never invents
 a number: with no files it returns an empty list, and chapters say so.
 
 Results file schema (one per GPU)::
 
     {"gpu": "NVIDIA H200", "gpu_slug": "nvidia-h200", "capability": [9, 0],
      "torch": "...", "triton": "...", "cuda": "...", "date": "...",
-     "suites": {"flash": {"provenance": {...}, "correctness": [...], "records": [...]}}}
+     "protocol": {"dry_run", "phases", "budget_s", "timer", "min_reps", "events": [...]},
+     "suites": {"flash": {"provenance": {..., "sm_count", "driver", "clock_sm_mhz",
+                                         "power_limit_w", "mig_mode", ..., "missing": {}},
+                          "correctness": [...], "records": [...], "summary": [...]}}}
 
-Each record: ``{"suite", "op", "impl", "mode", "dtype", "shape": {...}, "ms",
-"tflops", "gbps", "peak_mem_bytes", "error"}``; ``error`` is null or e.g. "OOM".
+Each record: ``{"suite", "op", "impl", "mode", "dtype", "shape": {...}, "ms" (median),
+"tflops", "gbps", "peak_mem_bytes", "error", "stats", "stage", "detail"}``; ``error`` is
+null, "OOM" or "unsupported" (``detail`` says why); ``stats`` has every ``STAT_KEYS`` key;
+``stage`` is "goal" or "sweep" in a ``benchmarks/run.py`` file.
 """
 
 from __future__ import annotations
@@ -28,6 +40,7 @@ import json
 import math
 import pathlib
 import time
+import warnings
 from collections.abc import Callable, Iterable
 
 import torch
@@ -45,35 +58,192 @@ class Record:
     mode: str  # "fwd" or "fwd+bwd"
     dtype: str
     shape: dict
-    ms: float | None = None
+    ms: float | None = None  # median of the timed reps
     tflops: float | None = None
     gbps: float | None = None
     peak_mem_bytes: int | None = None
-    error: str | None = None
+    error: str | None = None  # None, "OOM" or "unsupported" (``detail`` says why)
+    stats: dict | None = None  # the timer's spread and protocol (see ``time_fn``)
+    stage: str | None = None  # "goal" or "sweep" in a benchmarks/run.py file
+    detail: str | None = None  # why a case failed (e.g. an SDPA backend's own words)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
 
-def time_fn(fn: Callable[[], object], warmup: int = 25, rep: int = 100) -> dict:
-    """Median milliseconds of ``fn()`` on the GPU and the peak memory one call allocates.
+#: Timed repetitions a benchmark file must have per case (``time_fn`` refuses fewer).
+MIN_REPS = 20
+#: Keys of ``Record.stats`` (and of ``time_fn``'s "stats"), every one always present.
+STAT_KEYS = ("reps", "warmup", "median_ms", "min_ms", "max_ms", "mean_ms", "p20_ms",
+             "p80_ms", "iqr_ms", "first_call_ms", "host_ms", "head_start_ms", "l2_flush",
+             "cuda_graph", "host_sync", "timer")
 
-    Uses ``triton.testing.do_bench`` (which flushes L2 between runs) with
-    ``return_mode="median"``. Raises RuntimeError without CUDA: there is nothing to time.
+
+def spread(samples_ms: list[float]) -> dict:
+    """Median, min, max, mean, 20th/80th percentiles and interquartile range of samples."""
+    if not samples_ms:
+        raise ValueError("spread: no samples")
+    xs = sorted(float(x) for x in samples_ms)
+
+    def pct(p):  # linear interpolation between closest ranks (NumPy's default)
+        pos = (len(xs) - 1) * p / 100
+        lo, hi = math.floor(pos), math.ceil(pos)
+        return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+    return {"reps": len(xs), "median_ms": pct(50), "min_ms": xs[0], "max_ms": xs[-1],
+            "mean_ms": sum(xs) / len(xs), "p20_ms": pct(20), "p80_ms": pct(80),
+            "iqr_ms": pct(75) - pct(25)}
+
+
+_L2_FLUSH: dict = {}
+_SLEEP_CYCLES_PER_MS: list = []
+
+
+def _l2_flush_buffer() -> torch.Tensor:
+    """A buffer twice the size of this GPU's L2 (zeroing it evicts everything cached)."""
+    dev = torch.cuda.current_device()
+    if dev not in _L2_FLUSH:
+        l2 = getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0) or 2**26
+        _L2_FLUSH[dev] = torch.empty(2 * int(l2), dtype=torch.int8, device="cuda")
+    return _L2_FLUSH[dev]
+
+
+def _sleep_cycles_per_ms() -> float:
+    """Clock cycles ``torch.cuda._sleep`` spins per millisecond, measured once."""
+    if not _SLEEP_CYCLES_PER_MS:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1000)  # load the kernel before timing it
+        start.record()
+        torch.cuda._sleep(10**7)
+        end.record()
+        torch.cuda.synchronize()
+        _SLEEP_CYCLES_PER_MS.append(10**7 / max(start.elapsed_time(end), 1e-3))
+    return _SLEEP_CYCLES_PER_MS[0]
+
+
+def _probe(fn) -> tuple[int, bool]:
+    """One call of ``fn`` apart from the timed reps: the peak memory it allocates above what
+    was allocated before, and whether it synchronised with the host (a ``.item()``,
+    ``.cpu()``, ``.tolist()`` of a CUDA tensor: torch's sync debug mode warns)."""
+    import warnings
+
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    old = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode(old)
+    torch.cuda.synchronize()
+    synced = any("synchroniz" in str(w.message).lower() for w in caught)
+    return int(torch.cuda.max_memory_allocated() - base), synced
+
+
+def time_fn(fn: Callable[[], object], warmup: int = 5, rep: int = MIN_REPS, *,
+            flush_l2: bool = True, head_start: bool = True, cuda_graph: bool = False) -> dict:
+    """Time ``fn()`` on the GPU: a fixed number of reps, each between CUDA events.
+
+    The protocol, the same for every implementation:
+
+    1. the first call alone (compilation, autotuning), its host time kept as
+       ``first_call_ms``, never mixed into the reps;
+    2. one probe call for the peak memory it allocates and whether it synchronises with the
+       host (``host_sync``: such an implementation's reps include a host round trip);
+    3. ``warmup`` untimed calls, their host enqueue time (no sync) giving ``host_ms``;
+    4. ``rep`` timed reps (at least ``MIN_REPS``). Before each: the same L2 flush kernel
+       (zeroing a buffer twice the L2 size), then a GPU spin of about 1.5 ``host_ms``
+       (``head_start_ms``) so that the host has queued all of ``fn``'s launches before the
+       start event, whatever its Python overhead: the events bracket ``fn``'s kernels only,
+       and a cheap-to-launch implementation gets no head start over a costly one. With
+       ``cuda_graph``, ``fn`` is captured once and each rep replays the graph (no Python at
+       all); a capture that fails falls back to plain calls, and ``cuda_graph`` says why.
+
+    Returns ``{"ms": median, "peak_mem_bytes", "stats": {...}}`` with ``stats`` holding
+    every key of ``STAT_KEYS``. Raises RuntimeError without CUDA: nothing to time.
     """
     if not runtime.HAS_CUDA or runtime.INTERPRET:
         raise RuntimeError("time_fn needs a CUDA GPU (and TRITON_INTERPRET unset)")
-    from triton.testing import do_bench
+    if rep < MIN_REPS:
+        raise ValueError(f"rep must be at least {MIN_REPS}, got {rep}")
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()  # 1. compile / autotune
+    torch.cuda.synchronize()
+    first_ms = (time.perf_counter() - t0) * 1e3
+    peak, synced = _probe(fn)  # 2.
+    host = []
+    for _ in range(max(warmup, 1)):  # 3.
+        t0 = time.perf_counter()
+        fn()
+        host.append((time.perf_counter() - t0) * 1e3)
+    torch.cuda.synchronize()
+    host_ms = sorted(host)[len(host) // 2]
+    call, graph_state = fn, False
+    if cuda_graph:
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                fn()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                fn()
+            graph.replay()
+            torch.cuda.synchronize()
+            call, graph_state = graph.replay, True
+        except Exception as e:  # noqa: BLE001 - recorded, and timed without a graph
+            torch.cuda.synchronize()
+            graph_state = f"capture failed, timed without: {type(e).__name__}: {str(e)[:200]}"
+    flush = _l2_flush_buffer() if flush_l2 else None
+    spin_ms = min(1.5 * host_ms + 0.05, 50.0) if head_start and call is fn else 0.0
+    cycles = int(spin_ms * _sleep_cycles_per_ms()) if spin_ms else 0
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
+    for i in range(rep):  # 4.
+        if flush is not None:
+            flush.zero_()
+        if cycles:
+            torch.cuda._sleep(cycles)
+        starts[i].record()
+        call()
+        ends[i].record()
+    torch.cuda.synchronize()
+    stats = spread([s.elapsed_time(e) for s, e in zip(starts, ends)])
+    stats.update({"warmup": max(warmup, 1), "first_call_ms": first_ms, "host_ms": host_ms,
+                  "head_start_ms": spin_ms, "l2_flush": flush is not None,
+                  "cuda_graph": graph_state, "host_sync": synced, "timer": "cuda-events"})
+    return {"ms": stats["median_ms"], "peak_mem_bytes": peak, "stats": stats}
 
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    fn()  # warm-up call (compiles / autotunes) and peak-memory probe
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - base
-    ms = do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
-    return {"ms": float(ms), "peak_mem_bytes": int(peak)}
+
+class FakeTimer:
+    """A stand-in for ``time_fn`` on a CPU: calls ``fn`` once (so the code path really runs:
+    forward, backward, the Triton interpreter) and reports made-up but well-formed numbers
+    with ``stats["timer"] == "fake"``: a dry run proves the protocol and the schema, never a
+    speed. ``calls`` keeps each call's return value, ``kw`` its timing arguments and ``log``
+    (shared with a dry run's event list when given) one entry per call, in order."""
+
+    def __init__(self, ms: float = 2.0, log: list | None = None):
+        self.ms, self.calls, self.kw = ms, [], []
+        self.log = [] if log is None else log
+
+    def __call__(self, fn, warmup: int = 5, rep: int = MIN_REPS, **kw):
+        if rep < MIN_REPS:
+            raise ValueError(f"rep must be at least {MIN_REPS}, got {rep}")
+        t0 = time.perf_counter()
+        self.calls.append(fn())
+        first = (time.perf_counter() - t0) * 1e3
+        self.kw.append({"warmup": warmup, "rep": rep, **kw})
+        self.log.append({"event": "time", "n": len(self.calls)})
+        stats = spread([self.ms * (1 + 0.01 * (i % 5)) for i in range(rep)])
+        stats.update({"warmup": warmup, "first_call_ms": first, "host_ms": None,
+                      "head_start_ms": None, "l2_flush": False, "cuda_graph": False,
+                      "host_sync": None, "timer": "fake"})
+        return {"ms": stats["median_ms"], "peak_mem_bytes": 123, "stats": stats}
 
 
 def measure(record: Record, fn: Callable[[], object], flops: float | None = None,
@@ -81,8 +251,8 @@ def measure(record: Record, fn: Callable[[], object], flops: float | None = None
             **kw) -> Record:
     """Time ``fn`` into ``record``; an out-of-memory error is recorded, not raised.
 
-    ``timer(fn, **kw)`` returns ``{"ms", "peak_mem_bytes"}``: ``time_fn`` unless given
-    (tests pass a fake one to run the plumbing on a CPU).
+    ``timer(fn, **kw)`` returns ``{"ms", "peak_mem_bytes"}`` and optionally "stats":
+    ``time_fn`` unless given (``FakeTimer`` runs the plumbing on a CPU).
     """
     try:
         t = (timer or time_fn)(fn, **kw)
@@ -92,6 +262,7 @@ def measure(record: Record, fn: Callable[[], object], flops: float | None = None
         return record
     record.ms = t["ms"]
     record.peak_mem_bytes = t["peak_mem_bytes"]
+    record.stats = t.get("stats")
     if flops is not None:
         record.tflops = flops / (t["ms"] * 1e-3) / 1e12
     if bytes_moved is not None:
@@ -113,13 +284,18 @@ def attention_flops(B: int, H: int, N_q: int, N_k: int, d: int, causal: bool = F
     return f * (3.5 if mode == "fwd+bwd" else 1.0)
 
 
+#: Each PyTorch SDPA backend timed on its own: impl name -> ``SDPBackend`` member.
+SDPA_BACKENDS = {"sdpa-cudnn": "CUDNN_ATTENTION", "sdpa-flash": "FLASH_ATTENTION",
+                 "sdpa-efficient": "EFFICIENT_ATTENTION", "sdpa-math": "MATH"}
+
+
 def attention_impls(sdpa_backends: bool = False) -> dict[str, Callable]:
     """The implementations chapters and suites time, each ``fn(q, k, v, causal)``.
 
     "triton" (``kernels.flash``), "naive" (``kernels.naive``: S and P in HBM) and PyTorch's
     scaled_dot_product_attention: one "sdpa" (PyTorch picks the backend) or, with
-    ``sdpa_backends``, "sdpa-flash", "sdpa-efficient" and "sdpa-cudnn", each pinned to
-    one backend (those this torch has).
+    ``sdpa_backends``, "sdpa-cudnn", "sdpa-flash", "sdpa-efficient" and "sdpa-math", each
+    pinned to one backend with ``torch.nn.attention.sdpa_kernel`` (those this torch has).
     """
     import torch.nn.functional as F
 
@@ -140,12 +316,15 @@ def attention_impls(sdpa_backends: bool = False) -> dict[str, Callable]:
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         return attn
 
-    for name, attr in (("sdpa-flash", "FLASH_ATTENTION"),
-                       ("sdpa-efficient", "EFFICIENT_ATTENTION"),
-                       ("sdpa-cudnn", "CUDNN_ATTENTION")):
+    for name, attr in SDPA_BACKENDS.items():
         if hasattr(SDPBackend, attr):
             impls[name] = pinned(getattr(SDPBackend, attr))
     return impls
+
+
+def _clip(text: str, n: int = 600) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[:n - 3] + "..."
 
 
 def _torch_dtype(dtype) -> tuple[torch.dtype, str]:
@@ -187,7 +366,7 @@ def time_attention(lengths: Iterable[int], impls: dict[str, Callable] | None = N
                    suite: str = "live", op: str = "attention", device=None, seed: int = 0,
                    timer: Callable[..., dict] | None = None, deadline: float | None = None,
                    progress: bool = False, log: Callable[[Record], None] | None = None,
-                   **timing) -> list[Record]:
+                   stage: str | None = None, **timing) -> list[Record]:
     """Time attention at each sequence length N = N_q = N_k: one Record per case.
 
     Shapes: q, k, v are (B, H, N, d) in ``dtype`` with B = ``batch`` or tokens // N (at
@@ -197,7 +376,9 @@ def time_attention(lengths: Iterable[int], impls: dict[str, Callable] | None = N
     to ``fn(q, k, v, causal)`` (default ``attention_impls()``).
 
     Out of memory is recorded (error "OOM"), not raised; an SDPA implementation that
-    refuses the shape or GPU is left out; any other error is raised, naming the case.
+    refuses the shape or GPU is recorded with error "unsupported" and, in ``detail``, its
+    error and the warnings PyTorch gave (why each backend declined); any other error is
+    raised, naming the case. ``stage`` is copied into each record.
     ``timer`` defaults to ``time_fn`` (CUDA only; ``timing`` passes warmup and rep to it).
     Past ``deadline`` (``time.monotonic()``) no new case starts. ``log(record)`` is called
     after each case; ``progress`` shows a bar over the lengths.
@@ -227,19 +408,30 @@ def time_attention(lengths: Iterable[int], impls: dict[str, Callable] | None = N
             if deadline is not None and time.monotonic() > deadline:
                 return records
             rec = Record(suite, op, name, mode, dt_name,
-                         {"B": B, "H": H, "N_q": N, "N_k": N, "d": d, "causal": c})
+                         {"B": B, "H": H, "N_q": N, "N_k": N, "d": d, "causal": c},
+                         stage=stage)
+            caught: list = []
             if q is None:
                 rec.error = "OOM"
             else:
-                try:
-                    measure(rec, _step(attn, mode, q, k, v, c, do), timer=timer,
-                            flops=attention_flops(B, H, N, N, d, c, mode), **timing)
-                except torch.cuda.OutOfMemoryError:
-                    rec.error = "OOM"
-                except RuntimeError as e:
-                    if name.startswith("sdpa"):  # a backend without this GPU/shape/dtype
-                        continue
-                    raise RuntimeError(f"{name} {mode} {rec.shape} {dt_name}: {e}") from e
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    try:
+                        measure(rec, _step(attn, mode, q, k, v, c, do), timer=timer,
+                                flops=attention_flops(B, H, N, N, d, c, mode), **timing)
+                    except torch.cuda.OutOfMemoryError:
+                        rec.error = "OOM"
+                    except RuntimeError as e:
+                        if not name.startswith("sdpa"):
+                            raise RuntimeError(
+                                f"{name} {mode} {rec.shape} {dt_name}: {e}") from e
+                        # a backend without this GPU/shape/dtype: recorded, with its reasons
+                        why = [str(w.message) for w in caught]
+                        rec.error, rec.detail = "unsupported", _clip(
+                            "; ".join([f"{type(e).__name__}: {e}", *dict.fromkeys(why)]))
+            if rec.error != "unsupported":  # pass on what was not a backend's refusal
+                for w in caught:
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
             records.append(rec)
             if log is not None:
                 log(rec)
@@ -252,7 +444,8 @@ def time_tiles(blocks: Iterable[int] = (16, 32, 64, 128), *, batch: int = 4, hea
                N: int = 4096, d: int = 64, causal: bool = False, dtype="float16",
                num_stages: int = 2, suite: str = "live", device=None, seed: int = 0,
                timer: Callable[..., dict] | None = None, deadline: float | None = None,
-               log: Callable[[Record], None] | None = None, **timing) -> list[Record]:
+               log: Callable[[Record], None] | None = None, stage: str | None = None,
+               **timing) -> list[Record]:
     """Forward time of ``kernels.flash`` at each BLOCK_M x BLOCK_N, autotuner bypassed.
 
     One Record per tile pair, the tiles and warps in its shape (8 warps from 128 x 64 up,
@@ -272,14 +465,14 @@ def time_tiles(blocks: Iterable[int] = (16, 32, 64, 128), *, batch: int = 4, hea
             warps = 8 if bm * bn >= 128 * 64 else 4
             rec = Record(suite, "attention", "triton", "fwd", dt_name,
                          {**shape, "BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps,
-                          "num_stages": num_stages})
+                          "num_stages": num_stages}, stage=stage)
             fn = lambda bm=bm, bn=bn, w=warps: forward_with_tiles(  # noqa: E731
                 q, k, v, bm, bn, causal=causal, num_warps=w, num_stages=num_stages)
             try:
                 measure(rec, fn, timer=timer,
                         flops=attention_flops(batch, heads, N, N, d, causal), **timing)
             except Exception as e:  # noqa: BLE001 - a tile that does not fit is a result
-                rec.error = type(e).__name__
+                rec.error, rec.detail = type(e).__name__, _clip(str(e))
             records.append(rec)
             if log is not None:
                 log(rec)
@@ -308,25 +501,231 @@ def results_path(gpu: str | None = None) -> pathlib.Path:
     return RESULTS_DIR / f"{runtime.slug(gpu)}.json"
 
 
+# ---------------------------------------------------------------------------------
+# Provenance: which GPU, in what state.
+# ---------------------------------------------------------------------------------
+
+#: provenance key -> the ``nvidia-smi --query-gpu`` field it comes from.
+SMI_FIELDS = {"driver": "driver_version", "clock_sm_mhz": "clocks.sm",
+              "clock_mem_mhz": "clocks.mem", "clock_sm_max_mhz": "clocks.max.sm",
+              "clock_mem_max_mhz": "clocks.max.mem", "power_limit_w": "power.limit",
+              "power_max_limit_w": "power.max_limit", "mig_mode": "mig.mode.current",
+              "persistence_mode": "persistence_mode", "pstate": "pstate",
+              "temperature_c": "temperature.gpu", "pci_bus_id": "pci.bus_id"}
+#: provenance key -> ``torch.cuda.get_device_properties`` attribute.
+PROP_FIELDS = {"sm_count": "multi_processor_count", "total_memory_bytes": "total_memory",
+               "l2_cache_bytes": "L2_cache_size"}
+#: Every key ``gpu_provenance`` adds to ``runtime.describe()`` (a value or null).
+GPU_FIELDS = (*PROP_FIELDS, *SMI_FIELDS)
+
+
+def _run_nvidia_smi(fields: list[str]) -> str:
+    import shutil
+    import subprocess
+
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        raise FileNotFoundError("nvidia-smi not found on PATH")
+    return subprocess.run([exe, f"--query-gpu={','.join(fields)}",
+                           "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                          check=True, timeout=20).stdout
+
+
+def gpu_provenance(smi: Callable[[list[str]], str] | None = None) -> dict:
+    """``runtime.describe()`` plus the GPU's state: SM count, memory, L2 (torch), driver,
+    current and max clocks, power limit, MIG mode, persistence, pstate, temperature
+    (``nvidia-smi --query-gpu``). Every key of ``GPU_FIELDS`` is present; one that could not
+    be read is null, and ``missing[key]`` says why. ``smi(fields) -> csv text`` stands in
+    for nvidia-smi in tests."""
+    prov = runtime.describe()
+    missing: dict[str, str] = {}
+    props = None
+    if runtime.HAS_CUDA:
+        try:
+            props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        except Exception as e:  # noqa: BLE001 - recorded as the reason
+            reason = f"get_device_properties: {type(e).__name__}: {e}"
+    else:
+        reason = "no CUDA device (torch.cuda.is_available() is False)"
+    for key, attr in PROP_FIELDS.items():
+        value = getattr(props, attr, None) if props is not None else None
+        prov[key] = int(value) if value is not None else None
+        if value is None:
+            missing[key] = reason if props is None else f"torch has no device property {attr}"
+    keys, fields = list(SMI_FIELDS), list(SMI_FIELDS.values())
+    try:
+        lines = [ln for ln in (smi or _run_nvidia_smi)(fields).splitlines() if ln.strip()]
+        if not lines:
+            raise RuntimeError("nvidia-smi listed no GPU")
+        rows = [[c.strip() for c in ln.split(",")] for ln in lines]
+        bus = getattr(props, "pci_bus_id", None)
+        row = rows[0]
+        if len(rows) > 1 and bus is not None:  # the GPU torch uses (by PCI bus id)
+            for r in rows:
+                if len(r) == len(fields) and r[-1].lower().endswith(f"{int(bus):02x}:00.0"):
+                    row = r
+        if len(row) != len(fields):
+            raise RuntimeError(f"nvidia-smi gave {len(row)} fields for {len(fields)}")
+        for key, field, value in zip(keys, fields, row):
+            if value in ("", "[N/A]", "N/A", "[Not Supported]", "[Unknown Error]"):
+                prov[key], missing[key] = None, f"nvidia-smi {field}: {value or 'empty'}"
+            else:
+                try:
+                    prov[key] = float(value) if key.endswith(("_mhz", "_w", "_c")) else value
+                except ValueError:
+                    prov[key] = value
+    except Exception as e:  # noqa: BLE001 - recorded as the reason
+        for key in keys:
+            prov[key], missing[key] = None, f"{type(e).__name__}: {_clip(str(e), 200)}"
+    prov["missing"] = missing
+    return prov
+
+
+# ---------------------------------------------------------------------------------
+# Summaries of a suite's records: best SDPA backend and speed-up against naive.
+# ---------------------------------------------------------------------------------
+
+
+def _shape_key(shape: dict) -> str:
+    return json.dumps(shape, sort_keys=True, default=str)
+
+
+def summarize(records: Iterable) -> list[dict]:
+    """One row per attention case (op, mode, dtype, shape; causal and not are separate rows)
+    with each implementation's median: ``triton_ms``, ``naive_ms``, ``speedup_vs_naive``
+    (naive time / Triton time), ``sdpa`` (every SDPA backend: its ms, or its error),
+    ``best_sdpa`` (the fastest backend that ran, by name, or None) with ``best_sdpa_ms``,
+    and ``best_sdpa_vs_triton`` (best SDPA time / Triton time: above 1 the Triton kernel
+    is faster). Tile sweeps (BLOCK_M in the shape) are left out."""
+    groups: dict = {}
+    for r in records:
+        r = r.to_dict() if isinstance(r, Record) else r
+        sh = r.get("shape") or {}
+        if not str(r.get("op", "")).startswith("attention") or "BLOCK_M" in sh:
+            continue
+        key = (r["op"], r["mode"], r["dtype"], _shape_key(sh))
+        groups.setdefault(key, {"stage": r.get("stage"), "shape": sh, "impls": {}})
+        groups[key]["impls"][r["impl"]] = r
+    rows = []
+    for (op, mode, dtype, _), g in groups.items():
+        impls = g["impls"]
+
+        def ms(name, impls=impls):
+            r = impls.get(name)
+            return r["ms"] if r and r.get("error") is None else None
+
+        sdpa = {n: (r["ms"] if r.get("error") is None else None) for n, r in impls.items()
+                if n.startswith("sdpa")}
+        sdpa_errors = {n: {"error": r.get("error"), "detail": r.get("detail")}
+                       for n, r in impls.items() if n.startswith("sdpa") and r.get("error")}
+        ran = {n: t for n, t in sdpa.items() if t is not None}
+        best = min(ran, key=ran.get) if ran else None
+        tri, naive = ms("triton"), ms("naive")
+        rows.append({
+            "op": op, "mode": mode, "dtype": dtype, "shape": g["shape"], "stage": g["stage"],
+            "causal": bool(g["shape"].get("causal", False)),
+            "triton_ms": tri, "naive_ms": naive,
+            "speedup_vs_naive": naive / tri if tri and naive else None,
+            "sdpa_ms": sdpa, "sdpa_failed": sdpa_errors, "best_sdpa": best,
+            "best_sdpa_ms": ran.get(best), "best_sdpa_vs_triton":
+                ran[best] / tri if best and tri else None})
+    return rows
+
+
+# ---------------------------------------------------------------------------------
+# Results files.
+# ---------------------------------------------------------------------------------
+
+
 def save_results(suite: str, records: list[Record], correctness: list[dict],
-                 path: pathlib.Path | None = None, provenance: dict | None = None) -> pathlib.Path:
-    """Merge one suite's measurements into the GPU's results file (other suites are kept)."""
+                 path: pathlib.Path | None = None, provenance: dict | None = None,
+                 extra: dict | None = None, top: dict | None = None) -> pathlib.Path:
+    """Merge one suite's measurements into the GPU's results file (other suites are kept).
+
+    The suite's section holds its provenance, correctness checks, records, ``summary``
+    (``summarize``) and whatever ``extra`` adds; ``top`` adds keys at the top level (a
+    run's ``protocol``)."""
     prov = provenance or runtime.describe()
     path = path or results_path(prov.get("gpu"))
     path.parent.mkdir(parents=True, exist_ok=True)
     data = json.loads(path.read_text()) if path.exists() else {}
-    data.update({k: prov[k] for k in ("gpu", "capability", "torch", "triton", "cuda", "date")})
-    data["gpu_slug"] = runtime.slug(prov["gpu"] or "unknown")
+    data.update({k: prov.get(k) for k in ("gpu", "capability", "torch", "triton", "cuda",
+                                          "date")})
+    data["gpu_slug"] = runtime.slug(prov.get("gpu") or "unknown")
+    data.update(top or {})
+    rows = [r.to_dict() if isinstance(r, Record) else r for r in records]
     data.setdefault("suites", {})[suite] = {
         "provenance": prov,
         "correctness": correctness,
-        "records": [r.to_dict() if isinstance(r, Record) else r for r in records],
+        "records": rows,
+        "summary": summarize(rows),
+        **(extra or {}),
     }
     # strict JSON: json.dumps writes a float NaN/inf as a bare NaN/Infinity (never passing it
     # to ``default``), which is not JSON; they are written as null
     path.write_text(json.dumps(_finite(data), indent=1, sort_keys=True, default=_json_default,
                                allow_nan=False) + "\n")
     return path
+
+
+_RECORD_TYPES = {"suite": str, "op": str, "impl": str, "mode": str, "dtype": str,
+                 "shape": dict}
+
+
+def validate_results(data: dict, *, full_provenance: bool = True) -> list[str]:
+    """Problems with a results file written by ``benchmarks/run.py`` (an empty list: none).
+
+    Checks the top-level keys, each suite's provenance (with ``full_provenance``, every
+    ``GPU_FIELDS`` key, null only with a reason in ``missing``), correctness entries, each
+    record's fields and types (a timed record has ``stats`` with every ``STAT_KEYS`` key and
+    at least ``MIN_REPS`` reps; a failed one an ``error``), and the summary rows."""
+    bad: list[str] = []
+    for k in ("gpu", "gpu_slug", "capability", "torch", "triton", "cuda", "date", "suites"):
+        if k not in data:
+            bad.append(f"top level: no {k!r}")
+    for name, s in (data.get("suites") or {}).items():
+        where = f"suites.{name}"
+        for k in ("provenance", "correctness", "records", "summary"):
+            if k not in s:
+                bad.append(f"{where}: no {k!r}")
+        prov = s.get("provenance") or {}
+        if full_provenance:
+            missing = prov.get("missing")
+            if not isinstance(missing, dict):
+                bad.append(f"{where}.provenance: no 'missing' reasons")
+                missing = {}
+            for k in GPU_FIELDS:
+                if k not in prov:
+                    bad.append(f"{where}.provenance: no {k!r}")
+                elif prov[k] is None and not missing.get(k):
+                    bad.append(f"{where}.provenance: {k!r} is null with no reason")
+        for i, c in enumerate(s.get("correctness") or []):
+            if set(c) < {"name", "max_err", "tol", "ok"} or not isinstance(c.get("ok"), bool):
+                bad.append(f"{where}.correctness[{i}]: needs name, max_err, tol, ok (bool)")
+        for i, r in enumerate(s.get("records") or []):
+            w = f"{where}.records[{i}]"
+            for k, t in _RECORD_TYPES.items():
+                if not isinstance(r.get(k), t):
+                    bad.append(f"{w}: {k!r} is not {t.__name__}")
+            if r.get("mode") not in ("fwd", "fwd+bwd"):
+                bad.append(f"{w}: mode {r.get('mode')!r}")
+            if r.get("stage") not in ("goal", "sweep"):
+                bad.append(f"{w}: stage {r.get('stage')!r}")
+            if r.get("ms") is None:
+                if not r.get("error"):
+                    bad.append(f"{w}: neither ms nor error")
+                continue
+            st = r.get("stats")
+            if not isinstance(st, dict) or set(STAT_KEYS) - set(st):
+                bad.append(f"{w}: stats lacks {sorted(set(STAT_KEYS) - set(st or {}))}")
+            elif st["reps"] < MIN_REPS or not st["min_ms"] <= st["median_ms"] <= st["max_ms"]:
+                bad.append(f"{w}: stats reps {st['reps']} or order min <= median <= max")
+            elif abs(st["median_ms"] - r["ms"]) > 1e-9 * max(1.0, r["ms"]):
+                bad.append(f"{w}: ms is not the median")
+        for i, row in enumerate(s.get("summary") or []):
+            if row.get("best_sdpa") is not None and row["best_sdpa"] not in row["sdpa_ms"]:
+                bad.append(f"{where}.summary[{i}]: best_sdpa not among sdpa_ms")
+    return bad
 
 
 def _finite(x):

@@ -108,17 +108,21 @@ def test_time_attention_times_every_case_on_cpu():
                 torch.testing.assert_close(g, g_ref, atol=1e-4, rtol=1e-4)
 
 
-def test_time_attention_records_oom_skips_refusing_sdpa_and_names_other_errors():
+def test_time_attention_records_oom_and_refusing_sdpa_and_names_other_errors():
     def oom(q, k, v, causal):
         raise torch.cuda.OutOfMemoryError("out of memory")
 
     def refuses(q, k, v, causal):
+        import warnings
+
+        warnings.warn("Flash attention requires head dim <= 256", stacklevel=2)
         raise RuntimeError("No available kernel")
 
     impls = {"big": oom, "sdpa-flash": refuses}
     recs = bench.time_attention([8], impls, d=8, dtype="float32", device="cpu",
                                 timer=FakeTimer())
-    assert [(r.impl, r.error) for r in recs] == [("big", "OOM")]
+    assert [(r.impl, r.error) for r in recs] == [("big", "OOM"), ("sdpa-flash", "unsupported")]
+    assert "No available kernel" in recs[1].detail and "head dim <= 256" in recs[1].detail
     with pytest.raises(RuntimeError, match="broken fwd"):
         bench.time_attention([8], {"broken": refuses}, d=8, dtype="float32", device="cpu",
                              timer=FakeTimer())
@@ -183,3 +187,138 @@ def test_live_records_draw_with_the_book_plotter():
     assert len(fig.axes) == 3 and fig.axes[0].get_ylabel().startswith("TFLOP/s")
     assert [len(line.get_xdata()) for line in fig.axes[0].lines] == [2, 2]
     plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------
+# The protocol of a GPU run (issue 14), proven on the CPU: benchmarks/run.py --dry-run.
+# ---------------------------------------------------------------------------------
+
+
+def test_goal_shapes_are_the_issues():
+    from benchmarks import suite_flash
+
+    assert suite_flash.GOAL == {"dtype": "bfloat16", "d": 128, "N": 16384, "B": 1, "H": 16}
+    assert suite_flash.GOAL_CASES == [("fwd", False), ("fwd", True), ("fwd+bwd", False),
+                                      ("fwd+bwd", True)]
+    assert suite_flash.TIMING["rep"] >= bench.MIN_REPS
+    assert set(bench.SDPA_BACKENDS) == {"sdpa-cudnn", "sdpa-flash", "sdpa-efficient",
+                                        "sdpa-math"}
+
+
+@pytest.mark.skipif(runtime.HAS_CUDA and not runtime.INTERPRET, reason="CPU dry run")
+def test_dry_run_proves_the_order_and_the_schema(tmp_path, capsys):
+    from benchmarks import suite_flash
+
+    before = sorted(bench.RESULTS_DIR.glob("*")) if bench.RESULTS_DIR.exists() else []
+    assert run.main(["--dry-run", "--results-dir", str(tmp_path)]) == 0
+    after = sorted(bench.RESULTS_DIR.glob("*")) if bench.RESULTS_DIR.exists() else []
+    assert before == after  # nothing written into benchmarks/results/
+    (path,) = tmp_path.glob("*.json")
+    data = json.loads(path.read_text())
+    assert bench.validate_results(data) == []
+    proto = data["protocol"]
+    assert proto["dry_run"] and proto["timer"] == "fake" and proto["min_reps"] >= 20
+    events = proto["events"]
+    assert [e["seq"] for e in events] == list(range(len(events)))
+    kinds = [(e["phase"], e["event"]) for e in events]
+    checks = [i for i, k in enumerate(kinds) if k == ("check", "check")]
+    goal = [i for i, k in enumerate(kinds) if k == ("goal", "time")]
+    sweep = [i for i, k in enumerate(kinds) if k == ("sweep", "time")]
+    # correctness of every suite before any timing; the goal shapes before any sweep
+    assert [events[i]["suite"] for i in checks] == run.SUITES
+    assert all(events[i]["failed"] == 0 for i in checks)
+    assert goal and sweep and max(checks) < min(goal) and max(goal) < min(sweep)
+    assert {events[i]["suite"] for i in sweep} == set(run.SUITES)
+    flash = data["suites"]["flash"]
+    stages = [r["stage"] for r in flash["records"]]
+    n_goal = stages.count("goal")
+    assert stages == ["goal"] * n_goal + ["sweep"] * (len(stages) - n_goal)
+    impls = ["triton", "naive", *bench.SDPA_BACKENDS]
+    goal_recs = flash["records"][:n_goal]
+    assert [(r["mode"], r["shape"]["causal"], r["impl"]) for r in goal_recs] == [
+        (m, c, i) for m, c in suite_flash.GOAL_CASES for i in impls]
+    assert {r["dtype"] for r in goal_recs} == {suite_flash.DRY_GOAL["dtype"]}
+    for r in data["suites"]["hard"]["records"] + data["suites"]["deformable"]["records"]:
+        assert r["stage"] == "sweep" and r["stats"]["reps"] >= bench.MIN_REPS
+    # every SDPA backend is a record: timed, or failed with its reason
+    for r in goal_recs:
+        assert (r["ms"] is not None) != (r["error"] == "unsupported" and bool(r["detail"]))
+    # the summary: causal and non-causal apart, the best SDPA that ran named
+    rows = [s for s in flash["summary"] if s["stage"] == "goal"]
+    assert [(s["mode"], s["causal"]) for s in rows] == suite_flash.GOAL_CASES
+    for s in rows:
+        assert s["speedup_vs_naive"] is not None and s["best_sdpa"] in s["sdpa_ms"]
+        assert s["sdpa_ms"][s["best_sdpa"]] is not None
+        assert set(s["sdpa_failed"]) == {n for n, t in s["sdpa_ms"].items() if t is None}
+    # provenance: every GPU field present, null only with its reason
+    prov = flash["provenance"]
+    assert all(k in prov for k in bench.GPU_FIELDS)
+    assert prov["sm_count"] is None and "no CUDA" in prov["missing"]["sm_count"]
+    out = capsys.readouterr().out
+    assert out.index("check") < out.index("goal fwd non-causal")
+
+
+def _row(impl, ms, causal=False, mode="fwd", error=None):
+    return bench.Record("flash", "attention", impl, mode, "bfloat16",
+                        {"B": 1, "H": 16, "N_q": 64, "N_k": 64, "d": 128, "causal": causal},
+                        ms=ms, error=error, stage="goal").to_dict()
+
+
+def test_summary_names_the_best_sdpa_and_keeps_causal_apart():
+    rows = bench.summarize([
+        _row("triton", 2.0), _row("naive", 3.0), _row("sdpa-flash", 1.8),
+        _row("sdpa-cudnn", 1.5), _row("sdpa-efficient", None, error="unsupported"),
+        _row("triton", 1.0, True), _row("naive", 4.0, True), _row("sdpa-math", 9.0, True),
+        _row("triton", 9.0, mode="fwd+bwd")])
+    nc, c, bwd = rows
+    assert (nc["best_sdpa"], nc["best_sdpa_ms"], nc["speedup_vs_naive"]) == ("sdpa-cudnn", 1.5,
+                                                                             1.5)
+    assert nc["best_sdpa_vs_triton"] == pytest.approx(0.75)
+    assert set(nc["sdpa_failed"]) == {"sdpa-efficient"}
+    assert (c["causal"], c["best_sdpa"], c["speedup_vs_naive"]) == (True, "sdpa-math", 4.0)
+    assert bwd["best_sdpa"] is None and bwd["naive_ms"] is None
+    assert bwd["speedup_vs_naive"] is None
+
+
+def test_spread_and_fake_timer():
+    s = bench.spread([5.0, 1.0, 2.0, 3.0, 4.0])
+    assert (s["reps"], s["median_ms"], s["min_ms"], s["max_ms"]) == (5, 3.0, 1.0, 5.0)
+    assert s["p20_ms"] == pytest.approx(1.8) and s["p80_ms"] == pytest.approx(4.2)
+    assert s["iqr_ms"] == pytest.approx(2.0)
+    timer = bench.FakeTimer()
+    t = timer(lambda: 7)
+    assert timer.calls == [7] and set(bench.STAT_KEYS) <= set(t["stats"])
+    assert t["stats"]["reps"] == bench.MIN_REPS and t["ms"] == t["stats"]["median_ms"]
+    with pytest.raises(ValueError, match="at least"):
+        timer(lambda: 7, rep=bench.MIN_REPS - 1)
+
+
+def test_gpu_provenance_reads_nvidia_smi_and_says_why_a_field_is_missing():
+    def smi(fields):
+        values = {"driver_version": "570.86", "clocks.sm": "1980", "mig.mode.current":
+                  "Disabled", "power.limit": "700.00", "clocks.max.mem": "[N/A]"}
+        return ", ".join(values.get(f, "1") for f in fields) + "\n"
+
+    prov = bench.gpu_provenance(smi)
+    assert prov["driver"] == "570.86" and prov["clock_sm_mhz"] == 1980.0
+    assert prov["mig_mode"] == "Disabled" and prov["power_limit_w"] == 700.0
+    assert prov["clock_mem_max_mhz"] is None
+    assert "[N/A]" in prov["missing"]["clock_mem_max_mhz"]
+
+    def broken(fields):
+        raise FileNotFoundError("nvidia-smi not found on PATH")
+
+    prov = bench.gpu_provenance(broken)
+    assert prov["driver"] is None and "not found" in prov["missing"]["driver"]
+
+
+def test_validate_results_finds_problems():
+    bad = {"suites": {"flash": {"provenance": {}, "correctness": [{"name": "x"}],
+                                "summary": [],
+                                "records": [_row("triton", 1.0), _row("naive", None)]}}}
+    problems = bench.validate_results(bad)
+    assert any("top level: no 'gpu'" in p for p in problems)
+    assert any("stats lacks" in p for p in problems)
+    assert any("neither ms nor error" in p for p in problems)
+    assert any("'driver'" in p for p in problems)
+    assert any("correctness[0]" in p for p in problems)
