@@ -1,10 +1,15 @@
-"""NumPy side of the book: the math of attention, one module per chapter, reused by later ones.
+"""NumPy side of the book: the math of attention, one module per chapter, reused by
+later ones.
 
-core        softmax, masks, scaled dot-product, self/cross, multi-head            (chapter 1)
-memory      simulated HBM/SRAM traffic, every load and store counted, closed forms (chapters 1-4)
-flash       online softmax, tiled forward (FA1 and FA2 loop orders), backward      (chapter 2)
-hard        argmax, sampled (Gumbel-max), top-k, straight-through, REINFORCE      (chapter 3)
-deformable  reference grid, offsets, bilinear sampling, DAT, multi-scale (MSDA)   (chapter 4)
+core        softmax, masks, scaled dot-product, self/cross, multi-head (chapter 1)
+memory      simulated HBM/SRAM traffic, every load and store counted, closed forms
+            (chapters 1-4)
+flash       online softmax, tiled forward (FA1 and FA2 loop orders), backward
+            (chapter 2)
+hard        argmax, sampled (Gumbel-max), top-k, straight-through, REINFORCE
+            (chapter 3)
+deformable  reference grid, offsets, bilinear sampling, DAT, multi-scale (MSDA)
+            (chapter 4)
 plots       the book's figures and its one palette
 widgets     ipywidgets explorers built on plots and memory
 """

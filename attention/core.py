@@ -1,20 +1,23 @@
-"""Scaled dot-product attention in NumPy: softmax, masks, self-, cross- and multi-head attention.
+"""Scaled dot-product attention in NumPy: softmax, masks, self-, cross- and multi-head
+attention.
 
 Shapes follow the kernels: a single head is ``(..., N, d)``; multi-head tensors are
 ``(B, H, N, d)``. Masks are boolean with ``True`` meaning *may attend*.
 
-Two rules hold for every function here and in the rest of the package, as in the kernels:
+Two rules hold for every function here and in the rest of the package, as in the
+kernels:
 
-* a query row whose mask hides every key gets weights 0, output 0 and lse -inf (never NaN);
-* a NaN in a row's inputs (or a +inf score, where softmax is undefined) gives NaN in that
-  row's weights, output and lse, and only there. The two are never confused.
+* a query row whose mask hides every key gets weights 0, output 0 and lse -inf (never
+  NaN);
+* a NaN in a row's inputs (or a +inf score, where softmax is undefined) gives NaN in
+  that row's weights, output and lse, and only there. The two are never confused.
 
-Masked positions are *selected out*, never multiplied by 0: a NaN or inf in a value row that
-a query cannot see does not reach that query's output.
+Masked positions are *selected out*, never multiplied by 0: a NaN or inf in a value row
+that a query cannot see does not reach that query's output.
 
-Public functions check their arguments first and raise ``TypeError`` (wrong kind: a string
-where a bool belongs, a float where an int belongs, a non-numeric array) or ``ValueError``
-(wrong shape or range), naming the argument and the expected shape.
+Public functions check their arguments first and raise ``TypeError`` (wrong kind: a
+string where a bool belongs, a float where an int belongs, a non-numeric array) or
+``ValueError`` (wrong shape or range), naming the argument and the expected shape.
 """
 
 from __future__ import annotations
@@ -51,11 +54,13 @@ def check_scale(name: str, scale, d: int) -> float:
     """The softmax scale as a float: 1/sqrt(d) when None, else a finite real number."""
     if scale is None:
         if d < 1:
-            raise ValueError(f"the head dim d must be >= 1 for the default scale 1/sqrt(d), "
-                             f"got d={d}")
+            raise ValueError("the head dim d must be >= 1 for the default scale "
+                             f"1/sqrt(d), got d={d}")
         return 1.0 / math.sqrt(d)
-    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (numbers.Real, np.number)):
-        raise TypeError(f"{name} must be a real number or None, got {type(scale).__name__}")
+    if (isinstance(scale, (bool, np.bool_))
+            or not isinstance(scale, (numbers.Real, np.number))):
+        raise TypeError(f"{name} must be a real number or None, got "
+                        f"{type(scale).__name__}")
     scale = float(scale)
     if not math.isfinite(scale):
         raise ValueError(f"{name} must be finite, got {scale}")
@@ -63,17 +68,19 @@ def check_scale(name: str, scale, d: int) -> float:
 
 
 def as_real_array(name: str, x, min_ndim: int = 0) -> np.ndarray:
-    """``np.asarray(x)``, refusing non-numeric, boolean and complex dtypes; integers become
-    float64 (every computation here is in floating point)."""
+    """``np.asarray(x)``, refusing non-numeric, boolean and complex dtypes; integers
+    become float64 (every computation here is in floating point)."""
     a = np.asarray(x)
     if a.dtype == np.bool_ or not (np.issubdtype(a.dtype, np.integer)
                                    or np.issubdtype(a.dtype, np.floating)):
-        raise TypeError(f"{name} must be a real (integer or floating) array, got dtype {a.dtype}")
+        raise TypeError(f"{name} must be a real (integer or floating) array, got dtype "
+                        f"{a.dtype}")
     if np.issubdtype(a.dtype, np.integer):
         a = a.astype(np.float64)
     if a.ndim < min_ndim:
         shape = " (..., N, d)" if min_ndim == 2 else ""
-        raise ValueError(f"{name} must be at least {min_ndim}-D{shape}, got shape {a.shape}")
+        raise ValueError(f"{name} must be at least {min_ndim}-D{shape}, got shape "
+                         f"{a.shape}")
     return a
 
 
@@ -88,12 +95,13 @@ def as_mask(name: str, mask, shape: tuple) -> np.ndarray:
     """A boolean mask broadcast to ``shape`` (True = may attend)."""
     m = np.asarray(mask)
     if m.dtype != np.bool_:
-        raise TypeError(f"{name} must be a boolean array (True = may attend), got dtype {m.dtype}")
+        raise TypeError(f"{name} must be a boolean array (True = may attend), got "
+                        f"dtype {m.dtype}")
     try:
         return np.broadcast_to(m, shape)
     except ValueError:
-        raise ValueError(f"{name} of shape {m.shape} does not broadcast to the scores' shape "
-                         f"{tuple(shape)} (..., N_q, N_k)") from None
+        raise ValueError(f"{name} of shape {m.shape} does not broadcast to the scores' "
+                         f"shape {tuple(shape)} (..., N_q, N_k)") from None
 
 
 def _lead_shape(*arrays_and_names) -> tuple:
@@ -105,7 +113,8 @@ def _lead_shape(*arrays_and_names) -> tuple:
         raise ValueError(f"leading (batch, head) dims must broadcast: {desc}") from None
 
 
-def weighted_sum(p: np.ndarray, v: np.ndarray, keep: np.ndarray | None = None) -> np.ndarray:
+def weighted_sum(p: np.ndarray, v: np.ndarray,
+                 keep: np.ndarray | None = None) -> np.ndarray:
     """o = sum_j p_ij v_j over the *kept* j only: (..., N_q, N_k) x (..., N_k, d_v).
 
     ``p @ v`` multiplies a hidden weight 0 by the hidden value, and 0 * NaN = NaN: a NaN
@@ -116,7 +125,8 @@ def weighted_sum(p: np.ndarray, v: np.ndarray, keep: np.ndarray | None = None) -
     if keep is None or np.all(np.isfinite(v)):
         return p @ v
     keep = np.broadcast_to(keep, p.shape)
-    with np.errstate(invalid="ignore"):  # 0 * inf at hidden terms, selected out right here
+    # 0 * inf at hidden terms, selected out right here
+    with np.errstate(invalid="ignore"):
         terms = np.where(keep[..., None], p[..., None] * v[..., None, :, :], 0.0)
     return terms.sum(axis=-2)
 
@@ -127,12 +137,14 @@ def weighted_sum(p: np.ndarray, v: np.ndarray, keep: np.ndarray | None = None) -
 
 
 def naive_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """softmax(x)_i = exp(x_i) / sum_j exp(x_j), computed literally (overflows for large x)."""
+    """softmax(x)_i = exp(x_i) / sum_j exp(x_j), computed literally (overflows for large
+    x)."""
     e = np.exp(x)
     return e / e.sum(axis=axis, keepdims=True)
 
 
-def softmax(x: np.ndarray, axis: int = -1, mask: np.ndarray | None = None) -> np.ndarray:
+def softmax(x: np.ndarray, axis: int = -1,
+            mask: np.ndarray | None = None) -> np.ndarray:
     """Numerically stable softmax: subtract the row max before exponentiating.
 
     softmax(x) = softmax(x - c) for any constant c; with c = max(x) every exponent is
@@ -160,8 +172,8 @@ def softmax(x: np.ndarray, axis: int = -1, mask: np.ndarray | None = None) -> np
 
 
 def logsumexp(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """log(sum(exp(x))) along ``axis``, stably; -inf for an all -inf (or empty) row, NaN for a
-    row with a NaN, +inf for a row with a +inf."""
+    """log(sum(exp(x))) along ``axis``, stably; -inf for an all -inf (or empty) row, NaN
+    for a row with a NaN, +inf for a row with a +inf."""
     x = as_real_array("x", x)
     if x.ndim == 0:
         raise ValueError("x must have at least one axis, got a scalar")
@@ -193,15 +205,17 @@ def causal_mask(n_q: int, n_k: int | None = None) -> np.ndarray:
 
 
 def padding_mask(lengths, n_k: int) -> np.ndarray:
-    """Key padding mask of shape (B, 1, n_k): True for the first ``lengths[b]`` keys of batch b.
+    """Key padding mask of shape (B, 1, n_k): True for the first ``lengths[b]`` keys of
+    batch b.
 
     Broadcasts against scores of shape (B, n_q, n_k).
     """
     n_k = check_int("n_k", n_k, 0)
     lengths = np.asarray(lengths)
-    if lengths.ndim != 1 or not (np.issubdtype(lengths.dtype, np.integer) or lengths.size == 0):
-        raise TypeError(f"lengths must be a 1-D sequence of ints (B,), got dtype {lengths.dtype} "
-                        f"shape {lengths.shape}")
+    if lengths.ndim != 1 or not (np.issubdtype(lengths.dtype, np.integer)
+                                 or lengths.size == 0):
+        raise TypeError("lengths must be a 1-D sequence of ints (B,), got dtype "
+                        f"{lengths.dtype} shape {lengths.shape}")
     if lengths.size and (lengths.min() < 0 or lengths.max() > n_k):
         raise ValueError(f"lengths must be in 0..n_k={n_k}, got {lengths.tolist()}")
     return (np.arange(n_k)[None, :] < lengths[:, None])[:, None, :]
@@ -214,24 +228,27 @@ def _check_qkv(q, k, v) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple]:
     if k.shape[-1] != q.shape[-1]:
         raise ValueError(f"q and k must share the head dim: q {q.shape}, k {k.shape}")
     if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"k and v must have the same length N_k: k {k.shape}, v {v.shape}")
+        raise ValueError(f"k and v must have the same length N_k: k {k.shape}, v "
+                         f"{v.shape}")
     lead = _lead_shape(("q", q), ("k", k), ("v", v))
     return q, k, v, lead
 
 
 def attention_keep(n_q: int, n_k: int, causal: bool, mask=None, shape=None):
-    """The keep-mask (True = may attend) from ``causal`` and ``mask``, or None for "all"."""
+    """The keep-mask (True = may attend) from ``causal`` and ``mask``, or None for
+    "all"."""
     keep = causal_mask(n_q, n_k) if causal else None
     if mask is not None:
         shape = (n_q, n_k) if shape is None else tuple(shape)
         m = np.asarray(mask)
-        try:  # a mask may carry extra leading dims, e.g. (B, 1, 1, N_k) against (N_q, N_k)
+        # a mask may carry extra leading dims, e.g. (B, 1, 1, N_k) against (N_q, N_k)
+        try:
             full = np.broadcast_shapes(shape, m.shape)
         except ValueError:
             full = None
         if full is None or full[-2:] != shape[-2:]:
-            raise ValueError(f"mask of shape {m.shape} does not broadcast to the scores' shape "
-                             f"{shape} (..., N_q, N_k)")
+            raise ValueError(f"mask of shape {m.shape} does not broadcast to the "
+                             f"scores' shape {shape} (..., N_q, N_k)")
         m = as_mask("mask", m, full)
         keep = m if keep is None else (keep & m)
     return keep
@@ -256,7 +273,8 @@ def scaled_dot_product_attention(
     q, k, v, lead = _check_qkv(q, k, v)
     causal = check_bool("causal", causal)
     return_weights = check_bool("return_weights", return_weights)
-    # A Python float keeps the inputs' dtype (a NumPy float64 scalar would upcast float32).
+    # A Python float keeps the inputs' dtype (a NumPy float64 scalar would upcast
+    # float32).
     scale = check_scale("scale", scale, q.shape[-1])
     s = (q @ np.swapaxes(k, -1, -2)) * scale  # (..., N_q, N_k)
     keep = attention_keep(q.shape[-2], k.shape[-2], causal, mask, s.shape)
@@ -268,7 +286,8 @@ def scaled_dot_product_attention(
 
 
 def self_attention(x, w_q, w_k, w_v, causal=False, mask=None, return_weights=False):
-    """Self-attention: queries, keys and values all come from the same sequence x (N, d_model)."""
+    """Self-attention: queries, keys and values all come from the same sequence x (N,
+    d_model)."""
     x = as_real_array("x", x, 2)
     for name, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v)):
         _check_weight(name, w, x.shape[-1])
@@ -281,19 +300,22 @@ def self_attention(x, w_q, w_k, w_v, causal=False, mask=None, return_weights=Fal
 def _check_weight(name, w, d_in):
     w = as_real_array(name, w)
     if w.ndim != 2 or w.shape[0] != d_in:
-        raise ValueError(f"{name} must be (d_model, d) with d_model={d_in}, got shape {w.shape}")
+        raise ValueError(f"{name} must be (d_model, d) with d_model={d_in}, got shape "
+                         f"{w.shape}")
     return w
 
 
 def cross_attention(x_dec, x_enc, w_q, w_k, w_v, mask=None, return_weights=False):
-    """Cross-attention: m decoder queries (m, d_model) over n encoder states (n, d_model)."""
+    """Cross-attention: m decoder queries (m, d_model) over n encoder states (n,
+    d_model)."""
     x_dec, x_enc = as_real_array("x_dec", x_dec, 2), as_real_array("x_enc", x_enc, 2)
     _check_weight("w_q", w_q, x_dec.shape[-1])
     for name, w in (("w_k", w_k), ("w_v", w_v)):
         _check_weight(name, w, x_enc.shape[-1])
     q = x_dec @ w_q  # (m, d)
     k, v = x_enc @ w_k, x_enc @ w_v  # (n, d)
-    return scaled_dot_product_attention(q, k, v, mask=mask, return_weights=return_weights)
+    return scaled_dot_product_attention(q, k, v, mask=mask,
+                                        return_weights=return_weights)
 
 
 def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
@@ -318,13 +340,15 @@ def merge_heads(x: np.ndarray) -> np.ndarray:
 
 
 def multi_head_attention(
-    x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, causal=False, mask=None, return_weights=False
+    x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, causal=False, mask=None,
+    return_weights=False
 ):
     """Multi-head attention: H independent heads of width d = d_model / H, then W_o.
 
     x_q: (B, N_q, d_model) queries; x_kv: (B, N_k, d_model) keys/values (x_kv is x_q
     for self-attention). Weights are (d_model, d_model). ``mask`` broadcasts to
-    (B, H, N_q, N_k). Returns (B, N_q, d_model) and optionally the (B, H, N_q, N_k) weights.
+    (B, H, N_q, N_k). Returns (B, N_q, d_model) and optionally the (B, H, N_q, N_k)
+    weights.
     """
     x_q, x_kv = as_real_array("x_q", x_q), as_real_array("x_kv", x_kv)
     for name, x in (("x_q", x_q), ("x_kv", x_kv)):
@@ -339,17 +363,20 @@ def multi_head_attention(
     q = split_heads(x_q @ w_q, n_heads)  # (B, H, N_q, d)
     k = split_heads(x_kv @ w_k, n_heads)  # (B, H, N_k, d)
     v = split_heads(x_kv @ w_v, n_heads)  # (B, H, N_k, d)
-    o, p = scaled_dot_product_attention(q, k, v, mask=mask, causal=causal, return_weights=True)
+    o, p = scaled_dot_product_attention(q, k, v, mask=mask, causal=causal,
+                                        return_weights=True)
     out = merge_heads(o) @ w_o  # (B, N_q, d_model)
     return (out, p) if check_bool("return_weights", return_weights) else out
 
 
 def attention_flops(n_q: int, n_k: int, d: int, causal: bool = False) -> int:
-    """Matmul FLOPs of one head's forward: 2·N_q·N_k·d for S = QK^T plus the same for PV.
+    """Matmul FLOPs of one head's forward: 2·N_q·N_k·d for S = QK^T plus the same for
+    PV.
 
-    Halved when causal, the convention benchmarks use (exact only as N_q = N_k grows; for
-    N_q != N_k the bottom-right mask keeps a different fraction).
+    Halved when causal, the convention benchmarks use (exact only as N_q = N_k grows;
+    for N_q != N_k the bottom-right mask keeps a different fraction).
     """
-    n_q, n_k, d = check_int("n_q", n_q, 0), check_int("n_k", n_k, 0), check_int("d", d, 0)
+    n_q, n_k = check_int("n_q", n_q, 0), check_int("n_k", n_k, 0)
+    d = check_int("d", d, 0)
     f = 4 * n_q * n_k * d
     return f // 2 if check_bool("causal", causal) else f

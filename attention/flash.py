@@ -1,15 +1,15 @@
-"""FlashAttention in NumPy: online softmax, the tiled forward (FA1 and FA2 loop orders) and
-the backward with and without recomputation. The math of ``kernels/flash.py``.
+"""FlashAttention in NumPy: online softmax, the tiled forward (FA1 and FA2 loop orders)
+and the backward with and without recomputation. The math of ``kernels/flash.py``.
 
 Every function here is exact: in float64 it equals the plain (materialising) version to
 ~1e-15 relative; the tests hold them to 1e-12. Arrays are ``(..., N, d)`` (leading axes,
-e.g. ``(B, H)``, broadcast through); queries ``q: (..., N_q, d)``, keys ``k: (..., N_k, d)``,
-values ``v: (..., N_k, d_v)``. ``scale`` defaults to 1/sqrt(d). ``causal=True`` aligns the
-mask bottom-right (query i sees keys j <= i + N_k - N_q), as ``attention.core.causal_mask``
-and the kernels do. A query row that sees no key gets output 0 and lse = -inf, never NaN;
-a NaN in a row's inputs gives NaN in that row's output and lse, and only there: the causal
-mask *selects* (a NaN in a value row hidden from a query never reaches it), so no result
-depends on the block sizes Br, Bc.
+e.g. ``(B, H)``, broadcast through); queries ``q: (..., N_q, d)``, keys ``k: (..., N_k,
+d)``, values ``v: (..., N_k, d_v)``. ``scale`` defaults to 1/sqrt(d). ``causal=True``
+aligns the mask bottom-right (query i sees keys j <= i + N_k - N_q), as
+``attention.core.causal_mask`` and the kernels do. A query row that sees no key gets
+output 0 and lse = -inf, never NaN; a NaN in a row's inputs gives NaN in that row's
+output and lse, and only there: the causal mask *selects* (a NaN in a value row hidden
+from a query never reaches it), so no result depends on the block sizes Br, Bc.
 
 Block loops mirror the GPU: ``Br`` query rows (the kernel's BLOCK_M) by ``Bc`` keys (its
 BLOCK_N); the last block of either may be ragged. NumPy arrays play HBM; the per-block
@@ -44,7 +44,8 @@ def _col_blocks(n: int, block: int):
 
 
 def _as_scores(name, x):
-    """Scores as a float array with at least one axis (integers are computed in float64)."""
+    """Scores as a float array with at least one axis (integers are computed in
+    float64)."""
     x = as_real_array(name, x, 1)
     return x
 
@@ -57,7 +58,8 @@ def _safe(m):
 def softmax_3pass(x: np.ndarray, block: int = 1) -> np.ndarray:
     """Safe softmax over the last axis in three passes over x.
 
-    pass 1: m = max_j x_j;  pass 2: l = sum_j exp(x_j - m);  pass 3: y_j = exp(x_j - m) / l.
+    pass 1: m = max_j x_j;  pass 2: l = sum_j exp(x_j - m);  pass 3: y_j = exp(x_j - m)
+    / l.
     """
     x = _as_scores("x", x)
     n = x.shape[-1]
@@ -77,7 +79,8 @@ def softmax_3pass(x: np.ndarray, block: int = 1) -> np.ndarray:
 
 
 def softmax_2pass(x: np.ndarray, block: int = 1) -> np.ndarray:
-    """Online softmax (Milakov & Gimelshein 2018): max and sum in ONE pass, then normalise.
+    """Online softmax (Milakov & Gimelshein 2018): max and sum in ONE pass, then
+    normalise.
 
     When the running max grows from m to m' the sum so far is rescaled:
     l' = l * exp(m - m') + sum_j exp(x_j - m').
@@ -90,7 +93,8 @@ def softmax_2pass(x: np.ndarray, block: int = 1) -> np.ndarray:
         m_new = np.maximum(m, x[..., s:e].max(axis=-1))
         m_safe = _safe(m_new)  # rows that have seen only -inf so far
         with np.errstate(invalid="ignore"):
-            l = l * np.exp(m - m_safe) + np.exp(x[..., s:e] - m_safe[..., None]).sum(axis=-1)
+            l = (l * np.exp(m - m_safe)
+                 + np.exp(x[..., s:e] - m_safe[..., None]).sum(axis=-1))
         m = m_new
     m = _safe(m)
     y = np.empty_like(x)
@@ -102,16 +106,18 @@ def softmax_2pass(x: np.ndarray, block: int = 1) -> np.ndarray:
 
 
 def softmax_1pass_attention(s: np.ndarray, v: np.ndarray, block: int = 1) -> np.ndarray:
-    """o = softmax(s) @ v in ONE pass over the keys: running max, rescaled sum, rescaled acc.
+    """o = softmax(s) @ v in ONE pass over the keys: running max, rescaled sum, rescaled
+    acc.
 
     s: (..., N_q, N_k) scores, v: (..., N_k, d_v). The softmax is never normalised as a
-    vector: the accumulator acc = sum_j exp(s_j - m) v_j is rescaled by exp(m - m') like l,
-    and divided by l once at the end (d_v numbers per row instead of N_k).
+    vector: the accumulator acc = sum_j exp(s_j - m) v_j is rescaled by exp(m - m') like
+    l, and divided by l once at the end (d_v numbers per row instead of N_k).
     """
     s, v = as_real_array("s", s, 2), as_real_array("v", v, 2)
     n = s.shape[-1]
     if v.shape[-2] != n:
-        raise ValueError(f"v must have N_k = {n} rows like s's last axis, got v {v.shape}")
+        raise ValueError(f"v must have N_k = {n} rows like s's last axis, got v "
+                         f"{v.shape}")
     rows = s.shape[:-1]
     m = np.full(rows, -np.inf, dtype=s.dtype)
     l = np.zeros(rows, dtype=s.dtype)
@@ -124,8 +130,10 @@ def softmax_1pass_attention(s: np.ndarray, v: np.ndarray, block: int = 1) -> np.
             alpha = np.exp(m - m_safe)  # rescales everything summed so far
             p = np.exp(s[..., a:b] - m_safe[..., None])  # (..., N_q, b - a)
         l = l * alpha + p.sum(axis=-1)
-        # a -inf score hides its key: select it out rather than multiply 0 by its value row
-        acc = acc * alpha[..., None] + weighted_sum(p, v[..., a:b, :], s[..., a:b] > -np.inf)
+        # a -inf score hides its key: select it out rather than multiply 0 by its value
+        # row
+        acc = acc * alpha[..., None] + weighted_sum(p, v[..., a:b, :],
+                                                    s[..., a:b] > -np.inf)
         m = m_new
     empty = (l == 0)[..., None]  # a row that saw no key: 0, not 0/0
     with np.errstate(invalid="ignore"):
@@ -141,13 +149,16 @@ def _check_qkv(q, k, v, Br=1, Bc=1):
     q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.ndim < 2:
-            raise ValueError(f"{name} must be at least 2-D (..., N, d), got shape {t.shape}")
+            raise ValueError(f"{name} must be at least 2-D (..., N, d), got shape "
+                             f"{t.shape}")
         if not np.issubdtype(t.dtype, np.floating):
-            raise TypeError(f"{name} must be a floating-point array, got dtype {t.dtype}")
+            raise TypeError(f"{name} must be a floating-point array, got dtype "
+                            f"{t.dtype}")
     if k.shape[-1] != q.shape[-1]:
         raise ValueError(f"q and k must share the head dim: q {q.shape}, k {k.shape}")
     if v.shape[-2] != k.shape[-2]:
-        raise ValueError(f"k and v must have the same length N_k: k {k.shape}, v {v.shape}")
+        raise ValueError(f"k and v must have the same length N_k: k {k.shape}, v "
+                         f"{v.shape}")
     try:
         np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     except ValueError:
@@ -170,11 +181,13 @@ def _check_shape(name, t, shape, doc):
 
 
 def _tile_mask(r0, r1, c0, c1, n_q, n_k):
-    """Causal (bottom-right) keep-mask of the (r0:r1, c0:c1) tile, or None if all visible."""
+    """Causal (bottom-right) keep-mask of the (r0:r1, c0:c1) tile, or None if all
+    visible."""
     offset = n_k - n_q
     if c1 - 1 <= r0 + offset:  # the tile's last key is visible to its first query
         return None
-    return (np.arange(c0, c1)[None, :] <= np.arange(r0, r1)[:, None] + offset)  # (br, bc)
+    # (br, bc)
+    return (np.arange(c0, c1)[None, :] <= np.arange(r0, r1)[:, None] + offset)
 
 
 def _tile_hidden(r0, r1, c0, n_q, n_k):
@@ -190,23 +203,27 @@ def _tile_hidden(r0, r1, c0, n_q, n_k):
 def standard_forward(q, k, v, causal: bool = False, scale: float | None = None):
     """Standard attention, materialising S and P: returns (o, lse, p).
 
-    o: (..., N_q, d_v); lse = logsumexp of each row of S: (..., N_q); p: (..., N_q, N_k).
+    o: (..., N_q, d_v); lse = logsumexp of each row of S: (..., N_q); p: (..., N_q,
+    N_k).
     """
     q, k, v = _check_qkv(q, k, v)
     causal = check_bool("causal", causal)
     s = (q @ np.swapaxes(k, -1, -2)) * _scale(q, scale)  # (..., N_q, N_k)
     keep = attention_keep(q.shape[-2], k.shape[-2], causal)
-    p = softmax(s, mask=keep)  # (..., N_q, N_k); rows that see nothing are 0, NaN rows NaN
+    # (..., N_q, N_k); rows that see nothing are 0, NaN rows NaN
+    p = softmax(s, mask=keep)
     lse = logsumexp(s if keep is None else np.where(keep, s, -np.inf))  # (..., N_q)
     return weighted_sum(p, v, keep), lse, p
 
 
 def flash1_forward(q, k, v, Br: int = 64, Bc: int = 64, causal: bool = False,
                    scale: float | None = None):
-    """FlashAttention-1's Algorithm 1: K/V blocks outside, Q blocks inside. Returns (o, lse).
+    """FlashAttention-1's Algorithm 1: K/V blocks outside, Q blocks inside. Returns (o,
+    lse).
 
     O, l and m live "in HBM" (full arrays) and every (j, i) step reads O_i, l_i, m_i,
-    updates them with the new block of keys and writes them back, O_i normalised each time:
+    updates them with the new block of keys and writes them back, O_i normalised each
+    time:
         m_new = max(m_i, rowmax(S_ij));  P~ = exp(S_ij - m~_ij);  l~ = rowsum(P~)
         l_new = e^(m_i - m_new) l_i + e^(m~_ij - m_new) l~
         O_i  <- (l_i e^(m_i - m_new) O_i + e^(m~_ij - m_new) P~ V_j) / l_new
@@ -227,7 +244,8 @@ def flash1_forward(q, k, v, Br: int = 64, Bc: int = 64, causal: bool = False,
             r1 = min(r0 + Br, n_q)
             if causal and _tile_hidden(r0, r1, c0, n_q, n_k):
                 continue
-            q_i, o_i, l_i, m_i = q[..., r0:r1, :], o[..., r0:r1, :], l[..., r0:r1], m[..., r0:r1]
+            q_i, o_i = q[..., r0:r1, :], o[..., r0:r1, :]
+            l_i, m_i = l[..., r0:r1], m[..., r0:r1]
             s_ij = (q_i @ np.swapaxes(k_j, -1, -2)) * scale  # (..., br, bc)
             keep = _tile_mask(r0, r1, c0, c1, n_q, n_k) if causal else None
             if keep is not None:
@@ -240,10 +258,12 @@ def flash1_forward(q, k, v, Br: int = 64, Bc: int = 64, causal: bool = False,
             m_new = np.maximum(m_i, m_t)
             m_new_safe = np.where(np.isfinite(m_new), m_new, 0.0)
             a_old = np.exp(np.where(np.isfinite(m_i), m_i, m_new_safe) - m_new_safe)
-            a_old = np.where(np.isfinite(m_i), a_old, 0.0)  # nothing seen yet: no old part
+            # nothing seen yet: no old part
+            a_old = np.where(np.isfinite(m_i), a_old, 0.0)
             a_new = np.where(np.isfinite(m_t), np.exp(m_t_safe - m_new_safe), 0.0)
             l_new = a_old * l_i + a_new * l_t
-            num = (l_i * a_old)[..., None] * o_i + a_new[..., None] * weighted_sum(p_t, v_j, keep)
+            num = ((l_i * a_old)[..., None] * o_i
+                   + a_new[..., None] * weighted_sum(p_t, v_j, keep))
             # l_new = 0: nothing seen yet (o stays 0); NaN: a NaN row stays NaN
             inv = np.divide(1.0, l_new, out=np.zeros_like(l_new), where=l_new != 0)
             o[..., r0:r1, :] = inv[..., None] * num  # write O_i to HBM
@@ -256,7 +276,8 @@ def flash1_forward(q, k, v, Br: int = 64, Bc: int = 64, causal: bool = False,
 
 def flash2_forward(q, k, v, Br: int = 64, Bc: int = 64, causal: bool = False,
                    scale: float | None = None):
-    """FlashAttention-2's forward: Q blocks outside, K/V blocks inside. Returns (o, lse).
+    """FlashAttention-2's forward: Q blocks outside, K/V blocks inside. Returns (o,
+    lse).
 
     Per query block, m_i, l_i and the UNnormalised accumulator acc stay in SRAM:
         m_new = max(m_i, rowmax(S_ij));  P~ = exp(S_ij - m_new)
@@ -293,14 +314,16 @@ def flash2_forward(q, k, v, Br: int = 64, Bc: int = 64, causal: bool = False,
             l_i = alpha * l_i + p_ij.sum(axis=-1)
             acc = alpha[..., None] * acc + weighted_sum(p_ij, v[..., c0:c1, :], keep)
             m_i = m_new
-        # a row that saw no key has l = 0 exactly: o = 0, lse = -inf. A NaN row has l = NaN,
-        # which is not 0: it keeps its NaN in o and lse (never mistaken for "no key").
+        # a row that saw no key has l = 0 exactly: o = 0, lse = -inf. A NaN row has l =
+        # NaN, which is not 0: it keeps its NaN in o and lse (never mistaken for "no
+        # key").
         empty = l_i == 0
         with np.errstate(invalid="ignore"):
             o[..., r0:r1, :] = np.where(empty[..., None], 0.0,
                                         acc / np.where(empty, 1.0, l_i)[..., None])
         with np.errstate(divide="ignore", invalid="ignore"):
-            lse[..., r0:r1] = np.where(empty, -np.inf, m_i + np.log(np.where(empty, 1.0, l_i)))
+            lse[..., r0:r1] = np.where(empty, -np.inf,
+                                       m_i + np.log(np.where(empty, 1.0, l_i)))
     return o, lse
 
 
@@ -330,14 +353,16 @@ def standard_backward(q, k, v, p, do, scale: float | None = None):
     return dq, dk, dv
 
 
-def flash2_backward(q, k, v, o, lse, do, Br: int = 64, Bc: int = 64, causal: bool = False,
-                    scale: float | None = None, dlse=None):
-    """FlashAttention-2's backward (Algorithm 2): P recomputed tile by tile from Q, K and L.
+def flash2_backward(q, k, v, o, lse, do, Br: int = 64, Bc: int = 64,
+                    causal: bool = False, scale: float | None = None, dlse=None):
+    """FlashAttention-2's backward (Algorithm 2): P recomputed tile by tile from Q, K
+    and L.
 
     D = rowsum(dO o O) replaces rowsum(P o dP) (they are equal: O = P V). Then, with K/V
     blocks outside and Q blocks inside:
         P_ij = exp(scale Q_i K_j^T - L_i);  dV_j += P_ij^T dO_i;  dP_ij = dO_i V_j^T
-        dS_ij = P_ij o (dP_ij - D_i);  dQ_i += scale dS_ij K_j;  dK_j += scale dS_ij^T Q_i
+        dS_ij = P_ij o (dP_ij - D_i);  dQ_i += scale dS_ij K_j;  dK_j += scale dS_ij^T
+        Q_i
     Returns (dq, dk, dv). Nothing of size N_q x N_k is ever stored.
 
     ``dlse`` (..., N_q), optional: a gradient on the returned lse as well. Since
@@ -381,7 +406,8 @@ def flash2_backward(q, k, v, o, lse, do, Br: int = 64, Bc: int = 64, causal: boo
             ds_ij = p_ij * (dp_ij - D[..., r0:r1, None])
             if keep is not None:
                 ds_ij = np.where(keep, ds_ij, 0.0)
-            dq[..., r0:r1, :] += scale * weighted_sum(ds_ij, k_j, keep)  # read-modify-write
+            # read-modify-write
+            dq[..., r0:r1, :] += scale * weighted_sum(ds_ij, k_j, keep)
             dk_j += scale * weighted_sum(np.swapaxes(ds_ij, -1, -2), q_i, keep_t)
         dk[..., c0:c1, :] = dk_j
         dv[..., c0:c1, :] = dv_j

@@ -1,16 +1,19 @@
-"""Soft vs hard attention in NumPy: argmax, sampled (Gumbel-max), top-k, Gumbel-softmax with its
-straight-through estimator, and the REINFORCE (score-function) gradient with a baseline.
+"""Soft vs hard attention in NumPy: argmax, sampled (Gumbel-max), top-k, Gumbel-softmax
+with its straight-through estimator, and the REINFORCE (score-function) gradient with a
+baseline.
 
-Shapes follow ``attention.core``: q (..., N_q, d), k (..., N_k, d), v (..., N_k, d_v); every
-function works for one head or for (B, H, N, d). Masks are boolean, True = may attend; causal
-masks align bottom-right (query i sees keys j <= i + N_k - N_q). A query row that sees no key
-gets output 0 and index -1 (never NaN), as the kernels in ``kernels/hard.py`` do; a row with a
-NaN among its visible scores has no valid choice: output NaN and index -1 (top-k: all slots -1,
-lse NaN). A NaN in a value row reaches only the queries that select that row.
+Shapes follow ``attention.core``: q (..., N_q, d), k (..., N_k, d), v (..., N_k, d_v);
+every function works for one head or for (B, H, N, d). Masks are boolean, True = may
+attend; causal masks align bottom-right (query i sees keys j <= i + N_k - N_q). A query
+row that sees no key gets output 0 and index -1 (never NaN), as the kernels in
+``kernels/hard.py`` do; a row with a NaN among its visible scores has no valid choice:
+output NaN and index -1 (top-k: all slots -1, lse NaN). A NaN in a value row reaches
+only the queries that select that row.
 
 The gradient estimators work on *logits* ``s`` of shape (..., N) and a per-category loss
-``f`` of shape (..., N) (the loss if position z is chosen), so that the exact gradient of
-the expected loss, ``p * (f - <p, f>)``, is available to measure bias and variance against.
+``f`` of shape (..., N) (the loss if position z is chosen), so that the exact gradient
+of the expected loss, ``p * (f - <p, f>)``, is available to measure bias and variance
+against.
 
 Importing this module registers three algorithms with ``attention.memory``: ``"soft"``
 (streaming soft attention, FlashAttention-style), ``"hard"`` (argmax, one row of V per
@@ -40,7 +43,8 @@ from .core import (
 
 
 def attention_scores(q, k, scale=None, causal=False, mask=None):
-    """Scaled scores s = q k^T * scale, with -inf where a key is hidden. (..., N_q, N_k)."""
+    """Scaled scores s = q k^T * scale, with -inf where a key is hidden. (..., N_q,
+    N_k)."""
     q, k, _, _ = _check_qkv(q, k, k)
     causal = check_bool("causal", causal)
     scale = check_scale("scale", scale, q.shape[-1])
@@ -55,7 +59,8 @@ def _check_v(v, s):
     """v (..., N_k, d_v) matching scores s (..., N_q, N_k)."""
     v = as_real_array("v", v, 2)
     if v.shape[-2] != s.shape[-1]:
-        raise ValueError(f"v must be (..., N_k, d_v) with N_k={s.shape[-1]} keys, got {v.shape}")
+        raise ValueError(f"v must be (..., N_k, d_v) with N_k={s.shape[-1]} keys, got "
+                         f"{v.shape}")
     try:
         np.broadcast_shapes(v.shape[:-2], s.shape[:-2])
     except ValueError:
@@ -66,19 +71,22 @@ def _check_v(v, s):
 
 def _check_rng(rng):
     if not isinstance(rng, np.random.Generator):
-        raise TypeError(f"rng must be a numpy.random.Generator (np.random.default_rng(seed)), "
+        raise TypeError("rng must be a numpy.random.Generator "
+                        "(np.random.default_rng(seed)), "
                         f"got {type(rng).__name__}")
     return rng
 
 
 def soft_attention(q, k, v, scale=None, causal=False, mask=None, return_weights=False):
-    """o = softmax(s) v: a weighted sum over *all* visible positions (``core`` does the work)."""
+    """o = softmax(s) v: a weighted sum over *all* visible positions (``core`` does the
+    work)."""
     return scaled_dot_product_attention(q, k, v, mask=mask, causal=causal, scale=scale,
                                         return_weights=return_weights)
 
 
 def gather_rows(v, idx):
-    """o[..., i, :] = v[..., idx[..., i], :], and 0 where idx is -1.  v (..., N_k, d_v)."""
+    """o[..., i, :] = v[..., idx[..., i], :], and 0 where idx is -1.  v (..., N_k,
+    d_v)."""
     v, idx = as_real_array("v", v, 2), np.asarray(idx)
     if not np.issubdtype(idx.dtype, np.integer):
         raise TypeError(f"idx must be an integer array, got dtype {idx.dtype}")
@@ -91,12 +99,13 @@ def gather_rows(v, idx):
 
 
 def argmax_index(s):
-    """Row argmax of scores (..., N); ties go to the lowest index; -1 for an all -inf row and
-    for a row with a NaN (no valid choice)."""
+    """Row argmax of scores (..., N); ties go to the lowest index; -1 for an all -inf
+    row and for a row with a NaN (no valid choice)."""
     s = as_real_array("s", s, 1)
     if s.shape[-1] == 0:
         return np.full(s.shape[:-1], -1, dtype=np.int64)
-    idx = np.argmax(s, axis=-1)  # np.argmax returns the first maximum: lowest index wins
+    # np.argmax returns the first maximum: lowest index wins
+    idx = np.argmax(s, axis=-1)
     m = s.max(axis=-1)
     return np.where(np.isneginf(m) | np.isnan(m), -1, idx)
 
@@ -119,7 +128,8 @@ def _nan_rows(o, s):
 
 
 def one_hot(idx, n):
-    """(..., N_q) int -> (..., N_q, n) float one-hot rows; an index of -1 gives a zero row."""
+    """(..., N_q) int -> (..., N_q, n) float one-hot rows; an index of -1 gives a zero
+    row."""
     idx = np.asarray(idx)
     if not np.issubdtype(idx.dtype, np.integer):
         raise TypeError(f"idx must be an integer array, got dtype {idx.dtype}")
@@ -127,7 +137,8 @@ def one_hot(idx, n):
 
 
 def sample_index(p, rng):
-    """One sample per row from the categorical distribution p (..., N) by inverse CDF; -1 if p=0."""
+    """One sample per row from the categorical distribution p (..., N) by inverse CDF;
+    -1 if p=0."""
     p = as_real_array("p", p, 1).astype(float)
     _check_rng(rng)
     if p.shape[-1] == 0:
@@ -148,7 +159,8 @@ def sample_index(p, rng):
 
 def stochastic_hard_attention(q, k, v, rng, scale=None, causal=False, mask=None,
                               return_index=False):
-    """Stochastic hard attention (Show, Attend and Tell): z_i ~ softmax(s_i), o_i = v[z_i]."""
+    """Stochastic hard attention (Show, Attend and Tell): z_i ~ softmax(s_i), o_i =
+    v[z_i]."""
     _check_rng(rng)
     s = attention_scores(q, k, scale, causal, mask)
     v = _check_v(v, s)
@@ -161,14 +173,15 @@ def stochastic_hard_attention(q, k, v, rng, scale=None, causal=False, mask=None,
 def topk_index(s, topk):
     """Indices of the ``topk`` largest scores per row, by score (desc) then index (asc).
 
-    (..., N_q, N_k) -> (..., N_q, topk); slots beyond the number of visible keys are -1, and
-    every slot of a row with a NaN score.
+    (..., N_q, N_k) -> (..., N_q, topk); slots beyond the number of visible keys are -1,
+    and every slot of a row with a NaN score.
     """
     s = as_real_array("s", s, 1)
     topk = check_int("topk", topk, 1)
     n_k = s.shape[-1]
     kk = min(topk, n_k)
-    order = np.argsort(-s, axis=-1, kind="stable")[..., :kk]  # stable: ties keep lowest index
+    # stable: ties keep lowest index
+    order = np.argsort(-s, axis=-1, kind="stable")[..., :kk]
     visible = np.take_along_axis(s, order, -1) > -np.inf  # +inf scores are kept
     visible &= ~np.isnan(s).any(axis=-1, keepdims=True)
     idx = np.where(visible, order, -1)
@@ -179,7 +192,8 @@ def topk_index(s, topk):
 
 
 def topk_weights(s, topk):
-    """Softmax over the ``topk`` largest scores of each row, 0 elsewhere.  (..., N_q, N_k)."""
+    """Softmax over the ``topk`` largest scores of each row, 0 elsewhere.  (..., N_q,
+    N_k)."""
     s = as_real_array("s", s, 1)
     idx = topk_index(s, topk)  # (..., N_q, topk)
     keep = (one_hot(idx, s.shape[-1]).sum(axis=-2) > 0)  # (..., N_q, N_k)
@@ -187,14 +201,17 @@ def topk_weights(s, topk):
                     softmax(s, axis=-1, mask=keep))
 
 
-def topk_attention(q, k, v, topk, scale=None, causal=False, mask=None, return_weights=False):
-    """o = softmax over the k best scores of each row, times V: k rows of V per query."""
+def topk_attention(q, k, v, topk, scale=None, causal=False, mask=None,
+                   return_weights=False):
+    """o = softmax over the k best scores of each row, times V: k rows of V per
+    query."""
     topk = check_int("topk", topk, 1)
     s = attention_scores(q, k, scale, causal, mask)
     v = _check_v(v, s)
     p = topk_weights(s, topk)  # (..., N_q, N_k); NaN rows NaN
     keep = p > 0  # the kept keys: every other value row is selected out, never 0 * NaN
-    o = _nan_rows(weighted_sum(np.where(np.isnan(p), 0.0, p), v, keep), s)  # (..., N_q, d_v)
+    # (..., N_q, d_v)
+    o = _nan_rows(weighted_sum(np.where(np.isnan(p), 0.0, p), v, keep), s)
     return (o, p) if check_bool("return_weights", return_weights) else o
 
 
@@ -210,16 +227,18 @@ def softmax_jacobian(p):
     """
     p = as_real_array("p", p).astype(float)
     if p.ndim != 1:
-        raise ValueError(f"p must be one row (N,), got shape {p.shape}; use softmax_backward "
-                         f"for batches")
+        raise ValueError(f"p must be one row (N,), got shape {p.shape}; use "
+                         f"softmax_backward for batches")
     return np.diag(p) - np.outer(p, p)
 
 
 def softmax_backward(p, grad_p):
-    """Vector-Jacobian product of softmax: dL/ds = p * (dL/dp - <p, dL/dp>).  (..., N)."""
+    """Vector-Jacobian product of softmax: dL/ds = p * (dL/dp - <p, dL/dp>).  (...,
+    N)."""
     p, grad_p = as_real_array("p", p, 1), as_real_array("grad_p", grad_p, 1)
     if p.shape != grad_p.shape:
-        raise ValueError(f"p and grad_p must have one shape, got {p.shape} and {grad_p.shape}")
+        raise ValueError(f"p and grad_p must have one shape, got {p.shape} and "
+                         f"{grad_p.shape}")
     return p * (grad_p - (p * grad_p).sum(axis=-1, keepdims=True))
 
 
@@ -231,7 +250,8 @@ def gumbel(shape, rng):
 
 
 def gumbel_max_sample(logits, rng):
-    """argmax(logits + Gumbel noise): an exact sample from softmax(logits).  (..., N) -> (...)."""
+    """argmax(logits + Gumbel noise): an exact sample from softmax(logits).  (..., N) ->
+    (...)."""
     logits = as_real_array("logits", logits, 1).astype(float)
     return argmax_index(logits + gumbel(logits.shape, rng))
 
@@ -254,7 +274,8 @@ def gumbel_softmax(logits, tau, rng=None, noise=None, hard=False):
     else:
         g = as_real_array("noise", noise)
         if g.shape != logits.shape:
-            raise ValueError(f"noise must have logits' shape {logits.shape}, got {g.shape}")
+            raise ValueError(f"noise must have logits' shape {logits.shape}, got "
+                             f"{g.shape}")
     y = softmax((logits + g) / tau, axis=-1)
     if hard:
         return one_hot(argmax_index(y), logits.shape[-1])
@@ -263,7 +284,8 @@ def gumbel_softmax(logits, tau, rng=None, noise=None, hard=False):
 
 def straight_through_grad(y_soft, grad_y, tau):
     """Straight-through Gumbel-softmax: the forward used one_hot(argmax y), the backward
-    pretends it used y = softmax((s + g)/tau):  dL/ds = (1/tau) y * (dL/dy - <y, dL/dy>).
+    pretends it used y = softmax((s + g)/tau):  dL/ds = (1/tau) y * (dL/dy - <y,
+    dL/dy>).
 
     A biased estimate of the gradient of E[L]: it uses dL/dy at the *sampled* one-hot.
     """
@@ -274,7 +296,8 @@ def straight_through_grad(y_soft, grad_y, tau):
 
 
 def expected_loss_grad(logits, f):
-    """Exact gradient of E_{z ~ softmax(logits)}[f(z)] w.r.t. the logits: p * (f - <p, f>).
+    """Exact gradient of E_{z ~ softmax(logits)}[f(z)] w.r.t. the logits: p * (f - <p,
+    f>).
 
     ``f`` (..., N) is the loss incurred when position z is chosen.
     """
@@ -289,13 +312,14 @@ def expected_loss_grad(logits, f):
 
 
 def reinforce_grad(logits, f, rng, n_samples=1, baseline=None, return_samples=False):
-    """REINFORCE / score-function estimates of d E[f(z)] / d logits, z ~ softmax(logits).
+    """REINFORCE / score-function estimates of d E[f(z)] / d logits, z ~
+    softmax(logits).
 
     g = (f(z) - b) * d log p(z) / d logits = (f(z) - b) * (one_hot(z) - p).
 
-    ``baseline``: None (b = 0), a number or array broadcastable to (...) (any b that does
-    not depend on z keeps the estimate unbiased), or ``"loo"``: the leave-one-out mean of
-    the other n_samples - 1 draws' losses (unbiased too; needs n_samples >= 2).
+    ``baseline``: None (b = 0), a number or array broadcastable to (...) (any b that
+    does not depend on z keeps the estimate unbiased), or ``"loo"``: the leave-one-out
+    mean of the other n_samples - 1 draws' losses (unbiased too; needs n_samples >= 2).
     Returns (n_samples, ..., N): one estimate per draw; average over axis 0 to use them.
     With ``return_samples`` also the drawn positions z (n_samples, ...).
     """
@@ -311,12 +335,14 @@ def reinforce_grad(logits, f, rng, n_samples=1, baseline=None, return_samples=Fa
     p = softmax(logits, axis=-1)  # (..., N)
     n = logits.shape[-1]
     z = np.stack([sample_index(p, rng) for _ in range(n_samples)])  # (S, ...)
-    fz = np.take_along_axis(np.broadcast_to(f, (n_samples,) + f.shape), z[..., None], -1)[..., 0]
+    fz = np.take_along_axis(np.broadcast_to(f, (n_samples,) + f.shape),
+                            z[..., None], -1)[..., 0]
     if baseline is None:
         b = 0.0
     elif isinstance(baseline, str):
         if baseline != "loo":
-            raise ValueError(f"baseline must be None, a number or 'loo', got {baseline!r}")
+            raise ValueError("baseline must be None, a number or 'loo', got "
+                             f"{baseline!r}")
         if n_samples < 2:
             raise ValueError("the leave-one-out baseline needs n_samples >= 2")
         b = (fz.sum(axis=0, keepdims=True) - fz) / (n_samples - 1)  # (S, ...)
@@ -337,7 +363,8 @@ def reinforce_grad(logits, f, rng, n_samples=1, baseline=None, return_samples=Fa
 
 
 def _simulate_soft(N, d, Br=64, Bc=64, M=None, N_k=None, keep_trace=True):
-    """Streaming soft attention (FlashAttention forward): Q block in SRAM, K and V streamed."""
+    """Streaming soft attention (FlashAttention forward): Q block in SRAM, K and V
+    streamed."""
     n_k = N if N_k is None else N_k
     sim = memory.HBMSim(M, keep_trace)
     for i, br in enumerate(memory.blocks(N, Br)):
@@ -358,14 +385,18 @@ def _closed_soft(N, d, Br=64, Bc=64, M=None, N_k=None, keep_trace=True):
     n_k = N if N_k is None else N_k
     br, bc = min(Br, N), min(Bc, n_k)
     peak = memory.fit_tiles("soft", {"the loop over K, V": {
-        "Q_i, O_i": 2 * br * d, "m_i, l_i": 2 * br, "K_j, V_j": 2 * bc * d, "S_ij": br * bc}}, M)
+        "Q_i, O_i": 2 * br * d, "m_i, l_i": 2 * br, "K_j, V_j": 2 * bc * d,
+        "S_ij": br * bc}}, M)
     t_r, t_c = memory.cdiv(N, Br), memory.cdiv(n_k, Bc)
-    return memory.traffic({"Q": (N * d, 0), "K": (t_r * n_k * d, 0), "V": (t_r * n_k * d, 0),
-                           "O": (0, N * d)}, peak, steps=t_r, events=2 * t_r * t_c + 2 * t_r)
+    return memory.traffic({"Q": (N * d, 0), "K": (t_r * n_k * d, 0),
+                           "V": (t_r * n_k * d, 0),
+                           "O": (0, N * d)}, peak, steps=t_r,
+                          events=2 * t_r * t_c + 2 * t_r)
 
 
 def _simulate_select(N, d, rows, Br, Bc, M, N_k, keep_trace, write_lse):
-    """Shared by hard and top-k: stream K for the selection, then gather ``rows`` rows of V."""
+    """Shared by hard and top-k: stream K for the selection, then gather ``rows`` rows
+    of V."""
     n_k = N if N_k is None else N_k
     kk = min(rows, n_k)
     sim = memory.HBMSim(M, keep_trace)
@@ -393,11 +424,13 @@ def _closed_select(name, N, d, rows, Br, Bc, M, N_k, write_lse):
     kk = min(rows, n_k)
     br, bc = min(Br, N), min(Bc, n_k)
     kept = {"Q_i": br * d, "the (score, index) buffer": 2 * br * kk}
-    peak = memory.fit_tiles(name, {"the pass over K": {**kept, "K_j": bc * d, "S_ij": br * bc},
+    peak = memory.fit_tiles(name,
+                            {"the pass over K": {**kept, "K_j": bc * d,
+                                                 "S_ij": br * bc},
                                    "the gather of V": {**kept, "O_i": br * d}}, M)
     t_r, t_c = memory.cdiv(N, Br), memory.cdiv(n_k, Bc)
-    per = {"Q": (N * d, 0), "K": (t_r * n_k * d, 0), "V": (N * kk * d, 0), "O": (0, N * d),
-           "idx": (0, N * kk)}
+    per = {"Q": (N * d, 0), "K": (t_r * n_k * d, 0), "V": (N * kk * d, 0),
+           "O": (0, N * d), "idx": (0, N * kk)}
     if write_lse:
         per["L"] = (0, N)
     return memory.traffic(per, peak, steps=t_r,
@@ -405,7 +438,8 @@ def _closed_select(name, N, d, rows, Br, Bc, M, N_k, write_lse):
 
 
 def _simulate_hard(N, d, Br=64, Bc=64, M=None, N_k=None, keep_trace=True):
-    """Hard (argmax) attention: stream K, keep (max, argmax) per row, read one row of V."""
+    """Hard (argmax) attention: stream K, keep (max, argmax) per row, read one row of
+    V."""
     return _simulate_select(N, d, 1, Br, Bc, M, N_k, keep_trace, write_lse=False)
 
 
@@ -414,7 +448,8 @@ def _closed_hard(N, d, Br=64, Bc=64, M=None, N_k=None, keep_trace=True):
 
 
 def _simulate_topk(N, d, k=8, Br=64, Bc=64, M=None, N_k=None, keep_trace=True):
-    """Top-k attention: stream K, keep the k best (score, index) per row, read k rows of V.
+    """Top-k attention: stream K, keep the k best (score, index) per row, read k rows of
+    V.
 
     Writes O, the kept indices and the log-sum-exp (what the backward needs).
     """
@@ -444,12 +479,15 @@ METHODS = ("soft", "argmax", "reinforce", "reinforce+baseline", "gumbel-st", "to
 def retrieval_task(n_examples, n_keys=16, d=16, d_v=8, noise=0.5, rng=None):
     """x (n, d), keys (n, N, d), values (n, N, d_v), target (n,) int."""
     n_examples = check_int("n_examples", n_examples, 1)
-    n_keys, d, d_v = check_int("n_keys", n_keys, 1), check_int("d", d, 1), check_int("d_v", d_v, 1)
+    n_keys, d, d_v = check_int("n_keys", n_keys, 1), check_int("d", d,
+                                                               1), check_int("d_v", d_v,
+                                                                             1)
     rng = np.random.default_rng(0) if rng is None else _check_rng(rng)
     keys = rng.standard_normal((n_examples, n_keys, d)) / np.sqrt(d)  # (n, N, d)
     values = rng.standard_normal((n_examples, n_keys, d_v))  # (n, N, d_v)
     target = rng.integers(0, n_keys, n_examples)
-    x = keys[np.arange(n_examples), target] + noise * rng.standard_normal((n_examples, d)) \
+    x = keys[np.arange(n_examples),
+             target] + noise * rng.standard_normal((n_examples, d)) \
         / np.sqrt(d)
     return {"x": x, "keys": keys, "values": values, "target": target}
 
@@ -460,14 +498,15 @@ def retrieval_scores(W, task):
 
 
 def retrieval_losses(task):
-    """f[b, z] = ||v_bz - v_bt||^2: the loss if example b attends (hard) to key z.  (n, N)."""
+    """f[b, z] = ||v_bz - v_bt||^2: the loss if example b attends (hard) to key z.  (n,
+    N)."""
     v, t = task["values"], task["target"]
     return ((v - v[np.arange(len(t)), t][:, None, :]) ** 2).sum(-1)
 
 
 def retrieval_score_grad(method, s, task, rng, tau=1.0, topk=4, baseline=0.0):
-    """Gradient of the batch-mean loss w.r.t. the scores s (n, N), as each method estimates it,
-    and the loss the method sees.
+    """Gradient of the batch-mean loss w.r.t. the scores s (n, N), as each method
+    estimates it, and the loss the method sees.
 
     soft       L = ||sum_j p_j v_j - v_t||^2, exact gradient through the softmax.
     argmax     o = v[argmax s]: the gradient is exactly zero (piecewise constant).
@@ -503,7 +542,9 @@ def retrieval_score_grad(method, s, task, rng, tau=1.0, topk=4, baseline=0.0):
 
 
 def retrieval_W_grad(grad_s, task):
-    """Chain rule through s = (x W) . k:  dL/dW = sum_b x_b^T (sum_j dL/ds_bj k_bj).  (d, d)."""
+    """Chain rule through s = (x W) . k:  dL/dW = sum_b x_b^T (sum_j dL/ds_bj k_bj).
+
+    Returns (d, d)."""
     return np.einsum("bd,bj,bje->de", task["x"], grad_s, task["keys"])
 
 
@@ -512,13 +553,13 @@ def retrieval_accuracy(W, task):
     return float((argmax_index(retrieval_scores(W, task)) == task["target"]).mean())
 
 
-def train_retrieval(method, steps=300, batch=32, lr=0.05, n_keys=16, d=16, tau=1.0, topk=4,
-                    seed=0, eval_every=10, progress=None):
+def train_retrieval(method, steps=300, batch=32, lr=0.05, n_keys=16, d=16,
+                    tau=1.0, topk=4, seed=0, eval_every=10, progress=None):
     """Train W with Adam on fresh batches; returns {"step", "accuracy", "loss"} lists.
 
-    ``accuracy`` is hard retrieval accuracy (argmax of the scores) on a fixed test set, the
-    same yardstick for every method. ``reinforce+baseline`` uses a running mean of past
-    losses as its baseline (independent of the current sample, so still unbiased).
+    ``accuracy`` is hard retrieval accuracy (argmax of the scores) on a fixed test set,
+    the same yardstick for every method. ``reinforce+baseline`` uses a running mean of
+    past losses as its baseline (independent of the current sample, so still unbiased).
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -539,13 +580,17 @@ def train_retrieval(method, steps=300, batch=32, lr=0.05, n_keys=16, d=16, tau=1
         task = retrieval_task(batch, n_keys, d, rng=rng)
         s = retrieval_scores(W, task)
         b = 0.0 if baseline is None else baseline
-        grad_s, loss = retrieval_score_grad(method, s, task, rng, tau=tau, topk=topk, baseline=b)
+        grad_s, loss = retrieval_score_grad(method, s, task, rng, tau=tau,
+                                            topk=topk, baseline=b)
         baseline = loss if baseline is None else 0.9 * baseline + 0.1 * loss
         out["loss"].append(loss)
         gW = retrieval_W_grad(grad_s, task)
         m = beta1 * m + (1 - beta1) * gW
         u = beta2 * u + (1 - beta2) * gW**2
-        W = W - lr * (m / (1 - beta1 ** (step + 1))) / (np.sqrt(u / (1 - beta2 ** (step + 1)))
+        W = W - lr * (m
+                      / (1 - beta1 ** (step + 1))) / (np.sqrt(u
+                                                              / (1
+                                                                 - beta2 ** (step + 1)))
                                                       + eps)
         if progress is not None:
             progress.update(1)
@@ -553,11 +598,11 @@ def train_retrieval(method, steps=300, batch=32, lr=0.05, n_keys=16, d=16, tau=1
 
 
 def estimator_stats(W, task, n_draws=500, rng=None, tau=1.0, topk=4, methods=METHODS):
-    """Each method's gradient dL/dW measured against the exact gradient of the expected hard
-    loss E_{z ~ softmax(s)}[f(z)] on one batch (``task``), over ``n_draws`` draws.
+    """Each method's gradient dL/dW measured against the exact gradient of the expected
+    hard loss E_{z ~ softmax(s)}[f(z)] on one batch (``task``), over ``n_draws`` draws.
 
-    Returns {method: {"rel_bias", "rel_bias_se", "rel_std"}}: ||E[g] - g*|| / ||g*||, its
-    standard error (from the per-draw spread), and sqrt(E||g - E[g]||^2) / ||g*||.
+    Returns {method: {"rel_bias", "rel_bias_se", "rel_std"}}: ||E[g] - g*|| / ||g*||,
+    its standard error (from the per-draw spread), and sqrt(E||g - E[g]||^2) / ||g*||.
     Deterministic methods (soft, argmax, top-k) have rel_std 0; their bias says how far
     the gradient of *their* objective is from that of the expected hard loss.
     ``reinforce+baseline`` uses the constant baseline b = mean_b E_p[f] of this batch.
@@ -574,7 +619,8 @@ def estimator_stats(W, task, n_draws=500, rng=None, tau=1.0, topk=4, methods=MET
     for method in methods:
         draws = 1 if method in ("soft", "argmax", "topk") else n_draws
         g = np.stack([
-            retrieval_W_grad(retrieval_score_grad(method, s, task, rng, tau=tau, topk=topk,
+            retrieval_W_grad(retrieval_score_grad(method, s, task, rng,
+                                                  tau=tau, topk=topk,
                                                   baseline=b)[0], task)
             for _ in range(draws)
         ])  # (draws, d, d)

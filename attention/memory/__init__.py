@@ -1,5 +1,5 @@
-"""A simulated GPU memory hierarchy: tensors live in HBM, tiles are loaded into an SRAM of
-fixed capacity, and every load and store is counted (elements, per tensor, in order).
+"""A simulated GPU memory hierarchy: tensors live in HBM, tiles are loaded into an SRAM
+of fixed capacity, and every load and store is counted (elements, per tensor, in order).
 
 Each algorithm is written block by block against ``HBMSim`` and has a closed form
 beside it that gives exactly the same counts from a formula, for every N, d, Br, Bc
@@ -7,14 +7,16 @@ beside it that gives exactly the same counts from a formula, for every N, d, Br,
 for bytes (``Traffic.bytes``). Registered algorithms (``algorithms()``):
 
 ``standard``          the four steps of standard attention: S and P go to HBM and back.
-``flash1``            FlashAttention-1, Algorithm 1: K/V blocks outside, Q blocks inside;
+``flash1``            FlashAttention-1, Algorithm 1: K/V blocks outside, Q blocks
+                      inside;
                       O, l, m are read and re-written in HBM for every (j, i).
 ``flash2``            FlashAttention-2 forward: Q blocks outside; O and L written once.
 ``standard_bwd``      the standard backward: reads the stored P, writes dP and dS.
 ``flash2_bwd``        FlashAttention-2, Algorithm 2: recomputes P from Q, K and L;
                       dQ is read-modified-written in HBM for every (j, i).
-``flash2_bwd_split``  the two-kernel backward of the Triton tutorial (and kernels/flash.py):
-                      one loop writes dK, dV; a second loop over Q blocks writes dQ once.
+``flash2_bwd_split``  the two-kernel backward of the Triton tutorial (and
+                      kernels/flash.py): one loop writes dK, dV; a second loop over Q
+                      blocks writes dQ once.
 
 The model, stated once (it is the same for every algorithm, so comparisons are fair):
 
@@ -36,20 +38,21 @@ The model, stated once (it is the same for every algorithm, so comparisons are f
 With T_r = 1 (all of Q resident) the standard forward moves exactly 4 N d + 4 N^2
 elements, the count in the FlashAttention paper's analysis; in general it moves
 2 N d + 2 T_r N_k d + 4 N N_k. The flash forwards move
-    flash1: 2 N_k d + T_c (3 N d + 4 N) + (N d + 2 N)   (the last term: O, l, m initialised)
+    flash1: 2 N_k d + T_c (3 N d + 4 N) + (N d + 2 N)
+            (the last term: O, l, m initialised)
     flash2: 2 N d + N + 2 T_r N_k d.
 
 Chapter modules register their own algorithms with ``register`` (e.g. hard and top-k
-attention in ``attention.hard``), so ``simulate(name, ...)`` and ``closed_form(name, ...)``
-reach every algorithm in the book. Both check the arguments of every algorithm in one place
-(counts are positive ints, NumPy integers included; ValueError or TypeError naming the
-argument), and ``closed_form`` gives every field of ``simulate``'s result but the trace:
-reads, writes, per-tensor counts, SRAM peak, steps and events, raising as the simulation
-does when the tiles do not fit in ``M``; ``sram_need`` works for every algorithm.
-``simulate`` refuses schedules of more than ``MAX_TRACE_EVENTS`` events (``MAX_EVENTS``
-with ``keep_trace=False``) before running them and points to ``closed_form``. The
-roofline helpers (``GPUS``, ``roofline_ms``) turn counts into time ESTIMATES from published
-peak numbers; they measure nothing.
+attention in ``attention.hard``), so ``simulate(name, ...)`` and ``closed_form(name,
+...)`` reach every algorithm in the book. Both check the arguments of every algorithm in
+one place (counts are positive ints, NumPy integers included; ValueError or TypeError
+naming the argument), and ``closed_form`` gives every field of ``simulate``'s result but
+the trace: reads, writes, per-tensor counts, SRAM peak, steps and events, raising as the
+simulation does when the tiles do not fit in ``M``; ``sram_need`` works for every
+algorithm. ``simulate`` refuses schedules of more than ``MAX_TRACE_EVENTS`` events
+(``MAX_EVENTS`` with ``keep_trace=False``) before running them and points to
+``closed_form``. The roofline helpers (``GPUS``, ``roofline_ms``) turn counts into time
+ESTIMATES from published peak numbers; they measure nothing.
 
 The package: ``sim`` (HBMSim, Traffic, the registry, shared checks), ``forward``
 (standard, flash1, flash2), ``backward`` (standard_bwd, flash2_bwd, flash2_bwd_split),
@@ -58,7 +61,8 @@ compulsory traffic, each tensor once, and the L2 policy under which a GPU gets n
 Every public name is re-exported here.
 """
 
-from . import backward, forward  # noqa: F401  (importing them registers their algorithms)
+# importing them registers their algorithms
+from . import backward, forward  # noqa: F401
 from .cache import compulsory, heads_in_flight, kv_fits_in_l2
 from .roofline import (
     GPUS,
@@ -87,9 +91,10 @@ from .sim import (
 )
 
 __all__ = [
-    "GPUS", "MAX_EVENTS", "MAX_TRACE_EVENTS", "GPUSpec", "HBMSim", "Traffic", "Transfer",
-    "algorithms", "arithmetic_intensity", "blocks", "cdiv", "check_count", "closed_form",
-    "compulsory", "heads_in_flight", "kv_fits_in_l2",
-    "fa1_block_sizes", "fit_tiles", "matmul_flops", "register", "roofline_ms", "simulate",
-    "sram_need", "traffic",
+    "GPUS", "MAX_EVENTS", "MAX_TRACE_EVENTS", "GPUSpec", "HBMSim", "Traffic",
+    "Transfer",
+    "algorithms", "arithmetic_intensity", "blocks", "cdiv", "check_count",
+    "closed_form", "compulsory", "heads_in_flight", "kv_fits_in_l2",
+    "fa1_block_sizes", "fit_tiles", "matmul_flops", "register", "roofline_ms",
+    "simulate", "sram_need", "traffic",
 ]

@@ -4,7 +4,16 @@ two-kernel backward of the Triton tutorial and ``kernels/flash.py``."""
 
 from __future__ import annotations
 
-from .sim import HBMSim, Traffic, _check_args, blocks, cdiv, fit_tiles, register, traffic
+from .sim import (
+    HBMSim,
+    Traffic,
+    _check_args,
+    blocks,
+    cdiv,
+    fit_tiles,
+    register,
+    traffic,
+)
 
 # ---------------------------------------------------------------------------------
 # Standard backward (FlashAttention paper, Appendix B, Algorithm 3), P stored in HBM:
@@ -24,9 +33,11 @@ def _phases_standard_bwd(N, n_k, d, Br, Bc):
     }
 
 
-def _simulate_standard_bwd(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None = None,
+def _simulate_standard_bwd(N: int, d: int, Br: int = 64, Bc: int = 64,
+                           M: int | None = None,
                            N_k: int | None = None, keep_trace: bool = True) -> Traffic:
-    """The standard backward: five passes, reading the P the forward stored (N x N_k)."""
+    """The standard backward: five passes, reading the P the forward stored (N x
+    N_k)."""
     n_k = _check_args(N, d, Br, Bc, M, N_k)
     fit_tiles("standard_bwd", _phases_standard_bwd(N, n_k, d, Br, Bc), M)
     sim = HBMSim(M, keep_trace)
@@ -100,7 +111,8 @@ def _simulate_standard_bwd(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | 
     return sim.result()
 
 
-def _closed_standard_bwd(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None = None,
+def _closed_standard_bwd(N: int, d: int, Br: int = 64, Bc: int = 64,
+                         M: int | None = None,
                          N_k: int | None = None, keep_trace: bool = True) -> Traffic:
     n_k = _check_args(N, d, Br, Bc, M, N_k)
     peak = fit_tiles("standard_bwd", _phases_standard_bwd(N, n_k, d, Br, Bc), M)
@@ -140,7 +152,8 @@ def _phases_flash2_bwd(N, n_k, d, Br, Bc):
     br, bc = min(Br, N), min(Bc, n_k)
     return {
         "the D = rowsum(dO o O) pass": {"O_i, dO_i": 2 * br * d, "D_i": br},
-        "the main loop": {"K_j, V_j, dK_j, dV_j": 4 * bc * d, "Q_i, dO_i, dQ_i": 3 * br * d,
+        "the main loop": {"K_j, V_j, dK_j, dV_j": 4 * bc * d,
+                          "Q_i, dO_i, dQ_i": 3 * br * d,
                           "L_i, D_i": 2 * br, "P_ij, dS_ij": 2 * br * bc},
     }
 
@@ -158,9 +171,11 @@ def _preprocess_D(sim: HBMSim, rows: list[int], d: int) -> None:
         sim.release(2 * br * d + br)
 
 
-def _simulate_flash2_bwd(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None = None,
+def _simulate_flash2_bwd(N: int, d: int, Br: int = 64, Bc: int = 64,
+                         M: int | None = None,
                          N_k: int | None = None, keep_trace: bool = True) -> Traffic:
-    """FlashAttention-2's Algorithm 2: K/V blocks outside, dQ_i updated in HBM per (j, i)."""
+    """FlashAttention-2's Algorithm 2: K/V blocks outside, dQ_i updated in HBM per (j,
+    i)."""
     n_k = _check_args(N, d, Br, Bc, M, N_k)
     fit_tiles("flash2_bwd", _phases_flash2_bwd(N, n_k, d, Br, Bc), M)
     sim = HBMSim(M, keep_trace)
@@ -175,7 +190,8 @@ def _simulate_flash2_bwd(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | No
                 sim.load("K", bc * d, (j,))
                 sim.load("V", bc * d, (j,))
             need = 3 * br * d + 2 * br + 2 * br * bc
-            sim.hold(need, "K_j, V_j, dK_j, dV_j, Q_i, dO_i, dQ_i, L_i, D_i, P_ij and dS_ij")
+            sim.hold(need,
+                     "K_j, V_j, dK_j, dV_j, Q_i, dO_i, dQ_i, L_i, D_i, P_ij and dS_ij")
             sim.load("Q", br * d, (i,))
             sim.load("dO", br * d, (i,))
             sim.load("L", br, (i,))
@@ -199,7 +215,8 @@ def _closed_flash2_bwd(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None
         "O": (N * d, 0),  # only for D
         "dO": (N * d + t_c * N * d, 0),
         "D": (t_c * N, N),
-        "dQ": (t_c * N * d, N * d + t_c * N * d),  # initialised, then read+written per j
+        # initialised, then read+written per j
+        "dQ": (t_c * N * d, N * d + t_c * N * d),
         "K": (n_k * d, 0),
         "V": (n_k * d, 0),
         "Q": (t_c * N * d, 0),
@@ -235,7 +252,8 @@ def _phases_flash2_bwd_split(N, n_k, d, Br, Bc):
 def _simulate_flash2_bwd_split(N: int, d: int, Br: int = 64, Bc: int = 64,
                                M: int | None = None, N_k: int | None = None,
                                keep_trace: bool = True) -> Traffic:
-    """The two-loop FlashAttention-2 backward: dK, dV by key blocks, then dQ by query blocks."""
+    """The two-loop FlashAttention-2 backward: dK, dV by key blocks, then dQ by query
+    blocks."""
     n_k = _check_args(N, d, Br, Bc, M, N_k)
     fit_tiles("flash2_bwd_split", _phases_flash2_bwd_split(N, n_k, d, Br, Bc), M)
     sim = HBMSim(M, keep_trace)

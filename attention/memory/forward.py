@@ -3,7 +3,16 @@ attention, FlashAttention-1 (Algorithm 1) and the FlashAttention-2 forward."""
 
 from __future__ import annotations
 
-from .sim import HBMSim, Traffic, _check_args, blocks, cdiv, fit_tiles, register, traffic
+from .sim import (
+    HBMSim,
+    Traffic,
+    _check_args,
+    blocks,
+    cdiv,
+    fit_tiles,
+    register,
+    traffic,
+)
 
 # ---------------------------------------------------------------------------------
 # Standard (materialising) attention: the four steps, S and P round-trip through HBM.
@@ -35,7 +44,8 @@ def _simulate_standard(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None
     fit_tiles("standard", _phases_standard(N, n_k, d, Br, Bc), M)
     sim = HBMSim(M, keep_trace)
     rows, cols = blocks(N, Br), blocks(n_k, Bc)
-    # Step 1: S = Q K^T, one (Br x Bc) tile at a time; Q_i stays for the whole row block.
+    # Step 1: S = Q K^T, one (Br x Bc) tile at a time; Q_i stays for the whole row
+    # block.
     for i, br in enumerate(rows):
         sim.hold(br * d, "Q_i")
         for j, bc in enumerate(cols):
@@ -109,7 +119,8 @@ def _phases_flash(N, n_k, d, Br, Bc):
 
 def _simulate_flash1(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None = None,
                      N_k: int | None = None, keep_trace: bool = True) -> Traffic:
-    """FlashAttention-1's Algorithm 1: O, l and m live in HBM and are updated per (j, i)."""
+    """FlashAttention-1's Algorithm 1: O, l and m live in HBM and are updated per (j,
+    i)."""
     n_k = _check_args(N, d, Br, Bc, M, N_k)
     fit_tiles("flash1", _phases_flash(N, n_k, d, Br, Bc), M)
     sim = HBMSim(M, keep_trace)
@@ -125,7 +136,8 @@ def _simulate_flash1(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None =
             if i == 0:
                 sim.load("K", bc * d, (j,))
                 sim.load("V", bc * d, (j,))
-            sim.hold(2 * br * d + 2 * br + br * bc, "K_j, V_j, Q_i, O_i, l_i, m_i and S_ij")
+            sim.hold(2 * br * d + 2 * br + br * bc,
+                     "K_j, V_j, Q_i, O_i, l_i, m_i and S_ij")
             sim.load("Q", br * d, (i,))
             sim.load("O", br * d, (i,))
             sim.load("l", br, (i,))
@@ -167,7 +179,8 @@ register("flash1", _simulate_flash1, _closed_flash1)
 
 def _simulate_flash2(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None = None,
                      N_k: int | None = None, keep_trace: bool = True) -> Traffic:
-    """FlashAttention-2's forward: Q_i, O_i, l_i, m_i stay on chip; O and L are written once."""
+    """FlashAttention-2's forward: Q_i, O_i, l_i, m_i stay on chip; O and L are written
+    once."""
     n_k = _check_args(N, d, Br, Bc, M, N_k)
     fit_tiles("flash2", _phases_flash(N, n_k, d, Br, Bc), M)
     sim = HBMSim(M, keep_trace)

@@ -10,7 +10,8 @@ from .sim import cdiv, check_count
 
 
 def fa1_block_sizes(M: int, d: int) -> tuple[int, int]:
-    """FlashAttention-1's rule (Algorithm 1, line 1): Bc = ceil(M/4d), Br = min(ceil(M/4d), d).
+    """FlashAttention-1's rule (Algorithm 1, line 1): Bc = ceil(M/4d), Br =
+    min(ceil(M/4d), d).
 
     Returns (Br, Bc). The rule sizes Q_i, K_j, V_j, O_i to about M/4 each; its constants
     are the paper's big-O ones, so with S_ij and l, m the tiles can exceed M slightly
@@ -22,18 +23,20 @@ def fa1_block_sizes(M: int, d: int) -> tuple[int, int]:
 
 
 def matmul_flops(algorithm: str, N: int, d: int, N_k: int | None = None) -> int:
-    """Matrix-multiply FLOPs (2 per multiply-add) of one head, without the causal saving.
+    """Matrix-multiply FLOPs (2 per multiply-add) of one head, without the causal
+    saving.
 
     Forward: S = Q K^T and O = P V, 4 N N_k d. Backward from a stored P: dV, dP, dQ, dK,
-    8 N N_k d. FlashAttention-2's backward recomputes S first: 10 N N_k d. The two-kernel
-    backward computes S and dP = dO V^T in both kernels: 14 N N_k d.
+    8 N N_k d. FlashAttention-2's backward recomputes S first: 10 N N_k d. The
+    two-kernel backward computes S and dP = dO V^T in both kernels: 14 N N_k d.
     """
     N, d = check_count("N", N), check_count("d", d)
     n_k = N if N_k is None else check_count("N_k", N_k)
     per = {"standard": 4, "flash1": 4, "flash2": 4, "standard_bwd": 8, "flash2_bwd": 10,
            "flash2_bwd_split": 14}
     if algorithm not in per:
-        raise ValueError(f"no FLOP count for algorithm {algorithm!r}; known: {sorted(per)}")
+        raise ValueError(f"no FLOP count for algorithm {algorithm!r}; known: "
+                         f"{sorted(per)}")
     return per[algorithm] * N * n_k * d
 
 
@@ -42,8 +45,8 @@ class GPUSpec:
     """Published peak numbers of one GPU (dense fp16/bf16 tensor-core FLOP/s, HBM).
 
     ``sram_tbps`` is DERIVED, not published: SMs x 128 bytes/clock (shared memory) x the
-    boost clock at which the tensor-core peak is quoted. For the A100 it gives 19.5 TB/s,
-    the 19 TB/s of the FlashAttention paper's Figure 1.
+    boost clock at which the tensor-core peak is quoted. For the A100 it gives 19.5
+    TB/s, the 19 TB/s of the FlashAttention paper's Figure 1.
     """
 
     name: str
@@ -59,7 +62,8 @@ class GPUSpec:
 
     @property
     def sram_mib(self) -> float:
-        """On-chip L1 + shared memory over all SMs, in MiB (the paper's "SRAM, 20 MB")."""
+        """On-chip L1 + shared memory over all SMs, in MiB (the paper's "SRAM, 20
+        MB")."""
         return self.sms * self.l1_smem_kb_per_sm / 1024
 
     @property
@@ -68,20 +72,22 @@ class GPUSpec:
 
     @property
     def ridge(self) -> float:
-        """FLOPs per byte above which the roofline model says a kernel is compute-bound."""
+        """FLOPs per byte above which the roofline model says a kernel is
+        compute-bound."""
         return self.peak_tflops / self.hbm_tbps
 
 
 #: Spec-sheet numbers (SXM parts). A100: 40 GB HBM2 as in the FlashAttention paper.
 GPUS: dict[str, GPUSpec] = {
     "A100": GPUSpec("A100 SXM4 40GB", 312.0, 1.555, 40, 108, 164, 192, 1.41,
-                    "NVIDIA A100 datasheet; Ampere tuning guide (192 KB L1/shared per SM, "
-                    "up to 164 KB shared; 40 MB L2)", l2_mb=40.0),
+                    "NVIDIA A100 datasheet; Ampere tuning guide (192 KB L1/shared per "
+                    "SM, up to 164 KB shared; 40 MB L2)", l2_mb=40.0),
     "H100": GPUSpec("H100 SXM5 80GB", 989.4, 3.35, 80, 132, 228, 256, 1.83,
-                    "NVIDIA H100 datasheet; Hopper tuning guide (256 KB L1/shared per SM, "
-                    "up to 228 KB shared; 50 MB L2)", l2_mb=50.0),
+                    "NVIDIA H100 datasheet; Hopper tuning guide (256 KB L1/shared per "
+                    "SM, up to 228 KB shared; 50 MB L2)", l2_mb=50.0),
     "H200": GPUSpec("H200 SXM 141GB", 989.4, 4.8, 141, 132, 228, 256, 1.83,
-                    "NVIDIA H200 datasheet (the H100's GH100 compute with HBM3e; 50 MB L2)",
+                    "NVIDIA H200 datasheet (the H100's GH100 compute with HBM3e; 50 MB "
+                    "L2)",
                     l2_mb=50.0),
 }
 
@@ -93,7 +99,8 @@ def roofline_ms(flops: float, hbm_bytes: float, gpu: str | GPUSpec) -> float:
     tensor-core throughput or its peak HBM bandwidth, whichever binds.
     """
     spec = GPUS[gpu] if isinstance(gpu, str) else gpu
-    return max(flops / (spec.peak_tflops * 1e12), hbm_bytes / (spec.hbm_tbps * 1e12)) * 1e3
+    return max(flops / (spec.peak_tflops * 1e12),
+               hbm_bytes / (spec.hbm_tbps * 1e12)) * 1e3
 
 
 def arithmetic_intensity(flops: float, hbm_bytes: float) -> float:

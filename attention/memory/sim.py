@@ -1,6 +1,7 @@
-"""The simulator: ``HBMSim`` counts every load and store, ``Traffic`` holds the counts, and
-the registry makes ``simulate(name, ...)`` and ``closed_form(name, ...)`` reach every
-algorithm in the book. The shared argument checks and SRAM budgets live here too."""
+"""The simulator: ``HBMSim`` counts every load and store, ``Traffic`` holds the counts,
+and the registry makes ``simulate(name, ...)`` and ``closed_form(name, ...)`` reach
+every algorithm in the book. The shared argument checks and SRAM budgets live here
+too."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ MAX_EVENTS = 20_000_000  # keep_trace=False
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Transfer:
-    """One event of a schedule: a tile crossing the HBM <-> SRAM boundary, or on-chip work.
+    """One event of a schedule: a tile crossing the HBM <-> SRAM boundary, or on-chip
+    work.
 
     ``op`` is "load" (HBM -> SRAM), "store" (SRAM -> HBM) or "compute" (a tile produced
     on chip; it moves nothing and is not counted). ``step`` numbers the compute events:
@@ -91,7 +93,8 @@ class HBMSim:
             self.trace.append(Transfer("store", tensor, elems, block, self.step))
 
     def compute(self, tensor: str, block: tuple = ()) -> None:
-        """Record that ``tensor``'s ``block`` was produced on chip at the current step."""
+        """Record that ``tensor``'s ``block`` was produced on chip at the current
+        step."""
         self.events += 1
         if self.keep_trace:
             self.trace.append(Transfer("compute", tensor, 0, block, self.step))
@@ -105,7 +108,8 @@ class HBMSim:
             self.peak = self.resident
         if self.capacity is not None and self.resident > self.capacity:
             raise ValueError(
-                f"{what} need {self.resident} elements of SRAM but M holds {self.capacity}"
+                f"{what} need {self.resident} elements of SRAM but M holds "
+                f"{self.capacity}"
             )
 
     def release(self, elems: int) -> None:
@@ -161,8 +165,9 @@ def register(name: str, simulate_fn: Callable[..., Traffic],
     other = inspect.signature(closed_form_fn)
     if ([(p.name, p.default) for p in sig.parameters.values()]
             != [(p.name, p.default) for p in other.parameters.values()]):
-        raise ValueError(f"register({name!r}): the simulation takes {sig} but the closed "
-                         f"form takes {other}; they must take the same parameters")
+        raise ValueError(f"register({name!r}): the simulation takes {sig} but the "
+                         f"closed form takes {other}; they must take the same "
+                         "parameters")
     _ALGORITHMS[name] = _Algorithm(simulate_fn, closed_form_fn, sig)
 
 
@@ -172,13 +177,15 @@ def algorithms() -> list[str]:
 
 def _lookup(name: str) -> _Algorithm:
     if not isinstance(name, str) or name not in _ALGORITHMS:
-        raise ValueError(f"unknown algorithm {name!r}; known: {', '.join(algorithms())}")
+        known = ", ".join(algorithms())
+        raise ValueError(f"unknown algorithm {name!r}; known: {known}")
     return _ALGORITHMS[name]
 
 
 def check_count(name: str, value, optional: bool = False) -> int | None:
     """``value`` as a positive Python int (NumPy integers accepted; bools, floats and
-    strings refused with TypeError, values < 1 with ValueError); None if ``optional``."""
+    strings refused with TypeError, values < 1 with ValueError); None if
+    ``optional``."""
     if value is None and optional:
         return None
     what = "a positive int or None" if optional else "a positive int"
@@ -204,15 +211,15 @@ def _bind(algorithm: str, args: tuple, kwargs: dict) -> tuple[_Algorithm, dict]:
         param = alg.signature.parameters[name]
         if name == "keep_trace":
             if not isinstance(value, (bool, np.bool_)):
-                raise TypeError(f"keep_trace must be a bool, got {type(value).__name__} "
-                                f"{value!r}")
+                raise TypeError("keep_trace must be a bool, got "
+                                f"{type(value).__name__} {value!r}")
             checked[name] = bool(value)
         elif name == "M":
             try:
                 checked[name] = check_count(name, value, optional=True)
             except (TypeError, ValueError) as err:
-                raise type(err)(f"M (SRAM capacity in elements) must be a positive int or "
-                                f"None, got {value!r}") from None
+                raise type(err)("M (SRAM capacity in elements) must be a positive int "
+                                f"or None, got {value!r}") from None
         else:
             checked[name] = check_count(name, value, optional=param.default is None)
     return alg, checked
@@ -227,14 +234,16 @@ _DEFAULT = object()
 
 
 def simulate(algorithm: str, *args, max_events=_DEFAULT, **kwargs) -> Traffic:
-    """Run ``algorithm`` tile by tile against a simulated HBM/SRAM and count every transfer.
+    """Run ``algorithm`` tile by tile against a simulated HBM/SRAM and count every
+    transfer.
 
     For this module's algorithms: ``simulate(algorithm, N, d, Br=64, Bc=64, M=None,
     N_k=None, keep_trace=True)``. ``keep_trace=False`` skips the ordered trace (faster).
     Arguments are checked as ``register`` says; tiles that do not fit in ``M`` raise
-    ValueError. A schedule of more than ``max_events`` events (default: ``MAX_TRACE_EVENTS``
-    with the trace, ``MAX_EVENTS`` without; None: no limit) is refused before it runs, with
-    ValueError pointing to ``closed_form``, which gives the same counts at once.
+    ValueError. A schedule of more than ``max_events`` events (default:
+    ``MAX_TRACE_EVENTS`` with the trace, ``MAX_EVENTS`` without; None: no limit) is
+    refused before it runs, with ValueError pointing to ``closed_form``, which gives the
+    same counts at once.
     """
     alg, kw = _bind(algorithm, args, kwargs)
     form = alg.closed_form(**kw)  # cheap; raises first if the tiles do not fit in M
@@ -246,18 +255,19 @@ def simulate(algorithm: str, *args, max_events=_DEFAULT, **kwargs) -> Traffic:
         trace = (f", about {form.events * 100 / 2**30:.1f} GiB of trace"
                  if kw.get("keep_trace", True) else "")
         raise ValueError(
-            f"simulate({_call(algorithm, kw)}) would record {form.events:,} events (loads, "
-            f"stores and computes{trace}), more than its budget of max_events = "
-            f"{max_events:,}: too slow to simulate in Python. memory.closed_form("
-            f"{_call(algorithm, kw)}) gives the same counts at once; or use larger blocks, "
-            f"a shorter sequence, keep_trace=False, or max_events=None to insist")
+            f"simulate({_call(algorithm, kw)}) would record {form.events:,} events "
+            f"(loads, stores and computes{trace}), more than its budget of max_events "
+            f"= {max_events:,}: too slow to simulate in Python. memory.closed_form("
+            f"{_call(algorithm, kw)}) gives the same counts at once; or use larger "
+            "blocks, a shorter sequence, keep_trace=False, or max_events=None to "
+            "insist")
     return alg.simulate(**kw)
 
 
 def closed_form(algorithm: str, *args, **kwargs) -> Traffic:
     """The same reads, writes, per-tensor counts, SRAM peak, steps and events as
-    ``simulate``, from a formula (no trace). Checks its arguments as ``simulate`` does and
-    raises as it does when the tiles do not fit in ``M``."""
+    ``simulate``, from a formula (no trace). Checks its arguments as ``simulate`` does
+    and raises as it does when the tiles do not fit in ``M``."""
     alg, kw = _bind(algorithm, args, kwargs)
     return alg.closed_form(**kw)
 
@@ -265,7 +275,8 @@ def closed_form(algorithm: str, *args, **kwargs) -> Traffic:
 def sram_need(algorithm: str, *args, **kwargs) -> int:
     """Peak SRAM elements the algorithm's tiles need (what ``simulate`` reports as
     ``sram_peak``), for the same arguments as ``simulate`` (``M`` is ignored).
-    E.g. ``sram_need("flash2", N, d, Br, Bc)``, ``sram_need("msda", 4096, 32, Bq=64)``."""
+    E.g. ``sram_need("flash2", N, d, Br, Bc)``, ``sram_need("msda", 4096, 32,
+    Bq=64)``."""
     alg, kw = _bind(algorithm, args, kwargs)
     if "M" in kw:
         kw["M"] = None
@@ -286,8 +297,8 @@ def _check_args(N, d, Br, Bc, M, N_k) -> int:
         if isinstance(val, bool) or not isinstance(val, int) or val < 1:
             raise ValueError(f"{name} must be a positive int, got {val!r}")
     if M is not None and (isinstance(M, bool) or not isinstance(M, int) or M < 1):
-        raise ValueError(f"M (SRAM capacity in elements) must be a positive int or None, "
-                         f"got {M!r}")
+        raise ValueError("M (SRAM capacity in elements) must be a positive int or "
+                         f"None, got {M!r}")
     n_k = N if N_k is None else N_k
     if isinstance(n_k, bool) or not isinstance(n_k, int) or n_k < 1:
         raise ValueError(f"N_k must be a positive int or None, got {N_k!r}")
@@ -295,7 +306,8 @@ def _check_args(N, d, Br, Bc, M, N_k) -> int:
 
 
 def blocks(n: int, b: int) -> list[int]:
-    """Sizes of the blocks of a length-n axis cut into blocks of b (the last may be ragged)."""
+    """Sizes of the blocks of a length-n axis cut into blocks of b (the last may be
+    ragged)."""
     return [b] * (n // b) + ([n % b] if n % b else [])
 
 
@@ -314,7 +326,8 @@ def fit_tiles(algorithm: str, phases: dict[str, dict[str, int]], M: int | None) 
     if M is not None and peak > M:
         ph = max(needs, key=needs.get)
         parts = " + ".join(f"{k} ({v})" for k, v in phases[ph].items())
-        raise ValueError(f"{algorithm}: the tiles of {ph} need {parts} = {peak} elements of "
-                         f"SRAM, but M holds {M}; choose smaller Br/Bc or a larger M")
+        raise ValueError(f"{algorithm}: the tiles of {ph} need {parts} = {peak} "
+                         f"elements of SRAM, but M holds {M}; choose smaller Br/Bc or "
+                         "a larger M")
     return peak
 
