@@ -1,16 +1,18 @@
-"""Naive attention in PyTorch: the baseline the chapters time against, and an fp64 reference.
+"""Naive attention in PyTorch: the baseline the chapters time against, and an fp64
+reference.
 
 ``naive_attention`` does what the textbook formula says and nothing cleverer: it
-materialises the scores ``S = q k^T * scale`` and the probabilities ``P = softmax(S)`` as
-full ``(B, H, N_q, N_k)`` tensors in HBM, then computes ``P v``. That is exactly the memory
-traffic FlashAttention avoids, so it is the honest baseline (it is what a model gets
-without a fused kernel). It is differentiable by autograd, which stores ``P`` for the
-backward pass: O(N_q * N_k) memory per head.
+materialises the scores ``S = q k^T * scale`` and the probabilities ``P = softmax(S)``
+as full ``(B, H, N_q, N_k)`` tensors in HBM, then computes ``P v``. That is exactly the
+memory traffic FlashAttention avoids, so it is the honest baseline (it is what a model
+gets without a fused kernel). It is differentiable by autograd, which stores ``P`` for
+the backward pass: O(N_q * N_k) memory per head.
 
 Conventions shared with :mod:`kernels.flash`:
 
 * layout ``(B, H, N, d)``; ``k`` and ``v`` may have fewer heads ``H_kv`` with ``H`` a
-  multiple of ``H_kv`` (GQA/MQA): each k/v head serves ``H // H_kv`` consecutive q heads;
+  multiple of ``H_kv`` (GQA/MQA): each k/v head serves ``H // H_kv`` consecutive q
+  heads;
 * ``causal=True`` aligns the mask bottom-right: query ``i`` sees key ``j`` iff
   ``j <= i + N_k - N_q`` (the FlashAttention-2 convention; the usual lower triangle when
   ``N_q == N_k``);
@@ -20,12 +22,12 @@ Conventions shared with :mod:`kernels.flash`:
 * ``sm_scale`` defaults to ``1 / sqrt(d)``.
 
 ``naive_hard_attention`` and ``naive_topk_attention`` are chapter 3's baselines for
-``kernels.hard``: the same materialised ``S`` (``naive_scores``), then argmax or top-k and
-a gather of the selected rows of ``v``.
+``kernels.hard``: the same materialised ``S`` (``naive_scores``), then argmax or top-k
+and a gather of the selected rows of ``v``.
 
 ``reference_attention`` computes the same thing in float64 and also returns the natural
-log-sum-exp of each row (``-inf`` for a row with no visible key); tests and the benchmark
-suite's correctness checks compare kernels against it.
+log-sum-exp of each row (``-inf`` for a row with no visible key); tests and the
+benchmark suite's correctness checks compare kernels against it.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ import torch
 
 
 def causal_mask(n_q: int, n_k: int, device=None) -> torch.Tensor:
-    """Boolean ``(n_q, n_k)`` mask, True where query i may see key j (bottom-right aligned)."""
+    """Boolean ``(n_q, n_k)`` mask, True where query i may see key j (bottom-right
+    aligned)."""
     i = torch.arange(n_q, device=device)[:, None]
     j = torch.arange(n_k, device=device)[None, :]
     return j <= i + (n_k - n_q)
@@ -48,17 +51,19 @@ LOG2E = 1.4426950408889634
 
 
 def check_scale(sm_scale, d: int) -> float:
-    """The softmax scale: 1/sqrt(d) by default; refused (ValueError) when it is not a finite
-    real number or when sm_scale * log2(e), the factor the kernels fold into their exp2
-    scores, overflows float32."""
+    """The softmax scale: 1/sqrt(d) by default; refused (ValueError) when it is not a
+    finite real number or when sm_scale * log2(e), the factor the kernels fold into
+    their exp2 scores, overflows float32."""
     if sm_scale is None:
         return 1.0 / math.sqrt(d)
     if isinstance(sm_scale, bool) or not isinstance(sm_scale, numbers.Real):
-        raise TypeError(f"sm_scale must be a real number or None, got {type(sm_scale).__name__}")
+        raise TypeError("sm_scale must be a real number or None, got "
+                        f"{type(sm_scale).__name__}")
     scale = float(sm_scale)
     if not math.isfinite(scale) or abs(scale) * LOG2E > FP32_MAX:
-        raise ValueError(f"sm_scale must be finite with |sm_scale * log2(e)| within float32 "
-                         f"(|sm_scale| <= {FP32_MAX / LOG2E:.3g}), got {sm_scale}")
+        raise ValueError("sm_scale must be finite with |sm_scale * log2(e)| within "
+                         f"float32 (|sm_scale| <= {FP32_MAX / LOG2E:.3g}), got "
+                         f"{sm_scale}")
     return scale
 
 
@@ -66,23 +71,25 @@ FP32_TINY = 2.0**-126  # the smallest normal float32
 
 
 def kernel_scale(sm_scale, d: int) -> float:
-    """``check_scale`` for the Triton kernels, whose scale is a float32 argument: a nonzero
-    |sm_scale| below the smallest normal float32 (which Triton cannot pass as fp32) is
-    flushed to 0. That changes no fp32 result: exp2(s * sm_scale * log2 e) rounds to 1 for
-    every finite fp32 score s either way."""
+    """``check_scale`` for the Triton kernels, whose scale is a float32 argument: a
+    nonzero |sm_scale| below the smallest normal float32 (which Triton cannot pass as
+    fp32) is flushed to 0. That changes no fp32 result: exp2(s * sm_scale * log2 e)
+    rounds to 1 for every finite fp32 score s either way."""
     scale = check_scale(sm_scale, d)
     return 0.0 if abs(scale) < FP32_TINY else scale
 
 
 def check_causal(causal) -> bool:
     if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__} {causal!r}")
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__} "
+                        f"{causal!r}")
     return causal
 
 
-def masked_matmul(p: torch.Tensor, v: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
-    """sum_j p_ij v_j over the kept j only: a hidden value row (NaN, inf) never reaches a
-    query that cannot see it (``p @ v`` would multiply it by 0: 0 * NaN = NaN)."""
+def masked_matmul(p: torch.Tensor, v: torch.Tensor,
+                  keep: torch.Tensor | None) -> torch.Tensor:
+    """sum_j p_ij v_j over the kept j only: a hidden value row (NaN, inf) never reaches
+    a query that cannot see it (``p @ v`` would multiply it by 0: 0 * NaN = NaN)."""
     if keep is None or bool(torch.isfinite(v).all()):
         return torch.matmul(p, v)
     terms = torch.where(keep.unsqueeze(-1), p.unsqueeze(-1) * v.unsqueeze(-3), 0.0)
@@ -94,42 +101,49 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.ndim != 4:
-            raise ValueError(f"{name} must be 4-D (B, H, N, d), got shape {tuple(t.shape)}")
+            raise ValueError(f"{name} must be 4-D (B, H, N, d), got shape "
+                             f"{tuple(t.shape)}")
         if not t.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
+            raise TypeError(f"{name} must be a floating-point tensor, got dtype "
+                            f"{t.dtype}")
     if k.shape != v.shape:
         raise ValueError(f"k and v must have the same shape, got k {tuple(k.shape)} "
                          f"and v {tuple(v.shape)}")
     (B, H, _, d), (Bk, H_kv, _, dk) = q.shape, k.shape
     if Bk != B or dk != d:
-        raise ValueError(f"k must be (B={B}, H_kv, N_k, d={d}) to match q {tuple(q.shape)}, "
-                         f"got {tuple(k.shape)}")
+        raise ValueError(f"k must be (B={B}, H_kv, N_k, d={d}) to match q "
+                         f"{tuple(q.shape)}, got {tuple(k.shape)}")
     if H_kv == 0 or H % H_kv != 0:
         raise ValueError(f"q heads H={H} must be a multiple of k/v heads H_kv={H_kv} "
                          f"(q {tuple(q.shape)}, k {tuple(k.shape)})")
 
 
 def repeat_kv(x: torch.Tensor, group: int) -> torch.Tensor:
-    """(B, H_kv, N, d) -> (B, H_kv * group, N, d): each k/v head serves ``group`` q heads."""
+    """(B, H_kv, N, d) -> (B, H_kv * group, N, d): each k/v head serves ``group`` q
+    heads."""
     return x if group == 1 else x.repeat_interleave(group, dim=1)  # (B, H, N, d)
 
 
 def naive_scores(q: torch.Tensor, k: torch.Tensor, causal: bool = False,
                  sm_scale: float | None = None) -> torch.Tensor:
-    """S = q k^T * scale, materialised: (B, H, N_q, N_k), causally hidden entries -inf."""
+    """S = q k^T * scale, materialised: (B, H, N_q, N_k), causally hidden entries
+    -inf."""
     _check(q, k, k)
     scale = check_scale(sm_scale, q.shape[-1])
     check_causal(causal)
     k = repeat_kv(k, q.shape[1] // k.shape[1])  # (B, H, N_k, d)
     s = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, N_q, N_k): in HBM
     if causal:
-        s = s.masked_fill(~causal_mask(q.shape[2], k.shape[2], device=q.device), float("-inf"))
+        s = s.masked_fill(~causal_mask(q.shape[2], k.shape[2], device=q.device),
+                          float("-inf"))
     return s
 
 
-def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    causal: bool = False,
                     sm_scale: float | None = None) -> torch.Tensor:
-    """softmax(q k^T * scale) v with S and P materialised: q (B, H, N_q, d), k/v (B, H_kv, N_k, d).
+    """softmax(q k^T * scale) v with S and P materialised: q (B, H, N_q, d), k/v (B,
+    H_kv, N_k, d).
 
     Returns o: (B, H, N_q, d) in q's dtype. Computed in the inputs' dtype (as a model
     would run it), so its error against :func:`reference_attention` is PyTorch's own
@@ -145,9 +159,12 @@ def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     return torch.matmul(p, v)  # (B, H, N_q, d)
 
 
-def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                        sm_scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """fp64 attention and its natural log-sum-exp: returns (o (B, H, N_q, d), lse (B, H, N_q)).
+def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                        causal: bool = False,
+                        sm_scale: float | None = None) -> tuple[torch.Tensor,
+                                                                torch.Tensor]:
+    """fp64 attention and its natural log-sum-exp: returns (o (B, H, N_q, d), lse (B, H,
+    N_q)).
 
     Differentiable (in float64) so tests can take reference gradients with autograd.
     A row with no visible key has o = 0 and lse = -inf.
@@ -161,8 +178,10 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
     if check_causal(causal):
         keep = causal_mask(q.shape[2], k.shape[2], device=q.device)
         s = s.masked_fill(~keep, float("-inf"))
-    lse = torch.logsumexp(s, dim=-1)  # (B, H, N_q); -inf where every key is masked, NaN rows NaN
-    empty = torch.isneginf(lse)[..., None]  # no visible key: P = 0 (a NaN row stays NaN)
+    # (B, H, N_q); -inf where every key is masked, NaN rows NaN
+    lse = torch.logsumexp(s, dim=-1)
+    # no visible key: P = 0 (a NaN row stays NaN)
+    empty = torch.isneginf(lse)[..., None]
     p = torch.where(empty, 0.0, torch.exp(s - torch.where(empty, 0.0, lse[..., None])))
     return masked_matmul(p, v, keep), lse  # (B, H, N_q, d), (B, H, N_q)
 
@@ -170,15 +189,17 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
 def _rows(v: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """v (B, H, N_k, d), idx (B, H, N_q, T) -> the selected rows (B, H, N_q, T, d)."""
     B, H, N_q, T = idx.shape
-    flat = idx.reshape(B, H, N_q * T, 1).expand(-1, -1, -1, v.shape[-1])  # (B, H, N_q*T, d)
+    # (B, H, N_q*T, d)
+    flat = idx.reshape(B, H, N_q * T, 1).expand(-1, -1, -1, v.shape[-1])
     return torch.gather(v, 2, flat).view(B, H, N_q, T, v.shape[-1])  # (B, H, N_q, T, d)
 
 
 def naive_hard_attention(q, k, v, causal=False, sm_scale=None):
     """S = q k^T (materialised), idx = argmax S, o = v[idx].  Returns (o, idx).
 
-    A timing baseline for ``kernels.hard.hard_attention``: a row with no visible key gets
-    torch.argmax's answer for an all -inf row (index 0), where the kernel returns -1 and o = 0.
+    A timing baseline for ``kernels.hard.hard_attention``: a row with no visible key
+    gets torch.argmax's answer for an all -inf row (index 0), where the kernel returns
+    -1 and o = 0.
     """
     s = naive_scores(q, k, causal, sm_scale)  # (B, H, N_q, N_k)
     idx = s.argmax(-1)  # (B, H, N_q)
@@ -187,11 +208,12 @@ def naive_hard_attention(q, k, v, causal=False, sm_scale=None):
 
 
 def naive_topk_attention(q, k, v, topk, causal=False, sm_scale=None):
-    """S = q k^T (materialised), the topk scores per row, their softmax, the kept rows of V.
+    """S = q k^T (materialised), the topk scores per row, their softmax, the kept rows
+    of V.
 
-    The baseline for ``kernels.hard.topk_attention``. Slots whose score is -inf (fewer than
-    ``topk`` visible keys) weigh 0 and are not read; a row with no visible key gives 0, a
-    row with a NaN score gives NaN.
+    The baseline for ``kernels.hard.topk_attention``. Slots whose score is -inf (fewer
+    than ``topk`` visible keys) weigh 0 and are not read; a row with no visible key
+    gives 0, a row with a NaN score gives NaN.
     """
     if isinstance(topk, bool) or not isinstance(topk, int):
         raise TypeError(f"topk must be an int, got {type(topk).__name__}")

@@ -28,7 +28,8 @@ DEVICE: torch.device = torch.device("cpu" if INTERPRET or not HAS_CUDA else "cud
 
 
 def device() -> torch.device:
-    """The device to allocate kernel inputs on (``cuda`` or, under the interpreter, ``cpu``)."""
+    """The device to allocate kernel inputs on (``cuda`` or, under the interpreter,
+    ``cpu``)."""
     return DEVICE
 
 
