@@ -5,7 +5,8 @@ import pathlib
 
 import matplotlib
 
-import kernels  # noqa: F401  (kernels.runtime sets TRITON_INTERPRET on CPU before any kernel)
+# kernels.runtime sets TRITON_INTERPRET on CPU before any kernel
+import kernels  # noqa: F401
 
 matplotlib.use("Agg")
 
@@ -19,8 +20,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 @pytest.fixture(autouse=True)
 def _fresh_state():
-    """No open matplotlib figure before or after a test, and the global generators seeded,
-    so a test that draws from them is reproducible whatever ran before it (xdist
+    """No open matplotlib figure before or after a test, and the global generators
+    seeded, so a test that draws from them is reproducible whatever ran before it (xdist
     distributes tests differently on every run)."""
     plt.close("all")
     torch.manual_seed(0)

@@ -22,7 +22,8 @@ def rng():
 
 
 def ref_attention(q, k, v, keep=None, scale=None):
-    """fp64 attention by the definition, one query row at a time (no shared code with core)."""
+    """fp64 attention by the definition, one query row at a time (no shared code with
+    core)."""
     q, k, v = (np.asarray(t, dtype=np.float64) for t in (q, k, v))
     *batch, n_q, d = q.shape
     n_k = k.shape[-2]
@@ -59,10 +60,11 @@ def test_softmax_matches_definition_and_torch(rng):
     e = np.exp(x)
     want = e / e.sum(-1, keepdims=True)
     np.testing.assert_allclose(core.softmax(x), want, rtol=1e-12)
-    np.testing.assert_allclose(core.softmax(x), torch.softmax(torch.from_numpy(x), -1).numpy(),
+    np.testing.assert_allclose(core.softmax(x),
+                               torch.softmax(torch.from_numpy(x), -1).numpy(),
                                rtol=1e-12)
-    np.testing.assert_allclose(core.softmax(x, axis=0), torch.softmax(torch.from_numpy(x), 0),
-                               rtol=1e-12)
+    np.testing.assert_allclose(core.softmax(x, axis=0),
+                               torch.softmax(torch.from_numpy(x), 0), rtol=1e-12)
     np.testing.assert_allclose(core.softmax(x).sum(-1), 1.0, rtol=1e-12)
 
 
@@ -75,7 +77,8 @@ def test_naive_softmax_overflows_stable_does_not():
     x = np.array([[10.0, 50.0, 100.0], [1000.0, 1001.0, 1002.0]], dtype=np.float32)
     with np.errstate(over="ignore", invalid="ignore"):
         naive = core.naive_softmax(x)
-    assert np.isnan(naive).any(), "exp(100) overflows float32, so the naive softmax gives inf/inf"
+    assert np.isnan(naive).any(), ("exp(100) overflows float32, so the naive softmax "
+                                   "gives inf/inf")
     stable = core.softmax(x)
     assert stable.dtype == np.float32
     assert np.isfinite(stable).all()
@@ -141,7 +144,8 @@ def test_padding_mask():
     )
 
 
-# ----------------------------------------------------------------------------- attention
+# -----------------------------------------------------------------------------
+# attention
 
 
 @pytest.mark.parametrize("shape_q,shape_k,d_v", [
@@ -234,7 +238,8 @@ def test_padding_and_causal_combine(rng):
     pad = core.padding_mask([5, 3], n)
     o = core.scaled_dot_product_attention(q, k, v, mask=pad, causal=True)
     keep = pad & core.causal_mask(n)  # (B, n, n)
-    np.testing.assert_allclose(o, ref_attention(q, k, v, keep)[0], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(o, ref_attention(q, k, v, keep)[0],
+                               rtol=1e-10, atol=1e-12)
 
 
 def test_fully_masked_rows_are_zero_not_nan(rng):
@@ -253,14 +258,17 @@ def test_fully_masked_rows_are_zero_not_nan(rng):
 def test_sdpa_validates_shapes(rng):
     q = rng.normal(size=(4, 8))
     with pytest.raises(ValueError, match="head dim"):
-        core.scaled_dot_product_attention(q, rng.normal(size=(4, 7)), rng.normal(size=(4, 8)))
+        core.scaled_dot_product_attention(q, rng.normal(size=(4, 7)),
+                                          rng.normal(size=(4, 8)))
     with pytest.raises(ValueError, match="same length"):
-        core.scaled_dot_product_attention(q, rng.normal(size=(5, 8)), rng.normal(size=(4, 8)))
+        core.scaled_dot_product_attention(q, rng.normal(size=(5, 8)),
+                                          rng.normal(size=(4, 8)))
     with pytest.raises(ValueError, match="2-D"):
         core.scaled_dot_product_attention(np.ones(8), q, q)
 
 
-# ----------------------------------------------------------------------------- self / cross
+# ----------------------------------------------------------------------------- self /
+# cross
 
 
 def test_self_attention(rng):
@@ -274,7 +282,8 @@ def test_self_attention(rng):
     np.testing.assert_allclose(p, p_ref, rtol=1e-10, atol=1e-12)
     oc = core.self_attention(x, w_q, w_k, w_v, causal=True)
     np.testing.assert_allclose(oc, ref_attention(x @ w_q, x @ w_k, x @ w_v,
-                                                 core.causal_mask(n))[0], rtol=1e-10, atol=1e-12)
+                                                 core.causal_mask(n))[0],
+                               rtol=1e-10, atol=1e-12)
     # Causal: the first query sees only itself, so its output is its own value.
     np.testing.assert_allclose(oc[0], (x @ w_v)[0], rtol=1e-12)
 
@@ -294,11 +303,13 @@ def test_cross_attention(rng):
     keep = np.zeros((m, n), bool)
     keep[:, :5] = True
     o_pad = core.cross_attention(x_dec, x_enc, w_q, w_k, w_v, mask=keep)
-    np.testing.assert_allclose(o_pad, ref_attention(x_dec @ w_q, x_enc @ w_k, x_enc @ w_v,
+    np.testing.assert_allclose(o_pad,
+                               ref_attention(x_dec @ w_q, x_enc @ w_k, x_enc @ w_v,
                                                     keep)[0], rtol=1e-10, atol=1e-12)
 
 
-# ----------------------------------------------------------------------------- multi-head
+# -----------------------------------------------------------------------------
+# multi-head
 
 
 def test_split_merge_heads_roundtrip(rng):
@@ -314,14 +325,15 @@ def test_split_merge_heads_roundtrip(rng):
 def _torch_mha(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, attn_mask=None):
     """torch.nn.MultiheadAttention (fp64) loaded with the same weights.
 
-    PyTorch computes x @ W^T, so our (d_model, d_model) right-multiplied weights go in transposed;
-    its attn_mask is True where attention is *not* allowed.
+    PyTorch computes x @ W^T, so our (d_model, d_model) right-multiplied weights go in
+    transposed; its attn_mask is True where attention is *not* allowed.
     """
     d_model = w_q.shape[0]
     mha = torch.nn.MultiheadAttention(d_model, n_heads, bias=False, batch_first=True,
                                       dtype=torch.float64)
     with torch.no_grad():
-        mha.in_proj_weight.copy_(torch.from_numpy(np.concatenate([w_q.T, w_k.T, w_v.T])))
+        mha.in_proj_weight.copy_(torch.from_numpy(np.concatenate([w_q.T,
+                                                                  w_k.T, w_v.T])))
         mha.out_proj.weight.copy_(torch.from_numpy(w_o.T))
     out, w = mha(torch.from_numpy(x_q), torch.from_numpy(x_kv), torch.from_numpy(x_kv),
                  attn_mask=attn_mask, need_weights=True, average_attn_weights=False)
@@ -334,7 +346,8 @@ def test_multi_head_matches_torch_mha(rng, n_q, n_k):
     x_q = rng.normal(size=(b, n_q, d_model))
     x_kv = x_q if n_q == n_k else rng.normal(size=(b, n_k, d_model))
     w_q, w_k, w_v, w_o = (rng.normal(size=(d_model, d_model)) / 4 for _ in range(4))
-    out, p = core.multi_head_attention(x_q, x_kv, w_q, w_k, w_v, w_o, h, return_weights=True)
+    out, p = core.multi_head_attention(x_q, x_kv, w_q, w_k, w_v, w_o, h,
+                                       return_weights=True)
     assert out.shape == (b, n_q, d_model) and p.shape == (b, h, n_q, n_k)
     want, w_torch = _torch_mha(x_q, x_kv, w_q, w_k, w_v, w_o, h)
     np.testing.assert_allclose(out, want, rtol=1e-9, atol=1e-12)
@@ -349,11 +362,13 @@ def test_multi_head_causal_and_padding(rng):
     want, _ = _torch_mha(x, x, w_q, w_k, w_v, w_o, h,
                          attn_mask=~torch.from_numpy(core.causal_mask(n)))
     np.testing.assert_allclose(out, want, rtol=1e-9, atol=1e-12)
-    pad = core.padding_mask([5, 2], n)[:, None]  # (B, 1, 1, n): broadcasts over heads and queries
+    # (B, 1, 1, n): broadcasts over heads and queries
+    pad = core.padding_mask([5, 2], n)[:, None]
     out_pad, p = core.multi_head_attention(x, x, w_q, w_k, w_v, w_o, h, mask=pad,
                                            return_weights=True)
     assert (p[1, :, :, 2:] == 0).all()
-    # Batch 1 with its padded keys dropped is the same as attending over its first 2 keys only.
+    # Batch 1 with its padded keys dropped is the same as attending over its first 2
+    # keys only.
     o1 = core.multi_head_attention(x[1:], x[1:, :2], w_q, w_k, w_v, w_o, h)
     np.testing.assert_allclose(out_pad[1:], o1, rtol=1e-10, atol=1e-12)
 
@@ -377,16 +392,19 @@ def test_attention_flops():
     assert core.attention_flops(128, 128, 64, causal=True) == 2 * 128 * 128 * 64
 
 
-# ----------------------------------------------------------------- no silent wrong answers
+# ----------------------------------------------------------------- no silent wrong
+# answers
 
 
 def test_nan_row_is_nan_never_the_empty_row():
     # item 1: a NaN gives a NaN row; a row with nothing visible gives 0 (and lse -inf)
     p = core.softmax(np.array([[1.0, np.nan, 0.0], [1.0, 2.0, 3.0]]))
     assert np.isnan(p[0]).all() and np.isfinite(p[1]).all()
-    p = core.softmax(np.array([[1.0, np.nan, 0.0]]), mask=np.array([[True, False, True]]))
+    p = core.softmax(np.array([[1.0, np.nan, 0.0]]),
+                     mask=np.array([[True, False, True]]))
     assert np.isfinite(p).all()  # the NaN is hidden: the row is fine
-    assert np.all(core.softmax(np.array([[1.0, 2.0]]), mask=np.zeros((1, 2), bool)) == 0)
+    assert np.all(core.softmax(np.array([[1.0, 2.0]]),
+                               mask=np.zeros((1, 2), bool)) == 0)
     assert np.isnan(core.logsumexp(np.array([1.0, np.nan])))
     assert core.logsumexp(np.array([-np.inf, -np.inf])) == -np.inf
     assert core.logsumexp(np.zeros((2, 0))).tolist() == [-np.inf, -np.inf]
@@ -409,25 +427,30 @@ def test_causal_mask_shields_earlier_rows_from_hidden_value_rows(bad):
 
 @pytest.mark.parametrize("call,exc", [
     (lambda: core.scaled_dot_product_attention(np.ones((4, 8)), np.ones((4, 8)),
-                                               np.ones((4, 8)), causal="False"), TypeError),
+                                               np.ones((4, 8)),
+                                               causal="False"), TypeError),
     (lambda: core.scaled_dot_product_attention(np.ones((4, 0)), np.ones((4, 0)),
                                                np.ones((4, 3))), ValueError),  # d = 0
     (lambda: core.scaled_dot_product_attention(np.ones((2, 4, 8)), np.ones((3, 4, 8)),
-                                               np.ones((3, 4, 8))), ValueError),  # batch
+                                               # batch
+                                               np.ones((3, 4, 8))), ValueError),
     (lambda: core.scaled_dot_product_attention(np.ones((4, 8)), np.ones((4, 8)),
-                                               np.ones((4, 8)), scale=np.inf), ValueError),
+                                               np.ones((4, 8)),
+                                               scale=np.inf), ValueError),
     (lambda: core.scaled_dot_product_attention(np.ones((4, 8)), np.ones((4, 8)),
-                                               np.ones((4, 8)), mask=np.ones((4, 4))), TypeError),
+                                               np.ones((4, 8)),
+                                               mask=np.ones((4, 4))), TypeError),
     (lambda: core.scaled_dot_product_attention(np.ones((4, 8)), np.ones((4, 8)),
-                                               np.ones((4, 8)), mask=np.ones((3, 4), bool)),
+                                               np.ones((4, 8)),
+                                               mask=np.ones((3, 4), bool)),
      ValueError),
     (lambda: core.softmax(np.ones(3), axis=1), ValueError),
     (lambda: core.softmax(np.array(["a"])), TypeError),
     (lambda: core.causal_mask(2.5), TypeError),
     (lambda: core.split_heads(np.ones((1, 4, 8)), 3), ValueError),
     (lambda: core.split_heads(np.ones((4, 8)), 2), ValueError),
-    (lambda: core.multi_head_attention(np.ones((1, 4, 8)), np.ones((2, 4, 8)), *[np.eye(8)] * 4,
-                                       n_heads=2), ValueError),
+    (lambda: core.multi_head_attention(np.ones((1, 4, 8)), np.ones((2, 4, 8)),
+                                       *[np.eye(8)] * 4, n_heads=2), ValueError),
 ])
 def test_bad_arguments_raise_clear_errors(call, exc):
     with pytest.raises(exc):

@@ -1,4 +1,5 @@
-"""NumPy FlashAttention: online softmax, FA1/FA2 forwards and the backwards, exact in fp64."""
+"""NumPy FlashAttention: online softmax, FA1/FA2 forwards and the backwards, exact in
+fp64."""
 
 import numpy as np
 import pytest
@@ -28,7 +29,8 @@ def _close(a, b, tol=TOL):
 @pytest.mark.parametrize("block", [1, 3, 16, 1000])
 def test_softmax_passes_equal_plain_softmax(block):
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((4, 5, 37)) * 20  # large logits: the max subtraction matters
+    # large logits: the max subtraction matters
+    x = rng.standard_normal((4, 5, 37)) * 20
     ref = core.softmax(x)
     _close(flash.softmax_3pass(x, block), ref)
     _close(flash.softmax_2pass(x, block), ref)
@@ -78,7 +80,8 @@ def test_flash_forwards_equal_standard(lead, n_q, n_k, d, d_v, Br, Bc, causal):
 
 def test_fully_masked_rows_are_zero_not_nan():
     rng = np.random.default_rng(1)
-    q, k, v = _qkv(rng, (), 10, 4, 8)  # causal, 10 queries over 4 keys: rows 0..5 see nothing
+    # causal, 10 queries over 4 keys: rows 0..5 see nothing
+    q, k, v = _qkv(rng, (), 10, 4, 8)
     for fwd in (flash.flash1_forward, flash.flash2_forward):
         o, lse = fwd(q, k, v, Br=4, Bc=2, causal=True)
         assert np.all(o[:6] == 0) and np.all(np.isneginf(lse[:6]))
@@ -90,7 +93,8 @@ def test_fp32_inputs_stay_fp32():
     q, k, v = (t.astype(np.float32) for t in _qkv(rng, (), 40, 40, 8))
     o, lse = flash.flash2_forward(q, k, v, Br=16, Bc=16)
     assert o.dtype == np.float32
-    np.testing.assert_allclose(o, flash.standard_forward(q, k, v)[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(o, flash.standard_forward(q, k, v)[0],
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_bad_inputs_raise():
@@ -144,7 +148,8 @@ def test_backward_matches_finite_differences():
     do = rng.standard_normal((6, 3))
     o, lse, _ = flash.standard_forward(q, k, v, causal=True)
     grads = flash.flash2_backward(q, k, v, o, lse, do, Br=4, Bc=2, causal=True)
-    loss = lambda q_, k_, v_: float((flash.standard_forward(q_, k_, v_, causal=True)[0] * do).sum())
+    loss = lambda q_, k_, v_: float((flash.standard_forward(q_, k_, v_,
+                                                            causal=True)[0] * do).sum())
     eps = 1e-6
     for idx, (t, g) in enumerate(zip((q, k, v), grads)):
         num = np.zeros_like(t)
@@ -157,13 +162,14 @@ def test_backward_matches_finite_differences():
         np.testing.assert_allclose(g, num, rtol=1e-6, atol=1e-8)
 
 
-# ----------------------------------------------------------------- no silent wrong answers
+# ----------------------------------------------------------------- no silent wrong
+# answers
 
 
 @pytest.mark.parametrize("Br,Bc", [(1, 1), (3, 2), (4, 8), (64, 64)])
 def test_nan_rows_and_hidden_nan_values_do_not_depend_on_tiles(Br, Bc):
-    # items 1 and 2: a NaN in q row 2 makes row 2 NaN (o and lse), never the "no key" row;
-    # a NaN in v row 7 reaches query 7 only, whatever the tiles
+    # items 1 and 2: a NaN in q row 2 makes row 2 NaN (o and lse), never the "no key"
+    # row; a NaN in v row 7 reaches query 7 only, whatever the tiles
     rng = np.random.default_rng(0)
     q, k, v = (rng.normal(size=(10, 4)) for _ in range(3))
     k, v = k[:8], v[:8]
@@ -215,6 +221,7 @@ def test_backward_checks_shapes_and_takes_dlse():
     qt, kt, vt = (torch.tensor(t, requires_grad=True) for t in (q, k, v))
     s = qt @ kt.transpose(-1, -2) / 2.0
     ot = torch.softmax(s, -1) @ vt
-    loss = (ot * torch.tensor(do)).sum() + (torch.logsumexp(s, -1) * torch.tensor(dlse)).sum()
+    loss = (ot * torch.tensor(do)).sum() + (torch.logsumexp(s, -1)
+                                            * torch.tensor(dlse)).sum()
     for g, r in zip((dq, dk, dv), torch.autograd.grad(loss, (qt, kt, vt))):
         np.testing.assert_allclose(g, r.numpy(), rtol=1e-10, atol=1e-12)

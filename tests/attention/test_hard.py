@@ -1,5 +1,5 @@
-"""attention/hard.py: hard, sampled and top-k attention, Gumbel tricks, gradient estimators,
-and the registered HBM-traffic algorithms (simulated == closed form)."""
+"""attention/hard.py: hard, sampled and top-k attention, Gumbel tricks, gradient
+estimators, and the registered HBM-traffic algorithms (simulated == closed form)."""
 
 import numpy as np
 import pytest
@@ -45,7 +45,8 @@ def test_causal_rows_without_keys():
     o, idx = ah.hard_attention(q, k, v, causal=True, return_index=True)
     assert (idx[..., :5] == -1).all() and (o[..., :5, :] == 0).all()
     keep = causal_mask(9, 4)
-    assert all(keep[i, idx[b, h, i]] for b in range(2) for h in range(2) for i in range(5, 9))
+    assert all(keep[i, idx[b, h, i]] for b in range(2) for h in range(2)
+               for i in range(5, 9))
     o_k = ah.topk_attention(q, k, v, 3, causal=True)
     assert np.isfinite(o_k).all() and (o_k[..., :5, :] == 0).all()
 
@@ -53,9 +54,12 @@ def test_causal_rows_without_keys():
 def test_topk_limits_and_ties():
     rng = np.random.default_rng(2)
     q, k, v = _qkv(rng)
-    np.testing.assert_allclose(ah.topk_attention(q, k, v, 9), ah.soft_attention(q, k, v))
-    np.testing.assert_allclose(ah.topk_attention(q, k, v, 50), ah.soft_attention(q, k, v))
-    np.testing.assert_allclose(ah.topk_attention(q, k, v, 1), ah.hard_attention(q, k, v))
+    np.testing.assert_allclose(ah.topk_attention(q, k, v, 9),
+                               ah.soft_attention(q, k, v))
+    np.testing.assert_allclose(ah.topk_attention(q, k, v, 50),
+                               ah.soft_attention(q, k, v))
+    np.testing.assert_allclose(ah.topk_attention(q, k, v, 1),
+                               ah.hard_attention(q, k, v))
     o, p = ah.topk_attention(q, k, v, 3, return_weights=True)
     assert ((p > 0).sum(-1) == 3).all()
     np.testing.assert_allclose(p.sum(-1), 1.0)
@@ -76,7 +80,8 @@ def test_gumbel_max_samples_the_softmax():
     z2 = ah.sample_index(np.broadcast_to(p, (n, 5)), rng)
     assert _tv(z2, p) < 0.015
     # zero-probability positions are never sampled
-    assert (ah.sample_index(np.broadcast_to([0.0, 0.5, 0.0, 0.5], (2000, 4)), rng) % 2 == 1).all()
+    assert (ah.sample_index(np.broadcast_to([0.0, 0.5, 0.0, 0.5], (2000, 4)),
+                            rng) % 2 == 1).all()
     np.testing.assert_array_equal(ah.sample_index(np.zeros((3, 4)), rng), [-1, -1, -1])
 
 
@@ -95,7 +100,8 @@ def test_gumbel_softmax_temperature_limits():
     logits = rng.standard_normal((4, 8))
     g = ah.gumbel(logits.shape, rng)
     y_cold = ah.gumbel_softmax(logits, 1e-3, noise=g)
-    np.testing.assert_allclose(y_cold, ah.one_hot(ah.argmax_index(logits + g), 8), atol=1e-6)
+    np.testing.assert_allclose(y_cold,
+                               ah.one_hot(ah.argmax_index(logits + g), 8), atol=1e-6)
     y_hot = ah.gumbel_softmax(logits, 1e4, noise=g)
     np.testing.assert_allclose(y_hot, 1 / 8, atol=1e-3)
     y = ah.gumbel_softmax(logits, 0.7, rng)
@@ -132,7 +138,8 @@ def test_expected_loss_grad_and_straight_through():
     s, f = rng.standard_normal(5), rng.standard_normal(5)
     num = _numeric_grad(lambda x: softmax(x) @ f, s)
     np.testing.assert_allclose(ah.expected_loss_grad(s, f), num, atol=1e-8)
-    # straight-through = exact gradient of the relaxed loss <y(s), f> at fixed noise, at y
+    # straight-through = exact gradient of the relaxed loss <y(s), f> at fixed noise, at
+    # y
     g, tau = ah.gumbel(5, rng), 0.5
     num = _numeric_grad(lambda x: ah.gumbel_softmax(x, tau, noise=g) @ f, s)
     y = ah.gumbel_softmax(s, tau, noise=g)
@@ -149,17 +156,21 @@ def test_reinforce_is_unbiased(baseline):
     n = 20000
     if baseline == "loo":
         g = ah.reinforce_grad(np.broadcast_to(logits, (n // 4, 4)), f, rng, n_samples=4,
-                              baseline="loo").mean(axis=0)  # (n/4, N): averages of 4 draws
+                              # (n/4, N): averages of 4 draws
+                              baseline="loo").mean(axis=0)
     else:
-        g = ah.reinforce_grad(np.broadcast_to(logits, (n, 4)), f, rng, baseline=baseline)[0]
+        g = ah.reinforce_grad(np.broadcast_to(logits, (n, 4)), f, rng,
+                              baseline=baseline)[0]
     se = g.std(axis=0, ddof=1) / np.sqrt(len(g))
-    assert (np.abs(g.mean(axis=0) - exact) < 4.5 * se).all(), (g.mean(axis=0), exact, se)
+    assert (np.abs(g.mean(axis=0) - exact) < 4.5
+            * se).all(), (g.mean(axis=0), exact, se)
 
 
 def test_baseline_reduces_variance():
     rng = np.random.default_rng(9)
     logits = np.array([0.3, -0.5, 1.2, 0.0])
-    f = 10.0 + np.array([1.0, 4.0, 2.5, 3.0])  # a large common offset: the worst case for b = 0
+    # a large common offset: the worst case for b = 0
+    f = 10.0 + np.array([1.0, 4.0, 2.5, 3.0])
     n = 5000
     x = np.broadcast_to(logits, (n, 4))
     var0 = ah.reinforce_grad(x, f, rng)[0].var(axis=0).sum()
@@ -173,7 +184,8 @@ def test_baseline_reduces_variance():
 
 
 @pytest.mark.parametrize("name", ["soft", "hard", "topk"])
-@pytest.mark.parametrize("N,d,Br,Bc,N_k", [(256, 64, 64, 64, None), (100, 32, 64, 32, 77),
+@pytest.mark.parametrize("N,d,Br,Bc,N_k",
+                         [(256, 64, 64, 64, None), (100, 32, 64, 32, 77),
                                            (37, 16, 16, 16, 200)])
 def test_traffic_simulated_equals_closed_form(name, N, d, Br, Bc, N_k):
     assert name in memory.algorithms()
@@ -216,7 +228,8 @@ def test_retrieval_soft_gradient_matches_finite_differences():
     num_W = _numeric_grad(lambda w: ah.retrieval_score_grad(
         "soft", ah.retrieval_scores(w, task), task, rng)[1], W)
     np.testing.assert_allclose(ah.retrieval_W_grad(g, task), num_W, atol=1e-6)
-    np.testing.assert_array_equal(ah.retrieval_score_grad("argmax", s, task, rng)[0], 0.0)
+    np.testing.assert_array_equal(ah.retrieval_score_grad("argmax", s,
+                                                          task, rng)[0], 0.0)
     with pytest.raises(ValueError, match="method"):
         ah.retrieval_score_grad("sgd", s, task, rng)
 
@@ -231,20 +244,24 @@ def test_training_soft_learns_and_argmax_does_not():
 def test_estimator_stats_unbiased_vs_biased():
     task = ah.retrieval_task(16, n_keys=8, rng=np.random.default_rng(11))
     st = ah.estimator_stats(1.0 * np.eye(16), task, n_draws=400,
-                            methods=("reinforce", "reinforce+baseline", "gumbel-st", "argmax"),
+                            methods=("reinforce", "reinforce+baseline",
+                                     "gumbel-st", "argmax"),
                             rng=np.random.default_rng(12))
-    for m in ("reinforce", "reinforce+baseline"):  # unbiased: bias within sampling error
+    # unbiased: bias within sampling error
+    for m in ("reinforce", "reinforce+baseline"):
         assert st[m]["rel_bias"] < 2.5 * st[m]["rel_bias_se"], st[m]
     assert st["reinforce+baseline"]["rel_std"] < st["reinforce"]["rel_std"]
     assert st["gumbel-st"]["rel_bias"] > 4 * st["gumbel-st"]["rel_bias_se"]  # biased
     assert st["argmax"]["rel_bias"] == pytest.approx(1.0)
 
 
-# ----------------------------------------------------------------- no silent wrong answers
+# ----------------------------------------------------------------- no silent wrong
+# answers
 
 
 def test_nan_rows_are_nan_and_hidden_values_never_leak():
-    # item 1: NaN score row -> o NaN, idx -1 (no valid choice), never the empty row's o = 0
+    # item 1: NaN score row -> o NaN, idx -1 (no valid choice), never the empty row's o
+    # = 0
     rng = np.random.default_rng(0)
     q, k, v = rng.normal(size=(10, 4)), rng.normal(size=(8, 4)), rng.normal(size=(8, 3))
     q[4, 0] = np.nan
@@ -271,8 +288,10 @@ def test_nan_rows_are_nan_and_hidden_values_never_leak():
     (lambda: ah.stochastic_hard_attention(*[np.ones((4, 2))] * 3, None), TypeError),
     (lambda: ah.reinforce_grad(np.zeros(3), np.zeros(3), np.random.default_rng(0),
                                n_samples=0), ValueError),
-    (lambda: ah.hard_attention(np.ones((4, 2)), np.ones((5, 2)), np.ones((4, 2))), ValueError),
-    (lambda: ah.gumbel_softmax(np.zeros(3), 1.0, hard="yes", rng=np.random.default_rng(0)),
+    (lambda: ah.hard_attention(np.ones((4, 2)), np.ones((5, 2)),
+                               np.ones((4, 2))), ValueError),
+    (lambda: ah.gumbel_softmax(np.zeros(3), 1.0, hard="yes",
+                               rng=np.random.default_rng(0)),
      TypeError),
 ])
 def test_bad_arguments_raise_clear_errors(call, exc):

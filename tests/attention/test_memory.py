@@ -1,4 +1,5 @@
-"""The HBM/SRAM simulator: simulate == closed_form, the papers' leading terms, SRAM limits."""
+"""The HBM/SRAM simulator: simulate == closed_form, the papers' leading terms, SRAM
+limits."""
 
 import random
 import time
@@ -9,7 +10,8 @@ from attention import memory
 
 pytestmark = pytest.mark.xdist_group("memory_flash")
 
-OURS = ["standard", "flash1", "flash2", "standard_bwd", "flash2_bwd", "flash2_bwd_split"]
+OURS = ["standard", "flash1", "flash2", "standard_bwd", "flash2_bwd",
+        "flash2_bwd_split"]
 
 
 def _same(a: memory.Traffic, b: memory.Traffic) -> None:
@@ -30,7 +32,8 @@ def test_simulate_equals_closed_form_random(algorithm):
         Br, Bc = rng.randint(1, 96), rng.randint(1, 96)
         N_k = rng.choice([None, rng.randint(1, 300)])
         kw = dict(Br=Br, Bc=Bc, N_k=N_k)
-        _same(memory.simulate(algorithm, N, d, **kw), memory.closed_form(algorithm, N, d, **kw))
+        _same(memory.simulate(algorithm, N, d, **kw),
+              memory.closed_form(algorithm, N, d, **kw))
 
 
 @pytest.mark.parametrize("algorithm", OURS)
@@ -93,7 +96,8 @@ def test_standard_and_flash2_differ_by_s_and_p_round_trips():
 
 
 def test_theorem_2_scaling():
-    # Flash: Theta(N^2 d^2 / M) with the FA1 block rule; standard: Theta(Nd + N^2), no M.
+    # Flash: Theta(N^2 d^2 / M) with the FA1 block rule; standard: Theta(Nd + N^2), no
+    # M.
     d = 64
     totals = {}
     for M in (2**14, 2**15, 2**16, 2**17):
@@ -102,7 +106,8 @@ def test_theorem_2_scaling():
     # Doubling M halves the dominant T_c * 3Nd term: the ratio tends to 2.
     for M in (2**14, 2**15, 2**16):
         assert 1.8 < totals[M] / totals[2 * M] <= 2.0
-    std = [memory.closed_form("standard", 8192, d, Br=128, M=M).total for M in (2**15, 2**17)]
+    std = [memory.closed_form("standard", 8192, d, Br=128, M=M).total
+           for M in (2**15, 2**17)]
     assert std[0] == std[1]
     # Quadratic in N for both, at fixed M.
     for alg in ("standard", "flash2"):
@@ -115,7 +120,8 @@ def test_backward_accounting():
     N, d, Br, Bc = 1024, 64, 128, 64
     t_r, t_c = N // Br, N // Bc
     std = memory.closed_form("standard_bwd", N, d, Br=Br, Bc=Bc)
-    # P read twice, dP written and read, dS written and read twice: 7 N^2 of the N^2 terms.
+    # P read twice, dP written and read, dS written and read twice: 7 N^2 of the N^2
+    # terms.
     n2 = sum(std.per_tensor[k][0] + std.per_tensor[k][1] for k in ("P", "dP", "dS"))
     assert n2 == 7 * N * N
     fa2 = memory.closed_form("flash2_bwd", N, d, Br=Br, Bc=Bc)
@@ -133,7 +139,8 @@ def test_sram_capacity():
     memory.simulate("flash2", 1024, 64, Br=128, Bc=64, M=need)
     memory.closed_form("flash2", 1024, 64, Br=128, Bc=64, M=need)
     for fn in (memory.simulate, memory.closed_form):
-        with pytest.raises(ValueError, match=rf"K_j, V_j .* = {need} elements.*M holds {need - 1}"):
+        with pytest.raises(ValueError,
+                           match=rf"K_j, V_j .* = {need} elements.*M holds {need - 1}"):
             fn("flash2", 1024, 64, Br=128, Bc=64, M=need - 1)
     # The standard forward's softmax needs one whole row of S on chip.
     with pytest.raises(ValueError, match="one row of S"):
@@ -151,7 +158,8 @@ def test_fa1_block_rule():
 
 
 @pytest.mark.parametrize("bad", [
-    dict(N=0), dict(d=-1), dict(Br=0), dict(Bc=1.5), dict(M=0), dict(N_k=0), dict(N=True),
+    dict(N=0), dict(d=-1), dict(Br=0), dict(Bc=1.5), dict(M=0),
+    dict(N_k=0), dict(N=True),
 ])
 def test_bad_arguments_raise(bad):
     kw = dict(N=64, d=16, Br=16, Bc=16, M=None, N_k=None)

@@ -48,7 +48,8 @@ def test_every_control_redraws_with_its_new_value(monkeypatch):
     seen = {_png(out)}
     c["keys n"].value = 512
     assert calls[-1]["n"] == 512
-    c["self-attention (m = n)"].value = False  # cross-attention: the m slider takes over
+    # cross-attention: the m slider takes over
+    c["self-attention (m = n)"].value = False
     assert not c["queries m"].disabled
     c["queries m"].value = 128
     assert calls[-1]["m"] == 128

@@ -35,7 +35,8 @@ def test_temperature_explorer_redraws(monkeypatch):
     assert len(calls) == 1 and calls[0][0] == pytest.approx(1.0)
     _controls(box)["temperature τ"].value = 0.05
     assert len(calls) == 2 and calls[1][0] == pytest.approx(0.05)
-    np.testing.assert_array_equal(calls[0][3], calls[1][3])  # same noise: only tau moved
+    # same noise: only tau moved
+    np.testing.assert_array_equal(calls[0][3], calls[1][3])
     assert _png(out) != first
     _controls(box)["query row"].value = 3
     assert calls[-1][1] == 3
@@ -60,10 +61,12 @@ def test_topk_traffic_explorer_redraws(monkeypatch):
 
 
 def test_selection_timing_figure_draws_records():
-    """The timing figure draws whatever records it is given (made-up numbers, test only)."""
+    """The timing figure draws whatever records it is given (made-up numbers, test
+    only)."""
     records = [{"op": op, "impl": impl, "ms": ms * n / 1024, "shape": {"N": n, "d": 64}}
                for n in (1024, 2048) for op, impl, ms in
-               (("flash", "triton", 1.0), ("hard", "triton", 0.5), ("hard", "naive", 9.0),
+               (("flash", "triton", 1.0), ("hard", "triton", 0.5),
+                ("hard", "naive", 9.0),
                 ("topk16", "triton", 1.2), ("topk16", "naive", 10.0))]
     fig = plots.selection_timing_figure(records, d=64, title="test")
     left, right = fig.axes

@@ -1,4 +1,5 @@
-"""Every chapter executes top to bottom on a CPU-only machine, without an error, in time."""
+"""Every chapter executes top to bottom on a CPU-only machine, without an error, in
+time."""
 
 import pathlib
 import time
@@ -27,7 +28,8 @@ def test_notebook_executes(nb_path, record_property):
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if o.get("output_type") == "error"]
     assert not errors, errors
-    figures = sum(1 for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+    figures = sum(1 for c in nb.cells if c.cell_type == "code"
+                  for o in c.get("outputs", [])
                   if "image/png" in o.get("data", {}))
     assert figures >= 3, f"{nb_path.name} drew only {figures} figures"
     assert elapsed < TIME_LIMIT_S, f"{nb_path.name} took {elapsed:.0f} s"

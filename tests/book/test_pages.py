@@ -14,7 +14,8 @@ from bs4 import BeautifulSoup
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
 TOC = yaml.safe_load((ROOT / "_toc.yml").read_text())
-CHAPTERS = [c["file"] for c in TOC.get("chapters") or [] if c["file"].startswith("chapters/")]
+CHAPTERS = [c["file"] for c in TOC.get("chapters") or []
+            if c["file"].startswith("chapters/")]
 MAX_VISIBLE_CODE_LINES = 200
 MAX_LINE = 88  # ruff's line length
 
@@ -78,7 +79,8 @@ def _code_cells(path: pathlib.Path):
             yield cell.get("id"), "".join(cell["source"]).splitlines()
 
 
-@pytest.mark.xfail(reason="the chapters' code cells are not rewrapped to 88 columns yet "
+@pytest.mark.xfail(reason="the chapters' code cells are not rewrapped to 88 columns "
+                          "yet "
                    "(issue 12); remove this mark once they are", strict=False)
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_code_lines_fit_88_columns(chapter):
@@ -89,4 +91,5 @@ def test_code_lines_fit_88_columns(chapter):
         for i, line in enumerate(lines)
         if len(line) > MAX_LINE
     ]
-    assert not long, f"{chapter}: code lines over {MAX_LINE} characters:\n" + "\n".join(long)
+    assert not long, (f"{chapter}: code lines over {MAX_LINE} characters:\n"
+                      + "\n".join(long))

@@ -1,9 +1,9 @@
 """Source quoted in the chapters' prose still occurs, line for line, in the packages.
 
-A ``{code-block} python`` whose caption starts ``<path>, <function>`` quotes lines of that
-function: every line of the block that is not a comment must equal (after stripping
-indentation) a line of the function's current source. Comment lines are the chapter's own
-annotations. So a quoted inner loop cannot drift from `kernels/flash.py` unnoticed.
+A ``{code-block} python`` whose caption starts ``<path>, <function>`` quotes lines of
+that function: every line of the block that is not a comment must equal (after stripping
+indentation) a line of the function's current source. Comment lines are the chapter's
+own annotations. So a quoted inner loop cannot drift from `kernels/flash.py` unnoticed.
 """
 
 import ast
@@ -20,7 +20,8 @@ HEADER = re.compile(r"^:caption: ((?:attention|kernels)/[\w/]+\.py), (\w+)\b")
 
 
 def _quotes() -> list[tuple[str, str, str, list[str]]]:
-    """(notebook, path, function, quoted lines) for every quoting block in the chapters."""
+    """(notebook, path, function, quoted lines) for every quoting block in the
+    chapters."""
     out = []
     for nb_path in NOTEBOOKS:
         cells = json.loads(nb_path.read_text())["cells"]

@@ -98,7 +98,8 @@ def test_chapter_page_renders(server, chapter):
     assert soup.find("h1"), "no title"
     assert "Summary" in text and "Exercises" in text
     # No cell output is an error.
-    assert not soup.select(".output.traceback, .output.error"), "a cell output is an error"
+    errors = soup.select(".output.traceback, .output.error")
+    assert not errors, "a cell output is an error"
     assert "Traceback (most recent call last)" not in text
     # Equations were typeset (MathJax is served from the site itself).
     assert soup.find("mjx-container"), "no typeset math"
