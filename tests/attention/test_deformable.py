@@ -265,3 +265,192 @@ def test_ms_deform_attn_checks_levels_like_the_kernel():
         dfm.ms_deform_attn(v, [[2, 3]], [0], loc, w[..., :0])
     with pytest.raises(TypeError, match="align_corners"):
         dfm.bilinear_sample(np.ones((1, 2, 2, 1)), np.zeros((1, 1, 2)), align_corners="False")
+
+
+# --------------------------------------------------------------------------------------
+# DAT's deformable relative position bias and the offset network's LayerNorm
+# --------------------------------------------------------------------------------------
+
+
+def _loop_bias(table, points, height, width, align_corners):
+    """Independent float64 reference of DAT's bias, one (head, query, sample) at a time:
+    the sample's pixel position, the displacement from the query pixel, and a bilinear
+    read of the table at (W - 1 + dx, H - 1 + dy) with zero padding."""
+    b, g, n_s, _ = points.shape
+    n_h = table.shape[0]
+    out = np.zeros((b, n_h, height * width, n_s))
+    for bi in range(b):
+        for hd in range(n_h):
+            grp = hd // (n_h // g)
+            for qi in range(height * width):
+                i, j = divmod(qi, width)
+                for n in range(n_s):
+                    x, y = points[bi, grp, n]
+                    if align_corners:
+                        px, py = (x + 1) / 2 * (width - 1), (y + 1) / 2 * (height - 1)
+                    else:
+                        px, py = ((x + 1) * width - 1) / 2, ((y + 1) * height - 1) / 2
+                    tx, ty = (j - px) + width - 1, (i - py) + height - 1
+                    x0, y0 = int(np.floor(tx)), int(np.floor(ty))
+                    acc = 0.0
+                    for yy, wy in ((y0, 1 - (ty - y0)), (y0 + 1, ty - y0)):
+                        for xx, wx in ((x0, 1 - (tx - x0)), (x0 + 1, tx - x0)):
+                            if 0 <= yy < 2 * height - 1 and 0 <= xx < 2 * width - 1:
+                                acc += wy * wx * table[hd, yy, xx]
+                    out[bi, hd, qi, n] = acc
+    return out
+
+
+def _loop_attention(q, k, v, bias):
+    """o = softmax(q k^T / sqrt(d) + bias) v, row by row with an explicit max-shifted
+    softmax. q (B, H, N_q, d), k and v (B, H, N_s, d), bias (B, H, N_q, N_s)."""
+    b, n_h, n_q, d = q.shape
+    o = np.zeros_like(q)
+    p = np.zeros(bias.shape)
+    for bi in range(b):
+        for hd in range(n_h):
+            for i in range(n_q):
+                s = [float(q[bi, hd, i] @ k[bi, hd, n]) / np.sqrt(d)
+                     + bias[bi, hd, i, n] for n in range(k.shape[2])]
+                e = np.exp(np.array(s) - max(s))
+                p[bi, hd, i] = e / e.sum()
+                o[bi, hd, i] = p[bi, hd, i] @ v[bi, hd]
+    return o, p
+
+
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("seed,b,h,w,c,n_h,g,r", [
+    (10, 1, 6, 5, 4, 2, 1, 2), (11, 2, 4, 7, 8, 4, 2, 3), (12, 1, 5, 5, 6, 3, 3, 2)])
+def test_dat_position_bias_matches_explicit_loops(align_corners, seed, b, h, w, c,
+                                                  n_h, g, r):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(b, h, w, c))
+    p = dfm.init_dat_params(c, g, 3, rng)
+    table = rng.normal(0.0, 1.0, (n_h, 2 * h - 1, 2 * w - 1))
+    kw = dict(n_heads=n_h, n_groups=g, stride=r, offset_range=0.6,
+              align_corners=align_corners, return_all=True)
+    plain = dfm.dat_attention(x, p, **kw)
+    res = dfm.dat_attention(x, p, rpb_table=table, **kw)
+    assert plain["bias"] is None
+    np.testing.assert_array_equal(res["points"], plain["points"])  # bias moves no point
+    bias = _loop_bias(table, plain["points"], h, w, align_corners)
+    np.testing.assert_allclose(res["bias"], bias, rtol=1e-12, atol=1e-12)
+    split = lambda t: t.reshape(b, -1, n_h, c // n_h).transpose(0, 2, 1, 3)  # noqa: E731
+    o, weights = _loop_attention(split(plain["q"]), split(plain["k"]),
+                                 split(plain["v"]), bias)
+    out = o.transpose(0, 2, 1, 3).reshape(b, h * w, c) @ p["w_o"]
+    np.testing.assert_allclose(res["weights"], weights, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(res["out"], out.reshape(b, h, w, c), rtol=1e-10,
+                               atol=1e-12)
+    assert not np.allclose(res["out"], plain["out"])  # a random table changes it
+
+
+def test_dat_position_bias_of_a_zero_table_changes_nothing():
+    rng = np.random.default_rng(13)
+    x = rng.normal(size=(2, 8, 8, 8))
+    p = dfm.init_dat_params(8, 2, 3, rng)
+    kw = dict(n_heads=4, n_groups=2, stride=2, offset_range=0.3)
+    zero = np.zeros((4, 15, 15))
+    np.testing.assert_array_equal(dfm.dat_attention(x, p, **kw),
+                                  dfm.dat_attention(x, p, rpb_table=zero, **kw))
+
+
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_position_bias_at_grid_points_is_the_table_entry(align_corners):
+    """A sample an integer number of pixels (dx, dy) from a query reads exactly entry
+    [H - 1 + dy, W - 1 + dx]; halfway between two entries it reads their mean."""
+    rng = np.random.default_rng(14)
+    h, w, n_h = 4, 8, 2  # powers of two: pixel <-> normalised is exact, both ways
+    table = rng.normal(size=(n_h, 2 * h - 1, 2 * w - 1))
+    pix = np.array([[0.0, 0.0], [7.0, 3.0], [2.0, 1.0], [5.0, 2.0]])  # (column, row)
+    points = dfm.to_normalized(pix, h, w, align_corners)[None, None]  # (1, 1, 4, 2)
+    np.testing.assert_array_equal(dfm.to_pixels(points, h, w, align_corners)[0, 0], pix)
+    bias = dfm.relative_position_bias(table, points, h, w, align_corners)
+    assert bias.shape == (1, n_h, h * w, 4)
+    for qi in range(h * w):
+        i, j = divmod(qi, w)
+        for n, (pc, pr) in enumerate(pix.astype(int)):
+            dy, dx = i - pr, j - pc
+            np.testing.assert_array_equal(bias[0, :, qi, n],
+                                          table[:, h - 1 + dy, w - 1 + dx])
+    # the lookup itself: integer pixels read entries, half pixels average two
+    tab = table.transpose(1, 2, 0)[None]  # (1, 2H-1, 2W-1, n_h)
+    at = np.array([[[3.0, 2.0], [0.0, 6.0], [3.5, 2.0], [14.0, 6.0], [15.0, 2.0]]])
+    got = dfm.bilinear_sample_pixels(tab, at)[0]
+    np.testing.assert_array_equal(got[0], table[:, 2, 3])
+    np.testing.assert_array_equal(got[1], table[:, 6, 0])
+    np.testing.assert_allclose(got[2], (table[:, 2, 3] + table[:, 2, 4]) / 2,
+                               rtol=1e-15)
+    np.testing.assert_array_equal(got[3], table[:, 6, 14])  # the last column
+    np.testing.assert_array_equal(got[4], 0.0)  # beyond the table: zero padding
+
+
+def test_position_bias_is_dat_official_grid_sample_with_align_corners_true():
+    """DAT's code: q_grid = 2 (j, i) / (W - 1, H - 1) - 1, displacement (q - p) / 2,
+    grid_sample(table, displacement, bilinear, zeros, align_corners=True)."""
+    rng = np.random.default_rng(15)
+    b, g, n_h, h, w, n_s = 2, 2, 4, 5, 6, 7
+    table = rng.normal(size=(n_h, 2 * h - 1, 2 * w - 1))
+    points = rng.uniform(-1.2, 1.2, size=(b, g, n_s, 2))  # some outside the map
+    ours = dfm.relative_position_bias(table, points, h, w, align_corners=True)
+    rows, cols = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
+    q_grid = np.stack([2 * cols / (w - 1) - 1, 2 * rows / (h - 1) - 1], -1)
+    q_grid = q_grid.reshape(-1, 2)  # (HW, 2) as (x, y)
+    disp = (q_grid[None, None, :, None] - points[:, :, None]) * 0.5  # (B,G,HW,N_s,2)
+    tab = torch.tensor(table).reshape(1, g, n_h // g, 2 * h - 1, 2 * w - 1)
+    tab = tab.expand(b, -1, -1, -1, -1).reshape(b * g, n_h // g, 2 * h - 1, 2 * w - 1)
+    ref = F.grid_sample(tab, torch.tensor(disp).reshape(b * g, h * w, n_s, 2),
+                        mode="bilinear", padding_mode="zeros", align_corners=True)
+    ref = ref.reshape(b, n_h, h * w, n_s).numpy()  # (B*G, h_g, HW, N_s) -> by head
+    np.testing.assert_allclose(ours, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_position_bias_checks_shapes():
+    rng = np.random.default_rng(16)
+    x = rng.normal(size=(1, 4, 4, 4))
+    p = dfm.init_dat_params(4, 1, 3, rng)
+    kw = dict(n_heads=2, n_groups=1, stride=2, offset_range=0.3)
+    with pytest.raises(ValueError, match="rpb_table"):
+        dfm.dat_attention(x, p, rpb_table=np.zeros((2, 8, 7)), **kw)
+    with pytest.raises(ValueError, match="rpb_table"):
+        dfm.dat_attention(x, p, rpb_table=np.zeros((3, 7, 7)), **kw)
+    with pytest.raises(ValueError, match="points"):
+        dfm.relative_position_bias(np.zeros((3, 7, 7)), np.zeros((1, 2, 4, 2)), 4, 4)
+    table = dfm.init_rpb_table(2, 4, 4, rng)
+    assert table.shape == (2, 7, 7) and np.abs(table).max() < 0.1  # DAT's std 0.01
+
+
+def test_offset_network_layer_norm_matches_torch():
+    rng = np.random.default_rng(17)
+    c, k, r = 6, 3, 2
+    params = dfm.init_offset_params(c, k, rng, layer_norm=True)
+    assert np.array_equal(params["ln_w"], np.ones(c)) and "ln_w" not in \
+        dfm.init_offset_params(c, k, rng)
+    params.update(b_dw=rng.normal(size=c), ln_w=rng.normal(size=c),
+                  ln_b=rng.normal(size=c))
+    q = rng.normal(size=(2, c, 8, 6))
+    ours = dfm.offset_network(q, params, stride=r, offset_range=0.5)
+    hid = F.conv2d(torch.tensor(q), torch.tensor(params["w_dw"])[:, None],
+                   torch.tensor(params["b_dw"]), stride=r, padding=k // 2, groups=c)
+    hid = F.layer_norm(hid.permute(0, 2, 3, 1), (c,), torch.tensor(params["ln_w"]),
+                       torch.tensor(params["ln_b"]), eps=1e-5).permute(0, 3, 1, 2)
+    raw = F.conv2d(F.gelu(hid), torch.tensor(params["w_pw"])[:, :, None, None])
+    ref = (torch.tanh(raw) * 0.5).permute(0, 2, 3, 1).numpy()
+    np.testing.assert_allclose(ours, ref, rtol=1e-10, atol=1e-12)
+    x = rng.normal(size=(1, 8, 8, c))
+    p = dfm.init_dat_params(c, 1, 3, rng, layer_norm=True)
+    assert dfm.dat_attention(x, p, 2, 1, 2, 0.3).shape == x.shape
+
+
+def test_package_reexports_and_module_sizes():
+    """attention.deformable is a package of modules of at most ~600 lines; every public
+    name is importable from the package and the traffic algorithms are registered."""
+    import pathlib
+
+    for name in dfm.__all__:
+        assert hasattr(dfm, name), name
+    for path in pathlib.Path(dfm.__file__).parent.glob("*.py"):
+        assert len(path.read_text().splitlines()) <= 600, path.name
+    for name in ("dense-image", "dat", "dat-unfused", "msda"):
+        memory.closed_form(name, **({"n_queries": 64, "d": 8} if name == "msda"
+                                    else {"height": 8, "width": 8, "d": 8}))
