@@ -1,5 +1,6 @@
-"""attention.deformable (NumPy) against PyTorch (grid_sample, conv2d, autograd) and finite
-differences; the traffic simulators against their closed forms."""
+"""attention.deformable (NumPy) against PyTorch (grid_sample, conv2d, autograd) and
+finite differences; DAT's position bias against explicit loops; the traffic simulators
+against their closed forms."""
 
 import numpy as np
 import pytest
@@ -14,10 +15,12 @@ pytestmark = pytest.mark.xdist_group("deformable")
 
 
 def _grid_sample(feat, points, align_corners):
-    """Reference: torch grid_sample on a channels-last map. feat (B,H,W,C), points (B,N,2)."""
+    """Reference: torch grid_sample on a channels-last map. feat (B,H,W,C), points
+    (B,N,2)."""
     f = torch.as_tensor(feat).permute(0, 3, 1, 2)  # (B, C, H, W)
     g = torch.as_tensor(points)[:, None]  # (B, 1, N, 2)
-    out = F.grid_sample(f, g, mode="bilinear", padding_mode="zeros", align_corners=align_corners)
+    out = F.grid_sample(f, g, mode="bilinear", padding_mode="zeros",
+                        align_corners=align_corners)
     return out[:, :, 0].permute(0, 2, 1)  # (B, N, C)
 
 
@@ -73,11 +76,13 @@ def test_bilinear_point_gradient_finite_differences():
 
 def test_coordinates_round_trip_and_reference_grid():
     pts = np.array([[-1.0, -1.0], [1.0, 1.0], [0.0, 0.0]])
-    np.testing.assert_allclose(dfm.to_pixels(pts, 4, 8, True), [[0, 0], [7, 3], [3.5, 1.5]])
+    np.testing.assert_allclose(dfm.to_pixels(pts, 4, 8, True),
+                               [[0, 0], [7, 3], [3.5, 1.5]])
     np.testing.assert_allclose(dfm.to_pixels(pts, 4, 8, False),
                                [[-0.5, -0.5], [7.5, 3.5], [3.5, 1.5]])
     for ac in (False, True):
-        np.testing.assert_allclose(dfm.to_normalized(dfm.to_pixels(pts, 4, 8, ac), 4, 8, ac), pts)
+        back = dfm.to_normalized(dfm.to_pixels(pts, 4, 8, ac), 4, 8, ac)
+        np.testing.assert_allclose(back, pts)
     ref = dfm.reference_grid(2, 3)
     assert ref.shape == (6, 2)
     # cell centres of a 2x3 grid on an 8x12 map (r = 4) are pixel (4j + 1.5, 4i + 1.5)
@@ -103,8 +108,8 @@ def test_offset_network_matches_torch():
 
 
 def test_dat_attention_one_group_equals_project_then_sample():
-    """Sampling and projecting commute (both linear), so with G = 1 DAT equals the kernel's
-    form: sample the projected K and V maps."""
+    """Sampling and projecting commute (both linear), so with G = 1 DAT equals the
+    kernel's form: sample the projected K and V maps."""
     rng = np.random.default_rng(4)
     b, h, w, c, n_h, r = 1, 8, 12, 8, 2, 4
     x = rng.normal(size=(b, h, w, c))
@@ -113,7 +118,8 @@ def test_dat_attention_one_group_equals_project_then_sample():
                             return_all=True)
     assert res["out"].shape == (b, h, w, c)
     assert res["points"].shape == (b, 1, (h // r) * (w // r), 2)
-    q = (x @ p["w_q"]).reshape(b, h * w, n_h, c // n_h).transpose(0, 2, 1, 3)  # (B,H,N,d)
+    q = (x @ p["w_q"]).reshape(b, h * w, n_h, c // n_h)
+    q = q.transpose(0, 2, 1, 3)  # (B, H, N, d)
     kmap = (x @ p["w_k"]).reshape(b, h, w, n_h, c // n_h).transpose(0, 3, 1, 2, 4)
     vmap = (x @ p["w_v"]).reshape(b, h, w, n_h, c // n_h).transpose(0, 3, 1, 2, 4)
     o = dfm.deformable_attention(q, kmap, vmap, res["points"], align_corners=False)
@@ -142,8 +148,9 @@ def test_deformable_attention_matches_torch():
     pts = rng.uniform(-1.2, 1.2, size=(b, g, n_s, 2))
     ours = dfm.deformable_attention(q, km, vm, pts, align_corners=True)
     pts_h = np.repeat(pts, n_h // g, axis=1).reshape(b * n_h, n_s, 2)
-    k = _grid_sample(km.reshape(b * n_h, hf, wf, d), pts_h, True).reshape(b, n_h, n_s, d)
-    v = _grid_sample(vm.reshape(b * n_h, hf, wf, d), pts_h, True).reshape(b, n_h, n_s, d)
+    k = _grid_sample(km.reshape(b * n_h, hf, wf, d), pts_h, True)
+    v = _grid_sample(vm.reshape(b * n_h, hf, wf, d), pts_h, True)
+    k, v = k.reshape(b, n_h, n_s, d), v.reshape(b, n_h, n_s, d)
     ref = torch.softmax(torch.tensor(q) @ k.transpose(-1, -2) / np.sqrt(d), -1) @ v
     np.testing.assert_allclose(ours, ref.numpy(), rtol=1e-10, atol=1e-12)
 
@@ -191,9 +198,11 @@ def test_msda_layer_weights_and_locations():
     assert res["out"].shape == (1, 5, c)
     assert res["locations"].shape == (1, 5, n_h, 2, n_p, 2)
     np.testing.assert_allclose(res["weights"].sum(axis=(-1, -2)), 1.0)
-    # initial offsets: point p of head 0 (direction +x) sits p+1 pixels right of the reference
+    # initial offsets: point p of head 0 (direction +x) sits p+1 pixels right of the
+    # reference
     dx_pix = (res["locations"][0, :, 0, 0, :, 0] - ref[0, :, None, 0]) * 8
-    np.testing.assert_allclose(dx_pix, np.arange(1, n_p + 1)[None].repeat(5, 0), atol=0.2)
+    np.testing.assert_allclose(dx_pix, np.arange(1, n_p + 1)[None].repeat(5, 0),
+                               atol=0.2)
 
 
 @pytest.mark.parametrize("name,kw", [
@@ -220,17 +229,19 @@ def test_traffic_fused_dat_never_writes_sampled_keys():
 
 def test_attention_cost():
     c = dfm.attention_cost(64, 64, 256, r=8, n_levels=4, n_points=4)
-    assert c["dense"]["keys"] == 4096 and c["dat"]["keys"] == 64 and c["msda"]["keys"] == 16
+    assert c["dense"]["keys"] == 4096 and c["dat"]["keys"] == 64
+    assert c["msda"]["keys"] == 16
 
 
 def test_scaled_attention_reference_consistency():
-    # deformable_attention on points that land exactly on pixel centres is plain attention
+    # deformable_attention on points exactly on pixel centres is plain attention
     rng = np.random.default_rng(9)
     hf, wf, d = 3, 4, 5
     km = rng.normal(size=(1, 1, hf, wf, d))
     vm = rng.normal(size=(1, 1, hf, wf, d))
     q = rng.normal(size=(1, 1, 6, d))
-    pix = np.stack(np.meshgrid(np.arange(wf), np.arange(hf)), -1).reshape(-1, 2)  # (x, y)
+    pix = np.stack(np.meshgrid(np.arange(wf), np.arange(hf)), -1)
+    pix = pix.reshape(-1, 2)  # (x, y)
     pts = dfm.to_normalized(pix, hf, wf, align_corners=True)[None, None]
     o = dfm.deformable_attention(q, km, vm, pts, align_corners=True)
     ref = scaled_dot_product_attention(q, km.reshape(1, 1, hf * wf, d),
@@ -238,7 +249,7 @@ def test_scaled_attention_reference_consistency():
     np.testing.assert_allclose(o, ref, rtol=1e-12, atol=1e-12)
 
 
-# ----------------------------------------------------------------- no silent wrong answers
+# ------------------------------------------------------------- no silent wrong answers
 
 
 def test_nan_point_gives_nan_sample_not_index_error():
@@ -264,7 +275,8 @@ def test_ms_deform_attn_checks_levels_like_the_kernel():
     with pytest.raises(ValueError, match="attention_weights"):
         dfm.ms_deform_attn(v, [[2, 3]], [0], loc, w[..., :0])
     with pytest.raises(TypeError, match="align_corners"):
-        dfm.bilinear_sample(np.ones((1, 2, 2, 1)), np.zeros((1, 1, 2)), align_corners="False")
+        dfm.bilinear_sample(np.ones((1, 2, 2, 1)), np.zeros((1, 1, 2)),
+                            align_corners="False")
 
 
 # --------------------------------------------------------------------------------------
