@@ -232,14 +232,19 @@
       const M = cfg.sram.M[s.sram][s.dtype];
       const rows = [];
       const lines = [];
+      // The compulsory traffic (memory.compulsory, computed in Python): one tick per bar.
+      const comp = cfg.compulsory, floor = [];
       for (const a of cfg.groups[group]) {
         const flat = g.counts[a][idx], nt = g.tensors[a].length;
         barRows(a, g.tensors[a], flat, bpe, rows);
+        const once = comp.counts[a][s.N * nd + s.d][0];
+        floor.push({ group: a, what: comp.label, elements: once, bytes: once * bpe });
         const peak = flat[flat.length - 1];
         const fits = peak <= M;
         lines.push(`<li${a === alg ? ' class="se-chosen"' : ""}><b>${a}</b>: ${human(totalOf(flat, nt) * bpe)} ` +
           `(${fmtInt(totalOf(flat, nt))} elements); tiles need ${fmtInt(peak)} elements of SRAM: ` +
-          (fits ? "fit" : '<span class="se-bad">do NOT fit in M</span>') + "</li>");
+          (fits ? "fit" : '<span class="se-bad">do NOT fit in M</span>') +
+          `; compulsory ${human(once * bpe)} (${fmtInt(once)} elements)</li>`);
       }
       // The schedule at the small N of the step view.
       const run = cfg.schedule.runs[`${alg},${g.B[s.Br]},${g.B[s.Bc]}`];
@@ -270,12 +275,15 @@
         `<p>N = ${fmtInt(g.N[s.N])}, d = ${g.d[s.d]}, Br = ${g.B[s.Br]}, Bc = ${g.B[s.Bc]}, ` +
         `${cfg.dtypes[s.dtype][0]}; SRAM ${esc(cfg.srams[s.sram][0])}: M = ${fmtInt(M)} elements.</p>` +
         `<ul>${lines.join("")}</ul>` +
+        `<p>Bars: the simulated traffic, every re-read of a block from HBM (no L2). Black ticks: ` +
+        `the compulsory traffic, each tensor crossing HBM once, the lower bound that an L2 ` +
+        `holding the re-reads gets near.</p>` +
         `<p>FA1's rule for this M and d: Bc = ⌈M/4d⌉ = ${rule[1]}, Br = min(⌈M/4d⌉, d) = ${rule[0]}; ` +
         `its flash1 tiles need ${fmtInt(rule[2])} elements (${rule[2] <= M ? "fit" : "do NOT fit: the rule holds up to constants"}).</p>` +
         `<p class="se-step"><b>${alg}</b>, schedule at N = ${cfg.schedule.N} (${run.tr} × ${run.tc} tiles), ` +
         `step ${cur + 1} of ${nSteps}: load ${esc(loads)}; store ${esc(stores)}.</p>`;
       return {
-        charts: { bars: { spec: "bars_" + group, data: { bars: rows } },
+        charts: { bars: { spec: "bars_" + group, data: { bars: rows, compulsory: floor } },
                   tiles: { spec: "tiles", data: { tiles } } },
         text,
       };

@@ -103,6 +103,26 @@ def tile_grid(Ns=TILE_N, ds=TILE_D, Bs=TILE_B, algorithms=FORWARD + BACKWARD) ->
     return {"N": list(Ns), "d": list(ds), "B": list(Bs), "tensors": tensors, "counts": counts}
 
 
+#: How the explorer names the compulsory count beside the simulated one.
+COMPULSORY_LABEL = "compulsory: each tensor crosses HBM once"
+
+
+def compulsory_grid(Ns=TILE_N, ds=TILE_D, algorithms=FORWARD + BACKWARD) -> dict:
+    """``memory.compulsory`` of each algorithm at every (N, d): ``counts[alg][k]`` is
+    [total elements, *per-tensor reads and writes over ``tensors[alg]``], with
+    k = iN * len(ds) + id. Each tensor crosses HBM once: the lower bound an L2 that
+    holds the re-reads gets near (the tiles do not change it)."""
+    from attention import memory
+
+    tensors, counts = {}, {}
+    for alg in algorithms:
+        res = [memory.compulsory(alg, N, d) for N, d in itertools.product(Ns, ds)]
+        tensors[alg] = _tensor_names(res)
+        counts[alg] = [[int(r.total)] + _flat(r.per_tensor, tensors[alg]) for r in res]
+    return {"N": list(Ns), "d": list(ds), "tensors": tensors, "counts": counts,
+            "label": COMPULSORY_LABEL}
+
+
 def sram_table(Ns=TILE_N, ds=TILE_D, srams=SRAM_KIB) -> dict:
     """M (elements) for each SRAM size and dtype (``M[si][ti]``), and FA1's rule there:
     ``rule["si,ti,di,Ni"]`` = [Br, Bc] of ``memory.fa1_block_sizes(M, d)`` and the SRAM
@@ -204,6 +224,34 @@ def bars_spec(tensors: list[str], title: str = "HBM traffic (bytes)", height: in
     }
 
 
+def bars_floor_spec(tensors: list[str], label: str = COMPULSORY_LABEL,
+                    height: int = 240) -> dict:
+    """``bars_spec`` (the simulated traffic, no L2) with a black tick across each bar at
+    its compulsory traffic. Data "bars" as ``bars_spec``; data "compulsory": rows
+    {group, what (= ``label``), elements, bytes}."""
+    spec = bars_spec(tensors, title="HBM bytes, simulated (no L2)", height=height)
+    bars = {k: spec.pop(k) for k in ("data", "mark", "encoding")}
+    tick = {
+        "data": {"name": "compulsory"},
+        "mark": {"type": "tick", "thickness": 3, "color": "#000000"},
+        "encoding": {
+            "x": {"field": "group", "type": "nominal", "sort": None},
+            "y": {"field": "bytes", "type": "quantitative",
+                  "title": bars["encoding"]["y"]["title"]},
+            "color": {"field": "what", "type": "nominal",
+                      "scale": {"domain": [label], "range": ["#000000"]},
+                      "legend": {"orient": "top", "title": None, "symbolType": "stroke",
+                                 "symbolStrokeWidth": 3, "labelLimit": 320}},
+            "tooltip": [{"field": "group"}, {"field": "what", "title": "count"},
+                        {"field": "bytes", "type": "quantitative", "format": ","}],
+        },
+    }
+    spec["layer"] = [bars, tick]
+    spec["resolve"] = {"scale": {"color": "independent"},
+                       "legend": {"color": "independent"}}
+    return spec
+
+
 def lines_spec(series: list[str], colors: list[str], x_title: str, height: int = 240,
                y_title: str = "HBM traffic (bytes)") -> dict:
     """Log-log lines of bytes against a size, one per series, and a rule at the chosen
@@ -297,8 +345,10 @@ class Explorer:
 def tile_size_explorer(N: int = 1024, d: int = 64, sram: int = 192, Br: int = 64, Bc: int = 64,
                        dtype: str = "float16", algorithm: str = "flash2") -> Explorer:
     """Chapter 2's tile-size explorer for the static site: HBM bytes of the forward (or
-    backward) algorithms per tensor, the chosen algorithm's SRAM need against M, FA1's
-    rule, and its schedule over the tiles of S step by step at N = ``TRACE_N``."""
+    backward) algorithms per tensor (simulated, no L2) with each one's compulsory
+    traffic beside it (``memory.compulsory``), the chosen algorithm's SRAM need against
+    M, FA1's rule, and its schedule over the tiles of S step by step at N =
+    ``TRACE_N``."""
     grid = tile_grid()
     fwd_t = _tensor_names_from(grid, FORWARD)
     bwd_t = _tensor_names_from(grid, BACKWARD)
@@ -306,14 +356,15 @@ def tile_size_explorer(N: int = 1024, d: int = 64, sram: int = 192, Br: int = 64
     sram_i = next(i for i, (_, kib) in enumerate(SRAM_KIB) if kib == sram)
     config = {
         "grid": grid, "sram": sram_table(), "schedule": schedule_table(),
+        "compulsory": compulsory_grid(),
         "groups": {"fwd": FORWARD, "bwd": BACKWARD},
         "dtypes": dtypes, "srams": SRAM_KIB,
         "init": {"N": TILE_N.index(N), "d": TILE_D.index(d), "sram": sram_i,
                  "Br": TILE_B.index(Br), "Bc": TILE_B.index(Bc),
                  "dtype": [n for n, _ in dtypes].index(dtype),
                  "algorithm": (FORWARD + BACKWARD).index(algorithm), "step": 0},
-        "specs": {"bars_fwd": bars_spec(fwd_t), "bars_bwd": bars_spec(bwd_t),
-                  "tiles": tiles_spec()},
+        "specs": {"bars_fwd": bars_floor_spec(fwd_t),
+                  "bars_bwd": bars_floor_spec(bwd_t), "tiles": tiles_spec()},
     }
     return Explorer("tile", config, "Tile-size explorer (chapter 2)",
                     "widgets.tile_size_explorer()")

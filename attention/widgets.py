@@ -76,8 +76,9 @@ def traffic_explorer_ch1(n: int = 1024, m: int | None = None, d: int = 64,
 # ---------------------------------------------------------------------------------
 
 
-#: A setting whose three simulations would record more events than this is drawn from the
-#: closed forms instead (same counts, no schedule): a slider redraw stays well under a second.
+#: A setting whose simulation (of the chosen algorithm, the one whose schedule is drawn)
+#: would record more events than this is drawn from the closed forms alone (same counts,
+#: no schedule): a slider redraw stays well under a second.
 SIMULATE_EVENTS = 1_500_000
 #: The tile explorer's schedule panel draws at most this many tiles of S (as the figure's
 #: ``max_tiles``); beyond it the step slider is switched off.
@@ -115,23 +116,25 @@ def _closed_form_tile_figure(N, d, sram_kib, Br, Bc, dtype, algorithm, events):
     M = int(sram_kib) * 1024 // bpe
     group = BACKWARD if algorithm in BACKWARD else FORWARD
     results = {a: memory.closed_form(a, N, d, Br=Br, Bc=Bc, M=M) for a in group}
-    fig, (ax0, ax1, ax2) = plt.subplots(1, 3, figsize=(13, 4.2),
-                                        gridspec_kw={"width_ratios": [1.1, 1, 0.9]})
-    plots.traffic_by_algorithm(results, bytes_per_elem=bpe, ax=ax0,
-                               title=f"HBM traffic, N = {N}, d = {d}, Br = {Br}, Bc = {Bc}, "
-                                     f"{dtype} (closed form)")
-    est = {g: {a: memory.roofline_ms(memory.matmul_flops(a, N, d), r.bytes(bpe), spec) * 1e3
-               for a, r in results.items()} for g, spec in memory.GPUS.items()}
-    plots.roofline_bars(est, ax=ax1, unit="µs",
+    floor = {a: memory.compulsory(a, N, d) for a in group}
+    fig, (ax0, ax1, ax2) = plt.subplots(1, 3, figsize=(14, 4.4),
+                                        gridspec_kw={"width_ratios": [1.1, 1.1, 0.7]})
+    plots.traffic_by_algorithm(results, bytes_per_elem=bpe, ax=ax0, floor=floor,
+                               title=f"HBM traffic, N = {N}, d = {d}, Br = {Br}, "
+                                     f"Bc = {Bc}, {dtype} (closed form)")
+
+    def estimate(counts):
+        return {g: {a: memory.roofline_ms(memory.matmul_flops(a, N, d), r.bytes(bpe),
+                                          spec) * 1e3 for a, r in counts.items()}
+                for g, spec in memory.GPUS.items()}
+
+    plots.roofline_bars(estimate(results), ax=ax1, unit="µs", floor=estimate(floor),
                         title="roofline ESTIMATE of one head, not a measurement")
     ax2.axis("off")
-    lines = [f"{a}: {plots.human_bytes(r.bytes(bpe))}, tiles need {r.sram_peak:,}"
-             for a, r in results.items()]
-    text = (f"Counted by memory.closed_form: simulating\n"
-            f"these {events:,} events in Python\nwould take too long "
-            f"(no schedule drawn).\n\nSRAM: {sram_kib} KiB = M = {M:,} {dtype} elements\n"
-            + "\n".join(lines))
-    ax2.text(0, 1, text, va="top", fontsize=8, family="monospace")
+    text = (f"Counted by memory.closed_form:\nsimulating these {events:,} events\n"
+            f"in Python would take too long\n(no schedule drawn).\n\nThe numbers are "
+            f"printed\nunder the figure.")
+    ax2.text(0, 1, text, va="top", fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -141,13 +144,17 @@ def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: int 
     """Sliders for N, d, SRAM size, Br, Bc, dtype, algorithm and the schedule's step.
 
     Each change redraws ``attention.plots.tile_explorer_figure``: HBM reads and writes per
-    algorithm and tensor, the tiles in SRAM at the chosen step, and roofline ESTIMATES for
-    A100, H100 and H200. Tiles larger than the SRAM draw the reason instead, and switch the
-    step slider off (the label beside it says why), as do more tiles than can be drawn.
+    algorithm and tensor (simulated, no L2, beside the compulsory traffic), the tiles in
+    SRAM at the chosen step, and roofline ESTIMATES for A100, H100 and H200 from both
+    counts; ``plots.tile_explorer_summary`` prints the numbers under the figure. Tiles
+    larger than the SRAM draw the reason instead, and switch the step slider off (the
+    label beside it says why), as do more tiles than can be drawn.
     Settings too big to simulate quickly (``SIMULATE_EVENTS``) are drawn from the closed
     forms, so no slider position can stall the kernel. "Use the FA1 rule" sets Br and Bc
     from the SRAM size. Returns the widget box.
     """
+    import html
+
     import ipywidgets as widgets
 
     from attention import memory, plots
@@ -169,6 +176,7 @@ def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: int 
     step_note = widgets.HTML(value="")
     rule_b = widgets.Button(description="Use the FA1 rule for Br, Bc")
     out = widgets.Output()
+    summary = widgets.HTML(value="")  # the numbers, printed under the figure
     busy = {"on": False}
 
     def sram_elements() -> int:
@@ -186,16 +194,26 @@ def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: int 
     def figure():
         kw = dict(N=n_s.value, d=d_m.value, sram_kib=m_s.value, Br=br_s.value, Bc=bc_s.value,
                   dtype=dt_m.value, algorithm=alg_m.value)
-        group = BACKWARD if alg_m.value in BACKWARD else FORWARD
-        try:
-            events = sum(memory.closed_form(a, n_s.value, d_m.value, Br=br_s.value,
-                                            Bc=bc_s.value, M=sram_elements()).events
-                         for a in group)
+        try:  # the figure simulates the chosen algorithm only (the rest: closed forms)
+            events = memory.closed_form(alg_m.value, n_s.value, d_m.value,
+                                        Br=br_s.value, Bc=bc_s.value,
+                                        M=sram_elements()).events
         except ValueError:  # the tiles do not fit: the figure says why, simulating nothing
             events = 0
         if events > SIMULATE_EVENTS:
             return _closed_form_tile_figure(events=events, **kw)
-        return plots.tile_explorer_figure(step=step_s.value, max_tiles=MAX_TILES, **kw)
+        return plots.tile_explorer_figure(step=step_s.value, max_tiles=MAX_TILES,
+                                          text_panel=False, **kw)
+
+    def numbers() -> str:
+        try:
+            text = plots.tile_explorer_summary(
+                N=n_s.value, d=d_m.value, sram_kib=m_s.value, Br=br_s.value,
+                Bc=bc_s.value, dtype=dt_m.value, algorithm=alg_m.value)
+        except ValueError:  # the tiles do not fit: the figure gives the reason
+            return ""
+        style = "font-size: 12px; line-height: 1.3"
+        return f"<pre style='{style}'>{html.escape(text)}</pre>"
 
     def redraw(change=None):
         if busy["on"]:
@@ -204,6 +222,7 @@ def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: int 
         try:
             if change is None or change["owner"] is not step_s:
                 update_step()
+                summary.value = numbers()
             _show_figure(out, figure())
         finally:
             busy["on"] = False
@@ -223,7 +242,7 @@ def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: int 
     controls = widgets.VBox([widgets.HBox([n_s, d_m, m_s, dt_m]),
                              widgets.HBox([br_s, bc_s, rule_b]),
                              widgets.HBox([alg_m, step_s, step_note])])
-    return widgets.VBox([controls, out])
+    return widgets.VBox([controls, out, summary])
 
 
 # ---------------------------------------------------------------------------------

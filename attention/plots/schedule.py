@@ -135,10 +135,18 @@ def tile_schedule_plot(trace, step: int, n_row_blocks: int, n_col_blocks: int, a
     return ax
 
 
-def roofline_bars(estimates: dict, ax=None, title: str | None = None, unit: str = "ms"):
+#: How the compulsory count is named wherever it is drawn beside the simulated one.
+COMPULSORY_LABEL = ("compulsory traffic: each tensor\ncrosses HBM once (an L2 holding\n"
+                    "the re-reads)")
+
+
+def roofline_bars(estimates: dict, ax=None, title: str | None = None, unit: str = "ms",
+                  floor: dict | None = None):
     """Grouped bars of ESTIMATED times: ``estimates[gpu][algorithm] = time in unit``.
 
-    Estimates from the roofline model, not measurements: the title says so.
+    Estimates from the roofline model, not measurements: the title says so. ``floor``
+    (same keys) draws a second estimate of each bar as a black tick across it: the time
+    with only the compulsory traffic (``memory.compulsory``), labelled as such.
     """
     ax = _ax(ax)
     gpus = list(estimates)
@@ -146,28 +154,50 @@ def roofline_bars(estimates: dict, ax=None, title: str | None = None, unit: str 
     width = 0.8 / max(len(algs), 1)
     shades = np.linspace(0.35, 0.85, len(algs)) if len(algs) > 1 else [0.5]
     for k, a in enumerate(algs):
+        x = np.arange(len(gpus)) + (k - (len(algs) - 1) / 2) * width
         vals = [estimates[g].get(a, np.nan) for g in gpus]
-        ax.bar(np.arange(len(gpus)) + (k - (len(algs) - 1) / 2) * width, vals, width,
-               color=str(shades[k]), edgecolor="black", linewidth=0.4, label=a)
+        ax.bar(x, vals, width, color=str(shades[k]), edgecolor="black", linewidth=0.4,
+               label=f"{a} (simulated traffic, no L2)" if floor else a)
+        if floor:
+            lows = [floor[g].get(a, np.nan) for g in gpus]
+            ax.hlines(lows, x - width * 0.45, x + width * 0.45, colors="black",
+                      linewidth=2.2, label=COMPULSORY_LABEL if k == 0 else None)
     ax.set_xticks(np.arange(len(gpus)), labels=gpus)
     ax.set_ylabel(f"{unit} (ESTIMATE)")
-    ax.legend(fontsize=7)
+    if floor:  # under the axes: the tallest bars stand at the top left
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2,
+                  frameon=False)
+    else:
+        ax.legend(fontsize=7)
     ax.set_title(title or "roofline ESTIMATE, not a measurement", fontsize=10)
     return ax
 
 
+def _explorer_group(algorithm: str) -> list[str]:
+    backward = algorithm.endswith("_bwd") or algorithm.endswith("_split")
+    return (["standard_bwd", "flash2_bwd", "flash2_bwd_split"] if backward
+            else ["standard", "flash1", "flash2"])
+
+
 def tile_explorer_figure(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: int = 64,
                          Bc: int = 64, dtype: str = "float16", algorithm: str = "flash2",
-                         step: int = 0, max_tiles: int = 16384, text_panel: bool = True):
-    """The chapter-2 tile-size explorer: everything ``attention.memory`` says about one setting.
+                         step: int = 0, max_tiles: int = 16384,
+                         text_panel: bool = False):
+    """The chapter-2 tile-size explorer: everything ``attention.memory`` says about one
+    setting.
 
     Panels: HBM traffic of standard, FA1 and FA2 (or of the backward passes, if
-    ``algorithm`` is one); the chosen algorithm's schedule over the tiles of S at ``step``;
-    roofline time ESTIMATES for A100, H100 and H200. The SRAM holds ``sram_kib`` KiB of
-    ``dtype`` elements. Tiles that do not fit draw the reason instead; more than
-    ``max_tiles`` tiles are counted but not drawn. With ``text_panel=False`` the numbers
-    are left out of the figure (three panels in a row); ``tile_explorer_summary`` gives them
-    as text to print under it. Returns the figure.
+    ``algorithm`` is one), counted by ``memory.closed_form`` (the simulator's counts,
+    no L2), each bar with a black tick at the compulsory traffic (``memory.compulsory``:
+    each tensor crosses HBM once, the floor an L2 holding the re-reads gets near); the
+    chosen algorithm's schedule over the tiles of S at ``step`` (the one algorithm
+    simulated); roofline time ESTIMATES for A100, H100 and H200, from both counts. The
+    SRAM holds ``sram_kib`` KiB of ``dtype`` elements. Tiles that do not fit draw the
+    reason instead; more than ``max_tiles`` tiles are counted but not drawn (and nothing
+    is simulated).
+    ``text_panel=True`` adds the numbers as a text panel inside the figure (on its way
+    out); ``tile_explorer_summary`` gives them as text to print under it. Returns the
+    figure.
     """
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
@@ -178,33 +208,35 @@ def tile_explorer_figure(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: in
     rule = (f"FA1 rule: Bc = ceil(M/4d) = {fa1_bc}, Br = min(ceil(M/4d), d) = {fa1_br};\n"
             f"  its flash1 tiles need {fa1_need} elements "
             f"({'fit' if fa1_need <= M else 'do NOT fit: the rule holds up to constants'})")
-    backward = algorithm.endswith("_bwd") or algorithm.endswith("_split")
-    group = (["standard_bwd", "flash2_bwd", "flash2_bwd_split"] if backward
-             else ["standard", "flash1", "flash2"])
+    group = _explorer_group(algorithm)
     t_r, t_c = memory.cdiv(N, Br), memory.cdiv(N, Bc)
     animate = t_r * t_c <= max_tiles
     try:
-        chosen = memory.simulate(algorithm, N, d, Br=Br, Bc=Bc, M=M, keep_trace=animate)
-        results = {a: (chosen if a == algorithm else
-                       memory.simulate(a, N, d, Br=Br, Bc=Bc, M=M, keep_trace=False))
-                   for a in group}
+        # The counts of every algorithm from the closed forms (the same counts simulate
+        # gives); only the algorithm whose schedule is drawn is simulated (its trace).
+        results = {a: memory.closed_form(a, N, d, Br=Br, Bc=Bc, M=M) for a in group}
+        chosen = (memory.simulate(algorithm, N, d, Br=Br, Bc=Bc, M=M, keep_trace=True)
+                  if animate else results[algorithm])
     except ValueError as err:
         fig, ax = plt.subplots(figsize=(11, 2.2))
         ax.axis("off")
-        ax.text(0, 0.75, f"Invalid choice: {err}", wrap=True, fontsize=10, color="#C44E52",
-                va="top")
+        ax.text(0, 0.75, f"Invalid choice: {err}", wrap=True, fontsize=10,
+                color="#C44E52", va="top")
         ax.text(0, 0.2, rule, fontsize=9, va="top", wrap=True)
         return fig
+    floor = {a: memory.compulsory(a, N, d) for a in group}
     if text_panel:
         fig = plt.figure(figsize=(12, 8.2))
         gs = fig.add_gridspec(2, 2, height_ratios=[1, 1.05], hspace=0.55, wspace=0.28)
         slots = gs[0, 0], gs[0, 1], gs[1, 0]
     else:
-        fig = plt.figure(figsize=(14, 4.4))
-        gs = fig.add_gridspec(1, 3, wspace=0.3)
+        fig = plt.figure(figsize=(15, 4.6))
+        gs = fig.add_gridspec(1, 3, wspace=0.3, width_ratios=[1.1, 1, 1.1])
         slots = gs[0, 0], gs[0, 1], gs[0, 2]
     traffic_by_algorithm(results, bytes_per_elem=bpe, ax=fig.add_subplot(slots[0]),
-                         title=f"HBM traffic, N = {N}, d = {d}, Br = {Br}, Bc = {Bc}, {dtype}")
+                         floor=floor,
+                         title=f"HBM traffic, N = {N}, d = {d}, Br = {Br}, Bc = {Bc}, "
+                               f"{dtype}")
     ax = fig.add_subplot(slots[1])
     if animate:
         tile_schedule_plot(chosen.trace, step, t_r, t_c, ax=ax,
@@ -214,18 +246,19 @@ def tile_explorer_figure(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: in
         ax.axis("off")
         ax.text(0, 0.5, f"{t_r} x {t_c} = {t_r * t_c} tiles: too many to draw.\n"
                         f"Shrink N or grow Br, Bc to see the schedule.", fontsize=10)
-    est, lines = {}, []
+    est, low, lines = {}, {}, []
     for g, spec in memory.GPUS.items():
-        est[g] = {}
+        est[g], low[g] = {}, {}
         for a, r in results.items():
             fl = memory.matmul_flops(a, N, d)
             est[g][a] = memory.roofline_ms(fl, r.bytes(bpe), spec) * 1e3  # microseconds
+            low[g][a] = memory.roofline_ms(fl, floor[a].bytes(bpe), spec) * 1e3
     for a, r in results.items():
         ai = memory.arithmetic_intensity(memory.matmul_flops(a, N, d), r.bytes(bpe))
         lines.append(f"{a}: {human_bytes(r.bytes(bpe))}, {ai:.0f} FLOP/byte")
     ax = fig.add_subplot(slots[2])
-    roofline_bars(est, ax=ax, unit="µs", title="roofline ESTIMATE of one head, "
-                                              "not a measurement")
+    roofline_bars(est, ax=ax, unit="µs", floor=low,
+                  title="roofline ESTIMATE of one head, not a measurement")
     if not text_panel:
         return fig
     ax2 = fig.add_subplot(gs[1, 1])
@@ -246,23 +279,26 @@ def tile_explorer_summary(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: i
                           Bc: int = 64, dtype: str = "float16",
                           algorithm: str = "flash2") -> str:
     """The numbers behind ``tile_explorer_figure`` as a short text, one fact a line:
-    traffic and arithmetic intensity per algorithm, the GPUs' ridge points, what the SRAM
-    holds and what the tiles need, and the FA1 rule's tiles."""
+    traffic and arithmetic intensity per algorithm, simulated (no L2) and compulsory
+    (each tensor once), the GPUs' ridge points, what the SRAM holds and what the tiles
+    need, and the FA1 rule's tiles. From the closed forms: nothing is simulated."""
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
     bpe = DTYPE_BYTES[dtype]
     M = int(sram_kib) * 1024 // bpe
-    backward = algorithm.endswith("_bwd") or algorithm.endswith("_split")
-    group = (["standard_bwd", "flash2_bwd", "flash2_bwd_split"] if backward
-             else ["standard", "flash1", "flash2"])
-    results = {a: memory.simulate(a, N, d, Br=Br, Bc=Bc, M=M, keep_trace=False)
-               for a in group}
+    results = {a: memory.closed_form(a, N, d, Br=Br, Bc=Bc, M=M)
+               for a in _explorer_group(algorithm)}
     fa1_br, fa1_bc = memory.fa1_block_sizes(M, d)
     fa1_need = memory.sram_need("flash1", N, d, fa1_br, fa1_bc)
-    lines = [f"{'algorithm':<18}{'HBM traffic':>12}{'FLOP/byte':>11}"]
+    lines = [f"{'':<18}{'simulated (no L2)':>28}{'compulsory':>24}",
+             f"{'algorithm':<18}{'HBM traffic':>16}{'FLOP/byte':>12}"
+             f"{'HBM traffic':>13}{'FLOP/byte':>11}"]
     for a, r in results.items():
-        ai = memory.arithmetic_intensity(memory.matmul_flops(a, N, d), r.bytes(bpe))
-        lines.append(f"{a:<18}{human_bytes(r.bytes(bpe)):>12}{ai:>11.0f}")
+        fl = memory.matmul_flops(a, N, d)
+        once = memory.compulsory(a, N, d).bytes(bpe)
+        ai, ai_once = (memory.arithmetic_intensity(fl, b) for b in (r.bytes(bpe), once))
+        lines.append(f"{a:<18}{human_bytes(r.bytes(bpe)):>16}{ai:>12.0f}"
+                     f"{human_bytes(once):>13}{ai_once:>11.0f}")
     ridge = ", ".join(f"{g} {s.ridge:.0f}" for g, s in memory.GPUS.items())
     lines += [f"ridge points (peak FLOP/s / HBM bytes/s): {ridge}",
               f"SRAM: {sram_kib} KiB = M = {M} {dtype} elements; "

@@ -91,10 +91,14 @@ def _grouped_legend(ax, tensors) -> None:
 
 
 def traffic_by_algorithm(results: dict, bytes_per_elem: int = 2, ax=None,
-                         title: str | None = None):
-    """Stacked bars of HBM bytes per algorithm, split by tensor: reads solid, writes hatched.
+                         title: str | None = None, floor: dict | None = None):
+    """Stacked bars of HBM bytes per algorithm, split by tensor: reads solid, writes
+    hatched.
 
-    ``results`` maps an algorithm name to its ``attention.memory.Traffic``.
+    ``results`` maps an algorithm name to its ``attention.memory.Traffic``. ``floor``
+    (same keys, optional) maps each to its compulsory ``Traffic``
+    (``memory.compulsory``): drawn as a black tick across the bar and labelled, so the
+    simulated count (no L2) and the lower bound stand side by side.
     """
     ax = _ax(ax)
     names = list(results)
@@ -118,6 +122,18 @@ def traffic_by_algorithm(results: dict, bytes_per_elem: int = 2, ax=None,
     ax.set_ylim(0, bottom.max() * 1.15)
     _label_segments(ax, results, tensors, names, bytes_per_elem / div, bottom.max())
     _grouped_legend(ax, tensors)
+    if floor:
+        lows = [floor[n].total * bytes_per_elem / div for n in names]
+        ax.hlines(lows, x - 0.42, x + 0.42, colors="black", linewidth=2.4, zorder=4)
+        grouped = ax.get_legend()
+        ax.add_artist(grouped)
+        ax.legend(handles=[
+            mpl.patches.Patch(facecolor="0.85", edgecolor="black",
+                              label="bar: simulated, no L2 (re-reads from HBM)"),
+            mpl.lines.Line2D([], [], color="black", linewidth=2.4,
+                             label="tick: compulsory, each tensor crosses\n"
+                                   "HBM once (an L2 holding the re-reads)")],
+            loc="upper right", fontsize=7, framealpha=0.9)
     if title:
         ax.set_title(title)
     return ax

@@ -130,6 +130,54 @@ def test_tile_explorer_without_text_panel_prints_its_numbers_instead():
     plt.close(fig)
 
 
+@pytest.mark.parametrize("alg", ["flash1", "flash2_bwd"])
+def test_tile_explorer_draws_compulsory_traffic_and_simulates_one_algorithm(
+        alg, monkeypatch):
+    from matplotlib.collections import LineCollection
+
+    real, simulated = memory.simulate, []
+
+    def spy(a, *args, **kw):
+        simulated.append(a)
+        return real(a, *args, **kw)
+
+    monkeypatch.setattr(memory, "simulate", spy)
+    N, d = 512, 64
+    fig = plots.tile_explorer_figure(N=N, d=d, Br=64, Bc=32, algorithm=alg, step=3)
+    assert simulated == [alg]  # the schedule drawn; the rest come from the closed forms
+    ax_traffic, _, ax_roof = fig.axes[:3]
+    group = ([a for a in memory.algorithms() if a.startswith(("standard_", "flash2_"))]
+             if alg.endswith("bwd") else ["standard", "flash1", "flash2"])
+    group = [a for a in ("standard_bwd", "flash2_bwd", "flash2_bwd_split",
+                         "standard", "flash1", "flash2") if a in group]
+    unit = ax_traffic.get_ylabel().split("(")[1].rstrip(")")
+    div = {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10, "B": 1}[unit]
+    (ticks,) = [c for c in ax_traffic.collections if isinstance(c, LineCollection)]
+    got = [seg[0][1] * div for seg in ticks.get_segments()]
+    want = [memory.compulsory(a, N, d).bytes(2) for a in group]
+    np.testing.assert_allclose(got, want)
+    labels = [t.get_text() for t in ax_traffic.get_legend().get_texts()]
+    assert any("compulsory" in t for t in labels) and any("no L2" in t for t in labels)
+    # The roofline panel: a tick per (GPU, algorithm), estimated from compulsory bytes.
+    lows = [seg[0][1] for c in ax_roof.collections if isinstance(c, LineCollection)
+            for seg in c.get_segments()]
+    want = [memory.roofline_ms(memory.matmul_flops(a, N, d),
+                               memory.compulsory(a, N, d).bytes(2), spec) * 1e3
+            for a in group for spec in memory.GPUS.values()]
+    np.testing.assert_allclose(lows, want)
+    assert any("compulsory" in t.get_text() for t in ax_roof.get_legend().get_texts())
+
+
+def test_tile_explorer_summary_gives_both_counts():
+    text = plots.tile_explorer_summary(N=1024, d=64)
+    assert "simulated (no L2)" in text and "compulsory" in text
+    row = next(line for line in text.splitlines() if line.startswith("flash2 "))
+    fl = memory.matmul_flops("flash2", 1024, 64)
+    once = memory.compulsory("flash2", 1024, 64).bytes(2)
+    sim = memory.closed_form("flash2", 1024, 64, Br=64, Bc=64).bytes(2)
+    assert row.split()[-1] == f"{fl / once:.0f}" and f"{fl / sim:.0f}" in row.split()
+
+
 def test_backward_traffic_legend_is_grouped():
     res = {a: memory.simulate(a, 512, 64, Br=128, Bc=64, keep_trace=False)
            for a in ("standard_bwd", "flash2_bwd")}

@@ -45,6 +45,26 @@ def test_tile_grid_is_closed_form(tile_grid):
             assert fits == (row[-1] <= M)
 
 
+def test_compulsory_grid_is_memory_compulsory():
+    g = static.compulsory_grid()
+    assert g["N"] == static.TILE_N and g["d"] == static.TILE_D
+    assert set(g["counts"]) == set(static.FORWARD + static.BACKWARD)
+    for alg in static.FORWARD + static.BACKWARD:
+        for iN, N in enumerate(g["N"]):
+            for id_, d in enumerate(g["d"]):
+                t = memory.compulsory(alg, N, d)
+                row = g["counts"][alg][iN * len(g["d"]) + id_]
+                assert row == [t.total] + _flat(t, g["tensors"][alg])
+    # The explorer carries it, and draws it with the bars of both groups.
+    e = static.tile_size_explorer()
+    assert e.config["compulsory"] == g
+    for key in ("bars_fwd", "bars_bwd"):
+        layers = e.config["specs"][key]["layer"]
+        assert [lyr["data"]["name"] for lyr in layers] == ["bars", "compulsory"]
+        color = layers[1]["encoding"]["color"]
+        assert color["scale"]["domain"] == [static.COMPULSORY_LABEL]
+
+
 def test_sram_table():
     tab = static.sram_table()
     for si, (_, kib) in enumerate(static.SRAM_KIB):

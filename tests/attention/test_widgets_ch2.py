@@ -21,9 +21,13 @@ def _find(box, description):
 
 
 def _png(box):
-    out = box.children[-1]
+    out = box.children[1]  # controls, the figure, the numbers printed under it
     assert len(out.outputs) == 1
     return out.outputs[0]["data"]["image/png"]
+
+
+def _summary(box):
+    return box.children[2].value
 
 
 def test_explorer_redraws_on_each_control(monkeypatch):
@@ -38,6 +42,11 @@ def test_explorer_redraws_on_each_control(monkeypatch):
     box = widgets.tile_size_explorer(N=256, d=64, Br=64, Bc=64)
     first = _png(box)
     assert calls[-1]["N"] == 256 and calls[-1]["algorithm"] == "flash2"
+    # No text panel inside the figure: the numbers are printed under it.
+    assert calls[-1]["text_panel"] is False
+    want = plots.tile_explorer_summary(N=256, d=64, Br=64, Bc=64)
+    assert want.splitlines()[2].split()[0] == "standard"
+    assert all(line in _summary(box) for line in want.splitlines()[:5])
     step = _find(box, "step")
     assert step.max == 16 - 1  # (256/64)^2 tiles, one step each
     step.value = 7
@@ -46,6 +55,9 @@ def test_explorer_redraws_on_each_control(monkeypatch):
     assert calls[-1]["algorithm"] == "flash1"
     _find(box, "N").value = 512
     assert calls[-1]["N"] == 512 and step.max == 64 - 1
+    assert "compulsory" in _summary(box)
+    want = plots.tile_explorer_summary(N=512, d=64, algorithm="flash1")
+    assert want.splitlines()[3] in _summary(box)
     _find(box, "Bc").value = 128
     assert calls[-1]["Bc"] == 128
 
@@ -69,7 +81,7 @@ def test_invalid_tiles_show_the_reason(monkeypatch):
     monkeypatch.setattr(plots, "tile_explorer_figure", spy)
     box = widgets.tile_size_explorer(N=1024, d=128, sram_kib=16, Br=256, Bc=256)
     assert "Invalid choice" in texts[-1] and "M holds 8192" in texts[-1]
-    assert _png(box)
+    assert _png(box) and _summary(box) == ""  # the figure gives the reason
 
 
 def test_chapter2_figures_draw():

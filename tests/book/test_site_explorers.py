@@ -176,9 +176,18 @@ def check_tile(pg: Page, eid: str) -> None:
     group = cfg.FORWARD if alg in cfg.FORWARD else cfg.BACKWARD
     res = {a: memory.closed_form(a, N, d, Br=br, Bc=bc) for a in group}
     assert _bars(pg.data(eid, "bars", "bars")) == _expected_bars(res, bpe)
+    # The compulsory traffic drawn beside each bar: memory.compulsory, each tensor once.
+    floor = {r["group"]: (r["what"], r["bytes"])
+             for r in pg.data(eid, "bars", "compulsory")}
+    assert floor == {a: (static.COMPULSORY_LABEL, memory.compulsory(a, N, d).bytes(bpe))
+                     for a in group}
     # Fit or not, as the simulator with this SRAM says.
     M = cfg.SRAM_KIB[s["sram"]][1] * 1024 // bpe
     text = pg.readout(eid)
+    for a in group:
+        once = memory.compulsory(a, N, d).total
+        pattern = rf"{a}: [^;]*;[^;]*; compulsory [^(]* \({once:,} elements\)"
+        assert re.search(pattern, text), (a, once, text)
     assert f"M = {M:,} elements" in text
     for a in group:
         try:
