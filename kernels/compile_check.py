@@ -124,7 +124,8 @@ def _launch_values(kernel: str, dtype, head_dim: int, n_ctx: int, causal: bool,
               "N_CTX_K": n_ctx, "HEAD_DIM": head_dim, "IS_CAUSAL": causal, "BLOCK_D": bd,
               "UPCAST": False, "DOT_PRECISION": "ieee" if dtype == torch.float32 else "tf32",
               "BLOCK_M": bm, "BLOCK_N": bn, "EVEN_M": n_ctx % bm == 0,
-              "EVEN_N": n_ctx % bn == 0, "EVEN_D": head_dim == bd}
+              "EVEN_N": n_ctx % bn == 0, "EVEN_D": head_dim == bd,
+              "N_BUCKET": flash.n_bucket(n_ctx), "NEG_SCALE": False}
     for name in ("Q", "K", "V", "Out", "O", "DO", "DQ", "DK", "DV"):
         values[name] = t
     values["LSE2"] = values["Delta"] = lse

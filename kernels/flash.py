@@ -36,7 +36,8 @@ Devices
     sm_80 (``tl.dot`` lowers to FMA), so on a T4 the kernel is correct but runs on CUDA
     cores with small FMA tiles, slower than PyTorch's cuBLAS-based attention there.
     Tile configs are chosen per architecture class and head dim (``configs``), and
-    autotuned among at most two per kernel (key: head dim, causal, dtypes).
+    autotuned among at most three per kernel (key: head dim, causal, dtypes; the forward
+    also keys on N_k rounded up to a power of two, ``n_bucket``).
     ``python -m kernels.compile_check`` compiles every shipped config for sm_75/80/89/90
     ahead of time on a CPU and checks shared memory and register spills. On a CPU
     machine the kernels run under the Triton interpreter with one fixed 64 x 64 tile.
@@ -76,7 +77,7 @@ INTERPRET_CONFIG = (64, 64, 4, 1)  # the one config used under the Triton interp
 _TABLES: dict[str, dict[str, dict[int, list[tuple[int, int, int, int]]]]] = {
     "fwd": {
         "sm90": {16: [(128, 64, 4, 3)], 32: [(128, 64, 4, 3)], 64: [(128, 64, 4, 3), (128, 128, 8, 3)],
-                 128: [(128, 64, 8, 3), (128, 128, 8, 2)], 256: [(128, 64, 8, 2)]},
+                 128: [(128, 128, 8, 3), (128, 64, 8, 3)], 256: [(128, 64, 8, 2)]},
         "sm80": {16: [(128, 64, 4, 3)], 32: [(128, 64, 4, 3)], 64: [(128, 64, 4, 3), (128, 128, 8, 3)],
                  128: [(128, 64, 8, 3), (64, 64, 4, 3)], 256: [(64, 32, 8, 2)]},
         "sm89": {16: [(128, 64, 4, 2)], 32: [(128, 64, 4, 2)], 64: [(128, 64, 4, 3), (128, 128, 8, 2)],
@@ -244,41 +245,56 @@ def _select_pv(acc, p, visible, v_base, stride_vn, stride_vd, start_n, offs_n, o
 
 
 @triton.jit
-def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-                    offs_m, offs_d, lo, hi, qk_scale, N_CTX_K, HEAD_DIM, causal_offset,
+def _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, v_base, stride_kn, stride_vn, stride_vd,
+                    offs_m, offs_n0, offs_d, lo, hi, qk_scale, N_CTX_K, HEAD_DIM, causal_offset,
                     BLOCK_N: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
                     EVEN_N: tl.constexpr, EVEN_D: tl.constexpr, UPCAST: tl.constexpr,
-                    DOT_PRECISION: tl.constexpr):
+                    DOT_PRECISION: tl.constexpr, NEG_SCALE: tl.constexpr):
     """Stream key blocks [lo, hi) past the resident query tile, updating the online softmax.
 
-    MASKED=False: every (query, key) pair in range is visible, no mask is computed.
-    MASKED=True: the diagonal blocks (causal) and the ragged last key block.
+    ``k_ptrs``/``v_ptrs`` point at the tile of key block 0 and stay fixed: block start_n is
+    read at ``k_ptrs + start_n * stride_kn`` (one IMAD.WIDE per 16-byte vector on sm_90,
+    instead of recomputing offs_n * stride per element).
+    MASKED=False: every (query, key) pair in range is visible, no mask is computed, and the
+    scale is folded into one FFMA per score: m = max(m, rowmax(qk) * scale) and
+    p = exp2(qk * scale - m) (rowmin when the scale is negative, NEG_SCALE).
+    MASKED=True: the diagonal blocks (causal) and the ragged last key block; there the
+    scores are scaled first and then masked with -inf (the order the sign needs).
     """
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
-        offs_n = start_n + tl.arange(0, BLOCK_N)
+        offs_n = start_n + offs_n0
         # -- k, v tiles: HBM -> SRAM --
-        k = _load_tile(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
-                       offs_n, offs_d, N_CTX_K, HEAD_DIM, EVEN_N or not MASKED, EVEN_D)
-        v = _load_tile(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
-                       offs_n, offs_d, N_CTX_K, HEAD_DIM, EVEN_N or not MASKED, EVEN_D)
+        # (one multiply-add per pointer: the loop-invariant tile pointers plus a scalar)
+        k = _load_tile(k_ptrs + start_n * stride_kn, offs_n, offs_d, N_CTX_K, HEAD_DIM,
+                       EVEN_N or not MASKED, EVEN_D)
+        v = _load_tile(v_ptrs + start_n * stride_vn, offs_n, offs_d, N_CTX_K, HEAD_DIM,
+                       EVEN_N or not MASKED, EVEN_D)
         if UPCAST:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
-        # -- scores in base 2: s = q k^T * scale * log2(e), (BLOCK_M, BLOCK_N), on chip --
-        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
+        # -- raw scores q k^T, (BLOCK_M, BLOCK_N), on chip --
+        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         if MASKED:
+            # scores in base 2: s = q k^T * scale * log2(e), hidden pairs -inf
+            s = qk * qk_scale
             visible = offs_n[None, :] < N_CTX_K
             if IS_CAUSAL:
                 visible = visible & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
             s = tl.where(visible, s, float("-inf"))
-        # -- online softmax: new running max, rescale what was accumulated so far --
-        m_ij = tl.maximum(m_i, tl.max(s, 1))
-        if MASKED:  # a row with no visible key yet keeps m = -inf: subtract 0 instead
+            # -- online softmax: new running max, rescale what was accumulated so far --
+            m_ij = tl.maximum(m_i, tl.max(s, 1))
+            # a row with no visible key yet keeps m = -inf: subtract 0 instead
             m_ij_safe = tl.where(m_ij == float("-inf"), 0.0, m_ij)
+            p = tl.exp2(s - m_ij_safe[:, None])
         else:
+            # max of qk * scale without scaling every score: the scale is one number
+            if NEG_SCALE:
+                m_ij = tl.maximum(m_i, tl.min(qk, 1) * qk_scale)
+            else:
+                m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
             m_ij_safe = m_ij
-        p = tl.exp2(s - m_ij_safe[:, None])
+            p = tl.exp2(qk * qk_scale - m_ij[:, None])  # one FFMA per score
         alpha = tl.exp2(m_i - m_ij_safe)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
@@ -298,20 +314,28 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stri
     return acc, l_i, m_i
 
 
-@triton.autotune(configs=_all_configs("fwd"), key=["HEAD_DIM", "IS_CAUSAL"],
+def n_bucket(n_ctx_k: int) -> int:
+    """The forward's autotune key for the key length: the next power of two, from 256 up to
+    65536, so a choice tuned at N = 512 is not reused at N = 65536 (nor retuned per N)."""
+    return min(max(triton.next_power_of_2(n_ctx_k), 256), 65536)
+
+
+@triton.autotune(configs=_all_configs("fwd"), key=["HEAD_DIM", "IS_CAUSAL", "N_BUCKET"],
                  prune_configs_by=_pruner("fwd"))
-@triton.heuristics(_HEURISTICS)
+@triton.heuristics({**_HEURISTICS, "NEG_SCALE": lambda a: a["sm_scale"] < 0})
 @triton.jit
 def _attn_fwd(Q, K, V, Out, LSE2, sm_scale,
               stride_qz, stride_qh, stride_qm, stride_qd,
               stride_kz, stride_kh, stride_kn, stride_kd,
               stride_vz, stride_vh, stride_vn, stride_vd,
               stride_oz, stride_oh, stride_om, stride_od,
-              H, GROUP, N_CTX_Q, N_CTX_K, HEAD_DIM,
+              H, GROUP, N_CTX_Q, N_CTX_K, HEAD_DIM, N_BUCKET,
               IS_CAUSAL: tl.constexpr, BLOCK_D: tl.constexpr, UPCAST: tl.constexpr,
               DOT_PRECISION: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr):
+              EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr,
+              NEG_SCALE: tl.constexpr):
+    # N_BUCKET (n_bucket(N_CTX_K)) is only the autotuner's key; NEG_SCALE: sm_scale < 0
     start_m = tl.program_id(0)  # which BLOCK_M query rows
     off_hz = tl.program_id(1)  # which (batch, head)
     off_z = off_hz // H
@@ -347,19 +371,21 @@ def _attn_fwd(Q, K, V, Out, LSE2, sm_scale,
     else:
         hi = N_CTX_K
         full_end = (N_CTX_K // BLOCK_N) * BLOCK_N
+    # k and v tile pointers of key block 0 (loop invariant; the loop adds start_n * stride)
+    offs_n0 = tl.arange(0, BLOCK_N)
+    k_ptrs = k_base + offs_n0[:, None] * stride_kn + offs_d[None, :] * stride_kd
+    v_ptrs = v_base + offs_n0[:, None] * stride_vn + offs_d[None, :] * stride_vd
     # stage 1: blocks every row sees in full, no masks
-    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base,
-                                    stride_kn, stride_kd, stride_vn, stride_vd,
-                                    offs_m, offs_d, 0, full_end, qk_scale, N_CTX_K, HEAD_DIM,
-                                    causal_offset, BLOCK_N, False, IS_CAUSAL, EVEN_N, EVEN_D,
-                                    UPCAST, DOT_PRECISION)
+    acc, l_i, m_i = _attn_fwd_inner(
+        acc, l_i, m_i, q, k_ptrs, v_ptrs, v_base, stride_kn, stride_vn, stride_vd,
+        offs_m, offs_n0, offs_d, 0, full_end, qk_scale, N_CTX_K, HEAD_DIM, causal_offset,
+        BLOCK_N, False, IS_CAUSAL, EVEN_N, EVEN_D, UPCAST, DOT_PRECISION, NEG_SCALE)
     # stage 2: the diagonal (causal) and the ragged last key block, masked
     if IS_CAUSAL or not EVEN_N:
-        acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base,
-                                        stride_kn, stride_kd, stride_vn, stride_vd,
-                                        offs_m, offs_d, full_end, hi, qk_scale, N_CTX_K, HEAD_DIM,
-                                        causal_offset, BLOCK_N, True, IS_CAUSAL, EVEN_N, EVEN_D,
-                                        UPCAST, DOT_PRECISION)
+        acc, l_i, m_i = _attn_fwd_inner(
+            acc, l_i, m_i, q, k_ptrs, v_ptrs, v_base, stride_kn, stride_vn, stride_vd,
+            offs_m, offs_n0, offs_d, full_end, hi, qk_scale, N_CTX_K, HEAD_DIM, causal_offset,
+            BLOCK_N, True, IS_CAUSAL, EVEN_N, EVEN_D, UPCAST, DOT_PRECISION, NEG_SCALE)
 
     # epilogue: normalise; a row that saw no key has l_i = 0 -> output 0, lse = -inf
     empty = l_i == 0.0
@@ -443,7 +469,7 @@ def _forward(q, k, v, causal: bool, scale: float):
     _attn_fwd[grid](
         q, k, v, o, lse2, scale,
         *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-        H, H // H_kv, N_q, N_k, d,
+        H, H // H_kv, N_q, N_k, d, n_bucket(N_k),
         IS_CAUSAL=causal, BLOCK_D=block_d(d), UPCAST=_upcast(q.dtype, q.device),
         DOT_PRECISION=_dot_precision(q.dtype),
     )
@@ -745,7 +771,7 @@ def forward_with_tiles(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_
     _attn_fwd.fn[grid](  # .fn: the @heuristics-wrapped kernel under the @autotune
         q, k, v, o, lse2, scale,
         *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-        H, H // H_kv, N_q, N_k, d,
+        H, H // H_kv, N_q, N_k, d, n_bucket(N_k),
         IS_CAUSAL=bool(causal), BLOCK_D=block_d(d), UPCAST=_upcast(q.dtype, q.device),
         DOT_PRECISION=_dot_precision(q.dtype), BLOCK_M=block_m, BLOCK_N=block_n,
         num_warps=num_warps, num_stages=num_stages,

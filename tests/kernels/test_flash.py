@@ -430,3 +430,28 @@ def test_dkdv_padded_key_rows_never_reach_exp2(recwarn):
     for t in (dq, dk, dv):
         assert torch.all(torch.isfinite(t))
     assert not [w for w in recwarn if "overflow" in str(w.message)]
+
+
+@pytest.mark.parametrize("sm_scale", [-0.125, -2.0, 0.0])
+@pytest.mark.parametrize("causal,n", [(False, 128), (True, 128), (False, 77)])
+def test_negative_and_zero_scale_match_fp64(sm_scale, causal, n):
+    # The unmasked main loop folds the scale into one FFMA per score and takes the row max
+    # of the raw scores times the scale: with a negative scale that is the row MIN (the
+    # NEG_SCALE heuristic). N = 128 runs the unmasked loop only (non-causal), both loops
+    # (causal), or the unmasked loop then a ragged tail (N = 77).
+    q, k, v = _qkv(1, 2, 2, n, n, 32, grad=True, seed=3)
+    o, lse = flash_attention(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=True)
+    do = torch.randn_like(o)
+    o.backward(do)
+    o_ref, lse_ref, grads = _ref_grads(q, k, v, do, causal, sm_scale)
+    assert _max_err(o, o_ref) < 2e-5
+    assert _max_err(lse, lse_ref) < 2e-5 * max(1.0, lse_ref.abs().max().item())
+    for t, ref in zip((q, k, v), grads):
+        assert _max_err(t.grad, ref) < 1e-4 * max(1.0, ref.abs().max().item())
+
+
+def test_n_bucket_separates_short_and_long_sequences():
+    # the forward's autotune key: a choice tuned at N = 512 is not reused at N = 65536
+    assert flash.n_bucket(1) == flash.n_bucket(256) == 256
+    assert flash.n_bucket(512) == 512 and flash.n_bucket(513) == 1024
+    assert flash.n_bucket(65536) == flash.n_bucket(10**6) == 65536
