@@ -18,14 +18,23 @@ def attention_heatmap(
     title: str | None = None,
     colorbar: bool = True,
     vmax: float | None = None,
+    mask: np.ndarray | None = None,
 ):
-    """Draw an (N_q, N_k) attention map: rows are queries, columns keys, darker = more weight."""
+    """Draw an (N_q, N_k) attention map: rows are queries, columns keys, darker = more
+    weight.
+
+    ``mask`` (boolean, the shape of ``weights``, True where a query may attend): hidden
+    cells are drawn grey and hatched, as ``mask_heatmap`` draws them, so a masked zero
+    never looks like a small weight; a legend entry says "masked".
+    """
     ax = _ax(ax)
     w = np.asarray(weights)
     if w.ndim != 2:
         raise ValueError(f"weights must be 2-D (N_q, N_k), got shape {w.shape}")
     im = ax.imshow(w, cmap=ATTENTION_CMAP, vmin=0.0, vmax=vmax or max(float(w.max()), 1e-12),
                    aspect="auto", interpolation="nearest")
+    if mask is not None:
+        _hatch_masked(ax, mask, w.shape)
     if q_labels is not None:
         ax.set_yticks(range(len(q_labels)), labels=[str(t) for t in q_labels])
     if k_labels is not None:
@@ -37,6 +46,38 @@ def attention_heatmap(
     if colorbar:
         ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="weight")
     return ax
+
+
+#: How a masked cell of an attention map is drawn: the grey of ``mask_heatmap``'s hidden
+#: cells, hatched in a darker grey so it cannot pass for a small weight.
+MASKED_HATCH = "0.55"
+
+
+def _hatch_masked(ax, mask, shape) -> None:
+    """Cover the hidden cells of ``mask`` (False = masked) with grey, hatched
+    rectangles: one per run of masked cells in a row, so the hatching reads as one
+    region."""
+    m = np.asarray(mask)
+    if m.shape != tuple(shape) or m.dtype != bool:
+        raise ValueError(f"mask must be a boolean array of shape {tuple(shape)}, got "
+                         f"shape {m.shape} dtype {m.dtype}")
+    for i, row in enumerate(m):
+        j = 0
+        while j < len(row):
+            if row[j]:
+                j += 1
+                continue
+            j0 = j
+            while j < len(row) and not row[j]:
+                j += 1
+            ax.add_patch(mpl.patches.Rectangle(
+                (j0 - 0.5, i - 0.5), j - j0, 1, facecolor=MASK_COLORS["masked"],
+                edgecolor=MASKED_HATCH, hatch="////", linewidth=0, zorder=2))
+    if not m.all():
+        ax.legend(handles=[mpl.patches.Patch(facecolor=MASK_COLORS["masked"],
+                                             edgecolor=MASKED_HATCH, hatch="////",
+                                             label="masked")],
+                  loc="upper right", fontsize=8, framealpha=1.0)  # causal: on the mask
 
 
 def mask_heatmap(mask: np.ndarray, ax=None, title: str | None = None, q_labels=None,

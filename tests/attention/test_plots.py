@@ -39,6 +39,22 @@ def test_attention_heatmap_draws_the_weights():
         plots.attention_heatmap(np.ones(3))
 
 
+def test_attention_heatmap_hatches_masked_cells():
+    mask = core.causal_mask(4, 6)  # bottom-right: row 0 sees keys 0..2
+    w = np.where(mask, 0.1, 0.0)
+    ax = plots.attention_heatmap(w, mask=mask)
+    # One grey, hatched rectangle per run of masked cells in a row: rows 0, 1, 2.
+    rects = [p for p in ax.patches if p.get_hatch()]
+    assert [(r.get_y() + 0.5, r.get_x() + 0.5, r.get_width()) for r in rects] == [
+        (0, 3, 3), (1, 4, 2), (2, 5, 1)]
+    assert all(matplotlib.colors.to_hex(r.get_facecolor())
+               == plots.MASK_COLORS["masked"].lower() for r in rects)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["masked"]
+    assert not [p for p in plots.attention_heatmap(w).patches if p.get_hatch()]
+    with pytest.raises(ValueError, match="mask"):
+        plots.attention_heatmap(w, mask=mask[:2])
+
+
 @pytest.mark.parametrize("n_q,n_k", [(6, 6), (4, 7), (7, 4)])
 def test_mask_heatmap_draws_the_mask_and_diagonal(n_q, n_k):
     mask = core.causal_mask(n_q, n_k)
