@@ -46,6 +46,14 @@ def test_notebook_committed_without_outputs(nb_path):
 
 
 @pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_cell_has_a_unique_id(nb_path):
+    """nbformat 4.5 cells carry ids (figures, glue and Colab anchor on them)."""
+    ids = [cell.get("id") for cell in _load(nb_path)["cells"]]
+    assert None not in ids, f"{nb_path.name}: cell {ids.index(None)} has no id"
+    assert len(set(ids)) == len(ids), f"{nb_path.name}: duplicate cell ids"
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.name)
 def test_first_cell_sets_up_colab_and_interpreter(nb_path):
     nb = _load(nb_path)
     first = nb["cells"][0]
