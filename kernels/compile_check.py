@@ -344,11 +344,78 @@ def machine_code_report(target: str) -> dict:
                                  "registers": regs, "spill_bytes": st + ld,
                                  "shared_bytes": int(c.metadata.shared),
                                  "instructions_per_score": round(per_score, 4), **rep})
+    fwd = [r for r in rows if r["kernel"] == "fwd" and r["head_dim"] == 128
+           and not r["causal"]]
+    rows += hard_machine_code_report(target, fwd[0]["instructions_per_score"] if fwd else None)
     return {"target": target, "triton": triton.__version__, "torch": torch.__version__,
             "date": time.strftime("%Y-%m-%d"), "command":
             f"python -m kernels.compile_check --report --target {target}",
             "note": "instruction counts of the compiled machine code, not time",
             "reference": TUTORIAL_FWD_SM90 if target == "sm90" else None, "kernels": rows}
+
+
+def _compile_values(fn, values: dict, cap: tuple[int, int], num_warps: int, num_stages: int):
+    """``triton.compile`` of jit function ``fn`` with argument ``values`` keyed by name."""
+    signature, constexprs, attrs = {}, {}, {}
+    for i, p in enumerate(fn.params):
+        val = values[p.name]
+        if p.is_constexpr:
+            signature[p.name], constexprs[p.name] = "constexpr", val
+            continue
+        ty, spec = native_specialize_impl(BaseBackend, val, False, True, True)
+        signature[p.name] = ty
+        if ty == "constexpr":
+            constexprs[p.name] = spec
+        elif spec == "D":
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    return triton.compile(
+        ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs),
+        target=GPUTarget("cuda", cap[0] * 10 + cap[1], 32),
+        options={"num_warps": num_warps, "num_stages": num_stages})
+
+
+#: kernels/hard.py in the report: argmax, Gumbel-max sampling and top-k (k = 16), bf16,
+#: d = 128, non-causal, N = 16384, each kernel's first shipped config for the target.
+HARD_REPORT = (("hard-argmax", "hard", False), ("hard-sample", "hard", True),
+               ("topk16", "topk", False))
+
+
+def hard_machine_code_report(target: str, fwd_per_score: float | None) -> list[dict]:
+    """Hot-loop counts of kernels/hard.py; ``vs_flash_fwd``: instructions per score over
+    the flash forward's (same target, d = 128, its first shipped config, non-causal)."""
+    from kernels import hard, sass
+
+    cap = flash.ARCHS[target][0]
+    n, d, H = REPORT_SHAPES["n_ctx"], 128, 16
+    rows = []
+    for name, kind, sample in HARD_REPORT:
+        topk = 16
+        cfg = hard.configs(kind, cap, d, REPORT_SHAPES["dtype"], topk)[0]
+        t = torch.empty(16, dtype=REPORT_SHAPES["dtype"])
+        vals = {"sm_scale": 0.125, "SIGN": 1, "seed": 12345, "H": H, "N_Q": n, "N_K": n,
+                "GROUP": 1, "HEAD_DIM": d, "HEAD_DIM_PAD": 128, "CAUSAL": False,
+                "SAMPLE": sample, "UPCAST": False, "DOT_PRECISION": "tf32",
+                "BLOCK_M": cfg[0], "BLOCK_N": cfg[1], "TOPK": topk, "TOPK_PAD": topk,
+                "Q": t, "K": t, "V": t, "O": t, "IDX": torch.empty(16, dtype=torch.int64),
+                "LSE": torch.empty(16)}
+        for pfx in "qkvo":
+            for suf, st in zip(("b", "h", "m" if pfx in "qo" else "n", "d"),
+                               (H * n * d, n * d, d, 1)):
+                vals[f"stride_{pfx}{suf}"] = st
+        fn = _jit_function(hard._hard_attn_fwd if kind == "hard" else hard._topk_attn_fwd)
+        c = _compile_values(fn, vals, cap, cfg[2], cfg[3])
+        regs, st, ld = ptxas_usage(c.asm["ptx"])
+        rep = sass.report(c.asm["cubin"])
+        per_score = (rep["hot_loop"] or {}).get("instructions", 0) / (cfg[0] * cfg[1])
+        rows.append({"kernel": name, "head_dim": d, "dtype": "bf16", "causal": False,
+                     "n_ctx": n, "config": dict(zip(("BLOCK_M", "BLOCK_N", "num_warps",
+                                                     "num_stages"), cfg)),
+                     "registers": regs, "spill_bytes": st + ld,
+                     "shared_bytes": int(c.metadata.shared),
+                     "instructions_per_score": round(per_score, 4),
+                     "vs_flash_fwd": round(per_score / fwd_per_score, 3) if fwd_per_score
+                     else None, **rep})
+    return rows
 
 
 def format_report(rep: dict) -> str:

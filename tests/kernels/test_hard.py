@@ -296,7 +296,7 @@ from kernels import compile_check, flash, hard
 def values(cfg, topk):
     n, d, H = 4096, 128, 16
     t = torch.empty(16, dtype=torch.float16)
-    v = {"sm_scale": 0.125, "seed": 12345, "H": H, "N_Q": n, "N_K": n, "GROUP": 1,
+    v = {"sm_scale": 0.125, "SIGN": 1, "seed": 12345, "H": H, "N_Q": n, "N_K": n, "GROUP": 1,
          "HEAD_DIM": d, "HEAD_DIM_PAD": 128, "CAUSAL": True, "SAMPLE": True, "UPCAST": False,
          "DOT_PRECISION": "tf32", "BLOCK_M": cfg[0], "BLOCK_N": cfg[1], "TOPK": topk,
          "TOPK_PAD": triton.next_power_of_2(topk), "Q": t, "K": t, "V": t, "O": t,
@@ -393,3 +393,26 @@ def test_topk_must_be_a_positive_int(topk, exc):
         topk_attention(q, k, v, topk)
     with pytest.raises(TypeError, match="causal"):
         hard_attention(q, k, v, causal="False")
+
+
+@pytest.mark.parametrize("sm_scale", [-0.5, 1e30, -1e30])
+def test_argmax_and_topk_rank_raw_scores_for_any_scale(sm_scale):
+    # the kernels rank q k^T (argmax) or -q k^T (a negative scale: argmin) without
+    # multiplying by the scale, so a scale that would overflow the scaled scores to inf
+    # cannot create ties
+    gen = torch.Generator().manual_seed(11)
+    q = torch.randn((1, 2, 70, 16), generator=gen).to(DEV)
+    k = torch.randn((1, 2, 90, 16), generator=gen).to(DEV)
+    v = torch.randn((1, 2, 90, 16), generator=gen).to(DEV)
+    s = q.double() @ k.double().transpose(-1, -2)  # (1, 2, 70, 90)
+    want = (s if sm_scale > 0 else -s).argmax(-1)
+    _, idx = hard_attention(q, k, v, sm_scale=sm_scale, return_index=True)
+    assert torch.equal(idx.cpu(), want.cpu())
+    if abs(sm_scale) < 1:
+        o, idx_k = topk_attention(q, k, v, 4, sm_scale=sm_scale, return_index=True)
+        top = (s * sm_scale).topk(4, -1).indices
+        assert torch.equal(idx_k.sort(-1).values.cpu(), top.sort(-1).values.cpu())
+        p = torch.softmax((s * sm_scale).gather(-1, top), -1)  # (1, 2, 70, 4)
+        o_ref = (p.unsqueeze(-1) * v.double()[:, :, None].expand(-1, -1, 70, -1, -1)
+                 .gather(3, top[..., None].expand(-1, -1, -1, -1, 16))).sum(-2)
+        assert (o.double() - o_ref).abs().max().item() < 1e-5
