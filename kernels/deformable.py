@@ -123,11 +123,15 @@ def _corner_rows(base, xi, yi, W, H, stride_y, stride_x, offs_d, stride_d, mask_
 
 @triton.jit
 def _corner_scatter(base, xi, yi, W, H, stride_y, stride_x, offs_d, mask_r, mask_d, val):
-    """atomic_add a (BLOCK, BLOCK_D) tile into one corner of a contiguous fp32 map."""
+    """atomic_add a (BLOCK, BLOCK_D) tile into one corner of a contiguous fp32 map.
+
+    Relaxed: a sum needs no ordering against other memory, only atomicity, so no fence
+    (``MEMBAR.ALL.GPU``, a round trip to L2) is issued around each add, as the default
+    ``acq_rel`` would."""
     inside = (xi >= 0) & (xi < W) & (yi >= 0) & (yi < H) & mask_r
     ptrs = base + (yi.to(tl.int64) * stride_y + xi.to(tl.int64) * stride_x)[:, None] \
         + offs_d[None, :]
-    tl.atomic_add(ptrs, val, mask=inside[:, None] & mask_d[None, :])
+    tl.atomic_add(ptrs, val, mask=inside[:, None] & mask_d[None, :], sem="relaxed")
 
 
 # ------------------------------------------------------------------------------------------
