@@ -1,5 +1,5 @@
-"""NumPy side of the book: the math of attention, one module per chapter, reused by
-later ones.
+"""NumPy side of the book: the math of attention, one module per chapter,
+reused by later ones.
 
 core        softmax, masks, scaled dot-product, self/cross, multi-head (chapter 1)
 memory      simulated HBM/SRAM traffic, every load and store counted, closed forms

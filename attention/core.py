@@ -1,5 +1,5 @@
-"""Scaled dot-product attention in NumPy: softmax, masks, self-, cross- and multi-head
-attention.
+"""Scaled dot-product attention in NumPy: softmax, masks, self-,
+cross- and multi-head attention.
 
 Shapes follow the kernels: a single head is ``(..., N, d)``; multi-head tensors are
 ``(B, H, N, d)``. Masks are boolean with ``True`` meaning *may attend*.
@@ -7,8 +7,8 @@ Shapes follow the kernels: a single head is ``(..., N, d)``; multi-head tensors 
 Two rules hold for every function here and in the rest of the package, as in the
 kernels:
 
-* a query row whose mask hides every key gets weights 0, output 0 and lse -inf (never
-  NaN);
+* a query row whose mask hides every key gets weights 0,
+  output 0 and lse -inf (never NaN);
 * a NaN in a row's inputs (or a +inf score, where softmax is undefined) gives NaN in
   that row's weights, output and lse, and only there. The two are never confused.
 
@@ -137,8 +137,8 @@ def weighted_sum(p: np.ndarray, v: np.ndarray,
 
 
 def naive_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """softmax(x)_i = exp(x_i) / sum_j exp(x_j), computed literally (overflows for large
-    x)."""
+    """softmax(x)_i = exp(x_i) / sum_j exp(x_j), computed literally
+    (overflows for large x)."""
     e = np.exp(x)
     return e / e.sum(axis=axis, keepdims=True)
 
@@ -205,8 +205,8 @@ def causal_mask(n_q: int, n_k: int | None = None) -> np.ndarray:
 
 
 def padding_mask(lengths, n_k: int) -> np.ndarray:
-    """Key padding mask of shape (B, 1, n_k): True for the first ``lengths[b]`` keys of
-    batch b.
+    """Key padding mask of shape (B, 1, n_k): True for the first ``lengths[b]``
+    keys of batch b.
 
     Broadcasts against scores of shape (B, n_q, n_k).
     """
@@ -235,8 +235,8 @@ def _check_qkv(q, k, v) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple]:
 
 
 def attention_keep(n_q: int, n_k: int, causal: bool, mask=None, shape=None):
-    """The keep-mask (True = may attend) from ``causal`` and ``mask``, or None for
-    "all"."""
+    """The keep-mask (True = may attend) from ``causal`` and ``mask``,
+    or None for "all"."""
     keep = causal_mask(n_q, n_k) if causal else None
     if mask is not None:
         shape = (n_q, n_k) if shape is None else tuple(shape)
@@ -273,8 +273,8 @@ def scaled_dot_product_attention(
     q, k, v, lead = _check_qkv(q, k, v)
     causal = check_bool("causal", causal)
     return_weights = check_bool("return_weights", return_weights)
-    # A Python float keeps the inputs' dtype (a NumPy float64 scalar would upcast
-    # float32).
+    # A Python float keeps the inputs' dtype
+    # (a NumPy float64 scalar would upcast float32).
     scale = check_scale("scale", scale, q.shape[-1])
     s = (q @ np.swapaxes(k, -1, -2)) * scale  # (..., N_q, N_k)
     keep = attention_keep(q.shape[-2], k.shape[-2], causal, mask, s.shape)
@@ -286,8 +286,8 @@ def scaled_dot_product_attention(
 
 
 def self_attention(x, w_q, w_k, w_v, causal=False, mask=None, return_weights=False):
-    """Self-attention: queries, keys and values all come from the same sequence x (N,
-    d_model)."""
+    """Self-attention: queries, keys and values all come from the same
+    sequence x (N, d_model)."""
     x = as_real_array("x", x, 2)
     for name, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v)):
         _check_weight(name, w, x.shape[-1])
@@ -306,8 +306,8 @@ def _check_weight(name, w, d_in):
 
 
 def cross_attention(x_dec, x_enc, w_q, w_k, w_v, mask=None, return_weights=False):
-    """Cross-attention: m decoder queries (m, d_model) over n encoder states (n,
-    d_model)."""
+    """Cross-attention: m decoder queries (m, d_model) over n encoder states
+    (n, d_model)."""
     x_dec, x_enc = as_real_array("x_dec", x_dec, 2), as_real_array("x_enc", x_enc, 2)
     _check_weight("w_q", w_q, x_dec.shape[-1])
     for name, w in (("w_k", w_k), ("w_v", w_v)):
@@ -345,10 +345,10 @@ def multi_head_attention(
 ):
     """Multi-head attention: H independent heads of width d = d_model / H, then W_o.
 
-    x_q: (B, N_q, d_model) queries; x_kv: (B, N_k, d_model) keys/values (x_kv is x_q
-    for self-attention). Weights are (d_model, d_model). ``mask`` broadcasts to
-    (B, H, N_q, N_k). Returns (B, N_q, d_model) and optionally the (B, H, N_q, N_k)
-    weights.
+    x_q: (B, N_q, d_model) queries; x_kv:
+    (B, N_k, d_model) keys/values (x_kv is x_q for self-attention).
+    Weights are (d_model, d_model). ``mask`` broadcasts to (B, H, N_q, N_k).
+    Returns (B, N_q, d_model) and optionally the (B, H, N_q, N_k) weights.
     """
     x_q, x_kv = as_real_array("x_q", x_q), as_real_array("x_kv", x_kv)
     for name, x in (("x_q", x_q), ("x_kv", x_kv)):
@@ -370,8 +370,8 @@ def multi_head_attention(
 
 
 def attention_flops(n_q: int, n_k: int, d: int, causal: bool = False) -> int:
-    """Matmul FLOPs of one head's forward: 2·N_q·N_k·d for S = QK^T plus the same for
-    PV.
+    """Matmul FLOPs of one head's forward: 2·N_q·N_k·d for S = QK^T plus
+    the same for PV.
 
     Halved when causal, the convention benchmarks use (exact only as N_q = N_k grows;
     for N_q != N_k the bottom-right mask keeps a different fraction).

@@ -44,8 +44,8 @@ def _col_blocks(n: int, block: int):
 
 
 def _as_scores(name, x):
-    """Scores as a float array with at least one axis (integers are computed in
-    float64)."""
+    """Scores as a float array with at least one axis
+    (integers are computed in float64)."""
     x = as_real_array(name, x, 1)
     return x
 
@@ -58,8 +58,8 @@ def _safe(m):
 def softmax_3pass(x: np.ndarray, block: int = 1) -> np.ndarray:
     """Safe softmax over the last axis in three passes over x.
 
-    pass 1: m = max_j x_j;  pass 2: l = sum_j exp(x_j - m);  pass 3: y_j = exp(x_j - m)
-    / l.
+    pass 1: m = max_j x_j;  pass 2: l = sum_j exp(x_j - m);  pass 3:
+    y_j = exp(x_j - m) / l.
     """
     x = _as_scores("x", x)
     n = x.shape[-1]
@@ -79,8 +79,8 @@ def softmax_3pass(x: np.ndarray, block: int = 1) -> np.ndarray:
 
 
 def softmax_2pass(x: np.ndarray, block: int = 1) -> np.ndarray:
-    """Online softmax (Milakov & Gimelshein 2018): max and sum in ONE pass, then
-    normalise.
+    """Online softmax (Milakov & Gimelshein 2018):
+    max and sum in ONE pass, then normalise.
 
     When the running max grows from m to m' the sum so far is rescaled:
     l' = l * exp(m - m') + sum_j exp(x_j - m').
@@ -106,8 +106,8 @@ def softmax_2pass(x: np.ndarray, block: int = 1) -> np.ndarray:
 
 
 def softmax_1pass_attention(s: np.ndarray, v: np.ndarray, block: int = 1) -> np.ndarray:
-    """o = softmax(s) @ v in ONE pass over the keys: running max, rescaled sum, rescaled
-    acc.
+    """o = softmax(s) @ v in ONE pass over the keys: running max,
+    rescaled sum, rescaled acc.
 
     s: (..., N_q, N_k) scores, v: (..., N_k, d_v). The softmax is never normalised as a
     vector: the accumulator acc = sum_j exp(s_j - m) v_j is rescaled by exp(m - m') like
@@ -130,8 +130,8 @@ def softmax_1pass_attention(s: np.ndarray, v: np.ndarray, block: int = 1) -> np.
             alpha = np.exp(m - m_safe)  # rescales everything summed so far
             p = np.exp(s[..., a:b] - m_safe[..., None])  # (..., N_q, b - a)
         l = l * alpha + p.sum(axis=-1)
-        # a -inf score hides its key: select it out rather than multiply 0 by its value
-        # row
+        # a -inf score hides its key: select it out rather than multiply 0
+        # by its value row
         acc = acc * alpha[..., None] + weighted_sum(p, v[..., a:b, :],
                                                     s[..., a:b] > -np.inf)
         m = m_new
@@ -181,13 +181,13 @@ def _check_shape(name, t, shape, doc):
 
 
 def _tile_mask(r0, r1, c0, c1, n_q, n_k):
-    """Causal (bottom-right) keep-mask of the (r0:r1, c0:c1) tile, or None if all
-    visible."""
+    """Causal (bottom-right) keep-mask of the (r0:r1, c0:c1) tile,
+    or None if all visible."""
     offset = n_k - n_q
     if c1 - 1 <= r0 + offset:  # the tile's last key is visible to its first query
         return None
-    # (br, bc)
-    return (np.arange(c0, c1)[None, :] <= np.arange(r0, r1)[:, None] + offset)
+    return (np.arange(c0, c1)[None, :]
+            <= np.arange(r0, r1)[:, None] + offset)  # (br, bc)
 
 
 def _tile_hidden(r0, r1, c0, n_q, n_k):
@@ -203,8 +203,8 @@ def _tile_hidden(r0, r1, c0, n_q, n_k):
 def standard_forward(q, k, v, causal: bool = False, scale: float | None = None):
     """Standard attention, materialising S and P: returns (o, lse, p).
 
-    o: (..., N_q, d_v); lse = logsumexp of each row of S: (..., N_q); p: (..., N_q,
-    N_k).
+    o: (..., N_q, d_v); lse = logsumexp of each row of S:
+    (..., N_q); p: (..., N_q, N_k).
     """
     q, k, v = _check_qkv(q, k, v)
     causal = check_bool("causal", causal)
@@ -218,8 +218,8 @@ def standard_forward(q, k, v, causal: bool = False, scale: float | None = None):
 
 def flash1_forward(q, k, v, Br: int = 64, Bc: int = 64, causal: bool = False,
                    scale: float | None = None):
-    """FlashAttention-1's Algorithm 1: K/V blocks outside, Q blocks inside. Returns (o,
-    lse).
+    """FlashAttention-1's Algorithm 1: K/V blocks outside,
+    Q blocks inside. Returns (o, lse).
 
     O, l and m live "in HBM" (full arrays) and every (j, i) step reads O_i, l_i, m_i,
     updates them with the new block of keys and writes them back, O_i normalised each
@@ -276,8 +276,8 @@ def flash1_forward(q, k, v, Br: int = 64, Bc: int = 64, causal: bool = False,
 
 def flash2_forward(q, k, v, Br: int = 64, Bc: int = 64, causal: bool = False,
                    scale: float | None = None):
-    """FlashAttention-2's forward: Q blocks outside, K/V blocks inside. Returns (o,
-    lse).
+    """FlashAttention-2's forward: Q blocks outside,
+    K/V blocks inside. Returns (o, lse).
 
     Per query block, m_i, l_i and the UNnormalised accumulator acc stay in SRAM:
         m_new = max(m_i, rowmax(S_ij));  P~ = exp(S_ij - m_new)
@@ -314,9 +314,9 @@ def flash2_forward(q, k, v, Br: int = 64, Bc: int = 64, causal: bool = False,
             l_i = alpha * l_i + p_ij.sum(axis=-1)
             acc = alpha[..., None] * acc + weighted_sum(p_ij, v[..., c0:c1, :], keep)
             m_i = m_new
-        # a row that saw no key has l = 0 exactly: o = 0, lse = -inf. A NaN row has l =
-        # NaN, which is not 0: it keeps its NaN in o and lse (never mistaken for "no
-        # key").
+        # a row that saw no key has l = 0 exactly: o = 0, lse = -inf.
+        # A NaN row has l = NaN, which is not 0: it keeps its NaN in o and lse
+        # (never mistaken for "no key").
         empty = l_i == 0
         with np.errstate(invalid="ignore"):
             o[..., r0:r1, :] = np.where(empty[..., None], 0.0,
@@ -355,8 +355,8 @@ def standard_backward(q, k, v, p, do, scale: float | None = None):
 
 def flash2_backward(q, k, v, o, lse, do, Br: int = 64, Bc: int = 64,
                     causal: bool = False, scale: float | None = None, dlse=None):
-    """FlashAttention-2's backward (Algorithm 2): P recomputed tile by tile from Q, K
-    and L.
+    """FlashAttention-2's backward (Algorithm 2):
+    P recomputed tile by tile from Q, K and L.
 
     D = rowsum(dO o O) replaces rowsum(P o dP) (they are equal: O = P V). Then, with K/V
     blocks outside and Q blocks inside:

@@ -1,6 +1,6 @@
-"""Soft vs hard attention in NumPy: argmax, sampled (Gumbel-max), top-k, Gumbel-softmax
-with its straight-through estimator, and the REINFORCE (score-function) gradient with a
-baseline.
+"""Soft vs hard attention in NumPy: argmax, sampled (Gumbel-max), top-k,
+Gumbel-softmax with its straight-through estimator, and the REINFORCE
+(score-function) gradient with a baseline.
 
 Shapes follow ``attention.core``: q (..., N_q, d), k (..., N_k, d), v (..., N_k, d_v);
 every function works for one head or for (B, H, N, d). Masks are boolean, True = may
@@ -10,10 +10,10 @@ row that sees no key gets output 0 and index -1 (never NaN), as the kernels in
 output NaN and index -1 (top-k: all slots -1, lse NaN). A NaN in a value row reaches
 only the queries that select that row.
 
-The gradient estimators work on *logits* ``s`` of shape (..., N) and a per-category loss
-``f`` of shape (..., N) (the loss if position z is chosen), so that the exact gradient
-of the expected loss, ``p * (f - <p, f>)``, is available to measure bias and variance
-against.
+The gradient estimators work on *logits* ``s`` of shape (..., N)
+and a per-category loss ``f`` of shape (..., N) (the loss if position z is chosen),
+so that the exact gradient of the expected loss, ``p * (f - <p, f>)``,
+is available to measure bias and variance against.
 
 Importing this module registers three algorithms with ``attention.memory``: ``"soft"``
 (streaming soft attention, FlashAttention-style), ``"hard"`` (argmax, one row of V per
@@ -43,8 +43,8 @@ from .core import (
 
 
 def attention_scores(q, k, scale=None, causal=False, mask=None):
-    """Scaled scores s = q k^T * scale, with -inf where a key is hidden. (..., N_q,
-    N_k)."""
+    """Scaled scores s = q k^T * scale,
+    with -inf where a key is hidden. (..., N_q, N_k)."""
     q, k, _, _ = _check_qkv(q, k, k)
     causal = check_bool("causal", causal)
     scale = check_scale("scale", scale, q.shape[-1])
@@ -78,15 +78,15 @@ def _check_rng(rng):
 
 
 def soft_attention(q, k, v, scale=None, causal=False, mask=None, return_weights=False):
-    """o = softmax(s) v: a weighted sum over *all* visible positions (``core`` does the
-    work)."""
+    """o = softmax(s) v: a weighted sum over *all* visible positions
+    (``core`` does the work)."""
     return scaled_dot_product_attention(q, k, v, mask=mask, causal=causal, scale=scale,
                                         return_weights=return_weights)
 
 
 def gather_rows(v, idx):
-    """o[..., i, :] = v[..., idx[..., i], :], and 0 where idx is -1.  v (..., N_k,
-    d_v)."""
+    """o[..., i, :] = v[..., idx[..., i], :],
+    and 0 where idx is -1.  v (..., N_k, d_v)."""
     v, idx = as_real_array("v", v, 2), np.asarray(idx)
     if not np.issubdtype(idx.dtype, np.integer):
         raise TypeError(f"idx must be an integer array, got dtype {idx.dtype}")
@@ -128,8 +128,8 @@ def _nan_rows(o, s):
 
 
 def one_hot(idx, n):
-    """(..., N_q) int -> (..., N_q, n) float one-hot rows; an index of -1 gives a zero
-    row."""
+    """(..., N_q) int -> (..., N_q, n) float one-hot rows;
+    an index of -1 gives a zero row."""
     idx = np.asarray(idx)
     if not np.issubdtype(idx.dtype, np.integer):
         raise TypeError(f"idx must be an integer array, got dtype {idx.dtype}")
@@ -159,8 +159,8 @@ def sample_index(p, rng):
 
 def stochastic_hard_attention(q, k, v, rng, scale=None, causal=False, mask=None,
                               return_index=False):
-    """Stochastic hard attention (Show, Attend and Tell): z_i ~ softmax(s_i), o_i =
-    v[z_i]."""
+    """Stochastic hard attention (Show, Attend and Tell):
+    z_i ~ softmax(s_i), o_i = v[z_i]."""
     _check_rng(rng)
     s = attention_scores(q, k, scale, causal, mask)
     v = _check_v(v, s)
@@ -192,8 +192,8 @@ def topk_index(s, topk):
 
 
 def topk_weights(s, topk):
-    """Softmax over the ``topk`` largest scores of each row, 0 elsewhere.  (..., N_q,
-    N_k)."""
+    """Softmax over the ``topk`` largest scores of each row,
+    0 elsewhere.  (..., N_q, N_k)."""
     s = as_real_array("s", s, 1)
     idx = topk_index(s, topk)  # (..., N_q, topk)
     keep = (one_hot(idx, s.shape[-1]).sum(axis=-2) > 0)  # (..., N_q, N_k)
@@ -203,8 +203,8 @@ def topk_weights(s, topk):
 
 def topk_attention(q, k, v, topk, scale=None, causal=False, mask=None,
                    return_weights=False):
-    """o = softmax over the k best scores of each row, times V: k rows of V per
-    query."""
+    """o = softmax over the k best scores of each row, times V:
+    k rows of V per query."""
     topk = check_int("topk", topk, 1)
     s = attention_scores(q, k, scale, causal, mask)
     v = _check_v(v, s)
@@ -233,8 +233,8 @@ def softmax_jacobian(p):
 
 
 def softmax_backward(p, grad_p):
-    """Vector-Jacobian product of softmax: dL/ds = p * (dL/dp - <p, dL/dp>).  (...,
-    N)."""
+    """Vector-Jacobian product of softmax: dL/ds = p *
+    (dL/dp - <p, dL/dp>).  (..., N)."""
     p, grad_p = as_real_array("p", p, 1), as_real_array("grad_p", grad_p, 1)
     if p.shape != grad_p.shape:
         raise ValueError(f"p and grad_p must have one shape, got {p.shape} and "
@@ -250,8 +250,8 @@ def gumbel(shape, rng):
 
 
 def gumbel_max_sample(logits, rng):
-    """argmax(logits + Gumbel noise): an exact sample from softmax(logits).  (..., N) ->
-    (...)."""
+    """argmax(logits + Gumbel noise):
+    an exact sample from softmax(logits).  (..., N) -> (...)."""
     logits = as_real_array("logits", logits, 1).astype(float)
     return argmax_index(logits + gumbel(logits.shape, rng))
 
@@ -283,9 +283,9 @@ def gumbel_softmax(logits, tau, rng=None, noise=None, hard=False):
 
 
 def straight_through_grad(y_soft, grad_y, tau):
-    """Straight-through Gumbel-softmax: the forward used one_hot(argmax y), the backward
-    pretends it used y = softmax((s + g)/tau):  dL/ds = (1/tau) y * (dL/dy - <y,
-    dL/dy>).
+    """Straight-through Gumbel-softmax: the forward used one_hot(argmax y),
+    the backward pretends it used y = softmax((s + g)/tau):  dL/ds = (1/tau) y *
+    (dL/dy - <y, dL/dy>).
 
     A biased estimate of the gradient of E[L]: it uses dL/dy at the *sampled* one-hot.
     """
@@ -296,8 +296,8 @@ def straight_through_grad(y_soft, grad_y, tau):
 
 
 def expected_loss_grad(logits, f):
-    """Exact gradient of E_{z ~ softmax(logits)}[f(z)] w.r.t. the logits: p * (f - <p,
-    f>).
+    """Exact gradient of E_{z ~ softmax(logits)}[f(z)] w.r.t.
+    the logits: p * (f - <p, f>).
 
     ``f`` (..., N) is the loss incurred when position z is chosen.
     """
@@ -312,8 +312,8 @@ def expected_loss_grad(logits, f):
 
 
 def reinforce_grad(logits, f, rng, n_samples=1, baseline=None, return_samples=False):
-    """REINFORCE / score-function estimates of d E[f(z)] / d logits, z ~
-    softmax(logits).
+    """REINFORCE / score-function estimates of d E[f(z)] / d
+    logits, z ~ softmax(logits).
 
     g = (f(z) - b) * d log p(z) / d logits = (f(z) - b) * (one_hot(z) - p).
 
@@ -363,8 +363,8 @@ def reinforce_grad(logits, f, rng, n_samples=1, baseline=None, return_samples=Fa
 
 
 def _simulate_soft(N, d, Br=64, Bc=64, M=None, N_k=None, keep_trace=True):
-    """Streaming soft attention (FlashAttention forward): Q block in SRAM, K and V
-    streamed."""
+    """Streaming soft attention (FlashAttention forward): Q block in SRAM,
+    K and V streamed."""
     n_k = N if N_k is None else N_k
     sim = memory.HBMSim(M, keep_trace)
     for i, br in enumerate(memory.blocks(N, Br)):
@@ -395,8 +395,8 @@ def _closed_soft(N, d, Br=64, Bc=64, M=None, N_k=None, keep_trace=True):
 
 
 def _simulate_select(N, d, rows, Br, Bc, M, N_k, keep_trace, write_lse):
-    """Shared by hard and top-k: stream K for the selection, then gather ``rows`` rows
-    of V."""
+    """Shared by hard and top-k: stream K for the selection,
+    then gather ``rows`` rows of V."""
     n_k = N if N_k is None else N_k
     kk = min(rows, n_k)
     sim = memory.HBMSim(M, keep_trace)
@@ -438,8 +438,8 @@ def _closed_select(name, N, d, rows, Br, Bc, M, N_k, write_lse):
 
 
 def _simulate_hard(N, d, Br=64, Bc=64, M=None, N_k=None, keep_trace=True):
-    """Hard (argmax) attention: stream K, keep (max, argmax) per row, read one row of
-    V."""
+    """Hard (argmax) attention: stream K, keep (max, argmax) per row,
+    read one row of V."""
     return _simulate_select(N, d, 1, Br, Bc, M, N_k, keep_trace, write_lse=False)
 
 
@@ -448,8 +448,8 @@ def _closed_hard(N, d, Br=64, Bc=64, M=None, N_k=None, keep_trace=True):
 
 
 def _simulate_topk(N, d, k=8, Br=64, Bc=64, M=None, N_k=None, keep_trace=True):
-    """Top-k attention: stream K, keep the k best (score, index) per row, read k rows of
-    V.
+    """Top-k attention: stream K, keep the k best (score, index) per row,
+    read k rows of V.
 
     Writes O, the kept indices and the log-sum-exp (what the backward needs).
     """
@@ -498,8 +498,8 @@ def retrieval_scores(W, task):
 
 
 def retrieval_losses(task):
-    """f[b, z] = ||v_bz - v_bt||^2: the loss if example b attends (hard) to key z.  (n,
-    N)."""
+    """f[b, z] = ||v_bz - v_bt||^2: the loss if example b attends
+    (hard) to key z.  (n, N)."""
     v, t = task["values"], task["target"]
     return ((v - v[np.arange(len(t)), t][:, None, :]) ** 2).sum(-1)
 

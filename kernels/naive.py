@@ -1,5 +1,5 @@
-"""Naive attention in PyTorch: the baseline the chapters time against, and an fp64
-reference.
+"""Naive attention in PyTorch: the baseline the chapters time against,
+and an fp64 reference.
 
 ``naive_attention`` does what the textbook formula says and nothing cleverer: it
 materialises the scores ``S = q k^T * scale`` and the probabilities ``P = softmax(S)``
@@ -10,9 +10,9 @@ the backward pass: O(N_q * N_k) memory per head.
 
 Conventions shared with :mod:`kernels.flash`:
 
-* layout ``(B, H, N, d)``; ``k`` and ``v`` may have fewer heads ``H_kv`` with ``H`` a
-  multiple of ``H_kv`` (GQA/MQA): each k/v head serves ``H // H_kv`` consecutive q
-  heads;
+* layout ``(B, H, N, d)``; ``k`` and ``v`` may have fewer
+  heads ``H_kv`` with ``H`` a multiple of ``H_kv`` (GQA/MQA):
+  each k/v head serves ``H // H_kv`` consecutive q heads;
 * ``causal=True`` aligns the mask bottom-right: query ``i`` sees key ``j`` iff
   ``j <= i + N_k - N_q`` (the FlashAttention-2 convention; the usual lower triangle when
   ``N_q == N_k``);
@@ -39,8 +39,8 @@ import torch
 
 
 def causal_mask(n_q: int, n_k: int, device=None) -> torch.Tensor:
-    """Boolean ``(n_q, n_k)`` mask, True where query i may see key j (bottom-right
-    aligned)."""
+    """Boolean ``(n_q, n_k)`` mask, True where query i may see
+    key j (bottom-right aligned)."""
     i = torch.arange(n_q, device=device)[:, None]
     j = torch.arange(n_k, device=device)[None, :]
     return j <= i + (n_k - n_q)
@@ -119,8 +119,8 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
 
 
 def repeat_kv(x: torch.Tensor, group: int) -> torch.Tensor:
-    """(B, H_kv, N, d) -> (B, H_kv * group, N, d): each k/v head serves ``group`` q
-    heads."""
+    """(B, H_kv, N, d) -> (B, H_kv * group, N, d):
+    each k/v head serves ``group`` q heads."""
     return x if group == 1 else x.repeat_interleave(group, dim=1)  # (B, H, N, d)
 
 
@@ -163,8 +163,8 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                         causal: bool = False,
                         sm_scale: float | None = None) -> tuple[torch.Tensor,
                                                                 torch.Tensor]:
-    """fp64 attention and its natural log-sum-exp: returns (o (B, H, N_q, d), lse (B, H,
-    N_q)).
+    """fp64 attention and its natural log-sum-exp:
+    returns (o (B, H, N_q, d), lse (B, H, N_q)).
 
     Differentiable (in float64) so tests can take reference gradients with autograd.
     A row with no visible key has o = 0 and lse = -inf.
@@ -208,8 +208,8 @@ def naive_hard_attention(q, k, v, causal=False, sm_scale=None):
 
 
 def naive_topk_attention(q, k, v, topk, causal=False, sm_scale=None):
-    """S = q k^T (materialised), the topk scores per row, their softmax, the kept rows
-    of V.
+    """S = q k^T (materialised), the topk scores per row, their softmax,
+    the kept rows of V.
 
     The baseline for ``kernels.hard.topk_attention``. Slots whose score is -inf (fewer
     than ``topk`` visible keys) weigh 0 and are not read; a row with no visible key

@@ -36,8 +36,8 @@ def _phases_standard_bwd(N, n_k, d, Br, Bc):
 def _simulate_standard_bwd(N: int, d: int, Br: int = 64, Bc: int = 64,
                            M: int | None = None,
                            N_k: int | None = None, keep_trace: bool = True) -> Traffic:
-    """The standard backward: five passes, reading the P the forward stored (N x
-    N_k)."""
+    """The standard backward: five passes, reading the P the forward
+    stored (N x N_k)."""
     n_k = _check_args(N, d, Br, Bc, M, N_k)
     fit_tiles("standard_bwd", _phases_standard_bwd(N, n_k, d, Br, Bc), M)
     sim = HBMSim(M, keep_trace)
@@ -174,8 +174,8 @@ def _preprocess_D(sim: HBMSim, rows: list[int], d: int) -> None:
 def _simulate_flash2_bwd(N: int, d: int, Br: int = 64, Bc: int = 64,
                          M: int | None = None,
                          N_k: int | None = None, keep_trace: bool = True) -> Traffic:
-    """FlashAttention-2's Algorithm 2: K/V blocks outside, dQ_i updated in HBM per (j,
-    i)."""
+    """FlashAttention-2's Algorithm 2: K/V blocks outside,
+    dQ_i updated in HBM per (j, i)."""
     n_k = _check_args(N, d, Br, Bc, M, N_k)
     fit_tiles("flash2_bwd", _phases_flash2_bwd(N, n_k, d, Br, Bc), M)
     sim = HBMSim(M, keep_trace)
@@ -252,8 +252,8 @@ def _phases_flash2_bwd_split(N, n_k, d, Br, Bc):
 def _simulate_flash2_bwd_split(N: int, d: int, Br: int = 64, Bc: int = 64,
                                M: int | None = None, N_k: int | None = None,
                                keep_trace: bool = True) -> Traffic:
-    """The two-loop FlashAttention-2 backward: dK, dV by key blocks, then dQ by query
-    blocks."""
+    """The two-loop FlashAttention-2 backward: dK, dV by key blocks,
+    then dQ by query blocks."""
     n_k = _check_args(N, d, Br, Bc, M, N_k)
     fit_tiles("flash2_bwd_split", _phases_flash2_bwd_split(N, n_k, d, Br, Bc), M)
     sim = HBMSim(M, keep_trace)

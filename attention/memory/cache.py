@@ -1,5 +1,5 @@
-"""What the simulator leaves out: the L2 cache. Compulsory traffic and when L2 absorbs
-the rest.
+"""What the simulator leaves out: the L2 cache.
+Compulsory traffic and when L2 absorbs the rest.
 
 The simulator charges every re-read of a K or V block to HBM. On a GPU the query-block
 programs of one head run at about the same time, so after the first program has pulled

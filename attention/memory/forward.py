@@ -44,8 +44,8 @@ def _simulate_standard(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None
     fit_tiles("standard", _phases_standard(N, n_k, d, Br, Bc), M)
     sim = HBMSim(M, keep_trace)
     rows, cols = blocks(N, Br), blocks(n_k, Bc)
-    # Step 1: S = Q K^T, one (Br x Bc) tile at a time; Q_i stays for the whole row
-    # block.
+    # Step 1: S = Q K^T, one (Br x Bc) tile at a time;
+    # Q_i stays for the whole row block.
     for i, br in enumerate(rows):
         sim.hold(br * d, "Q_i")
         for j, bc in enumerate(cols):
@@ -119,8 +119,8 @@ def _phases_flash(N, n_k, d, Br, Bc):
 
 def _simulate_flash1(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None = None,
                      N_k: int | None = None, keep_trace: bool = True) -> Traffic:
-    """FlashAttention-1's Algorithm 1: O, l and m live in HBM and are updated per (j,
-    i)."""
+    """FlashAttention-1's Algorithm 1: O, l and m live in HBM and are
+    updated per (j, i)."""
     n_k = _check_args(N, d, Br, Bc, M, N_k)
     fit_tiles("flash1", _phases_flash(N, n_k, d, Br, Bc), M)
     sim = HBMSim(M, keep_trace)
@@ -179,8 +179,8 @@ register("flash1", _simulate_flash1, _closed_flash1)
 
 def _simulate_flash2(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None = None,
                      N_k: int | None = None, keep_trace: bool = True) -> Traffic:
-    """FlashAttention-2's forward: Q_i, O_i, l_i, m_i stay on chip; O and L are written
-    once."""
+    """FlashAttention-2's forward: Q_i, O_i, l_i, m_i stay on chip;
+    O and L are written once."""
     n_k = _check_args(N, d, Br, Bc, M, N_k)
     fit_tiles("flash2", _phases_flash(N, n_k, d, Br, Bc), M)
     sim = HBMSim(M, keep_trace)

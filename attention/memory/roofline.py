@@ -10,8 +10,8 @@ from .sim import cdiv, check_count
 
 
 def fa1_block_sizes(M: int, d: int) -> tuple[int, int]:
-    """FlashAttention-1's rule (Algorithm 1, line 1): Bc = ceil(M/4d), Br =
-    min(ceil(M/4d), d).
+    """FlashAttention-1's rule (Algorithm 1, line 1): Bc = ceil(M/4d),
+    Br = min(ceil(M/4d), d).
 
     Returns (Br, Bc). The rule sizes Q_i, K_j, V_j, O_i to about M/4 each; its constants
     are the paper's big-O ones, so with S_ij and l, m the tiles can exceed M slightly
@@ -23,8 +23,8 @@ def fa1_block_sizes(M: int, d: int) -> tuple[int, int]:
 
 
 def matmul_flops(algorithm: str, N: int, d: int, N_k: int | None = None) -> int:
-    """Matrix-multiply FLOPs (2 per multiply-add) of one head, without the causal
-    saving.
+    """Matrix-multiply FLOPs (2 per multiply-add) of one head,
+    without the causal saving.
 
     Forward: S = Q K^T and O = P V, 4 N N_k d. Backward from a stored P: dV, dP, dQ, dK,
     8 N N_k d. FlashAttention-2's backward recomputes S first: 10 N N_k d. The
@@ -62,8 +62,8 @@ class GPUSpec:
 
     @property
     def sram_mib(self) -> float:
-        """On-chip L1 + shared memory over all SMs, in MiB (the paper's "SRAM, 20
-        MB")."""
+        """On-chip L1 + shared memory over all SMs,
+        in MiB (the paper's "SRAM, 20 MB")."""
         return self.sms * self.l1_smem_kb_per_sm / 1024
 
     @property
@@ -72,8 +72,8 @@ class GPUSpec:
 
     @property
     def ridge(self) -> float:
-        """FLOPs per byte above which the roofline model says a kernel is
-        compute-bound."""
+        """FLOPs per byte above which the roofline model says
+        a kernel is compute-bound."""
         return self.peak_tflops / self.hbm_tbps
 
 

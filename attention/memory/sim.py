@@ -1,7 +1,7 @@
-"""The simulator: ``HBMSim`` counts every load and store, ``Traffic`` holds the counts,
-and the registry makes ``simulate(name, ...)`` and ``closed_form(name, ...)`` reach
-every algorithm in the book. The shared argument checks and SRAM budgets live here
-too."""
+"""The simulator: ``HBMSim`` counts every load and store,
+``Traffic`` holds the counts, and the registry makes ``simulate(name, ...)``
+and ``closed_form(name, ...)`` reach every algorithm in the book.
+The shared argument checks and SRAM budgets live here too."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ MAX_EVENTS = 20_000_000  # keep_trace=False
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Transfer:
-    """One event of a schedule: a tile crossing the HBM <-> SRAM boundary, or on-chip
-    work.
+    """One event of a schedule: a tile crossing the HBM <-> SRAM
+    boundary, or on-chip work.
 
     ``op`` is "load" (HBM -> SRAM), "store" (SRAM -> HBM) or "compute" (a tile produced
     on chip; it moves nothing and is not counted). ``step`` numbers the compute events:
@@ -93,8 +93,8 @@ class HBMSim:
             self.trace.append(Transfer("store", tensor, elems, block, self.step))
 
     def compute(self, tensor: str, block: tuple = ()) -> None:
-        """Record that ``tensor``'s ``block`` was produced on chip at the current
-        step."""
+        """Record that ``tensor``'s ``block`` was produced on chip
+        at the current step."""
         self.events += 1
         if self.keep_trace:
             self.trace.append(Transfer("compute", tensor, 0, block, self.step))
@@ -234,8 +234,8 @@ _DEFAULT = object()
 
 
 def simulate(algorithm: str, *args, max_events=_DEFAULT, **kwargs) -> Traffic:
-    """Run ``algorithm`` tile by tile against a simulated HBM/SRAM and count every
-    transfer.
+    """Run ``algorithm`` tile by tile against a simulated HBM/SRAM
+    and count every transfer.
 
     For this module's algorithms: ``simulate(algorithm, N, d, Br=64, Bc=64, M=None,
     N_k=None, keep_trace=True)``. ``keep_trace=False`` skips the ordered trace (faster).
@@ -273,10 +273,10 @@ def closed_form(algorithm: str, *args, **kwargs) -> Traffic:
 
 
 def sram_need(algorithm: str, *args, **kwargs) -> int:
-    """Peak SRAM elements the algorithm's tiles need (what ``simulate`` reports as
-    ``sram_peak``), for the same arguments as ``simulate`` (``M`` is ignored).
-    E.g. ``sram_need("flash2", N, d, Br, Bc)``, ``sram_need("msda", 4096, 32,
-    Bq=64)``."""
+    """Peak SRAM elements the algorithm's tiles need
+    (what ``simulate`` reports as ``sram_peak``), for the same arguments as ``simulate``
+    (``M`` is ignored). E.g. ``sram_need("flash2", N, d, Br, Bc)``,
+    ``sram_need("msda", 4096, 32, Bq=64)``."""
     alg, kw = _bind(algorithm, args, kwargs)
     if "M" in kw:
         kw["M"] = None
@@ -306,8 +306,8 @@ def _check_args(N, d, Br, Bc, M, N_k) -> int:
 
 
 def blocks(n: int, b: int) -> list[int]:
-    """Sizes of the blocks of a length-n axis cut into blocks of b (the last may be
-    ragged)."""
+    """Sizes of the blocks of a length-n axis cut into blocks of b
+    (the last may be ragged)."""
     return [b] * (n // b) + ([n % b] if n % b else [])
 
 
