@@ -4,8 +4,8 @@
 Every call either matches a float64 reference written here, independently of the package
 (explicit per-row loops), or raises ValueError/TypeError. The rules checked everywhere:
 
-* a NaN in a row's (visible) inputs gives NaN in that row's output and lse, and only
-  there;
+* a NaN in a row's (visible) inputs gives NaN in that row's output
+  and lse, and only there;
 * a row with no visible key gives output 0 and lse -inf;
 * a value row hidden from a query (causal mask, top-k) never reaches it: no result
   depends on tile sizes (NumPy Br/Bc, kernel BLOCK_M/BLOCK_N).
@@ -52,9 +52,9 @@ SLOW = settings(FAST, max_examples=30)  # Triton interpreter: ~0.1-1 s per call
 
 
 def ref_attention(q, k, v, scale, keep):
-    """Per-row softmax over the visible keys: o (N_q, d_v), lse (N_q) and the
-    error-bound terms kap (N_q,: max_j kappa_ij / u) and mag (N_q, d_v: sum_j P_ij
-    |v_jc|)."""
+    """Per-row softmax over the visible keys: o (N_q, d_v),
+    lse (N_q) and the error-bound terms kap (N_q,: max_j kappa_ij / u) and mag
+    (N_q, d_v: sum_j P_ij |v_jc|)."""
     q, k, v = (np.asarray(t, dtype=np.float64) for t in (q, k, v))
     n_q, n_k, d_v = q.shape[0], k.shape[0], v.shape[1]
     o, lse = np.zeros((n_q, d_v)), np.full(n_q, -np.inf)
@@ -93,8 +93,8 @@ def assert_rows(o, lse, o_ref, lse_ref, terms, u, n_k, d):
     assert np.array_equal(np.isneginf(lse), np.isneginf(lse_ref))
     fin = np.isfinite(o_ref)
     assert np.array_equal(np.isfinite(o), fin)
-    # +-inf
-    assert np.array_equal(o[~fin & ~np.isnan(o_ref)], o_ref[~fin & ~np.isnan(o_ref)])
+    assert np.array_equal(o[~fin & ~np.isnan(o_ref)],
+                          o_ref[~fin & ~np.isnan(o_ref)])  # +-inf
     tol = 2 * (np.expm1(2 * u * kap)[:, None] + (n_k + d + 8) * u) * mag
     assert np.all(np.abs(o[fin] - o_ref[fin]) <= tol[fin])
     lf = np.isfinite(lse_ref)
@@ -195,8 +195,8 @@ def test_softmax_passes_match_core_softmax(rows, block):
 @given(st.integers(1, 6), st.integers(1, 6), st.integers(1, 3), st.integers(1, 8),
        st.booleans(), st.data())
 def test_numpy_hard_and_topk_pick_the_reference_keys(n_q, n_k, d, topk, causal, data):
-    # integer entries and a power-of-two scale: every score is exact, so the choice is
-    # too
+    # integer entries and a power-of-two scale: every score is exact,
+    # so the choice is too
     ints = st.integers(-3, 3)
     q = np.array(data.draw(st.lists(ints, min_size=n_q * d, max_size=n_q * d)), float)
     k = np.array(data.draw(st.lists(ints, min_size=n_k * d, max_size=n_k * d)), float)
@@ -314,8 +314,8 @@ def test_hard_kernels_match_numpy_twin(n_q, n_k, topk, causal, seed, nan):
                                 causal=causal)
     assert np.array_equal(np.isnan(o_k[0, 0].cpu().numpy()), np.isnan(o_kn))
     fin = np.isfinite(o_kn)
-    # fp32 softmax over <= topk kept scores: (topk + 8) u relative of sum p |v| <= max
-    # |v|
+    # fp32 softmax over <= topk kept scores:
+    # (topk + 8) u relative of sum p |v| <= max |v|
     tol = 4 * (topk + 8) * U32 * np.abs(v[0, 0].numpy()).max()
     assert np.all(np.abs(o_k[0, 0].cpu().numpy()[fin] - o_kn[fin]) <= tol)
 
@@ -336,8 +336,8 @@ def test_msda_kernel_matches_numpy_twin_in_float64(l_q, n_l, n_p, d, seed):
                               starts.to(DEV), loc.to(DEV), w.to(DEV)).cpu().numpy()
     twin = adf.ms_deform_attn(value.numpy(), shapes.numpy(),
                               starts.numpy(), loc.numpy(), w.numpy())
-    # <= n_l * n_p * 4 products of |w| <= 1, bilinear weights <= 1 and |value|: fp64
-    # sums
+    # <= n_l * n_p * 4 products of |w| <= 1,
+    # bilinear weights <= 1 and |value|: fp64 sums
     tol = 8 * (4 * n_l * n_p + 8) * U64 * np.abs(value.numpy()).max() * n_l * n_p
     assert np.all(np.abs(out - twin) <= tol)
 

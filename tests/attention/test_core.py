@@ -22,8 +22,8 @@ def rng():
 
 
 def ref_attention(q, k, v, keep=None, scale=None):
-    """fp64 attention by the definition, one query row at a time (no shared code with
-    core)."""
+    """fp64 attention by the definition, one query row at a time
+    (no shared code with core)."""
     q, k, v = (np.asarray(t, dtype=np.float64) for t in (q, k, v))
     *batch, n_q, d = q.shape
     n_k = k.shape[-2]
@@ -52,7 +52,7 @@ def torch_sdpa(q, k, v, keep=None, scale=None):
     return F.scaled_dot_product_attention(*t, attn_mask=mask, scale=scale).numpy()
 
 
-# ----------------------------------------------------------------------------- softmax
+# ------------------------------------------------------------------------------ softmax
 
 
 def test_softmax_matches_definition_and_torch(rng):
@@ -113,7 +113,7 @@ def test_logsumexp(rng):
     assert core.logsumexp(np.full(4, -np.inf)) == -np.inf
 
 
-# ----------------------------------------------------------------------------- masks
+# -------------------------------------------------------------------------------- masks
 
 
 @pytest.mark.parametrize("n_q,n_k", [(5, 5), (3, 7), (7, 3), (1, 4), (4, 1)])
@@ -144,8 +144,7 @@ def test_padding_mask():
     )
 
 
-# -----------------------------------------------------------------------------
-# attention
+# ---------------------------------------------------------------------------- attention
 
 
 @pytest.mark.parametrize("shape_q,shape_k,d_v", [
@@ -267,8 +266,7 @@ def test_sdpa_validates_shapes(rng):
         core.scaled_dot_product_attention(np.ones(8), q, q)
 
 
-# ----------------------------------------------------------------------------- self /
-# cross
+# ------------------------------------------------------------------------- self / cross
 
 
 def test_self_attention(rng):
@@ -308,8 +306,7 @@ def test_cross_attention(rng):
                                                     keep)[0], rtol=1e-10, atol=1e-12)
 
 
-# -----------------------------------------------------------------------------
-# multi-head
+# --------------------------------------------------------------------------- multi-head
 
 
 def test_split_merge_heads_roundtrip(rng):
@@ -367,8 +364,8 @@ def test_multi_head_causal_and_padding(rng):
     out_pad, p = core.multi_head_attention(x, x, w_q, w_k, w_v, w_o, h, mask=pad,
                                            return_weights=True)
     assert (p[1, :, :, 2:] == 0).all()
-    # Batch 1 with its padded keys dropped is the same as attending over its first 2
-    # keys only.
+    # Batch 1 with its padded keys dropped is the same as attending over its
+    # first 2 keys only.
     o1 = core.multi_head_attention(x[1:], x[1:, :2], w_q, w_k, w_v, w_o, h)
     np.testing.assert_allclose(out_pad[1:], o1, rtol=1e-10, atol=1e-12)
 
@@ -392,8 +389,7 @@ def test_attention_flops():
     assert core.attention_flops(128, 128, 64, causal=True) == 2 * 128 * 128 * 64
 
 
-# ----------------------------------------------------------------- no silent wrong
-# answers
+# -------------------------------------------------------------- no silent wrong answers
 
 
 def test_nan_row_is_nan_never_the_empty_row():
@@ -432,8 +428,8 @@ def test_causal_mask_shields_earlier_rows_from_hidden_value_rows(bad):
     (lambda: core.scaled_dot_product_attention(np.ones((4, 0)), np.ones((4, 0)),
                                                np.ones((4, 3))), ValueError),  # d = 0
     (lambda: core.scaled_dot_product_attention(np.ones((2, 4, 8)), np.ones((3, 4, 8)),
-                                               # batch
-                                               np.ones((3, 4, 8))), ValueError),
+                                               np.ones((3, 4, 8))),
+     ValueError),  # batch
     (lambda: core.scaled_dot_product_attention(np.ones((4, 8)), np.ones((4, 8)),
                                                np.ones((4, 8)),
                                                scale=np.inf), ValueError),

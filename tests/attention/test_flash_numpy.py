@@ -1,5 +1,5 @@
-"""NumPy FlashAttention: online softmax, FA1/FA2 forwards and the backwards, exact in
-fp64."""
+"""NumPy FlashAttention: online softmax,
+FA1/FA2 forwards and the backwards, exact in fp64."""
 
 import numpy as np
 import pytest
@@ -23,7 +23,7 @@ def _close(a, b, tol=TOL):
     np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
 
 
-# ------------------------------------------------------------------ online softmax
+# ----------------------------------------------------------------------- online softmax
 
 
 @pytest.mark.parametrize("block", [1, 3, 16, 1000])
@@ -48,7 +48,7 @@ def test_online_softmax_survives_overflow():
         flash.softmax_1pass_attention(x, np.ones((2, 2)))
 
 
-# ------------------------------------------------------------------ forward
+# ------------------------------------------------------------------------------ forward
 
 
 CASES = [  # lead, n_q, n_k, d, d_v, Br, Bc
@@ -111,7 +111,7 @@ def test_bad_inputs_raise():
         flash.flash2_forward(q.astype(int), q, q)
 
 
-# ------------------------------------------------------------------ backward
+# ----------------------------------------------------------------------------- backward
 
 
 def _torch_grads(q, k, v, do, causal):
@@ -162,8 +162,7 @@ def test_backward_matches_finite_differences():
         np.testing.assert_allclose(g, num, rtol=1e-6, atol=1e-8)
 
 
-# ----------------------------------------------------------------- no silent wrong
-# answers
+# -------------------------------------------------------------- no silent wrong answers
 
 
 @pytest.mark.parametrize("Br,Bc", [(1, 1), (3, 2), (4, 8), (64, 64)])

@@ -138,8 +138,8 @@ def test_expected_loss_grad_and_straight_through():
     s, f = rng.standard_normal(5), rng.standard_normal(5)
     num = _numeric_grad(lambda x: softmax(x) @ f, s)
     np.testing.assert_allclose(ah.expected_loss_grad(s, f), num, atol=1e-8)
-    # straight-through = exact gradient of the relaxed loss <y(s), f> at fixed noise, at
-    # y
+    # straight-through = exact gradient of the relaxed loss <y(s), f>
+    # at fixed noise, at y
     g, tau = ah.gumbel(5, rng), 0.5
     num = _numeric_grad(lambda x: ah.gumbel_softmax(x, tau, noise=g) @ f, s)
     y = ah.gumbel_softmax(s, tau, noise=g)
@@ -155,8 +155,8 @@ def test_reinforce_is_unbiased(baseline):
     exact = ah.expected_loss_grad(logits, f)
     n = 20000
     if baseline == "loo":
+        # (n/4, N): averages of 4 draws
         g = ah.reinforce_grad(np.broadcast_to(logits, (n // 4, 4)), f, rng, n_samples=4,
-                              # (n/4, N): averages of 4 draws
                               baseline="loo").mean(axis=0)
     else:
         g = ah.reinforce_grad(np.broadcast_to(logits, (n, 4)), f, rng,
@@ -255,13 +255,12 @@ def test_estimator_stats_unbiased_vs_biased():
     assert st["argmax"]["rel_bias"] == pytest.approx(1.0)
 
 
-# ----------------------------------------------------------------- no silent wrong
-# answers
+# -------------------------------------------------------------- no silent wrong answers
 
 
 def test_nan_rows_are_nan_and_hidden_values_never_leak():
-    # item 1: NaN score row -> o NaN, idx -1 (no valid choice), never the empty row's o
-    # = 0
+    # item 1: NaN score row -> o NaN, idx -1 (no valid choice),
+    # never the empty row's o = 0
     rng = np.random.default_rng(0)
     q, k, v = rng.normal(size=(10, 4)), rng.normal(size=(8, 4)), rng.normal(size=(8, 3))
     q[4, 0] = np.nan

@@ -1,5 +1,5 @@
-"""The HBM/SRAM simulator: simulate == closed_form, the papers' leading terms, SRAM
-limits."""
+"""The HBM/SRAM simulator: simulate == closed_form,
+the papers' leading terms, SRAM limits."""
 
 import random
 import time
@@ -96,8 +96,8 @@ def test_standard_and_flash2_differ_by_s_and_p_round_trips():
 
 
 def test_theorem_2_scaling():
-    # Flash: Theta(N^2 d^2 / M) with the FA1 block rule; standard: Theta(Nd + N^2), no
-    # M.
+    # Flash: Theta(N^2 d^2 / M) with the FA1 block rule; standard:
+    # Theta(Nd + N^2), no M.
     d = 64
     totals = {}
     for M in (2**14, 2**15, 2**16, 2**17):
@@ -120,8 +120,8 @@ def test_backward_accounting():
     N, d, Br, Bc = 1024, 64, 128, 64
     t_r, t_c = N // Br, N // Bc
     std = memory.closed_form("standard_bwd", N, d, Br=Br, Bc=Bc)
-    # P read twice, dP written and read, dS written and read twice: 7 N^2 of the N^2
-    # terms.
+    # P read twice, dP written and read, dS written and read twice:
+    # 7 N^2 of the N^2 terms.
     n2 = sum(std.per_tensor[k][0] + std.per_tensor[k][1] for k in ("P", "dP", "dS"))
     assert n2 == 7 * N * N
     fa2 = memory.closed_form("flash2_bwd", N, d, Br=Br, Bc=Bc)

@@ -54,8 +54,8 @@ def test_l2_policy():
     # 132 SMs over ceil(16384 / 128) = 128 programs per head: 2 heads in flight
     assert memory.heads_in_flight(16384, 128, "H100") == 2
     assert memory.heads_in_flight(128, 128, "H100") == 132
-    # 132 heads of 2 x 128 x 128 bf16 K/V (8.6 MB) fit; a 1M-token K/V (512 MiB) does
-    # not
+    # 132 heads of 2 x 128 x 128 bf16 K/V (8.6 MB) fit; a 1M-token K/V
+    # (512 MiB) does not
     assert memory.kv_fits_in_l2(128, 128, 128, "H100")
     assert not memory.kv_fits_in_l2(2**20, 128, 128, "H100")
 

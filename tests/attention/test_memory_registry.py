@@ -1,7 +1,7 @@
-"""Every registered algorithm (the core six and the seven chapter ones) goes through one
-validation path; closed_form == simulate in every field it promises; sram_need and M
-behave the same everywhere; simulate refuses work above its budget (issue 10, items
-9-10)."""
+"""Every registered algorithm (the core six and the seven chapter ones) goes
+through one validation path; closed_form == simulate in every field it promises;
+sram_need and M behave the same everywhere; simulate refuses work above its budget
+(issue 10, items 9-10)."""
 
 import inspect
 import random

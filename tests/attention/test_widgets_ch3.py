@@ -61,8 +61,8 @@ def test_topk_traffic_explorer_redraws(monkeypatch):
 
 
 def test_selection_timing_figure_draws_records():
-    """The timing figure draws whatever records it is given (made-up numbers, test
-    only)."""
+    """The timing figure draws whatever records it is given
+    (made-up numbers, test only)."""
     records = [{"op": op, "impl": impl, "ms": ms * n / 1024, "shape": {"N": n, "d": 64}}
                for n in (1024, 2048) for op, impl, ms in
                (("flash", "triton", 1.0), ("hard", "triton", 0.5),

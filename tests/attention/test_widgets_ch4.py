@@ -94,8 +94,8 @@ def test_timing_figure_draws_every_record_and_the_speedup():
                     recs.append({"op": op, "impl": impl, "mode": mode,
                                  "dtype": "float16",
                                  "shape": shape, "ms": ms, "error": None})
-    recs.append({"op": "msda", "impl": "naive", "mode": "fwd", "dtype": "float32",
-                 # other dtype: not drawn
+    recs.append({"op": "msda", "impl": "naive", "mode": "fwd",
+                 "dtype": "float32",  # other dtype: not drawn
                  "shape": {"L_q": 300}, "ms": 9.0, "error": None})
     fig = plots.deformable_timing_figure("GPU · torch · triton · CUDA · date", recs)
     msda_ax, dat_ax = fig.axes

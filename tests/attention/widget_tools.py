@@ -1,5 +1,5 @@
-"""Helpers shared by the widget tests: find an explorer's controls, its output and its
-image."""
+"""Helpers shared by the widget tests: find an explorer's controls,
+its output and its image."""
 
 from __future__ import annotations
 

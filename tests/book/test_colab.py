@@ -1,6 +1,6 @@
-"""The Colab path, run here: a runtime that has only what Colab preinstalls installs
-this book from its repository in the chapter's first cell, then runs the chapter's first
-sections.
+"""The Colab path, run here: a runtime that has only what Colab preinstalls
+installs this book from its repository in the chapter's first cell,
+then runs the chapter's first sections.
 
 Colab's Python comes with torch, triton, numpy, matplotlib, ipywidgets, tqdm and
 threadpoolctl (a scikit-learn dependency), and ipykernel runs the notebook; this project

@@ -1,5 +1,5 @@
-"""Every chapter executes top to bottom on a CPU-only machine, without an error, in
-time."""
+"""Every chapter executes top to bottom on a CPU-only machine,
+without an error, in time."""
 
 import pathlib
 import time

@@ -20,8 +20,8 @@ HEADER = re.compile(r"^:caption: ((?:attention|kernels)/[\w/]+\.py), (\w+)\b")
 
 
 def _quotes() -> list[tuple[str, str, str, list[str]]]:
-    """(notebook, path, function, quoted lines) for every quoting block in the
-    chapters."""
+    """(notebook, path, function, quoted lines) for every quoting
+    block in the chapters."""
     out = []
     for nb_path in NOTEBOOKS:
         cells = json.loads(nb_path.read_text())["cells"]

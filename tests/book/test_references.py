@@ -1,5 +1,5 @@
-"""Citations: every {cite} key resolves in references.bib, each chapter cites >= 3
-works."""
+"""Citations: every {cite} key resolves in references.bib,
+each chapter cites >= 3 works."""
 
 import json
 import pathlib

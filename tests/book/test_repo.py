@@ -1,5 +1,5 @@
-"""The repository's house rules: notebooks without outputs, one repository URL, an
-honest toc."""
+"""The repository's house rules: notebooks without outputs,
+one repository URL, an honest toc."""
 
 import json
 import pathlib
@@ -71,8 +71,8 @@ def test_first_cell_sets_up_colab_and_interpreter(nb_path):
 
 def _without_code_blocks(md: str) -> str:
     """Markdown without its fenced code blocks: a "# comment" in one is not a title.
-    Directive fences (```{dropdown}, ```{literalinclude}) are kept, with what they
-    hold."""
+    Directive fences (```{dropdown}, ```{literalinclude}) are kept,
+    with what they hold."""
     out, code_fence = [], None
     for line in md.splitlines():
         fence = re.match(r"^\s*(`{3,}|~{3,})(.*)$", line)
