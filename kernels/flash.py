@@ -3,13 +3,13 @@
 Spec sheet
 ----------
 Algorithm
-    Forward: one program per (query block of ``BLOCK_M`` rows, batch x head). The
-    query tile stays on chip while the program streams ``BLOCK_N``-key tiles of K and V
-    from HBM, keeping a running row maximum ``m_i``, row sum ``l_i`` and unnormalised
-    output ``acc`` (the online softmax). S and P exist only as on-chip tiles; HBM sees
-    q, k, v read once per query block and o, lse written once. Scores are kept in base 2
-    (``LOG2E`` is folded into the scale, so the kernel uses ``exp2``); the log-sum-exp is
-    saved for the backward in base 2 and returned to the caller in natural log.
+    Forward: one program per (query block of ``BLOCK_M`` rows, batch x head). The query
+    tile stays on chip while the program streams ``BLOCK_N``-key tiles of K and V from
+    HBM, keeping a running row maximum ``m_i``, row sum ``l_i`` and unnormalised output
+    ``acc`` (the online softmax). S and P exist only as on-chip tiles; HBM sees q, k, v
+    read once per query block and o, lse written once. Scores are kept in base 2
+    (``LOG2E`` is folded into the scale, so the kernel uses ``exp2``); the log-sum-exp
+    is saved for the backward in base 2 and returned to the caller in natural log.
     Backward (FlashAttention-2): ``delta = rowsum(dO * O)`` (``_attn_bwd_preprocess``),
     then ``_attn_bwd_dkdv`` (one program per key block; loops over the query blocks of
     every q head that shares this k/v head) and ``_attn_bwd_dq`` (one program per query
@@ -28,8 +28,8 @@ Head dims
 Dtypes
     float16, bfloat16, float32 in; o in the input dtype, lse float32; fp32 accumulation
     everywhere. float32 inputs use IEEE fp32 dot products (no TF32), matching PyTorch's
-    default, with smaller tiles (they run on CUDA cores). Under the Triton interpreter and
-    on sm_75, bf16 tiles are upcast to fp32 inside the kernel (correct, slower).
+    default, with smaller tiles (they run on CUDA cores). Under the Triton interpreter
+    and on sm_75, bf16 tiles are upcast to fp32 inside the kernel (correct, slower).
 Devices
     CUDA GPUs sm_80 (A100), sm_86/sm_89 (A10/L4/RTX 30xx/40xx), sm_90 (H100/H200), and
     sm_75 (Colab's T4) with a caveat: Triton >= 3.2 no longer uses tensor cores below
@@ -45,9 +45,9 @@ Known limits
     No dropout, no attention bias/ALiBi, no sliding window, no variable-length (packed)
     batches, no paged KV cache. No TMA/wgmma-specific code path (Triton picks wgmma on
     sm_90 by itself) and no FP8: the FlashAttention-3 CUDA kernels are faster on H100.
-    Head dims that are not powers of two waste the padded part of each tile. On sm_75 the
-    backward pass refuses head dims above 128 (ValueError): with FMA dot products every
-    tile of at least 16 x 16 spills registers there.
+    Head dims that are not powers of two waste the padded part of each tile. On sm_75
+    the backward pass refuses head dims above 128 (ValueError): with FMA dot products
+    every tile of at least 16 x 16 spills registers there.
 """
 
 from __future__ import annotations
@@ -66,47 +66,66 @@ _LOG2E: tl.constexpr = tl.constexpr(LOG2E)
 
 
 # --------------------------------------------------------------------------------------
-# Tile configurations. (BLOCK_M, BLOCK_N, num_warps, num_stages) per kernel, architecture
-# and padded head dim; fp32 inputs (no tensor-core dot) get smaller tiles.
+# Tile configurations. (BLOCK_M, BLOCK_N, num_warps, num_stages) per kernel,
+# architecture and padded head dim; fp32 inputs (no tensor-core dot) get smaller tiles.
 # --------------------------------------------------------------------------------------
 INTERPRET_CONFIG = (64, 64, 4, 1)  # the one config used under the Triton interpreter
 
 # fp16/bf16 tiles, by architecture class and BLOCK_D; autotuning picks among them. Each
-# entry is checked by `python -m kernels.compile_check`: it fits the target's shared memory
-# and ptxas reports no register spills.
+# entry is checked by `python -m kernels.compile_check`: it fits the target's shared
+# memory and ptxas reports no register spills.
 _TABLES: dict[str, dict[str, dict[int, list[tuple[int, int, int, int]]]]] = {
     "fwd": {
-        "sm90": {16: [(128, 64, 4, 3)], 32: [(128, 64, 4, 3)], 64: [(128, 64, 4, 3), (128, 128, 8, 3)],
-                 128: [(128, 128, 8, 3), (128, 64, 8, 3)], 256: [(128, 64, 8, 2)]},
-        "sm80": {16: [(128, 64, 4, 3)], 32: [(128, 64, 4, 3)], 64: [(128, 64, 4, 3), (128, 128, 8, 3)],
-                 128: [(128, 64, 8, 3), (64, 64, 4, 3)], 256: [(64, 32, 8, 2)]},
-        "sm89": {16: [(128, 64, 4, 2)], 32: [(128, 64, 4, 2)], 64: [(128, 64, 4, 3), (128, 128, 8, 2)],
-                 128: [(128, 64, 8, 2), (64, 64, 4, 2)], 256: [(64, 32, 8, 2)]},
+        "sm90": {16: [(128, 64, 4, 3)], 32: [(128, 64, 4, 3)],
+                 64: [(128, 64, 4, 3), (128, 128, 8, 3)],
+                 128: [(128, 128, 8, 3), (128, 64, 8, 3)],
+                 256: [(128, 64, 8, 2)]},
+        "sm80": {16: [(128, 64, 4, 3)], 32: [(128, 64, 4, 3)],
+                 64: [(128, 64, 4, 3), (128, 128, 8, 3)],
+                 128: [(128, 64, 8, 3), (64, 64, 4, 3)],
+                 256: [(64, 32, 8, 2)]},
+        "sm89": {16: [(128, 64, 4, 2)], 32: [(128, 64, 4, 2)],
+                 64: [(128, 64, 4, 3), (128, 128, 8, 2)],
+                 128: [(128, 64, 8, 2), (64, 64, 4, 2)],
+                 256: [(64, 32, 8, 2)]},
     },
     "dkdv": {  # BLOCK_M = query rows per inner step, BLOCK_N = keys held by the program
-        "sm90": {16: [(32, 128, 8, 2)], 32: [(32, 128, 8, 2)], 64: [(32, 128, 8, 2), (32, 64, 4, 2)],
-                 128: [(64, 64, 8, 2), (32, 128, 8, 2)], 256: [(64, 32, 8, 2), (16, 64, 8, 2)]},
-        "sm80": {16: [(32, 128, 8, 2)], 32: [(32, 128, 8, 2)], 64: [(32, 128, 8, 2), (32, 64, 4, 2)],
-                 128: [(64, 64, 8, 2), (32, 64, 8, 2)], 256: [(64, 32, 8, 2), (32, 32, 8, 2)]},
-        "sm89": {16: [(32, 128, 8, 2)], 32: [(32, 128, 8, 2)], 64: [(32, 128, 8, 2), (32, 64, 4, 2)],
-                 128: [(64, 64, 8, 2), (32, 64, 8, 2)], 256: [(32, 32, 8, 2), (16, 64, 8, 2)]},
+        "sm90": {16: [(32, 128, 8, 2)], 32: [(32, 128, 8, 2)],
+                 64: [(32, 128, 8, 2), (32, 64, 4, 2)],
+                 128: [(64, 64, 8, 2), (32, 128, 8, 2)],
+                 256: [(64, 32, 8, 2), (16, 64, 8, 2)]},
+        "sm80": {16: [(32, 128, 8, 2)], 32: [(32, 128, 8, 2)],
+                 64: [(32, 128, 8, 2), (32, 64, 4, 2)],
+                 128: [(64, 64, 8, 2), (32, 64, 8, 2)],
+                 256: [(64, 32, 8, 2), (32, 32, 8, 2)]},
+        "sm89": {16: [(32, 128, 8, 2)], 32: [(32, 128, 8, 2)],
+                 64: [(32, 128, 8, 2), (32, 64, 4, 2)],
+                 128: [(64, 64, 8, 2), (32, 64, 8, 2)],
+                 256: [(32, 32, 8, 2), (16, 64, 8, 2)]},
     },
     "dq": {  # BLOCK_M = query rows held by the program, BLOCK_N = keys per inner step
-        "sm90": {16: [(128, 64, 8, 2)], 32: [(128, 64, 8, 2)], 64: [(128, 64, 8, 2), (128, 32, 4, 3)],
-                 128: [(128, 64, 8, 2), (128, 32, 8, 2)], 256: [(128, 32, 8, 2), (64, 32, 4, 2)]},
-        "sm80": {16: [(128, 64, 8, 2)], 32: [(128, 64, 8, 2)], 64: [(128, 64, 8, 2), (128, 32, 4, 3)],
-                 128: [(128, 32, 8, 2), (64, 64, 4, 2)], 256: [(64, 32, 4, 2)]},
-        "sm89": {16: [(128, 64, 8, 2)], 32: [(128, 64, 8, 2)], 64: [(128, 64, 8, 2), (128, 32, 4, 3)],
-                 128: [(128, 32, 8, 2), (64, 64, 4, 2)], 256: [(64, 32, 4, 1)]},
+        "sm90": {16: [(128, 64, 8, 2)], 32: [(128, 64, 8, 2)],
+                 64: [(128, 64, 8, 2), (128, 32, 4, 3)],
+                 128: [(128, 64, 8, 2), (128, 32, 8, 2)],
+                 256: [(128, 32, 8, 2), (64, 32, 4, 2)]},
+        "sm80": {16: [(128, 64, 8, 2)], 32: [(128, 64, 8, 2)],
+                 64: [(128, 64, 8, 2), (128, 32, 4, 3)],
+                 128: [(128, 32, 8, 2), (64, 64, 4, 2)],
+                 256: [(64, 32, 4, 2)]},
+        "sm89": {16: [(128, 64, 8, 2)], 32: [(128, 64, 8, 2)],
+                 64: [(128, 64, 8, 2), (128, 32, 4, 3)],
+                 128: [(128, 32, 8, 2), (64, 64, 4, 2)],
+                 256: [(64, 32, 4, 1)]},
     },
 }
-# (d = 256 forward on sm80/sm89 uses 8 warps: with 4, ptxas under triton 3.6 spills a few
-# bytes at 255 registers; fp32 dq at d = 128 uses 32 x 16 with 8 warps: with 4 warps it spills on sm_90
-# under triton 3.6, and 16 x 16 with 4 warps spills on sm_89.)
-# Tiles for dot products on CUDA cores (FMA): float32 inputs everywhere (IEEE fp32 dots) and
-# every dtype on sm_75, where Triton >= 3.2 has no tensor-core path. FMA dots hold whole
-# operand rows in registers, so the tiles are small. On sm_75 the backward has no config
-# for BLOCK_D = 256: every tile of at least 16 x 16 spills there, so it is refused.
+# (d = 256 forward on sm80/sm89 uses 8 warps: with 4, ptxas under triton 3.6 spills a
+# few bytes at 255 registers; fp32 dq at d = 128 uses 32 x 16 with 8 warps: with 4 warps
+# it spills on sm_90 under triton 3.6, and 16 x 16 with 4 warps spills on sm_89.)
+# Tiles for dot products on CUDA cores (FMA): float32 inputs everywhere (IEEE fp32
+# dots) and every dtype on sm_75, where Triton >= 3.2 has no tensor-core path. FMA dots
+# hold whole operand rows in registers, so the tiles are small. On sm_75 the backward
+# has no config for BLOCK_D = 256: every tile of at least 16 x 16 spills there, so it
+# is refused.
 _FMA_TABLES: dict[str, dict[str, dict[int, list[tuple[int, int, int, int]]]]] = {
     "fp32": {
         "fwd": {16: [(64, 32, 8, 2)], 32: [(64, 32, 8, 2)], 64: [(64, 32, 8, 2)],
@@ -148,7 +167,8 @@ def arch_class(capability: tuple[int, int]) -> str:
 
 
 def block_d(head_dim: int) -> int:
-    """Padded head dim: the next power of two, at least 16 (the smallest tl.dot tile)."""
+    """Padded head dim: the next power of two, at least 16 (the smallest tl.dot tile).
+    """
     return max(16, triton.next_power_of_2(head_dim))
 
 
@@ -168,11 +188,14 @@ def configs(kernel: str, capability: tuple[int, int], head_dim: int,
 
 
 def _all_configs(kernel: str) -> list[triton.Config]:
-    """Every config any architecture ships (autotune prunes to the current GPU's list)."""
+    """Every config any architecture ships (autotune prunes to the current GPU's list).
+    """
     if runtime.INTERPRET:
         bm, bn, w, s = INTERPRET_CONFIG
-        return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)]
-    seen = {c for table in _TABLES[kernel].values() for cs in table.values() for c in cs}
+        return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w,
+                              num_stages=s)]
+    seen = {c for table in _TABLES[kernel].values() for cs in table.values()
+            for c in cs}
     seen |= {c for t in _FMA_TABLES.values() for cs in t[kernel].values() for c in cs}
     return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
             for bm, bn, w, s in sorted(seen)]
@@ -184,8 +207,9 @@ def _pruner(kernel: str):
         head_dim = kwargs.get("HEAD_DIM", named_args.get("HEAD_DIM"))
         cap = torch.cuda.get_device_capability(q.device)
         allowed = set(configs(kernel, cap, head_dim, q.dtype))
-        return [c for c in configs_ if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps,
-                                        c.num_stages) in allowed]
+        return [c for c in configs_
+                if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps,
+                    c.num_stages) in allowed]
     return {"early_config_prune": prune}
 
 
@@ -202,7 +226,8 @@ _HEURISTICS = {
 @triton.jit
 def _load_tile(ptrs, offs_r, offs_d, n_rows, HEAD_DIM, EVEN_R: tl.constexpr,
                EVEN_D: tl.constexpr):
-    """Load a (rows, BLOCK_D) tile; rows >= n_rows and columns >= HEAD_DIM read as 0."""
+    """Load a (rows, BLOCK_D) tile; rows >= n_rows and columns >= HEAD_DIM read as 0.
+    """
     if EVEN_R and EVEN_D:
         return tl.load(ptrs)
     elif EVEN_R:
@@ -210,14 +235,16 @@ def _load_tile(ptrs, offs_r, offs_d, n_rows, HEAD_DIM, EVEN_R: tl.constexpr,
     elif EVEN_D:
         return tl.load(ptrs, mask=offs_r[:, None] < n_rows, other=0.0)
     else:
-        return tl.load(ptrs, mask=(offs_r[:, None] < n_rows) & (offs_d[None, :] < HEAD_DIM),
+        return tl.load(ptrs,
+                       mask=(offs_r[:, None] < n_rows) & (offs_d[None, :] < HEAD_DIM),
                        other=0.0)
 
 
 @triton.jit
 def _store_tile(ptrs, value, offs_r, offs_d, n_rows, HEAD_DIM, EVEN_R: tl.constexpr,
                 EVEN_D: tl.constexpr):
-    """Store a (rows, BLOCK_D) tile, skipping rows >= n_rows and columns >= HEAD_DIM."""
+    """Store a (rows, BLOCK_D) tile, skipping rows >= n_rows and columns >= HEAD_DIM.
+    """
     if EVEN_R and EVEN_D:
         tl.store(ptrs, value)
     elif EVEN_R:
@@ -225,14 +252,16 @@ def _store_tile(ptrs, value, offs_r, offs_d, n_rows, HEAD_DIM, EVEN_R: tl.conste
     elif EVEN_D:
         tl.store(ptrs, value, mask=offs_r[:, None] < n_rows)
     else:
-        tl.store(ptrs, value, mask=(offs_r[:, None] < n_rows) & (offs_d[None, :] < HEAD_DIM))
+        tl.store(ptrs, value,
+                 mask=(offs_r[:, None] < n_rows) & (offs_d[None, :] < HEAD_DIM))
 
 
 @triton.jit
-def _select_pv(acc, p, visible, v_base, stride_vn, stride_vd, start_n, offs_n, offs_d, N_CTX_K,
-               HEAD_DIM, BLOCK_N: tl.constexpr):
-    """acc += sum over the VISIBLE keys j of p[:, j] v[j, :], one key at a time (rank-1
-    updates selected by ``visible``): a hidden key's value row never enters a product."""
+def _select_pv(acc, p, visible, v_base, stride_vn, stride_vd, start_n, offs_n, offs_d,
+               N_CTX_K, HEAD_DIM, BLOCK_N: tl.constexpr):
+    """acc += sum over the VISIBLE keys j of p[:, j] v[j, :], one key at a time
+    (rank-1 updates selected by ``visible``): a hidden key's value row never enters
+    a product."""
     for jj in range(0, BLOCK_N):
         col = offs_n == start_n + jj  # (BLOCK_N,)
         p_j = tl.sum(tl.where(col[None, :], p, 0.0), 1)  # (BLOCK_M,) column jj of p
@@ -245,19 +274,23 @@ def _select_pv(acc, p, visible, v_base, stride_vn, stride_vd, start_n, offs_n, o
 
 
 @triton.jit
-def _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, v_base, stride_kn, stride_vn, stride_vd,
-                    offs_m, offs_n0, offs_d, lo, hi, qk_scale, N_CTX_K, HEAD_DIM, causal_offset,
-                    BLOCK_N: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
+def _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, v_base,
+                    stride_kn, stride_vn, stride_vd,
+                    offs_m, offs_n0, offs_d, lo, hi, qk_scale, N_CTX_K, HEAD_DIM,
+                    causal_offset,
+                    BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
+                    IS_CAUSAL: tl.constexpr,
                     EVEN_N: tl.constexpr, EVEN_D: tl.constexpr, UPCAST: tl.constexpr,
                     DOT_PRECISION: tl.constexpr, NEG_SCALE: tl.constexpr):
-    """Stream key blocks [lo, hi) past the resident query tile, updating the online softmax.
+    """Stream key blocks [lo, hi) past the resident query tile, updating the
+    online softmax.
 
-    ``k_ptrs``/``v_ptrs`` point at the tile of key block 0 and stay fixed: block start_n is
-    read at ``k_ptrs + start_n * stride_kn`` (one IMAD.WIDE per 16-byte vector on sm_90,
-    instead of recomputing offs_n * stride per element).
-    MASKED=False: every (query, key) pair in range is visible, no mask is computed, and the
-    scale is folded into one FFMA per score: m = max(m, rowmax(qk) * scale) and
-    p = exp2(qk * scale - m) (rowmin when the scale is negative, NEG_SCALE).
+    ``k_ptrs``/``v_ptrs`` point at the tile of key block 0 and stay fixed: block start_n
+    is read at ``k_ptrs + start_n * stride_kn`` (one IMAD.WIDE per 16-byte vector on
+    sm_90, instead of recomputing offs_n * stride per element).
+    MASKED=False: every (query, key) pair in range is visible, no mask is computed, and
+    the scale is folded into one FFMA per score: m = max(m, rowmax(qk) * scale) and p =
+    exp2(qk * scale - m) (rowmin when the scale is negative, NEG_SCALE).
     MASKED=True: the diagonal blocks (causal) and the ragged last key block; there the
     scores are scaled first and then masked with -inf (the order the sign needs).
     """
@@ -299,13 +332,14 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, v_base, stride_kn, stride_
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
         if MASKED:
-            # A hidden key has p = 0, but 0 * NaN = NaN: a NaN/inf in a value row hidden from
-            # a query would reach it through the dot. Such a tile (rare) is summed key by key
-            # instead, selecting only the visible terms, so no result depends on the tiles.
+            # A hidden key has p = 0, but 0 * NaN = NaN: a NaN/inf in a value row hidden
+            # from a query would reach it through the dot. Such a tile (rare) is summed
+            # key by key instead, selecting only the visible terms, so no result depends
+            # on the tiles.
             n_bad = tl.sum(tl.sum((tl.abs(v.to(tl.float32)) < float("inf")) == 0, 1), 0)
             if n_bad > 0:
-                acc = _select_pv(acc, p, visible, v_base, stride_vn, stride_vd, start_n, offs_n,
-                                 offs_d, N_CTX_K, HEAD_DIM, BLOCK_N)
+                acc = _select_pv(acc, p, visible, v_base, stride_vn, stride_vd,
+                                 start_n, offs_n, offs_d, N_CTX_K, HEAD_DIM, BLOCK_N)
             else:
                 acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
         else:
@@ -315,8 +349,9 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, v_base, stride_kn, stride_
 
 
 def n_bucket(n_ctx_k: int) -> int:
-    """The forward's autotune key for the key length: the next power of two, from 256 up to
-    65536, so a choice tuned at N = 512 is not reused at N = 65536 (nor retuned per N)."""
+    """The forward's autotune key for the key length: the next power of two, from 256
+    up to 65536, so a choice tuned at N = 512 is not reused at N = 65536 (nor retuned
+    per N)."""
     return min(max(triton.next_power_of_2(n_ctx_k), 256), 65536)
 
 
@@ -367,25 +402,29 @@ def _attn_fwd(Q, K, V, Out, LSE2, sm_scale,
     if IS_CAUSAL:
         hi = tl.maximum(tl.minimum(N_CTX_K, (start_m + 1) * BLOCK_M + causal_offset), 0)
         first_row_sees = tl.maximum(start_m * BLOCK_M + causal_offset + 1, 0)
-        full_end = tl.minimum((first_row_sees // BLOCK_N) * BLOCK_N, (N_CTX_K // BLOCK_N) * BLOCK_N)
+        full_end = tl.minimum((first_row_sees // BLOCK_N) * BLOCK_N,
+                              (N_CTX_K // BLOCK_N) * BLOCK_N)
     else:
         hi = N_CTX_K
         full_end = (N_CTX_K // BLOCK_N) * BLOCK_N
-    # k and v tile pointers of key block 0 (loop invariant; the loop adds start_n * stride)
+    # k and v tile pointers of key block 0 (loop invariant; the loop adds
+    # start_n * stride)
     offs_n0 = tl.arange(0, BLOCK_N)
     k_ptrs = k_base + offs_n0[:, None] * stride_kn + offs_d[None, :] * stride_kd
     v_ptrs = v_base + offs_n0[:, None] * stride_vn + offs_d[None, :] * stride_vd
     # stage 1: blocks every row sees in full, no masks
     acc, l_i, m_i = _attn_fwd_inner(
         acc, l_i, m_i, q, k_ptrs, v_ptrs, v_base, stride_kn, stride_vn, stride_vd,
-        offs_m, offs_n0, offs_d, 0, full_end, qk_scale, N_CTX_K, HEAD_DIM, causal_offset,
-        BLOCK_N, False, IS_CAUSAL, EVEN_N, EVEN_D, UPCAST, DOT_PRECISION, NEG_SCALE)
+        offs_m, offs_n0, offs_d, 0, full_end, qk_scale, N_CTX_K, HEAD_DIM,
+        causal_offset, BLOCK_N, False, IS_CAUSAL, EVEN_N, EVEN_D, UPCAST, DOT_PRECISION,
+        NEG_SCALE)
     # stage 2: the diagonal (causal) and the ragged last key block, masked
     if IS_CAUSAL or not EVEN_N:
         acc, l_i, m_i = _attn_fwd_inner(
             acc, l_i, m_i, q, k_ptrs, v_ptrs, v_base, stride_kn, stride_vn, stride_vd,
-            offs_m, offs_n0, offs_d, full_end, hi, qk_scale, N_CTX_K, HEAD_DIM, causal_offset,
-            BLOCK_N, True, IS_CAUSAL, EVEN_N, EVEN_D, UPCAST, DOT_PRECISION, NEG_SCALE)
+            offs_m, offs_n0, offs_d, full_end, hi, qk_scale, N_CTX_K, HEAD_DIM,
+            causal_offset, BLOCK_N, True, IS_CAUSAL, EVEN_N, EVEN_D, UPCAST,
+            DOT_PRECISION, NEG_SCALE)
 
     # epilogue: normalise; a row that saw no key has l_i = 0 -> output 0, lse = -inf
     empty = l_i == 0.0
@@ -399,7 +438,8 @@ def _attn_fwd(Q, K, V, Out, LSE2, sm_scale,
     else:
         tl.store(lse_ptrs, lse2, mask=offs_m < N_CTX_Q)
     _store_tile(o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
-                acc.to(Out.dtype.element_ty), offs_m, offs_d, N_CTX_Q, HEAD_DIM, EVEN_M, EVEN_D)
+                acc.to(Out.dtype.element_ty), offs_m, offs_d, N_CTX_Q, HEAD_DIM,
+                EVEN_M, EVEN_D)
 
 
 # --------------------------------------------------------------------------------------
@@ -414,57 +454,64 @@ def _validate(q, k, v, sm_scale) -> float:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.ndim != 4:
-            raise ValueError(f"{name} must be 4-D (B, H, N, d), got shape {tuple(t.shape)}")
+            raise ValueError(f"{name} must be 4-D (B, H, N, d), "
+                             f"got shape {tuple(t.shape)}")
         if t.dtype not in _DTYPES:
-            raise TypeError(f"{name} must be float16, bfloat16 or float32, got dtype {t.dtype}")
+            raise TypeError(f"{name} must be float16, bfloat16 or float32, "
+                            f"got dtype {t.dtype}")
     if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k, v must share a dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}")
+        raise TypeError(f"q, k, v must share a dtype, got q {q.dtype}, k {k.dtype}, "
+                        f"v {v.dtype}")
     if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must be on one device, got q {q.device}, k {k.device}, "
-                         f"v {v.device}")
+        raise ValueError(f"q, k, v must be on one device, got q {q.device}, "
+                         f"k {k.device}, v {v.device}")
     if not runtime.INTERPRET and q.device.type != "cuda":
-        raise ValueError(f"q, k, v must be CUDA tensors for the compiled kernels, got device "
-                         f"{q.device} (set TRITON_INTERPRET=1 before importing kernels to run "
-                         f"on the CPU)")
+        raise ValueError(f"q, k, v must be CUDA tensors for the compiled kernels, "
+                         f"got device {q.device} (set TRITON_INTERPRET=1 before "
+                         f"importing kernels to run on the CPU)")
     B, H, N_q, d = q.shape
     if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape, got k {tuple(k.shape)} and "
-                         f"v {tuple(v.shape)}")
+        raise ValueError(f"k and v must have the same shape, got k {tuple(k.shape)} "
+                         f"and v {tuple(v.shape)}")
     Bk, H_kv, N_k, dk = k.shape
     if Bk != B:
-        raise ValueError(f"k batch {Bk} (shape {tuple(k.shape)}) does not match q batch {B} "
-                         f"(shape {tuple(q.shape)})")
+        raise ValueError(f"k batch {Bk} (shape {tuple(k.shape)}) does not match "
+                         f"q batch {B} (shape {tuple(q.shape)})")
     if dk != d:
-        raise ValueError(f"k head dim {dk} (shape {tuple(k.shape)}) does not match q head dim "
-                         f"{d} (shape {tuple(q.shape)})")
+        raise ValueError(f"k head dim {dk} (shape {tuple(k.shape)}) does not match "
+                         f"q head dim {d} (shape {tuple(q.shape)})")
     if not 1 <= d <= MAX_HEAD_DIM:
-        raise ValueError(f"head dim d must be in 1..{MAX_HEAD_DIM}, got q shape {tuple(q.shape)}")
+        raise ValueError(f"head dim d must be in 1..{MAX_HEAD_DIM}, "
+                         f"got q shape {tuple(q.shape)}")
     if N_q < 1 or N_k < 1:
         raise ValueError(f"sequence lengths must be >= 1, got q {tuple(q.shape)}, "
                          f"k {tuple(k.shape)}")
     if B < 1 or H_kv < 1 or H % H_kv != 0:
-        raise ValueError(f"q heads H={H} must be a positive multiple of k/v heads H_kv={H_kv} "
-                         f"(q {tuple(q.shape)}, k {tuple(k.shape)})")
+        raise ValueError(f"q heads H={H} must be a positive multiple of k/v heads "
+                         f"H_kv={H_kv} (q {tuple(q.shape)}, k {tuple(k.shape)})")
     # finite, and sm_scale * log2(e) (folded into the kernels' exp2 scores) within fp32
     return kernel_scale(sm_scale, d)
 
 
 def _upcast(dtype: torch.dtype, device: torch.device) -> bool:
-    """bf16 tiles go through fp32 under the interpreter and on GPUs without bf16 tensor cores."""
+    """bf16 tiles go through fp32 under the interpreter and on GPUs without bf16
+    tensor cores."""
     if dtype != torch.bfloat16:
         return False
     return runtime.INTERPRET or torch.cuda.get_device_capability(device) < (8, 0)
 
 
 def _dot_precision(dtype: torch.dtype) -> str:
-    return "ieee" if dtype == torch.float32 else "tf32"  # tf32 is ignored for fp16/bf16 dots
+    # tf32 is ignored for fp16/bf16 dots
+    return "ieee" if dtype == torch.float32 else "tf32"
 
 
 def _forward(q, k, v, causal: bool, scale: float):
     B, H, N_q, d = q.shape
     H_kv, N_k = k.shape[1], k.shape[2]
     o = torch.empty((B, H, N_q, d), dtype=q.dtype, device=q.device)  # (B, H, N_q, d)
-    lse2 = torch.empty((B, H, N_q), dtype=torch.float32, device=q.device)  # (B, H, N_q), base 2
+    # (B, H, N_q), base 2
+    lse2 = torch.empty((B, H, N_q), dtype=torch.float32, device=q.device)
     grid = lambda META: (triton.cdiv(N_q, META["BLOCK_M"]), B * H)
     _attn_fwd[grid](
         q, k, v, o, lse2, scale,
@@ -480,7 +527,8 @@ def _forward(q, k, v, causal: bool, scale: float):
 # Backward (FlashAttention-2): delta, then dK/dV per key block, then dQ per query block
 # --------------------------------------------------------------------------------------
 def preprocess_block_m(head_dim: int) -> int:
-    """Rows per program of the delta kernel: 64 x BLOCK_D fp32 tiles fit in registers."""
+    """Rows per program of the delta kernel: 64 x BLOCK_D fp32 tiles fit in registers.
+    """
     return min(64, 4096 // block_d(head_dim))
 
 
@@ -496,7 +544,10 @@ def _attn_bwd_preprocess(O, DO, Delta,
                          H, N_CTX_Q, HEAD_DIM,
                          BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
                          EVEN_M: tl.constexpr, EVEN_D: tl.constexpr):
-    """delta_i = sum_d dO[i, d] * O[i, d] (= rowsum(dP * P)), one (B, H, N_q) float per row."""
+    """delta_i = sum_d dO[i, d] * O[i, d] (= rowsum(dP * P)).
+
+    One (B, H, N_q) float per row.
+    """
     start_m = tl.program_id(0)
     off_hz = tl.program_id(1)
     off_z = off_hz // H
@@ -506,11 +557,13 @@ def _attn_bwd_preprocess(O, DO, Delta,
     o = _load_tile(O + off_z.to(tl.int64) * stride_oz + off_h.to(tl.int64) * stride_oh
                    + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
                    offs_m, offs_d, N_CTX_Q, HEAD_DIM, EVEN_M, EVEN_D)
-    do = _load_tile(DO + off_z.to(tl.int64) * stride_doz + off_h.to(tl.int64) * stride_doh
+    do = _load_tile(DO + off_z.to(tl.int64) * stride_doz
+                    + off_h.to(tl.int64) * stride_doh
                     + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
                     offs_m, offs_d, N_CTX_Q, HEAD_DIM, EVEN_M, EVEN_D)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
-    delta_ptrs = Delta + off_hz.to(tl.int64) * N_CTX_Q + offs_m  # contiguous (B, H, N_q)
+    # contiguous (B, H, N_q)
+    delta_ptrs = Delta + off_hz.to(tl.int64) * N_CTX_Q + offs_m
     if EVEN_M:
         tl.store(delta_ptrs, delta)
     else:
@@ -522,23 +575,26 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
                          stride_qm, stride_qd, stride_dom, stride_dod,
                          offs_n, offs_d, lo, hi, qk_scale, N_CTX_Q, N_CTX_K, HEAD_DIM,
                          causal_offset,
-                         BLOCK_M: tl.constexpr, MASKED: tl.constexpr, EVEN_M: tl.constexpr,
-                         EVEN_N: tl.constexpr, EVEN_D: tl.constexpr, UPCAST: tl.constexpr,
+                         BLOCK_M: tl.constexpr, MASKED: tl.constexpr,
+                         EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+                         EVEN_D: tl.constexpr, UPCAST: tl.constexpr,
                          DOT_PRECISION: tl.constexpr):
     """Accumulate dK, dV of the resident key block over query blocks [lo, hi).
 
     Works with transposed tiles (keys along rows): pT = P^T, (BLOCK_N, BLOCK_M).
-    MASKED=True applies the causal mask (the diagonal blocks). Query rows past N_q
-    load lse = +inf, so their P is exactly 0 and they contribute nothing. Key rows past N_k
-    (a ragged last key block, EVEN_N=False) get s = -inf, so exp2 never sees them: with a
-    strongly negative lse their exp2(0 - lse) would overflow.
+    MASKED=True applies the causal mask (the diagonal blocks). Query rows past N_q load
+    lse = +inf, so their P is exactly 0 and they contribute nothing. Key rows past N_k
+    (a ragged last key block, EVEN_N=False) get s = -inf, so exp2 never sees them: with
+    a strongly negative lse their exp2(0 - lse) would overflow.
     """
     for start_m in range(lo, hi, BLOCK_M):
         start_m = tl.multiple_of(start_m, BLOCK_M)
         offs_m = start_m + tl.arange(0, BLOCK_M)
-        q = _load_tile(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+        q = _load_tile(q_base + offs_m[:, None] * stride_qm
+                       + offs_d[None, :] * stride_qd,
                        offs_m, offs_d, N_CTX_Q, HEAD_DIM, EVEN_M, EVEN_D)
-        do = _load_tile(do_base + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+        do = _load_tile(do_base + offs_m[:, None] * stride_dom
+                        + offs_d[None, :] * stride_dod,
                         offs_m, offs_d, N_CTX_Q, HEAD_DIM, EVEN_M, EVEN_D)
         if UPCAST:
             q = q.to(tl.float32)
@@ -551,11 +607,14 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
             delta = tl.load(delta_base + offs_m, mask=offs_m < N_CTX_Q, other=0.0)
         # a row with no visible key has lse = -inf: use +inf so its P is 0, not inf
         lse2 = tl.where(lse2 == float("-inf"), float("inf"), lse2)
-        # recompute P^T = exp2(K Q^T * scale * log2(e) - lse2), (BLOCK_N, BLOCK_M), on chip
+        # recompute P^T = exp2(K Q^T * scale * log2(e) - lse2),
+        # (BLOCK_N, BLOCK_M), on chip
         sT = tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION) * qk_scale
         if MASKED:  # hidden pairs get s = -inf, so P = 0 exactly
-            sT = tl.where(offs_n[:, None] <= offs_m[None, :] + causal_offset, sT, float("-inf"))
-        if not EVEN_N:  # padded key rows of the ragged last block: P = 0, never exp2(-lse)
+            sT = tl.where(offs_n[:, None] <= offs_m[None, :] + causal_offset, sT,
+                          float("-inf"))
+        # padded key rows of the ragged last block: P = 0, never exp2(-lse)
+        if not EVEN_N:
             sT = tl.where(offs_n[:, None] < N_CTX_K, sT, float("-inf"))
         pT = tl.exp2(sT - lse2[None, :])
         # dV += P^T dO
@@ -591,7 +650,8 @@ def _attn_bwd_dkdv(Q, K, V, DO, LSE2, Delta, DK, DV, sm_scale,
     offs_d = tl.arange(0, BLOCK_D)
     k_base = K + off_z.to(tl.int64) * stride_kz + off_hkv.to(tl.int64) * stride_kh
     v_base = V + off_z.to(tl.int64) * stride_vz + off_hkv.to(tl.int64) * stride_vh
-    # k and v stay in SRAM while every query block of every q head in the group streams by
+    # k and v stay in SRAM while every query block of every q head in the
+    # group streams by
     k = _load_tile(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
                    offs_n, offs_d, N_CTX_K, HEAD_DIM, EVEN_N, EVEN_D)
     v = _load_tile(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
@@ -609,14 +669,16 @@ def _attn_bwd_dkdv(Q, K, V, DO, LSE2, Delta, DK, DV, sm_scale,
     end_m = tl.cdiv(N_CTX_Q, BLOCK_M) * BLOCK_M
     if IS_CAUSAL:
         lo = (tl.maximum(start_n - causal_offset, 0) // BLOCK_M) * BLOCK_M
-        full_start = tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - causal_offset, 0), BLOCK_M) * BLOCK_M
+        full_start = tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - causal_offset, 0),
+                             BLOCK_M) * BLOCK_M
         full_start = tl.minimum(full_start, end_m)
         lo = tl.minimum(lo, full_start)
     else:
         lo = 0
         full_start = 0
 
-    for g in range(GROUP):  # the q heads that share this k/v head (GQA); 1 for plain MHA
+    # the q heads that share this k/v head (GQA); 1 for plain MHA
+    for g in range(GROUP):
         off_h = off_hkv * GROUP + g
         off_bh = off_z * (H_KV * GROUP) + off_h
         q_base = Q + off_z.to(tl.int64) * stride_qz + off_h.to(tl.int64) * stride_qh
@@ -624,46 +686,53 @@ def _attn_bwd_dkdv(Q, K, V, DO, LSE2, Delta, DK, DV, sm_scale,
         lse_base = LSE2 + off_bh.to(tl.int64) * N_CTX_Q
         delta_base = Delta + off_bh.to(tl.int64) * N_CTX_Q
         if IS_CAUSAL:  # diagonal blocks, masked
-            dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                                          stride_qm, stride_qd, stride_dom, stride_dod,
-                                          offs_n, offs_d, lo, full_start, qk_scale, N_CTX_Q,
-                                          N_CTX_K, HEAD_DIM, causal_offset, BLOCK_M, True,
-                                          EVEN_M, EVEN_N, EVEN_D, UPCAST, DOT_PRECISION)
-        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                                      stride_qm, stride_qd, stride_dom, stride_dod,
-                                      offs_n, offs_d, full_start, end_m, qk_scale, N_CTX_Q,
-                                      N_CTX_K, HEAD_DIM, causal_offset, BLOCK_M, False, EVEN_M,
-                                      EVEN_N, EVEN_D, UPCAST, DOT_PRECISION)
+            dk, dv = _attn_bwd_dkdv_inner(
+                dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+                stride_qm, stride_qd, stride_dom, stride_dod,
+                offs_n, offs_d, lo, full_start, qk_scale, N_CTX_Q,
+                N_CTX_K, HEAD_DIM, causal_offset, BLOCK_M, True,
+                EVEN_M, EVEN_N, EVEN_D, UPCAST, DOT_PRECISION)
+        dk, dv = _attn_bwd_dkdv_inner(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+            stride_qm, stride_qd, stride_dom, stride_dod,
+            offs_n, offs_d, full_start, end_m, qk_scale, N_CTX_Q,
+            N_CTX_K, HEAD_DIM, causal_offset, BLOCK_M, False,
+            EVEN_M, EVEN_N, EVEN_D, UPCAST, DOT_PRECISION)
 
     dk = dk * sm_scale  # S = scale * Q K^T  =>  dK = scale * dS^T Q
     dk_base = DK + off_z.to(tl.int64) * stride_dkz + off_hkv.to(tl.int64) * stride_dkh
     dv_base = DV + off_z.to(tl.int64) * stride_dkz + off_hkv.to(tl.int64) * stride_dkh
     tile = offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd
-    _store_tile(dk_base + tile, dk.to(DK.dtype.element_ty), offs_n, offs_d, N_CTX_K, HEAD_DIM,
-                EVEN_N, EVEN_D)
-    _store_tile(dv_base + tile, dv.to(DV.dtype.element_ty), offs_n, offs_d, N_CTX_K, HEAD_DIM,
-                EVEN_N, EVEN_D)
+    _store_tile(dk_base + tile, dk.to(DK.dtype.element_ty), offs_n, offs_d, N_CTX_K,
+                HEAD_DIM, EVEN_N, EVEN_D)
+    _store_tile(dv_base + tile, dv.to(DV.dtype.element_ty), offs_n, offs_d, N_CTX_K,
+                HEAD_DIM, EVEN_N, EVEN_D)
 
 
 @triton.jit
 def _attn_bwd_dq_inner(dq, q, do, lse2, delta, k_base, v_base,
                        stride_kn, stride_kd, stride_vn, stride_vd,
-                       offs_m, offs_d, lo, hi, qk_scale, N_CTX_K, HEAD_DIM, causal_offset,
-                       BLOCK_N: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                       offs_m, offs_d, lo, hi, qk_scale, N_CTX_K, HEAD_DIM,
+                       causal_offset,
+                       BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
+                       IS_CAUSAL: tl.constexpr,
                        EVEN_N: tl.constexpr, EVEN_D: tl.constexpr, UPCAST: tl.constexpr,
                        DOT_PRECISION: tl.constexpr):
     """Accumulate dQ of the resident query block over key blocks [lo, hi)."""
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        k = _load_tile(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+        k = _load_tile(k_base + offs_n[:, None] * stride_kn
+                       + offs_d[None, :] * stride_kd,
                        offs_n, offs_d, N_CTX_K, HEAD_DIM, EVEN_N or not MASKED, EVEN_D)
-        v = _load_tile(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+        v = _load_tile(v_base + offs_n[:, None] * stride_vn
+                       + offs_d[None, :] * stride_vd,
                        offs_n, offs_d, N_CTX_K, HEAD_DIM, EVEN_N or not MASKED, EVEN_D)
         if UPCAST:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
-        # recompute P = exp2(Q K^T * scale * log2(e) - lse2), (BLOCK_M, BLOCK_N), on chip
+        # recompute P = exp2(Q K^T * scale * log2(e) - lse2),
+        # (BLOCK_M, BLOCK_N), on chip
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
         if MASKED:  # hidden pairs and keys past N_k get s = -inf, so P = 0 exactly
             visible = offs_n[None, :] < N_CTX_K
@@ -707,7 +776,8 @@ def _attn_bwd_dq(Q, K, V, DO, LSE2, Delta, DQ, sm_scale,
     # q, dO, lse and delta stay on chip while the key blocks stream by
     q = _load_tile(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
                    offs_m, offs_d, N_CTX_Q, HEAD_DIM, EVEN_M, EVEN_D)
-    do = _load_tile(do_base + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+    do = _load_tile(do_base + offs_m[:, None] * stride_dom
+                    + offs_d[None, :] * stride_dod,
                     offs_m, offs_d, N_CTX_Q, HEAD_DIM, EVEN_M, EVEN_D)
     if UPCAST:
         q = q.to(tl.float32)
@@ -717,7 +787,8 @@ def _attn_bwd_dq(Q, K, V, DO, LSE2, Delta, DQ, sm_scale,
         lse2 = tl.load(LSE2 + row_base + offs_m)
         delta = tl.load(Delta + row_base + offs_m)
     else:
-        lse2 = tl.load(LSE2 + row_base + offs_m, mask=offs_m < N_CTX_Q, other=float("inf"))
+        lse2 = tl.load(LSE2 + row_base + offs_m, mask=offs_m < N_CTX_Q,
+                       other=float("inf"))
         delta = tl.load(Delta + row_base + offs_m, mask=offs_m < N_CTX_Q, other=0.0)
     lse2 = tl.where(lse2 == float("-inf"), float("inf"), lse2)  # no visible key: P = 0
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
@@ -727,36 +798,39 @@ def _attn_bwd_dq(Q, K, V, DO, LSE2, Delta, DQ, sm_scale,
     if IS_CAUSAL:  # same key ranges as the forward pass
         hi = tl.maximum(tl.minimum(N_CTX_K, (start_m + 1) * BLOCK_M + causal_offset), 0)
         first_row_sees = tl.maximum(start_m * BLOCK_M + causal_offset + 1, 0)
-        full_end = tl.minimum((first_row_sees // BLOCK_N) * BLOCK_N, (N_CTX_K // BLOCK_N) * BLOCK_N)
+        full_end = tl.minimum((first_row_sees // BLOCK_N) * BLOCK_N,
+                              (N_CTX_K // BLOCK_N) * BLOCK_N)
     else:
         hi = N_CTX_K
         full_end = (N_CTX_K // BLOCK_N) * BLOCK_N
     dq = _attn_bwd_dq_inner(dq, q, do, lse2, delta, k_base, v_base,
                             stride_kn, stride_kd, stride_vn, stride_vd,
                             offs_m, offs_d, 0, full_end, qk_scale, N_CTX_K, HEAD_DIM,
-                            causal_offset, BLOCK_N, False, IS_CAUSAL, EVEN_N, EVEN_D, UPCAST,
-                            DOT_PRECISION)
+                            causal_offset, BLOCK_N, False, IS_CAUSAL, EVEN_N, EVEN_D,
+                            UPCAST, DOT_PRECISION)
     if IS_CAUSAL or not EVEN_N:
         dq = _attn_bwd_dq_inner(dq, q, do, lse2, delta, k_base, v_base,
                                 stride_kn, stride_kd, stride_vn, stride_vd,
-                                offs_m, offs_d, full_end, hi, qk_scale, N_CTX_K, HEAD_DIM,
-                                causal_offset, BLOCK_N, True, IS_CAUSAL, EVEN_N, EVEN_D, UPCAST,
-                                DOT_PRECISION)
+                                offs_m, offs_d, full_end, hi, qk_scale, N_CTX_K,
+                                HEAD_DIM, causal_offset, BLOCK_N, True, IS_CAUSAL,
+                                EVEN_N, EVEN_D, UPCAST, DOT_PRECISION)
     dq = dq * sm_scale  # S = scale * Q K^T  =>  dQ = scale * dS K
     _store_tile(DQ + off_z.to(tl.int64) * stride_dqz + off_h.to(tl.int64) * stride_dqh
                 + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
-                dq.to(DQ.dtype.element_ty), offs_m, offs_d, N_CTX_Q, HEAD_DIM, EVEN_M, EVEN_D)
+                dq.to(DQ.dtype.element_ty), offs_m, offs_d, N_CTX_Q, HEAD_DIM,
+                EVEN_M, EVEN_D)
 
 
 def forward_with_tiles(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_m: int,
-                       block_n: int, causal: bool = False, sm_scale: float | None = None,
-                       num_warps: int = 4, num_stages: int = 2) -> torch.Tensor:
+                       block_n: int, causal: bool = False,
+                       sm_scale: float | None = None, num_warps: int = 4,
+                       num_stages: int = 2) -> torch.Tensor:
     """The forward kernel at a tile size of your choice, bypassing the autotuner.
 
-    For tile-size experiments (the benchmark suite's BLOCK_M x BLOCK_N sweep): q
-    (B, H, N_q, d), k/v (B, H_kv, N_k, d) as in :func:`flash_attention`; returns o
-    (B, H, N_q, d), not differentiable. ``block_m`` and ``block_n`` must be powers of two
-    >= 16. A tile that does not fit the GPU raises Triton's out-of-resources error.
+    For tile-size experiments (the benchmark suite's BLOCK_M x BLOCK_N sweep): q (B, H,
+    N_q, d), k/v (B, H_kv, N_k, d) as in :func:`flash_attention`; returns o (B, H, N_q,
+    d), not differentiable. ``block_m`` and ``block_n`` must be powers of two >= 16. A
+    tile that does not fit the GPU raises Triton's out-of-resources error.
     """
     scale = _validate(q, k, v, sm_scale)
     check_causal(causal)
@@ -784,24 +858,29 @@ def _backward(do, q, k, v, o, lse2, causal: bool, scale: float, dlse=None):
     if not runtime.INTERPRET:
         cap = torch.cuda.get_device_capability(q.device)
         if not configs("dq", cap, d, q.dtype):
-            raise ValueError(f"the backward pass does not support head dim {d} (q shape "
-                             f"{tuple(q.shape)}) on sm_{cap[0]}{cap[1]}: without tensor cores "
-                             f"every tile spills registers; use d <= 128 or an sm_80+ GPU")
+            raise ValueError(f"the backward pass does not support head dim {d} "
+                             f"(q shape {tuple(q.shape)}) on sm_{cap[0]}{cap[1]}: "
+                             f"without tensor cores every tile spills registers; "
+                             f"use d <= 128 or an sm_80+ GPU")
     H_kv, N_k = k.shape[1], k.shape[2]
     group = H // H_kv
-    bd, upcast, precision = block_d(d), _upcast(q.dtype, q.device), _dot_precision(q.dtype)
+    bd = block_d(d)
+    upcast, precision = _upcast(q.dtype, q.device), _dot_precision(q.dtype)
     delta = torch.empty_like(lse2)  # (B, H, N_q) float32
     dq = torch.empty((B, H, N_q, d), dtype=q.dtype, device=q.device)  # (B, H, N_q, d)
-    dk = torch.empty((B, H_kv, N_k, d), dtype=k.dtype, device=k.device)  # (B, H_kv, N_k, d)
-    dv = torch.empty_like(dk)  # same layout as dk: the kernel uses dk's strides for both
+    # (B, H_kv, N_k, d)
+    dk = torch.empty((B, H_kv, N_k, d), dtype=k.dtype, device=k.device)
+    # same layout as dk: the kernel uses dk's strides for both
+    dv = torch.empty_like(dk)
 
     block_m_pre = preprocess_block_m(d)
     _attn_bwd_preprocess[(triton.cdiv(N_q, block_m_pre), B * H)](
         o, do, delta, *o.stride(), *do.stride(), H, N_q, d,
         BLOCK_M=block_m_pre, BLOCK_D=bd, num_warps=PREPROCESS_NUM_WARPS)
     if dlse is not None:
-        # lse_i = log sum_j exp(S_ij): d lse_i / d S_ij = P_ij, so a gradient dL_i on the lse
-        # adds dL_i * P_ij to dS_ij = P_ij (dP_ij - delta_i): delta_i <- delta_i - dL_i
+        # lse_i = log sum_j exp(S_ij): d lse_i / d S_ij = P_ij, so a gradient dL_i on
+        # the lse adds dL_i * P_ij to dS_ij = P_ij (dP_ij - delta_i):
+        # delta_i <- delta_i - dL_i
         delta = (delta - dlse.to(torch.float32)).contiguous()
     grid_kv = lambda META: (triton.cdiv(N_k, META["BLOCK_N"]), B * H_kv)
     _attn_bwd_dkdv[grid_kv](
@@ -819,11 +898,12 @@ def _backward(do, q, k, v, o, lse2, causal: bool, scale: float, dlse=None):
 
 
 class _FlashAttention(torch.autograd.Function):
-    """Autograd glue: saves q, k, v, o and lse (B, H, N_q) -- never the N_q x N_k matrix P.
+    """Autograd glue: saves q, k, v, o, lse (B, H, N_q) -- never the N_q x N_k matrix P.
 
-    The saved lse is in base 2 (the kernels' units, so the backward's recomputed scores and
-    lse sit on the same fp32 grid); the lse handed to the caller is converted to natural log.
-    That lse is differentiable: its gradient enters the FA2 backward as delta <- delta - dlse.
+    The saved lse is in base 2 (the kernels' units, so the backward's recomputed scores
+    and lse sit on the same fp32 grid); the lse handed to the caller is converted to
+    natural log. That lse is differentiable: its gradient enters the FA2 backward as
+    delta <- delta - dlse.
     """
 
     @staticmethod
@@ -843,8 +923,9 @@ class _FlashAttention(torch.autograd.Function):
         return dq, dk, dv, None, None, None
 
 
-def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                    sm_scale: float | None = None, return_lse: bool = False):
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    causal: bool = False, sm_scale: float | None = None,
+                    return_lse: bool = False):
     """softmax(q k^T * sm_scale) v without ever storing the N_q x N_k scores.
 
     Args:
@@ -867,8 +948,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     return _FlashAttention.apply(q, k, v, causal, scale, return_lse)
 
 
-def attention_probs(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, causal: bool = False,
-                    sm_scale: float | None = None, rows=None) -> torch.Tensor:
+def attention_probs(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor,
+                    causal: bool = False, sm_scale: float | None = None,
+                    rows=None) -> torch.Tensor:
     """Recompute softmax probabilities P = exp(S * scale - lse) for chosen query rows.
 
     The kernel never stores P; this rebuilds it exactly from q, k and the lse the
@@ -888,7 +970,8 @@ def attention_probs(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, causal:
     B, H, N_q, d = q.shape
     H_kv, N_k = k.shape[1], k.shape[2]
     if not isinstance(lse, torch.Tensor) or tuple(lse.shape) != (B, H, N_q):
-        shape = tuple(lse.shape) if isinstance(lse, torch.Tensor) else type(lse).__name__
+        shape = (tuple(lse.shape) if isinstance(lse, torch.Tensor)
+                 else type(lse).__name__)
         raise ValueError(f"lse must be (B, H, N_q) = {(B, H, N_q)}, got {shape}")
     if rows is None:
         idx = torch.arange(N_q, device=q.device)
@@ -900,7 +983,8 @@ def attention_probs(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, causal:
             raise ValueError(f"rows must index 0..{N_q - 1}, got {rows!r}")
         idx = idx.long() % N_q
     kk = k.float().repeat_interleave(H // H_kv, dim=1)  # (B, H, N_k, d)
-    s = torch.matmul(q.float()[:, :, idx], kk.transpose(-2, -1)) * scale  # (B, H, R, N_k)
+    # (B, H, R, N_k)
+    s = torch.matmul(q.float()[:, :, idx], kk.transpose(-2, -1)) * scale
     row_lse = lse.float()[:, :, idx]  # (B, H, R)
     visible = torch.isfinite(row_lse)[..., None].expand_as(s)  # (B, H, R, N_k)
     if causal:
