@@ -79,9 +79,6 @@ def _code_cells(path: pathlib.Path):
             yield cell.get("id"), "".join(cell["source"]).splitlines()
 
 
-@pytest.mark.xfail(reason="the chapters' code cells are not rewrapped to 88 columns "
-                          "yet "
-                   "(issue 12); remove this mark once they are", strict=False)
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_code_lines_fit_88_columns(chapter):
     path = ROOT / f"{chapter}.ipynb"
