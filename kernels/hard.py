@@ -3,10 +3,10 @@
 Spec sheet
 ----------
 Algorithm
-    FlashAttention-style streaming: one program owns BLOCK_M query rows, keeps its Q tile
-    in SRAM and makes ONE pass over the keys in blocks of BLOCK_N; the N_q x N_k score
-    matrix is never written to HBM. Instead of an online softmax the pass keeps a running
-    selection per row:
+    FlashAttention-style streaming: one program owns BLOCK_M query rows, keeps its Q
+    tile in SRAM and makes ONE pass over the keys in blocks of BLOCK_N; the N_q x N_k
+    score matrix is never written to HBM. Instead of an online softmax the pass keeps a
+    running selection per row:
 
     * ``hard_attention``: the running (max score, argmax) pair, m_i and idx_i. With
       ``sample=True`` each score first gets Gumbel noise -log(-log u), u = tl.rand(seed,
@@ -14,10 +14,10 @@ Algorithm
       softmax(scores) (the Gumbel-max trick): same seed, same samples, whatever the
       block sizes. After the pass the program reads the ONE selected row of V per query.
     * ``topk_attention``: a running buffer of the TOPK best (score, index) pairs per row
-      (TOPK_PAD slots, a power of two, in registers). Each key block is merged into it by
-      repeated max-extraction of the block's scores that beat the buffer's minimum; blocks
-      with no such score cost one comparison. Then a softmax over the kept scores and a
-      gather of TOPK rows of V per query.
+      (TOPK_PAD slots, a power of two, in registers). Each key block is merged into it
+      by repeated max-extraction of the block's scores that beat the buffer's minimum;
+      blocks with no such score cost one comparison. Then a softmax over the kept scores
+      and a gather of TOPK rows of V per query.
     The backward of top-k attention (gradient through the kept scores to q and k, and to
     the kept rows of v) uses the saved indices and log-sum-exp with PyTorch gathers and
     scatter-adds; the backward of hard attention scatters dO into dV (dQ = dK = 0: the
@@ -28,19 +28,20 @@ Ties
 Shapes
     q (B, H, N_q, d), k and v (B, H_kv, N_k, d) with H % H_kv == 0 (grouped-query
     attention); any strides. Causal masks align bottom-right (query i sees keys
-    j <= i + N_k - N_q); a query that sees no key gets o = 0 and index -1, never NaN; a
-    query whose visible scores hold a NaN has no valid choice: o = NaN and index -1 (top-k:
-    every slot -1, lse NaN), never mistaken for the empty row. A scale whose product with
-    log2(e) overflows fp32 is refused (ValueError).
+    j <= i + N_k - N_q); a query that sees no key gets o = 0 and index -1, never NaN;
+    a query whose visible scores hold a NaN has no valid choice: o = NaN and index -1
+    (top-k: every slot -1, lse NaN), never mistaken for the empty row. A scale whose
+    product with log2(e) overflows fp32 is refused (ValueError).
 dtypes / head dims
     float16, bfloat16, float32 (scores accumulate in float32; float32 inputs use IEEE
     dot products so the argmax matches an fp64 reference away from exact ties).
     1 <= d <= 128 (padded to a power of two >= 16). 1 <= topk <= MAX_TOPK = 128.
 Devices
-    CUDA GPUs sm_75 (T4), sm_80, sm_86/89, sm_90 with triton 3.6 / 3.7; on a CPU the Triton interpreter
-    (TRITON_INTERPRET=1, CPU tensors), where tiles are upcast to float32 because the
-    interpreter's tl.dot mishandles bf16 (so are bf16 tiles on sm_75, which lacks bf16
-    tensor cores). Input checks are flash_attention's (``kernels.flash._validate``).
+    CUDA GPUs sm_75 (T4), sm_80, sm_86/89, sm_90 with triton 3.6 / 3.7; on a CPU the
+    Triton interpreter (TRITON_INTERPRET=1, CPU tensors), where tiles are upcast to
+    float32 because the interpreter's tl.dot mishandles bf16 (so are bf16 tiles on
+    sm_75, which lacks bf16 tensor cores).
+    Input checks are flash_attention's (``kernels.flash._validate``).
 Known limits
     No dropout, no key-padding masks (only causal), no fused backward kernel for top-k
     (PyTorch gathers: memory O(N_q * topk * d) in the backward). Top-k's merge cost
@@ -69,10 +70,11 @@ MAX_HEAD_DIM = 128
 MAX_TOPK = 128
 
 
-# (BLOCK_M, BLOCK_N, num_warps, num_stages) per architecture class (kernels.flash.arch_class)
-# and padded head dim. Each was compiled ahead of time for its target (triton.compile with
-# GPUTarget, as kernels.compile_check does): shared memory within the limit and no
-# register spills. Top-k uses the first entry for float32 tiles.
+# (BLOCK_M, BLOCK_N, num_warps, num_stages) per architecture class
+# (kernels.flash.arch_class) and padded head dim. Each was compiled ahead of time for
+# its target (triton.compile with GPUTarget, as kernels.compile_check does): shared
+# memory within the limit and no register spills. Top-k uses the first entry for
+# float32 tiles.
 _HARD_TABLE: dict[str, dict[int, list[tuple[int, int, int, int]]]] = {
     "sm90": {64: [(64, 64, 4, 2), (128, 64, 8, 2), (128, 32, 4, 3)],
              128: [(64, 64, 4, 2), (128, 64, 8, 2), (128, 32, 4, 3)]},
@@ -83,12 +85,16 @@ _HARD_TABLE: dict[str, dict[int, list[tuple[int, int, int, int]]]] = {
     "sm75": {64: [(64, 64, 4, 2), (128, 64, 8, 2)], 128: [(32, 32, 4, 2)]},
 }
 # float32 inputs (IEEE FMA dot products need the most registers), every architecture
-_HARD_FP32: dict[int, tuple[int, int, int, int]] = {64: (64, 64, 4, 2), 128: (32, 32, 4, 2)}
+_HARD_FP32: dict[int, tuple[int, int, int, int]] = {64: (64, 64, 4, 2),
+                                                    128: (32, 32, 4, 2)}
 # top-k, by TOPK_PAD (<= 64 or 128): the (BLOCK_M, TOPK_PAD) buffer lives in registers
 _TOPK_TABLE: dict[str, dict[int, list[tuple[int, int, int, int]]]] = {
-    "sm90": {64: [(32, 64, 4, 2), (64, 64, 4, 2), (64, 32, 4, 2)], 128: [(32, 64, 4, 2)]},
-    "sm80": {64: [(32, 64, 4, 2), (64, 64, 4, 2), (64, 32, 4, 2)], 128: [(32, 64, 4, 2)]},
-    "sm89": {64: [(32, 64, 4, 2), (64, 64, 4, 2), (64, 32, 4, 2)], 128: [(32, 64, 4, 2)]},
+    "sm90": {64: [(32, 64, 4, 2), (64, 64, 4, 2), (64, 32, 4, 2)],
+             128: [(32, 64, 4, 2)]},
+    "sm80": {64: [(32, 64, 4, 2), (64, 64, 4, 2), (64, 32, 4, 2)],
+             128: [(32, 64, 4, 2)]},
+    "sm89": {64: [(32, 64, 4, 2), (64, 64, 4, 2), (64, 32, 4, 2)],
+             128: [(32, 64, 4, 2)]},
     "sm75": {64: [(32, 64, 4, 2), (64, 32, 4, 2)], 128: [(32, 64, 4, 2)]},
 }
 INTERPRET_CONFIG = (64, 64, 4, 1)  # the one config used under the Triton interpreter
@@ -99,7 +105,8 @@ def configs(kind: str, capability: tuple[int, int], head_dim: int, dtype=torch.f
     """Shipped (BLOCK_M, BLOCK_N, num_warps, num_stages) for kind "hard" or "topk"."""
     arch = arch_class(capability)
     # float32 tiles: float32 inputs, and bf16 on sm_75 (upcast: no bf16 tensor cores)
-    fp32_tiles = dtype == torch.float32 or (dtype == torch.bfloat16 and tuple(capability) < (8, 0))
+    fp32_tiles = dtype == torch.float32 or (dtype == torch.bfloat16
+                                            and tuple(capability) < (8, 0))
     if kind == "hard":
         d_class = 64 if block_d(head_dim) <= 64 else 128
         if fp32_tiles:
@@ -129,10 +136,11 @@ def _pruner(kind: str):
             return configs_
         q = named_args["Q"]
         args = {**named_args, **kwargs}
-        allowed = set(configs(kind, torch.cuda.get_device_capability(q.device), args["HEAD_DIM"],
-                              q.dtype, args.get("TOPK_PAD", 16)))
-        return [c for c in configs_ if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps,
-                                        c.num_stages) in allowed]
+        allowed = set(configs(kind, torch.cuda.get_device_capability(q.device),
+                              args["HEAD_DIM"], q.dtype, args.get("TOPK_PAD", 16)))
+        return [c for c in configs_
+                if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps,
+                    c.num_stages) in allowed]
     return {"early_config_prune": prune}
 
 
@@ -147,8 +155,8 @@ _FAST_LOG = tl.constexpr(not runtime.INTERPRET)  # no inline PTX under the inter
 
 @triton.jit
 def _log2_fast(x):
-    """log2 by the SFU (``lg2.approx.f32``: one MUFU.LG2, ~2^-22 absolute error) instead of
-    libdevice's polynomial; tl.log2 under the interpreter."""
+    """log2 by the SFU (``lg2.approx.f32``: one MUFU.LG2, ~2^-22 absolute error)
+    instead of libdevice's polynomial; tl.log2 under the interpreter."""
     if _FAST_LOG:
         return tl.inline_asm_elementwise("lg2.approx.f32 $0, $1;", "=r,r", [x],
                                          dtype=tl.float32, is_pure=True, pack=1)
@@ -158,21 +166,24 @@ GUMBEL_T_MIN = tl.constexpr(8.6e-8)  # -log2(u) for the largest u < 1 that tl.ra
 
 
 @triton.jit
-def _hard_inner(m_t, j_t, q, k_ptrs, stride_kn, offs_m, offs_n, offs_d, lo, hi, sm_scale,
-                seed, rnd_row, N_Q, N_K,
-                HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, MASKED: tl.constexpr,
+def _hard_inner(m_t, j_t, q, k_ptrs, stride_kn, offs_m, offs_n, offs_d, lo, hi,
+                sm_scale, seed, rnd_row, N_Q, N_K,
+                HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+                MASKED: tl.constexpr,
                 CAUSAL: tl.constexpr, SIGN: tl.constexpr, SAMPLE: tl.constexpr,
                 UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Key blocks [lo, hi): a per-element running max m_t and the key j_t that set it.
 
-    No row reductions in the loop: each score costs a compare, a select and a max. Argmax
-    ranks the raw scores q k^T (SIGN = 1) or their negation (SIGN = -1, a negative scale):
-    argmax(s * scale) = argmax(s) for scale > 0, so no multiply and no overflow for a huge
-    scale. Sampling adds Gumbel noise in base 2: s * scale * log2(e) - log2(-log2(u))
-    (the constant log2(ln 2) drops out of the argmax), four uniforms per Philox call.
+    No row reductions in the loop: each score costs a compare, a select and a max.
+    Argmax ranks the raw scores q k^T (SIGN = 1) or their negation (SIGN = -1, a
+    negative scale): argmax(s * scale) = argmax(s) for scale > 0, so no multiply and no
+    overflow for a huge scale. Sampling adds Gumbel noise in base 2:
+    s * scale * log2(e) - log2(-log2(u)) (the constant log2(ln 2) drops out of the
+    argmax), four uniforms per Philox call.
     MASKED=False: every pair in range is visible (no mask); MASKED=True: the diagonal
-    (causal) and the ragged last block. ``m_t`` becomes NaN where a visible score is NaN.
+    (causal) and the ragged last block.
+    ``m_t`` becomes NaN where a visible score is NaN.
     """
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
@@ -186,12 +197,15 @@ def _hard_inner(m_t, j_t, q, k_ptrs, stride_kn, offs_m, offs_n, offs_d, lo, hi, 
             k = k.to(tl.float32)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # (BLOCK_M, BLOCK_N)
         if SAMPLE:
-            # Gumbel-max: argmax(s + g) ~ softmax(s). Key j of row i uses component j % 4
-            # of Philox call (b, h, i, j // 4): the same draw whatever the tile sizes.
+            # Gumbel-max: argmax(s + g) ~ softmax(s). Key j of row i uses component
+            # j % 4 of Philox call (b, h, i, j // 4): the same draw whatever the
+            # tile sizes.
             quads = start_n // 4 + tl.arange(0, BLOCK_N // 4)
             u0, u1, u2, u3 = tl.rand4x(seed, rnd_row[:, None] + quads[None, :])
-            u = tl.reshape(tl.join(tl.join(u0, u2), tl.join(u1, u3)), (BLOCK_M, BLOCK_N))
-            t = tl.maximum(-_log2_fast(u), GUMBEL_T_MIN)  # -log2(u) > 0; u = 0 gives +inf
+            u = tl.reshape(tl.join(tl.join(u0, u2), tl.join(u1, u3)),
+                           (BLOCK_M, BLOCK_N))
+            # -log2(u) > 0; u = 0 gives +inf
+            t = tl.maximum(-_log2_fast(u), GUMBEL_T_MIN)
             s = qk * (sm_scale * LOG2E) - _log2_fast(t)
         elif SIGN > 0:
             s = qk
@@ -210,7 +224,8 @@ def _hard_inner(m_t, j_t, q, k_ptrs, stride_kn, offs_m, offs_n, offs_d, lo, hi, 
     return m_t, j_t
 
 
-@triton.autotune(configs=_all_configs("hard"), key=["N_Q", "N_K", "HEAD_DIM", "CAUSAL", "SAMPLE"],
+@triton.autotune(configs=_all_configs("hard"),
+                 key=["N_Q", "N_K", "HEAD_DIM", "CAUSAL", "SAMPLE"],
                  prune_configs_by=_pruner("hard"))
 @triton.heuristics({"SIGN": lambda a: (a["sm_scale"] > 0) - (a["sm_scale"] < 0)})
 @triton.jit(do_not_specialize=["seed"])  # a new seed must not recompile the kernel
@@ -226,7 +241,8 @@ def _hard_attn_fwd(
     DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SIGN: tl.constexpr,
 ):
-    # SIGN: the sign of sm_scale (heuristic), so argmax ranks raw scores or their negation
+    # SIGN: the sign of sm_scale (heuristic), so argmax ranks raw scores or
+    # their negation
     start_m = tl.program_id(0)
     off_bh = tl.program_id(1)
     off_b = off_bh // H
@@ -247,23 +263,27 @@ def _hard_attn_fwd(
         + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd  # key block 0
     rnd_row = (off_bh.to(tl.int64) * N_Q + offs_m) * tl.cdiv(N_K, 4)  # Philox offsets
 
-    m_t = tl.full([BLOCK_M, BLOCK_N], float("-inf"), dtype=tl.float32)  # best per element
+    # best per element
+    m_t = tl.full([BLOCK_M, BLOCK_N], float("-inf"), dtype=tl.float32)
     j_t = tl.full([BLOCK_M, BLOCK_N], -1, dtype=tl.int32)  # its key index
-    # causal, bottom-right: row i sees keys j <= i + N_K - N_Q; keys < full_end are seen by
-    # every row of the block (no mask), keys < hi by some row
+    # causal, bottom-right: row i sees keys j <= i + N_K - N_Q; keys < full_end are seen
+    # by every row of the block (no mask), keys < hi by some row
     if CAUSAL:
         hi = tl.maximum(tl.minimum(N_K, (start_m + 1) * BLOCK_M + N_K - N_Q), 0)
         first_row_sees = tl.maximum(start_m * BLOCK_M + N_K - N_Q + 1, 0)
-        full_end = tl.minimum((first_row_sees // BLOCK_N) * BLOCK_N, (N_K // BLOCK_N) * BLOCK_N)
+        full_end = tl.minimum((first_row_sees // BLOCK_N) * BLOCK_N,
+                              (N_K // BLOCK_N) * BLOCK_N)
     else:
         hi = N_K
         full_end = (N_K // BLOCK_N) * BLOCK_N
-    m_t, j_t = _hard_inner(m_t, j_t, q, k_ptrs, stride_kn, offs_m, offs_n, offs_d, 0, full_end,
-                           sm_scale, seed, rnd_row, N_Q, N_K, HEAD_DIM, HEAD_DIM_PAD, False,
-                           CAUSAL, SIGN, SAMPLE, UPCAST, DOT_PRECISION, BLOCK_M, BLOCK_N)
-    m_t, j_t = _hard_inner(m_t, j_t, q, k_ptrs, stride_kn, offs_m, offs_n, offs_d, full_end, hi,
-                           sm_scale, seed, rnd_row, N_Q, N_K, HEAD_DIM, HEAD_DIM_PAD, True,
-                           CAUSAL, SIGN, SAMPLE, UPCAST, DOT_PRECISION, BLOCK_M, BLOCK_N)
+    m_t, j_t = _hard_inner(m_t, j_t, q, k_ptrs, stride_kn, offs_m, offs_n, offs_d,
+                           0, full_end, sm_scale, seed, rnd_row, N_Q, N_K,
+                           HEAD_DIM, HEAD_DIM_PAD, False, CAUSAL, SIGN, SAMPLE, UPCAST,
+                           DOT_PRECISION, BLOCK_M, BLOCK_N)
+    m_t, j_t = _hard_inner(m_t, j_t, q, k_ptrs, stride_kn, offs_m, offs_n, offs_d,
+                           full_end, hi, sm_scale, seed, rnd_row, N_Q, N_K,
+                           HEAD_DIM, HEAD_DIM_PAD, True, CAUSAL, SIGN, SAMPLE, UPCAST,
+                           DOT_PRECISION, BLOCK_M, BLOCK_N)
     # the row's choice: the lowest key index among the per-element maxima
     is_nan = m_t != m_t
     nan_i = tl.max(is_nan.to(tl.int32), 1)  # 1 where a visible score was NaN
@@ -281,8 +301,10 @@ def _hard_attn_fwd(
     o = tl.where(nan_i[:, None] > 0, float("nan"), o)
     o_ptrs = O + off_b * stride_ob + off_h * stride_oh \
         + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
-    tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=(offs_m[:, None] < N_Q) & mask_d[None, :])
-    tl.store(IDX + off_bh.to(tl.int64) * N_Q + offs_m, idx_i.to(tl.int64), mask=offs_m < N_Q)
+    tl.store(o_ptrs, o.to(O.dtype.element_ty),
+             mask=(offs_m[:, None] < N_Q) & mask_d[None, :])
+    tl.store(IDX + off_bh.to(tl.int64) * N_Q + offs_m, idx_i.to(tl.int64),
+             mask=offs_m < N_Q)
 
 
 # ---------------------------------------------------------------------------------
@@ -290,7 +312,8 @@ def _hard_attn_fwd(
 # ---------------------------------------------------------------------------------
 
 
-@triton.autotune(configs=_all_configs("topk"), key=["N_Q", "N_K", "HEAD_DIM", "CAUSAL", "TOPK_PAD"],
+@triton.autotune(configs=_all_configs("topk"),
+                 key=["N_Q", "N_K", "HEAD_DIM", "CAUSAL", "TOPK_PAD"],
                  prune_configs_by=_pruner("topk"))
 @triton.heuristics({"SIGN": lambda a: (a["sm_scale"] > 0) - (a["sm_scale"] < 0)})
 @triton.jit
@@ -325,10 +348,11 @@ def _topk_attn_fwd(
         q = q.to(tl.float32)
     k_base = K + off_b * stride_kb + off_hk * stride_kh
 
-    # The buffer: TOPK real slots start empty (-inf); padding slots hold +inf so they are
-    # never the minimum. Empty slots carry distinct placeholder ids >= N_K.
+    # The buffer: TOPK real slots start empty (-inf); padding slots hold +inf so they
+    # are never the minimum. Empty slots carry distinct placeholder ids >= N_K.
     real = slots[None, :] < TOPK  # (1, TOPK_PAD)
-    buf_s = tl.where(real, float("-inf"), float("inf")) + tl.zeros([BLOCK_M, TOPK_PAD], tl.float32)
+    buf_s = (tl.where(real, float("-inf"), float("inf"))
+             + tl.zeros([BLOCK_M, TOPK_PAD], tl.float32))
     buf_j = (N_K + slots)[None, :] + tl.zeros([BLOCK_M, TOPK_PAD], tl.int32)
     thr = tl.min(buf_s, 1)  # the k-th best score so far: a key must beat it to get in
     nan_i = tl.zeros([BLOCK_M], dtype=tl.int32)  # 1 once a visible score is NaN
@@ -339,7 +363,8 @@ def _topk_attn_fwd(
     for start_n in range(0, hi, BLOCK_N):
         cols = start_n + offs_n
         k_ptrs = k_base + cols[:, None] * stride_kn + offs_d[None, :] * stride_kd
-        k = tl.load(k_ptrs, mask=(cols[:, None] < N_K) & mask_d[None, :], other=0.0)  # (BLOCK_N, d)
+        k = tl.load(k_ptrs, mask=(cols[:, None] < N_K) & mask_d[None, :],
+                    other=0.0)  # (BLOCK_N, d)
         if UPCAST:
             k = k.to(tl.float32)
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # (BLOCK_M, BLOCK_N)
@@ -351,16 +376,21 @@ def _topk_attn_fwd(
         if CAUSAL:
             visible = visible & (cols[None, :] <= offs_m[:, None] + (N_K - N_Q))
         nan_i = tl.maximum(nan_i, tl.max(tl.where(visible & (s != s), 1, 0), 1))
-        s = tl.where(visible & (s == s), s, float("-inf"))  # NaN rows are flagged, not kept
+        # NaN rows are flagged, not kept
+        s = tl.where(visible & (s == s), s, float("-inf"))
         # strict >: a later key that ties the k-th best loses to it (lowest index wins)
         n_cand = tl.max(tl.sum((s > thr[:, None]).to(tl.int32), 1), 0)
         # candidates enter best-first, so a block inserts at most TOPK of them
-        for _ in range(0, tl.minimum(n_cand, TOPK)):  # usually 0 once the buffer is warm
-            # the best remaining score of each row (consumed ones are -inf), lowest index on ties
+        # usually 0 once the buffer is warm
+        for _ in range(0, tl.minimum(n_cand, TOPK)):
+            # the best remaining score of each row (consumed ones are -inf), lowest
+            # index on ties
             c_max = tl.max(s, 1)
-            c_j = tl.min(tl.where(s == c_max[:, None], cols[None, :], N_K + TOPK_PAD), 1)
+            c_j = tl.min(tl.where(s == c_max[:, None], cols[None, :],
+                                  N_K + TOPK_PAD), 1)
             ins = c_max > thr  # does it beat the weakest kept entry?
-            # evict the weakest entry: the minimum score, and among equal scores the largest index
+            # evict the weakest entry: the minimum score, and among equal scores the
+            # largest index
             ev_j = tl.max(tl.where(buf_s == thr[:, None], buf_j, -1), 1)
             sel = (buf_j == ev_j[:, None]) & ins[:, None]
             buf_s = tl.where(sel, c_max[:, None], buf_s)
@@ -368,13 +398,15 @@ def _topk_attn_fwd(
             s = tl.where(cols[None, :] == c_j[:, None], float("-inf"), s)  # consumed
             thr = tl.min(buf_s, 1)
 
-    # softmax over the kept scores (padding and empty slots weigh 0); a NaN row keeps nothing
+    # softmax over the kept scores (padding and empty slots weigh 0); a NaN row
+    # keeps nothing
     valid = real & (buf_s > float("-inf")) & (nan_i[:, None] == 0)
     if SIGN != 0:  # back to scaled scores: buf * |scale| = q k^T * scale
         buf_s = buf_s * tl.abs(sm_scale)
     m_i = tl.max(tl.where(valid, buf_s, float("-inf")), 1)
     m_safe = tl.where(m_i > float("-inf"), m_i, 0.0)
-    p = tl.where(valid, tl.exp2((buf_s - m_safe[:, None]) * LOG2E), 0.0)  # (BLOCK_M, TOPK_PAD)
+    # (BLOCK_M, TOPK_PAD)
+    p = tl.where(valid, tl.exp2((buf_s - m_safe[:, None]) * LOG2E), 0.0)
     l_i = tl.sum(p, 1)
 
     # TOPK gathered rows of V per query, accumulated in fp32
@@ -399,8 +431,10 @@ def _topk_attn_fwd(
         + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
     tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=row[:, None] & mask_d[None, :])
     tl.store(LSE + off_bh.to(tl.int64) * N_Q + offs_m, lse, mask=row)
-    idx_ptrs = IDX + (off_bh.to(tl.int64) * N_Q + offs_m[:, None]) * TOPK + slots[None, :]
-    tl.store(idx_ptrs, tl.where(valid, buf_j, -1).to(tl.int64), mask=row[:, None] & real)
+    idx_ptrs = (IDX + (off_bh.to(tl.int64) * N_Q + offs_m[:, None]) * TOPK
+                + slots[None, :])
+    tl.store(idx_ptrs, tl.where(valid, buf_j, -1).to(tl.int64),
+             mask=row[:, None] & real)
 
 
 # ---------------------------------------------------------------------------------
@@ -409,17 +443,20 @@ def _topk_attn_fwd(
 
 
 def _validate(q, k, v, causal, sm_scale) -> float:
-    """The checks of ``flash_attention`` (kernels/flash.py), plus this module's head-dim limit."""
+    """The checks of ``flash_attention`` (kernels/flash.py), plus this module's head-dim
+    limit."""
     scale = _flash_validate(q, k, v, sm_scale)
     if q.shape[-1] > MAX_HEAD_DIM:
-        raise ValueError(f"head dim d must be in 1..{MAX_HEAD_DIM}, got q shape {tuple(q.shape)}")
+        raise ValueError(f"head dim d must be in 1..{MAX_HEAD_DIM}, "
+                         f"got q shape {tuple(q.shape)}")
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     return scale
 
 
 def _upcast(dtype: torch.dtype, device: torch.device) -> bool:
-    """Tiles go through fp32 under the interpreter, and bf16 on GPUs without bf16 tensor cores."""
+    """Tiles go through fp32 under the interpreter, and bf16 on GPUs without bf16
+    tensor cores."""
     if runtime.INTERPRET:
         return True
     return dtype == torch.bfloat16 and torch.cuda.get_device_capability(device) < (8, 0)
@@ -467,7 +504,10 @@ def _topk_forward(q, k, v, topk, causal, sm_scale):
 
 
 def _expand_kv(t, H):
-    """(B, H_kv, N_k, d) -> (B, H, N_k, d): query head h reads K/V head h // (H // H_kv)."""
+    """(B, H_kv, N_k, d) -> (B, H, N_k, d).
+
+    Query head h reads K/V head h // (H // H_kv).
+    """
     return repeat_kv(t, H // t.shape[1])  # (B, H, N_k, d)
 
 
@@ -478,16 +518,21 @@ def _reduce_kv(g, H_kv):
 
 
 def _gather_rows(t, idx):
-    """t (B, H, N_k, d), idx (B, H, N_q, T) with -1 = none -> (B, H, N_q, T, d), 0 for -1."""
+    """t (B, H, N_k, d), idx (B, H, N_q, T) with -1 = none -> (B, H, N_q, T, d).
+
+    Slots with idx -1 gather 0.
+    """
     B, H, N_q, T = idx.shape
     d = t.shape[-1]
-    flat = idx.clamp(min=0).reshape(B, H, N_q * T, 1).expand(B, H, N_q * T, d)  # (B, H, N_q*T, d)
+    # (B, H, N_q*T, d)
+    flat = idx.clamp(min=0).reshape(B, H, N_q * T, 1).expand(B, H, N_q * T, d)
     rows = torch.gather(t, 2, flat).view(B, H, N_q, T, d)  # (B, H, N_q, T, d)
     return rows * (idx >= 0).unsqueeze(-1).to(rows.dtype)
 
 
 def _scatter_rows(values, idx, N_k):
-    """Inverse of _gather_rows: sum values (B, H, N_q, T, d) into rows idx of a (B, H, N_k, d)."""
+    """Inverse of _gather_rows: sum values (B, H, N_q, T, d) into rows idx of a
+    (B, H, N_k, d)."""
     B, H, N_q, T, d = values.shape
     out = torch.zeros((B, H, N_k, d), dtype=values.dtype, device=values.device)
     vals = values * (idx >= 0).unsqueeze(-1).to(values.dtype)
@@ -509,9 +554,11 @@ class _HardAttention(torch.autograd.Function):
         (idx,) = ctx.saved_tensors
         q_shape, k_shape = ctx.shapes
         H_kv, N_k = k_shape[1], k_shape[2]
-        dv = _scatter_rows(do.float().unsqueeze(3), idx.unsqueeze(3), N_k)  # (B, H, N_k, d)
+        # (B, H, N_k, d)
+        dv = _scatter_rows(do.float().unsqueeze(3), idx.unsqueeze(3), N_k)
         dv = _reduce_kv(dv, H_kv).to(do.dtype)
-        # o = v[argmax(q k^T)] is piecewise constant in q and k: zero gradient almost everywhere
+        # o = v[argmax(q k^T)] is piecewise constant in q and k: zero gradient
+        # almost everywhere
         dq = torch.zeros(q_shape, dtype=do.dtype, device=do.device)
         dk = torch.zeros(k_shape, dtype=do.dtype, device=do.device)
         return dq, dk, dv, None, None, None, None
@@ -534,7 +581,8 @@ class _TopkAttention(torch.autograd.Function):
         qf, dof = q.float(), do.float()
         k_sel = _gather_rows(_expand_kv(k, H).float(), idx)  # (B, H, N_q, T, d)
         v_sel = _gather_rows(_expand_kv(v, H).float(), idx)  # (B, H, N_q, T, d)
-        s = torch.einsum("bhqd,bhqtd->bhqt", qf, k_sel) * scale  # (B, H, N_q, T) kept scores
+        # (B, H, N_q, T) kept scores
+        s = torch.einsum("bhqd,bhqtd->bhqt", qf, k_sel) * scale
         lse_safe = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
         p = torch.exp(s - lse_safe.unsqueeze(-1)) * (idx >= 0)  # (B, H, N_q, T)
         dp = torch.einsum("bhqd,bhqtd->bhqt", dof, v_sel)
@@ -547,17 +595,19 @@ class _TopkAttention(torch.autograd.Function):
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None
 
 
-def hard_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                   sm_scale: float | None = None, sample: bool = False, seed: int | None = None,
+def hard_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   causal: bool = False, sm_scale: float | None = None,
+                   sample: bool = False, seed: int | None = None,
                    return_index: bool = False):
-    """o[b, h, i] = v[b, h_kv, idx[b, h, i]]: one key per query, chosen by argmax or sampled.
+    """o[b, h, i] = v[b, h_kv, idx[b, h, i]]: one key per query, by argmax or sampled.
 
-    q: (B, H, N_q, d); k, v: (B, H_kv, N_k, d) with H % H_kv == 0. ``sm_scale`` defaults
-    to 1/sqrt(d). ``sample=False``: idx = argmax_j of the scaled scores (lowest index on
-    ties). ``sample=True``: idx ~ softmax(scaled scores) by the Gumbel-max trick in the
-    kernel; ``seed`` (an int; drawn from torch's generator when None) fixes the draw.
-    A query that sees no key returns o = 0 and idx = -1. Returns o (B, H, N_q, d) and,
-    with ``return_index``, idx (B, H, N_q) int64. Differentiable in v only (dq = dk = 0).
+    q: (B, H, N_q, d); k, v: (B, H_kv, N_k, d) with H % H_kv == 0. ``sm_scale``
+    defaults to 1/sqrt(d). ``sample=False``: idx = argmax_j of the scaled scores
+    (lowest index on ties). ``sample=True``: idx ~ softmax(scaled scores) by the
+    Gumbel-max trick in the kernel; ``seed`` (an int; drawn from torch's generator when
+    None) fixes the draw. A query that sees no key returns o = 0 and idx = -1. Returns
+    o (B, H, N_q, d) and, with ``return_index``, idx (B, H, N_q) int64. Differentiable
+    in v only (dq = dk = 0).
     """
     scale = _validate(q, k, v, causal, sm_scale)
     if seed is None:
@@ -571,12 +621,12 @@ def hard_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
 def topk_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, topk: int,
                    causal: bool = False, sm_scale: float | None = None,
                    return_index: bool = False):
-    """Softmax over the ``topk`` largest scaled scores of each row, times the kept rows of V.
+    """Softmax over each row's ``topk`` largest scaled scores, times the kept rows of V.
 
-    q: (B, H, N_q, d); k, v: (B, H_kv, N_k, d). When fewer than ``topk`` keys are visible
-    all of them are kept (idx slots beyond them are -1); a row with none gives o = 0.
-    1 <= topk <= MAX_TOPK (128). Differentiable in q, k and v through the kept scores.
-    Returns o (B, H, N_q, d) and, with ``return_index``, the kept key indices
+    q: (B, H, N_q, d); k, v: (B, H_kv, N_k, d). When fewer than ``topk`` keys are
+    visible all of them are kept (idx slots beyond them are -1); a row with none gives
+    o = 0. 1 <= topk <= MAX_TOPK (128). Differentiable in q, k and v through the kept
+    scores. Returns o (B, H, N_q, d) and, with ``return_index``, the kept key indices
     (B, H, N_q, topk) int64, in no particular order.
     """
     scale = _validate(q, k, v, causal, sm_scale)
