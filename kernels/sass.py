@@ -1,20 +1,23 @@
-"""Read a kernel's machine code (SASS) without a GPU: the hot loop and what it is made of.
+"""Read a kernel's SASS machine code without a GPU: the hot loop and what it is made of.
 
-``kernels.compile_check --report`` compiles a kernel ahead of time for sm_90 or sm_80, then
-this module disassembles the cubin with the ``nvdisasm`` that Triton bundles and finds the
-kernel's hot loop: the loop (a backward branch to a label) that holds the tensor-core
-instructions, the innermost one if several do. It counts per iteration of that loop
+``kernels.compile_check --report`` compiles a kernel ahead of time for sm_90 or sm_80,
+then this module disassembles the cubin with the ``nvdisasm`` that Triton bundles and
+finds the kernel's hot loop: the loop (a backward branch to a label) that holds the
+tensor-core instructions, the innermost one if several do. It counts per iteration of
+that loop
 
 * all instructions, and tensor-core ones (``HGMMA`` on Hopper, ``HMMA`` before it);
-* the softmax's floating point: ``FMUL``, ``FFMA``, ``FADD``, ``FMNMX`` and ``MUFU.EX2``;
+* the softmax's floating point: ``FMUL``, ``FFMA``, ``FADD``, ``FMNMX`` and
+  ``MUFU.EX2``;
 * integer and address arithmetic (``IMAD``, ``IADD3``, ``LEA``, ``SHF``, ``LOP3``,
   ``ISETP``), and apart from it the uniform datapath's ``U*`` instructions;
 * loads: ``LDGSTS`` (``cp.async``), ``UTMALDG`` (TMA), plain ``LDG``, ``LDS``/``LDSM``;
 * fences: ``MEMBAR`` (``MEMBAR.ALL.GPU`` in an atomic path costs a round trip to L2).
 
-Over the whole kernel it also records whether TMA and warp specialisation (``USETMAXREG``:
-producer and consumer warpgroups re-balancing registers) are used. These are instruction
-counts, not time: they say how much work an iteration issues, not how well it overlaps.
+Over the whole kernel it also records whether TMA and warp specialisation
+(``USETMAXREG``: producer and consumer warpgroups re-balancing registers) are used.
+These are instruction counts, not time: they say how much work an iteration issues, not
+how well it overlaps.
 """
 
 from __future__ import annotations
@@ -28,16 +31,19 @@ import tempfile
 
 import triton
 
-NVDISASM = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
+NVDISASM = (pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+            / "nvdisasm")
 
-_INSTR = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(@!?U?P[0-9T]+\s+)?([A-Z][A-Z0-9_.]*)\s*(.*?);")
+_INSTR = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(@!?U?P[0-9T]+\s+)?"
+                    r"([A-Z][A-Z0-9_.]*)\s*(.*?);")
 _LABEL = re.compile(r"^(\.L_x_\d+):")
 _TARGET = re.compile(r"`\((\.L_x_\d+)\)")
 
 TENSOR_CORE = ("HGMMA", "HMMA", "IMMA", "QGMMA")
 #: Integer and address arithmetic on the vector datapath (per thread). The uniform
 #: datapath's ``U*`` forms (one per warp, e.g. loop counters) are counted apart.
-INTEGER = ("IMAD", "IADD3", "IADD", "LEA", "SHF", "LOP3", "ISETP", "IABS", "SEL", "IMNMX")
+INTEGER = ("IMAD", "IADD3", "IADD", "LEA", "SHF", "LOP3", "ISETP", "IABS", "SEL",
+           "IMNMX")
 
 
 @dataclasses.dataclass
@@ -74,7 +80,8 @@ def parse(text: str) -> tuple[list[Instr], dict[str, int]]:
 
 
 def loops(instrs: list[Instr], labels: dict[str, int]) -> list[tuple[int, int]]:
-    """(first, last) instruction index of every loop: a branch back to an earlier label."""
+    """(first, last) instruction index of every loop: a branch back to an earlier label.
+    """
     out = []
     for i, ins in enumerate(instrs):
         if ins.base == "BRA" and (m := _TARGET.search(ins.operands)):
@@ -85,7 +92,8 @@ def loops(instrs: list[Instr], labels: dict[str, int]) -> list[tuple[int, int]]:
 
 
 def hot_loop(instrs: list[Instr], labels: dict[str, int]) -> tuple[int, int] | None:
-    """The innermost loop that issues tensor-core instructions (None if no loop does)."""
+    """The innermost loop that issues tensor-core instructions (None if no loop does).
+    """
     cands = [(a, b) for a, b in loops(instrs, labels)
              if any(ins.base in TENSOR_CORE for ins in instrs[a:b + 1])]
     if not cands:  # CUDA-core dots (fp32, sm_75): the longest loop doing FFMA
@@ -101,12 +109,15 @@ def count(instrs: list[Instr]) -> dict[str, int]:
     return {
         "instructions": len(instrs),
         "tensor_core": sum(by[k] for k in TENSOR_CORE),
-        "FMUL": by["FMUL"], "FFMA": by["FFMA"], "FADD": by["FADD"], "FMNMX": by["FMNMX"],
+        "FMUL": by["FMUL"], "FFMA": by["FFMA"], "FADD": by["FADD"],
+        "FMNMX": by["FMNMX"],
         "MUFU.EX2": full["MUFU.EX2"],
         "integer": sum(by[k] for k in INTEGER),
-        "uniform": sum(n for k, n in by.items() if k.startswith("U") and k not in TENSOR_CORE),
+        "uniform": sum(n for k, n in by.items()
+                       if k.startswith("U") and k not in TENSOR_CORE),
         "LDGSTS": by["LDGSTS"], "UTMALDG": by["UTMALDG"], "LDG": by["LDG"],
-        "LDS": by["LDS"] + by["LDSM"], "STG": by["STG"], "RED/ATOM": by["RED"] + by["ATOM"],
+        "LDS": by["LDS"] + by["LDSM"], "STG": by["STG"],
+        "RED/ATOM": by["RED"] + by["ATOM"],
         "MEMBAR": by["MEMBAR"],
     }
 
@@ -122,6 +133,6 @@ def report(cubin: bytes) -> dict:
         "kernel_instructions": len(instrs),
         "tma": any(o.startswith(("UTMALDG", "UBLKCP")) for o in opcodes),
         "warp_specialized": any(o.startswith("USETMAXREG") for o in opcodes),
-        "membar_gpu_in_loop": any(ins.opcode.startswith("MEMBAR") and "GPU" in ins.opcode
-                                  for ins in body),
+        "membar_gpu_in_loop": any(ins.opcode.startswith("MEMBAR")
+                                  and "GPU" in ins.opcode for ins in body),
     }
