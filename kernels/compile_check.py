@@ -1,34 +1,38 @@
-"""Compile every shipped FlashAttention config for sm_75, sm_80, sm_89 and sm_90 on a CPU.
+"""Compile every shipped FlashAttention config for sm_75, sm_80, sm_89 and sm_90
+on a CPU.
 
-    python -m kernels.compile_check            # every kernel, config, head dim, dtype, causal
-    python -m kernels.compile_check --quick    # the subset `make test` runs (see QUICK)
+    python -m kernels.compile_check          # every kernel, config, head dim, dtype,
+                                             # causal flag
+    python -m kernels.compile_check --quick  # the subset `make test` runs (see QUICK)
 
-`make compile-check` runs the full matrix (896 compilations, about 20 minutes on one core
-with an empty Triton cache) and records in ``kernels/compile_peaks.json`` the cases with the
-most registers and the most shared memory per kernel, target and dot path; run it whenever
-a tile table in ``kernels/flash.py`` changes. ``make test`` runs ``--quick``: exactly those
-recorded cases (41 compilations, about a minute cold on 2 cores).
+`make compile-check` runs the full matrix (896 compilations, about 20 minutes on one
+core with an empty Triton cache) and records in ``kernels/compile_peaks.json`` the
+cases with the most registers and the most shared memory per kernel, target and dot
+path; run it whenever a tile table in ``kernels/flash.py`` changes. ``make test``
+runs ``--quick``: exactly those recorded cases (41 compilations, about a minute cold
+on 2 cores).
 
 Triton compiles ahead of time for a GPU it does not have:
-``triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget("cuda", cap, 32))``
+``triton.compile(ASTSource(fn, signature, constexprs, attrs),
+target=GPUTarget("cuda", cap, 32))``
 lowers a kernel to PTX and, with the bundled ``ptxas``, to a cubin. For each kernel
 (``_attn_fwd``, ``_attn_bwd_preprocess``, ``_attn_bwd_dkdv``, ``_attn_bwd_dq``), target,
-head dim (64, 80 = the padded and masked path, 128, 256; d = 16 and 32 ship the same tiles
-as d = 64 on a narrower BLOCK_D), dtype (fp16, bf16, fp32), causal flag and shipped tile
-config this reports
+head dim (64, 80 = the padded and masked path, 128, 256; d = 16 and 32 ship the same
+tiles as d = 64 on a narrower BLOCK_D), dtype (fp16, bf16, fp32), causal flag and
+shipped tile config this reports
 
 * shared memory per block (``compiled.metadata.shared``) against the target's limit
-  (``kernels.flash.ARCHS``: 64 KB on sm_75, 163 KB on sm_80, 99 KB on sm_86/89, 227 KB on
-  sm_90: the opt-in maximum per block of the CUDA programming guide);
-* registers per thread and spill stores/loads, from ``ptxas -v`` on the kernel's PTX with
-  the flags Triton itself uses;
+  (``kernels.flash.ARCHS``: 64 KB on sm_75, 163 KB on sm_80, 99 KB on sm_86/89, 227 KB
+  on sm_90: the opt-in maximum per block of the CUDA programming guide);
+* registers per thread and spill stores/loads, from ``ptxas -v`` on the kernel's PTX
+  with the flags Triton itself uses;
 * on sm_90, whether the matmuls were lowered to Hopper ``wgmma`` instructions.
 
-The argument signature (pointer dtypes, which integers are divisible by 16, which equal 1)
-is derived with Triton's own specialisation rule from a representative launch on
-contiguous (B, H=16, N, d) tensors. The full run compiles each config twice: N = 4096
-(the aligned fast path, EVEN_M and EVEN_N: no masks) and N = 4000 (the ragged variant,
-whose masks cost registers); ``--quick`` compiles only the ragged variant.
+The argument signature (pointer dtypes, which integers are divisible by 16, which
+equal 1) is derived with Triton's own specialisation rule from a representative launch
+on contiguous (B, H=16, N, d) tensors. The full run compiles each config twice:
+N = 4096 (the aligned fast path, EVEN_M and EVEN_N: no masks) and N = 4000 (the ragged
+variant, whose masks cost registers); ``--quick`` compiles only the ragged variant.
 
 Exits 1 if any config exceeds its target's shared memory, spills, or fails to compile.
 Runs with ``TRITON_INTERPRET`` unset: it sets the variable to 0 before importing
@@ -47,14 +51,17 @@ import sys
 import tempfile
 import time
 
-os.environ["TRITON_INTERPRET"] = "0"  # before kernels is imported: compile, do not interpret
+# before kernels is imported: compile, do not interpret
+os.environ["TRITON_INTERPRET"] = "0"
 
 from kernels import runtime  # noqa: E402
 
 if runtime.INTERPRET and __name__ == "__main__":
-    # `python -m kernels.compile_check` imports the package (which chose the interpreter on a
-    # CPU machine) before this line runs: start again with TRITON_INTERPRET=0 inherited.
-    os.execv(sys.executable, [sys.executable, "-m", "kernels.compile_check", *sys.argv[1:]])
+    # `python -m kernels.compile_check` imports the package (which chose the
+    # interpreter on a CPU machine) before this line runs: start again with
+    # TRITON_INTERPRET=0 inherited.
+    os.execv(sys.executable,
+             [sys.executable, "-m", "kernels.compile_check", *sys.argv[1:]])
 
 import torch  # noqa: E402
 import triton  # noqa: E402
@@ -65,14 +72,15 @@ from triton.compiler import ASTSource  # noqa: E402
 from kernels import flash  # noqa: E402
 
 KERNELS = ("fwd", "preprocess", "dkdv", "dq")
-KERNEL_FNS = {"fwd": "_attn_fwd", "preprocess": "_attn_bwd_preprocess", "dkdv": "_attn_bwd_dkdv",
-              "dq": "_attn_bwd_dq"}
+KERNEL_FNS = {"fwd": "_attn_fwd", "preprocess": "_attn_bwd_preprocess",
+              "dkdv": "_attn_bwd_dkdv", "dq": "_attn_bwd_dq"}
 HEAD_DIMS = (64, 80, 128, 256)  # 80: the padded, masked head-dim path (BLOCK_D = 128)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
-#: What ``--quick`` compiles when no peaks file is recorded: every kernel on every target
-#: at the heaviest code path (causal, ragged N = 4000: every mask on) at head dims 128 and
-#: 256, plus the sm_75 bf16 upcast and the fp32 (CUDA-core) tables on sm_80/89/90.
+#: What ``--quick`` compiles when no peaks file is recorded: every kernel on every
+#: target at the heaviest code path (causal, ragged N = 4000: every mask on) at head
+#: dims 128 and 256, plus the sm_75 bf16 upcast and the fp32 (CUDA-core) tables on
+#: sm_80/89/90.
 QUICK = {"head_dims": (128, 256), "dtypes": (torch.float16,), "causal": (True,),
          "extra": [("sm75", 128, torch.bfloat16), ("sm80", 128, torch.float32),
                    ("sm89", 128, torch.float32), ("sm90", 128, torch.float32)]}
@@ -116,13 +124,16 @@ def _launch_values(kernel: str, dtype, head_dim: int, n_ctx: int, causal: bool,
     """Argument values of a representative launch, keyed by parameter name."""
     H = 16  # heads; the batch size only enters through stride_qz
     bd = flash.block_d(head_dim)
-    t = torch.empty(16, dtype=dtype)  # only its dtype and (16-byte aligned) address matter
+    # only its dtype and (16-byte aligned) address matter
+    t = torch.empty(16, dtype=dtype)
     lse = torch.empty(16, dtype=torch.float32)
-    strides = (H * n_ctx * head_dim, n_ctx * head_dim, head_dim, 1)  # contiguous (B, H, N, d)
+    # contiguous (B, H, N, d)
+    strides = (H * n_ctx * head_dim, n_ctx * head_dim, head_dim, 1)
     bm, bn = config[0], config[1]
     values = {"sm_scale": 0.125, "H": H, "H_KV": H, "GROUP": 1, "N_CTX_Q": n_ctx,
-              "N_CTX_K": n_ctx, "HEAD_DIM": head_dim, "IS_CAUSAL": causal, "BLOCK_D": bd,
-              "UPCAST": False, "DOT_PRECISION": "ieee" if dtype == torch.float32 else "tf32",
+              "N_CTX_K": n_ctx, "HEAD_DIM": head_dim, "IS_CAUSAL": causal,
+              "BLOCK_D": bd, "UPCAST": False,
+              "DOT_PRECISION": "ieee" if dtype == torch.float32 else "tf32",
               "BLOCK_M": bm, "BLOCK_N": bn, "EVEN_M": n_ctx % bm == 0,
               "EVEN_N": n_ctx % bn == 0, "EVEN_D": head_dim == bd,
               "N_BUCKET": flash.n_bucket(n_ctx), "NEG_SCALE": False}
@@ -130,15 +141,16 @@ def _launch_values(kernel: str, dtype, head_dim: int, n_ctx: int, causal: bool,
         values[name] = t
     values["LSE2"] = values["Delta"] = lse
     for prefix in ("q", "k", "v", "o", "do", "dq", "dk"):
-        for suffix, s in zip(("z", "h", "m" if prefix in ("q", "o", "do", "dq") else "n", "d"),
-                             strides):
+        row = "m" if prefix in ("q", "o", "do", "dq") else "n"
+        for suffix, s in zip(("z", "h", row, "d"), strides):
             values[f"stride_{prefix}{suffix}"] = s
     return values
 
 
 def _compile(kernel: str, target: str, head_dim: int, dtype, causal: bool,
              config: tuple[int, int, int, int], n_ctx: int):
-    """``triton.compile`` of one kernel/config for one target, as a launch would specialise."""
+    """``triton.compile`` of one kernel/config for one target, as a launch would
+    specialise."""
     cap = flash.ARCHS[target][0]
     fn = _jit_function(getattr(flash, KERNEL_FNS[kernel]))
     values = _launch_values(kernel, dtype, head_dim, n_ctx, causal, config)
@@ -149,7 +161,8 @@ def _compile(kernel: str, target: str, head_dim: int, dtype, causal: bool,
         if p.is_constexpr:
             signature[p.name], constexprs[p.name] = "constexpr", val
             continue
-        ty, spec = native_specialize_impl(BaseBackend, val, False, True, True)  # as a launch does
+        # as a launch does
+        ty, spec = native_specialize_impl(BaseBackend, val, False, True, True)
         signature[p.name] = ty
         if ty == "constexpr":  # integers equal to 1 are baked in
             constexprs[p.name] = spec
@@ -163,7 +176,8 @@ def _compile(kernel: str, target: str, head_dim: int, dtype, causal: bool,
 
 def compile_one(kernel: str, target: str, head_dim: int, dtype, causal: bool,
                 config: tuple[int, int, int, int], n_ctx: int = 4096) -> Result:
-    """Compile one kernel/config for one target; measure shared memory, registers, spills."""
+    """Compile one kernel/config for one target; measure shared memory, registers,
+    spills."""
     limit = flash.ARCHS[target][1]
     res = Result(kernel, target, head_dim, DTYPE_NAMES[dtype], causal, config, n_ctx,
                  shared_limit=limit)
@@ -173,9 +187,11 @@ def compile_one(kernel: str, target: str, head_dim: int, dtype, causal: bool,
         ptx = compiled.asm["ptx"]
         res.shared = int(compiled.metadata.shared)
         res.registers, res.spill_stores, res.spill_loads = ptxas_usage(ptx)
-        res.wgmma = "wgmma" in ptx if target == "sm90" and kernel != "preprocess" else None
+        res.wgmma = ("wgmma" in ptx if target == "sm90" and kernel != "preprocess"
+                     else None)
     except Exception as e:  # noqa: BLE001 - any compile failure is a reported result
-        res.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e) else ''}"
+        first = str(e).strip().splitlines()[0] if str(e) else ""
+        res.error = f"{type(e).__name__}: {first}"
     res.seconds = time.perf_counter() - t0
     return res
 
@@ -186,7 +202,8 @@ def ptxas_usage(ptx: str) -> tuple[int, int, int]:
     with tempfile.TemporaryDirectory() as d:
         src = pathlib.Path(d) / "k.ptx"
         src.write_text(ptx)
-        # the flags Triton's own ptxas call uses (backends/nvidia/compiler.py: make_cubin)
+        # the flags Triton's own ptxas call uses
+        # (backends/nvidia/compiler.py: make_cubin)
         out = subprocess.run([str(PTXAS), "-lineinfo", "-v", "--regAllocOptLevel=2",
                               f"--gpu-name={arch}", str(src), "-o", str(src) + ".o"],
                              capture_output=True, text=True, check=True)
@@ -196,7 +213,8 @@ def ptxas_usage(ptx: str) -> tuple[int, int, int]:
     return regs, int(spill.group(1)), int(spill.group(2))
 
 
-def shipped(kernel: str, target: str, head_dim: int, dtype) -> list[tuple[int, int, int, int]]:
+def shipped(kernel: str, target: str, head_dim: int,
+            dtype) -> list[tuple[int, int, int, int]]:
     """The configs kernels.flash launches for this kernel/target/head dim/dtype."""
     if kernel == "preprocess":
         return [(flash.preprocess_block_m(head_dim), flash.block_d(head_dim),
@@ -204,9 +222,10 @@ def shipped(kernel: str, target: str, head_dim: int, dtype) -> list[tuple[int, i
     return flash.configs(kernel, flash.ARCHS[target][0], head_dim, dtype)
 
 
-#: The configs with the most registers and the most shared memory, per kernel, target and
-#: dot path (tensor cores, or CUDA-core FMA for fp32 and sm_75), as measured by the last
-#: full run (``make compile-check`` rewrites it). ``--quick`` compiles exactly these.
+#: The configs with the most registers and the most shared memory, per kernel, target
+#: and dot path (tensor cores, or CUDA-core FMA for fp32 and sm_75), as measured by the
+#: last full run (``make compile-check`` rewrites it). ``--quick`` compiles exactly
+#: these.
 PEAKS_FILE = pathlib.Path(__file__).with_name("compile_peaks.json")
 _NAME_DTYPES = {v: k for k, v in DTYPE_NAMES.items()}
 
@@ -222,14 +241,16 @@ def peaks(results: list[Result]) -> list[dict]:
     groups: dict[tuple, list[Result]] = {}
     for r in results:
         if r.ok:
-            groups.setdefault((r.kernel, r.target, _dot_path(r.target, r.dtype)), []).append(r)
+            key = (r.kernel, r.target, _dot_path(r.target, r.dtype))
+            groups.setdefault(key, []).append(r)
     out = []
     for (kernel, target, path), rs in sorted(groups.items()):
         by_regs = max(rs, key=lambda r: (r.registers, r.shared))
         by_smem = max(rs, key=lambda r: (r.shared, r.registers))
         for why, r in (("registers", by_regs), ("shared", by_smem)):
-            case = {"kernel": kernel, "target": target, "dot": path, "head_dim": r.head_dim,
-                    "dtype": r.dtype, "causal": r.causal, "config": list(r.config),
+            case = {"kernel": kernel, "target": target, "dot": path,
+                    "head_dim": r.head_dim, "dtype": r.dtype, "causal": r.causal,
+                    "config": list(r.config),
                     "n_ctx": r.n_ctx, "registers": r.registers, "shared": r.shared,
                     "peak": why}
             if by_regs is by_smem and why == "shared":
@@ -240,8 +261,8 @@ def peaks(results: list[Result]) -> list[dict]:
 
 
 def _recorded_peaks(targets, kernels) -> list[tuple] | None:
-    """``--quick``'s jobs from PEAKS_FILE (None when there is none). A recorded config that
-    is no longer shipped is replaced by every config shipped for that case."""
+    """``--quick``'s jobs from PEAKS_FILE (None when there is none). A recorded config
+    that is no longer shipped is replaced by every config shipped for that case."""
     if not PEAKS_FILE.exists():
         return None
     import json
@@ -257,7 +278,8 @@ def _recorded_peaks(targets, kernels) -> list[tuple] | None:
             print(f"# {PEAKS_FILE.name} is stale for {c['kernel']} {c['target']} "
                   f"d={c['head_dim']}: run make compile-check", flush=True)
         for cfg in cfgs:
-            job = (c["kernel"], c["target"], c["head_dim"], dt, c["causal"], cfg, c["n_ctx"])
+            job = (c["kernel"], c["target"], c["head_dim"], dt, c["causal"], cfg,
+                   c["n_ctx"])
             if job not in jobs:
                 jobs.append(job)
     return jobs
@@ -279,7 +301,8 @@ def plan(quick: bool, targets=None, kernels=None) -> list[tuple]:
     jobs = []
     for t, d, dt, c in cases:
         for k in kernels:
-            if k == "preprocess" and c:  # no causal flag: compile once per (t, d, dtype)
+            # no causal flag: compile once per (t, d, dtype)
+            if k == "preprocess" and c:
                 if any(j[:4] == (k, t, d, dt) for j in jobs):
                     continue
             for cfg in shipped(k, t, d, dt):
@@ -290,25 +313,28 @@ def plan(quick: bool, targets=None, kernels=None) -> list[tuple]:
 
 def format_row(r: Result) -> str:
     cfg = "x".join(str(x) for x in r.config[:2]) + f" w{r.config[2]} s{r.config[3]}"
-    shared = "-" if r.shared is None else f"{r.shared / 1024:.1f}/{r.shared_limit // 1024}"
+    shared = ("-" if r.shared is None
+              else f"{r.shared / 1024:.1f}/{r.shared_limit // 1024}")
     spills = "-" if r.spill_stores is None else f"{r.spill_stores}/{r.spill_loads}"
     wg = {True: "yes", False: "no", None: ""}[r.wgmma]
     status = "ok" if r.ok else (r.error or "FAIL")
     return (f"{r.kernel:<10} {r.target:<5} {r.head_dim:>4} {r.dtype:<4} "
-            f"{'causal' if r.causal else 'full':<6} {r.n_ctx:>5} {cfg:<16} {shared:>11} "
+            f"{'causal' if r.causal else 'full':<6} {r.n_ctx:>5} {cfg:<16} "
+            f"{shared:>11} "
             f"{r.registers if r.registers is not None else '-':>4} {spills:>7} {wg:>5} "
             f"{r.seconds:5.1f}s {status}")
 
 
 HEADER = (f"{'kernel':<10} {'arch':<5} {'d':>4} {'type':<4} {'mask':<6} {'N':>5} "
           f"{'BMxBN warps st':<16} "
-          f"{'smem KB/lim':>11} {'regs':>4} {'spill':>7} {'wgmma':>5} {'time':>6} status")
+          f"{'smem KB/lim':>11} {'regs':>4} {'spill':>7} {'wgmma':>5} {'time':>6} "
+          f"status")
 
 
-#: The hot loop to beat, as recorded (not recompiled here: the tutorial is not shipped with
-#: the triton wheel): the Triton fused-attention tutorial's forward (python/tutorials/
-#: 06-fused-attention.py), compiled the same way for sm_90 with triton 3.7.1 at fp16,
-#: d = 128, 128 x 128 tiles, 8 warps, 3 stages, non-causal.
+#: The hot loop to beat, as recorded (not recompiled here: the tutorial is not shipped
+#: with the triton wheel): the Triton fused-attention tutorial's forward
+#: (python/tutorials/06-fused-attention.py), compiled the same way for sm_90 with
+#: triton 3.7.1 at fp16, d = 128, 128 x 128 tiles, 8 warps, 3 stages, non-causal.
 TUTORIAL_FWD_SM90 = {
     "what": "Triton fused-attention tutorial forward, fp16, d=128, 128x128, 8 warps, "
             "3 stages, non-causal, sm_90, triton 3.7.1 (recorded, not recompiled)",
@@ -346,16 +372,20 @@ def machine_code_report(target: str) -> dict:
                                  "instructions_per_score": round(per_score, 4), **rep})
     fwd = [r for r in rows if r["kernel"] == "fwd" and r["head_dim"] == 128
            and not r["causal"]]
-    rows += hard_machine_code_report(target, fwd[0]["instructions_per_score"] if fwd else None)
+    rows += hard_machine_code_report(
+        target, fwd[0]["instructions_per_score"] if fwd else None)
     return {"target": target, "triton": triton.__version__, "torch": torch.__version__,
             "date": time.strftime("%Y-%m-%d"), "command":
             f"python -m kernels.compile_check --report --target {target}",
             "note": "instruction counts of the compiled machine code, not time",
-            "reference": TUTORIAL_FWD_SM90 if target == "sm90" else None, "kernels": rows}
+            "reference": TUTORIAL_FWD_SM90 if target == "sm90" else None,
+            "kernels": rows}
 
 
-def _compile_values(fn, values: dict, cap: tuple[int, int], num_warps: int, num_stages: int):
-    """``triton.compile`` of jit function ``fn`` with argument ``values`` keyed by name."""
+def _compile_values(fn, values: dict, cap: tuple[int, int], num_warps: int,
+                    num_stages: int):
+    """``triton.compile`` of jit function ``fn`` with argument ``values`` keyed by name.
+    """
     signature, constexprs, attrs = {}, {}, {}
     for i, p in enumerate(fn.params):
         val = values[p.name]
@@ -396,13 +426,14 @@ def hard_machine_code_report(target: str, fwd_per_score: float | None) -> list[d
                 "GROUP": 1, "HEAD_DIM": d, "HEAD_DIM_PAD": 128, "CAUSAL": False,
                 "SAMPLE": sample, "UPCAST": False, "DOT_PRECISION": "tf32",
                 "BLOCK_M": cfg[0], "BLOCK_N": cfg[1], "TOPK": topk, "TOPK_PAD": topk,
-                "Q": t, "K": t, "V": t, "O": t, "IDX": torch.empty(16, dtype=torch.int64),
-                "LSE": torch.empty(16)}
+                "Q": t, "K": t, "V": t, "O": t,
+                "IDX": torch.empty(16, dtype=torch.int64), "LSE": torch.empty(16)}
         for pfx in "qkvo":
             for suf, st in zip(("b", "h", "m" if pfx in "qo" else "n", "d"),
                                (H * n * d, n * d, d, 1)):
                 vals[f"stride_{pfx}{suf}"] = st
-        fn = _jit_function(hard._hard_attn_fwd if kind == "hard" else hard._topk_attn_fwd)
+        fn = _jit_function(hard._hard_attn_fwd if kind == "hard"
+                           else hard._topk_attn_fwd)
         c = _compile_values(fn, vals, cap, cfg[2], cfg[3])
         regs, st, ld = ptxas_usage(c.asm["ptx"])
         rep = sass.report(c.asm["cubin"])
@@ -413,26 +444,32 @@ def hard_machine_code_report(target: str, fwd_per_score: float | None) -> list[d
                      "registers": regs, "spill_bytes": st + ld,
                      "shared_bytes": int(c.metadata.shared),
                      "instructions_per_score": round(per_score, 4),
-                     "vs_flash_fwd": round(per_score / fwd_per_score, 3) if fwd_per_score
-                     else None, **rep})
+                     "vs_flash_fwd": (round(per_score / fwd_per_score, 3)
+                                      if fwd_per_score else None),
+                     **rep})
     return rows
 
 
 def format_report(rep: dict) -> str:
     lines = [f"# {rep['target']}: hot loop per iteration (triton {rep['triton']}); "
              "instruction counts, not time",
-             f"{'kernel':<6} {'d':>4} {'mask':<6} {'BMxBN w s':<14} {'instr':>6} {'/score':>7} "
+             f"{'kernel':<6} {'d':>4} {'mask':<6} {'BMxBN w s':<14} {'instr':>6} "
+             f"{'/score':>7} "
              f"{'mma':>4} {'FMUL':>5} {'FFMA':>5} {'EX2':>4} {'int':>4} {'cp.as':>5} "
              f"{'TMA':>4} {'regs':>4}"]
     for r in rep["kernels"]:
         c, hl = r["config"], r["hot_loop"] or {}
         cfg = f"{c['BLOCK_M']}x{c['BLOCK_N']} w{c['num_warps']} s{c['num_stages']}"
         lines.append(
-            f"{r['kernel']:<6} {r['head_dim']:>4} {'causal' if r['causal'] else 'full':<6} "
-            f"{cfg:<14} {hl.get('instructions', '-'):>6} {r['instructions_per_score']:>7.4f} "
-            f"{hl.get('tensor_core', '-'):>4} {hl.get('FMUL', '-'):>5} {hl.get('FFMA', '-'):>5} "
+            f"{r['kernel']:<6} {r['head_dim']:>4} "
+            f"{'causal' if r['causal'] else 'full':<6} "
+            f"{cfg:<14} {hl.get('instructions', '-'):>6} "
+            f"{r['instructions_per_score']:>7.4f} "
+            f"{hl.get('tensor_core', '-'):>4} {hl.get('FMUL', '-'):>5} "
+            f"{hl.get('FFMA', '-'):>5} "
             f"{hl.get('MUFU.EX2', '-'):>4} {hl.get('integer', '-'):>4} "
-            f"{hl.get('LDGSTS', '-'):>5} {'yes' if r['tma'] else 'no':>4} {r['registers']:>4}")
+            f"{hl.get('LDGSTS', '-'):>5} {'yes' if r['tma'] else 'no':>4} "
+            f"{r['registers']:>4}")
     if rep["reference"]:
         ref = rep["reference"]
         lines.append(f"# to beat: {ref['what']}: {ref['hot_loop']}")
@@ -440,16 +477,18 @@ def format_report(rep: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="the representative subset (see QUICK)")
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    ap.add_argument("--quick", action="store_true",
+                    help="the representative subset (see QUICK)")
     ap.add_argument("--target", action="append", choices=list(flash.ARCHS))
     ap.add_argument("--kernel", action="append", choices=list(KERNELS))
     ap.add_argument("--report", action="store_true",
-                    help="hot-loop SASS instruction counts (sm90/sm80) -> benchmarks/static/")
+                    help="hot-loop SASS instruction counts (sm90/sm80) "
+                         "-> benchmarks/static/")
     args = ap.parse_args(argv)
     if runtime.INTERPRET:
-        print("compile_check needs TRITON_INTERPRET unset (kernels were imported under the "
-              "interpreter)", file=sys.stderr)
+        print("compile_check needs TRITON_INTERPRET unset (kernels were imported under "
+              "the interpreter)", file=sys.stderr)
         return 2
     if args.report:
         import json
