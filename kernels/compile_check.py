@@ -140,6 +140,7 @@ def _launch_values(kernel: str, dtype, head_dim: int, n_ctx: int, causal: bool,
     for name in ("Q", "K", "V", "Out", "O", "DO", "DQ", "DK", "DV"):
         values[name] = t
     values["LSE2"] = values["Delta"] = lse
+    values["V_BAD"] = torch.zeros(1, dtype=torch.int32)
     for prefix in ("q", "k", "v", "o", "do", "dq", "dk"):
         row = "m" if prefix in ("q", "o", "do", "dq") else "n"
         for suffix, s in zip(("z", "h", row, "d"), strides):

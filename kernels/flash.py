@@ -77,16 +77,16 @@ INTERPRET_CONFIG = (64, 64, 4, 1)  # the one config used under the Triton interp
 _TABLES: dict[str, dict[str, dict[int, list[tuple[int, int, int, int]]]]] = {
     "fwd": {
         "sm90": {16: [(128, 64, 4, 3)], 32: [(128, 64, 4, 3)],
-                 64: [(128, 64, 4, 3), (128, 128, 8, 3)],
-                 128: [(128, 128, 8, 3), (128, 64, 8, 3)],
+                 64: [(128, 64, 8, 3), (64, 64, 4, 3)],
+                 128: [(128, 128, 8, 2), (128, 64, 8, 3)],
                  256: [(128, 64, 8, 2)]},
         "sm80": {16: [(128, 64, 4, 3)], 32: [(128, 64, 4, 3)],
                  64: [(128, 64, 4, 3), (128, 128, 8, 3)],
-                 128: [(128, 64, 8, 3), (64, 64, 4, 3)],
+                 128: [(128, 32, 8, 3), (64, 64, 8, 2)],
                  256: [(64, 32, 8, 2)]},
         "sm89": {16: [(128, 64, 4, 2)], 32: [(128, 64, 4, 2)],
-                 64: [(128, 64, 4, 3), (128, 128, 8, 2)],
-                 128: [(128, 64, 8, 2), (64, 64, 4, 2)],
+                 64: [(128, 64, 8, 3), (128, 128, 8, 2)],
+                 128: [(64, 64, 8, 2), (64, 64, 4, 2)],
                  256: [(64, 32, 8, 2)]},
     },
     "dkdv": {  # BLOCK_M = query rows per inner step, BLOCK_N = keys held by the program
@@ -120,7 +120,11 @@ _TABLES: dict[str, dict[str, dict[int, list[tuple[int, int, int, int]]]]] = {
 }
 # (d = 256 forward on sm80/sm89 uses 8 warps: with 4, ptxas under triton 3.6 spills a
 # few bytes at 255 registers; fp32 dq at d = 128 uses 32 x 16 with 8 warps: with 4 warps
-# it spills on sm_90 under triton 3.6, and 16 x 16 with 4 warps spills on sm_89.)
+# it spills on sm_90 under triton 3.6, and 16 x 16 with 4 warps spills on sm_89. The
+# causal forward's masked stage keeps a key-by-key path for value rows holding NaN/inf;
+# with it 128 x 64 tiles at BLOCK_D = 128 spill on sm_80/89, and 4-warp 128 x 64 or
+# 3-stage 128 x 128 tiles at d = 64/128 spill on sm_89/90: those entries use the tiles
+# above, each checked by `make compile-check`.)
 # Tiles for dot products on CUDA cores (FMA): float32 inputs everywhere (IEEE fp32
 # dots) and every dtype on sm_75, where Triton >= 3.2 has no tensor-core path. FMA dots
 # hold whole operand rows in registers, so the tiles are small. On sm_75 the backward
@@ -274,10 +278,10 @@ def _select_pv(acc, p, visible, v_base, stride_vn, stride_vd, start_n, offs_n, o
 
 
 @triton.jit
-def _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, v_base,
-                    stride_kn, stride_vn, stride_vd,
+def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base,
+                    stride_kn, stride_kd, stride_vn, stride_vd,
                     offs_m, offs_n0, offs_d, lo, hi, qk_scale, N_CTX_K, HEAD_DIM,
-                    causal_offset,
+                    causal_offset, v_bad,
                     BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
                     IS_CAUSAL: tl.constexpr,
                     EVEN_N: tl.constexpr, EVEN_D: tl.constexpr, UPCAST: tl.constexpr,
@@ -285,9 +289,10 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, v_base,
     """Stream key blocks [lo, hi) past the resident query tile, updating the
     online softmax.
 
-    ``k_ptrs``/``v_ptrs`` point at the tile of key block 0 and stay fixed: block start_n
-    is read at ``k_ptrs + start_n * stride_kn`` (one IMAD.WIDE per 16-byte vector on
-    sm_90, instead of recomputing offs_n * stride per element).
+    The k/v tile pointers are formed from the base pointers at every step. (Hoisting a
+    BLOCK_N x BLOCK_D tensor of 64-bit pointers out of the loop saves integer work on
+    sm_90 but keeps it in registers for the whole loop: on sm_80/89 and several sm_90
+    configs ptxas then spills, so the full compile check refuses it.)
     MASKED=False: every (query, key) pair in range is visible, no mask is computed, and
     the scale is folded into one FFMA per score: m = max(m, rowmax(qk) * scale) and p =
     exp2(qk * scale - m) (rowmin when the scale is negative, NEG_SCALE).
@@ -298,11 +303,12 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, v_base,
         start_n = tl.multiple_of(start_n, BLOCK_N)
         offs_n = start_n + offs_n0
         # -- k, v tiles: HBM -> SRAM --
-        # (one multiply-add per pointer: the loop-invariant tile pointers plus a scalar)
-        k = _load_tile(k_ptrs + start_n * stride_kn, offs_n, offs_d, N_CTX_K, HEAD_DIM,
-                       EVEN_N or not MASKED, EVEN_D)
-        v = _load_tile(v_ptrs + start_n * stride_vn, offs_n, offs_d, N_CTX_K, HEAD_DIM,
-                       EVEN_N or not MASKED, EVEN_D)
+        k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
+        v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+        k = _load_tile(k_ptrs, offs_n, offs_d, N_CTX_K, HEAD_DIM, EVEN_N or not MASKED,
+                       EVEN_D)
+        v = _load_tile(v_ptrs, offs_n, offs_d, N_CTX_K, HEAD_DIM, EVEN_N or not MASKED,
+                       EVEN_D)
         if UPCAST:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
@@ -331,13 +337,15 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, v_base,
         alpha = tl.exp2(m_i - m_ij_safe)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
-        if MASKED:
+        if MASKED and IS_CAUSAL:
             # A hidden key has p = 0, but 0 * NaN = NaN: a NaN/inf in a value row hidden
-            # from a query would reach it through the dot. Such a tile (rare) is summed
-            # key by key instead, selecting only the visible terms, so no result depends
-            # on the tiles.
-            n_bad = tl.sum(tl.sum((tl.abs(v.to(tl.float32)) < float("inf")) == 0, 1), 0)
-            if n_bad > 0:
+            # from a query would reach it through the dot. When V holds a non-finite
+            # value anywhere (v_bad: one flag computed beside the launch), the causal
+            # tiles are summed key by key instead, selecting only the visible terms, so
+            # no result depends on the tiles. (The keys past N_CTX_K of a ragged tile
+            # load as 0 and need no care. Scanning each tile for non-finite values
+            # instead costs a float32 copy of it in registers: ptxas spills.)
+            if v_bad != 0:
                 acc = _select_pv(acc, p, visible, v_base, stride_vn, stride_vd,
                                  start_n, offs_n, offs_d, N_CTX_K, HEAD_DIM, BLOCK_N)
             else:
@@ -359,7 +367,7 @@ def n_bucket(n_ctx_k: int) -> int:
                  prune_configs_by=_pruner("fwd"))
 @triton.heuristics({**_HEURISTICS, "NEG_SCALE": lambda a: a["sm_scale"] < 0})
 @triton.jit
-def _attn_fwd(Q, K, V, Out, LSE2, sm_scale,
+def _attn_fwd(Q, K, V, Out, LSE2, V_BAD, sm_scale,
               stride_qz, stride_qh, stride_qm, stride_qd,
               stride_kz, stride_kh, stride_kn, stride_kd,
               stride_vz, stride_vh, stride_vn, stride_vd,
@@ -407,24 +415,21 @@ def _attn_fwd(Q, K, V, Out, LSE2, sm_scale,
     else:
         hi = N_CTX_K
         full_end = (N_CTX_K // BLOCK_N) * BLOCK_N
-    # k and v tile pointers of key block 0 (loop invariant; the loop adds
-    # start_n * stride)
-    offs_n0 = tl.arange(0, BLOCK_N)
-    k_ptrs = k_base + offs_n0[:, None] * stride_kn + offs_d[None, :] * stride_kd
-    v_ptrs = v_base + offs_n0[:, None] * stride_vn + offs_d[None, :] * stride_vd
+    offs_n0 = tl.arange(0, BLOCK_N)  # key offsets within a block
+    v_bad = tl.load(V_BAD)  # does V hold a NaN/inf anywhere? (causal launches set it)
     # stage 1: blocks every row sees in full, no masks
     acc, l_i, m_i = _attn_fwd_inner(
-        acc, l_i, m_i, q, k_ptrs, v_ptrs, v_base, stride_kn, stride_vn, stride_vd,
+        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
         offs_m, offs_n0, offs_d, 0, full_end, qk_scale, N_CTX_K, HEAD_DIM,
-        causal_offset, BLOCK_N, False, IS_CAUSAL, EVEN_N, EVEN_D, UPCAST, DOT_PRECISION,
-        NEG_SCALE)
+        causal_offset, v_bad, BLOCK_N, False, IS_CAUSAL, EVEN_N, EVEN_D, UPCAST,
+        DOT_PRECISION, NEG_SCALE)
     # stage 2: the diagonal (causal) and the ragged last key block, masked
     if IS_CAUSAL or not EVEN_N:
         acc, l_i, m_i = _attn_fwd_inner(
-            acc, l_i, m_i, q, k_ptrs, v_ptrs, v_base, stride_kn, stride_vn, stride_vd,
-            offs_m, offs_n0, offs_d, full_end, hi, qk_scale, N_CTX_K, HEAD_DIM,
-            causal_offset, BLOCK_N, True, IS_CAUSAL, EVEN_N, EVEN_D, UPCAST,
-            DOT_PRECISION, NEG_SCALE)
+            acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn,
+            stride_vd, offs_m, offs_n0, offs_d, full_end, hi, qk_scale, N_CTX_K,
+            HEAD_DIM, causal_offset, v_bad, BLOCK_N, True, IS_CAUSAL, EVEN_N, EVEN_D,
+            UPCAST, DOT_PRECISION, NEG_SCALE)
 
     # epilogue: normalise; a row that saw no key has l_i = 0 -> output 0, lse = -inf
     empty = l_i == 0.0
@@ -506,6 +511,14 @@ def _dot_precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
+def _v_bad(v: torch.Tensor, causal) -> torch.Tensor:
+    """(1,) int32 on v's device: 1 if v holds a NaN or inf (read by causal launches
+    only; computed on the device, no host sync)."""
+    if not causal:
+        return torch.zeros(1, dtype=torch.int32, device=v.device)
+    return (~torch.isfinite(v)).any().to(torch.int32).reshape(1)
+
+
 def _forward(q, k, v, causal: bool, scale: float):
     B, H, N_q, d = q.shape
     H_kv, N_k = k.shape[1], k.shape[2]
@@ -514,7 +527,7 @@ def _forward(q, k, v, causal: bool, scale: float):
     lse2 = torch.empty((B, H, N_q), dtype=torch.float32, device=q.device)
     grid = lambda META: (triton.cdiv(N_q, META["BLOCK_M"]), B * H)
     _attn_fwd[grid](
-        q, k, v, o, lse2, scale,
+        q, k, v, o, lse2, _v_bad(v, causal), scale,
         *q.stride(), *k.stride(), *v.stride(), *o.stride(),
         H, H // H_kv, N_q, N_k, d, n_bucket(N_k),
         IS_CAUSAL=causal, BLOCK_D=block_d(d), UPCAST=_upcast(q.dtype, q.device),
@@ -843,7 +856,7 @@ def forward_with_tiles(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_
     lse2 = torch.empty((B, H, N_q), dtype=torch.float32, device=q.device)  # (B, H, N_q)
     grid = (triton.cdiv(N_q, block_m), B * H)
     _attn_fwd.fn[grid](  # .fn: the @heuristics-wrapped kernel under the @autotune
-        q, k, v, o, lse2, scale,
+        q, k, v, o, lse2, _v_bad(v, causal), scale,
         *q.stride(), *k.stride(), *v.stride(), *o.stride(),
         H, H // H_kv, N_q, N_k, d, n_bucket(N_k),
         IS_CAUSAL=bool(causal), BLOCK_D=block_d(d), UPCAST=_upcast(q.dtype, q.device),
