@@ -302,7 +302,8 @@ def flash2_forward(q, k, v, Br: int = 64, Bc: int = 64, causal: bool = False,
             c1 = min(c0 + Bc, n_k)
             if causal and _tile_hidden(r0, r1, c0, n_q, n_k):
                 break  # every later key block is hidden too
-            s_ij = (q_i @ np.swapaxes(k[..., c0:c1, :], -1, -2)) * scale  # (..., br, bc)
+            k_j = k[..., c0:c1, :]  # (..., bc, d)
+            s_ij = (q_i @ np.swapaxes(k_j, -1, -2)) * scale  # (..., br, bc)
             keep = _tile_mask(r0, r1, c0, c1, n_q, n_k) if causal else None
             if keep is not None:
                 s_ij = np.where(keep, s_ij, -np.inf)
