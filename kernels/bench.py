@@ -2,35 +2,38 @@
 timing path (chapters and ``benchmarks/`` both time through here).
 
 ``time_fn`` times a call with a fixed protocol: the first call (compile, autotune) and a
-peak-memory / host-sync probe apart, then at least ``MIN_REPS`` timed reps, each after the
-same L2 flush and a GPU spin that lets the host queue the call first, between CUDA events
-around the call only; it reports the median and the spread (min, max, p20, p80, IQR).
-``FakeTimer`` stands in for it on a CPU (``benchmarks/run.py --dry-run``). ``Record`` is
-one measured row and ``measure`` fills one. ``time_attention`` times attention
-implementations over sequence lengths (each SDPA backend on its own with
+peak-memory / host-sync probe apart, then at least ``MIN_REPS`` timed reps, each after
+the same L2 flush and a GPU spin that lets the host queue the call first, between CUDA
+events around the call only; it reports the median and the spread (min, max, p20, p80,
+IQR). ``FakeTimer`` stands in for it on a CPU (``benchmarks/run.py --dry-run``).
+``Record`` is one measured row and ``measure`` fills one. ``time_attention`` times
+attention implementations over sequence lengths (each SDPA backend on its own with
 ``attention_impls(sdpa_backends=True)``; a backend that refuses is recorded with its
-reasons) and ``time_tiles`` the forward kernel over BLOCK_M x BLOCK_N; ``live_or_recorded``
-is what a chapter's timing cell draws: live rows on a GPU, recorded ones elsewhere.
-``gpu_provenance`` adds the GPU's state (SM count, clocks, power limit, MIG mode, driver)
-to ``runtime.describe()``; ``summarize`` names the best SDPA backend that ran and the
-speed-up against naive per case (causal and not apart). ``save_results`` merges a suite's
-rows into ``benchmarks/results/<gpu-slug>.json`` and ``validate_results`` checks such a
-file. ``load_results`` reads every recorded file back for the chapters; it never invents
-a number: with no files it returns an empty list, and chapters say so.
+reasons) and ``time_tiles`` the forward kernel over BLOCK_M x BLOCK_N;
+``live_or_recorded`` is what a chapter's timing cell draws: live rows on a GPU, recorded
+ones elsewhere. ``gpu_provenance`` adds the GPU's state (SM count, clocks, power limit,
+MIG mode, driver) to ``runtime.describe()``; ``summarize`` names the best SDPA backend
+that ran and the speed-up against naive per case (causal and not apart).
+``save_results`` merges a suite's rows into ``benchmarks/results/<gpu-slug>.json`` and
+``validate_results`` checks such a file. ``load_results`` reads every recorded file back
+for the chapters; it never invents a number: with no files it returns an empty list, and
+chapters say so.
 
 Results file schema (one per GPU)::
 
     {"gpu": "NVIDIA H200", "gpu_slug": "nvidia-h200", "capability": [9, 0],
      "torch": "...", "triton": "...", "cuda": "...", "date": "...",
-     "protocol": {"dry_run", "phases", "budget_s", "timer", "min_reps", "events": [...]},
+     "protocol": {"dry_run", "phases", "budget_s", "timer", "min_reps",
+                  "events": [...]},
      "suites": {"flash": {"provenance": {..., "sm_count", "driver", "clock_sm_mhz",
-                                         "power_limit_w", "mig_mode", ..., "missing": {}},
+                                         "power_limit_w", "mig_mode", ...,
+                                         "missing": {}},
                           "correctness": [...], "records": [...], "summary": [...]}}}
 
 Each record: ``{"suite", "op", "impl", "mode", "dtype", "shape": {...}, "ms" (median),
 "tflops", "gbps", "peak_mem_bytes", "error", "stats", "stage", "detail"}``; ``error`` is
-null, "OOM" or "unsupported" (``detail`` says why); ``stats`` has every ``STAT_KEYS`` key;
-``stage`` is "goal" or "sweep" in a ``benchmarks/run.py`` file.
+null, "OOM" or "unsupported" (``detail`` says why); ``stats`` has every ``STAT_KEYS``
+key; ``stage`` is "goal" or "sweep" in a ``benchmarks/run.py`` file.
 """
 
 from __future__ import annotations
@@ -75,12 +78,12 @@ class Record:
 MIN_REPS = 20
 #: Keys of ``Record.stats`` (and of ``time_fn``'s "stats"), every one always present.
 STAT_KEYS = ("reps", "warmup", "median_ms", "min_ms", "max_ms", "mean_ms", "p20_ms",
-             "p80_ms", "iqr_ms", "first_call_ms", "host_ms", "head_start_ms", "l2_flush",
-             "cuda_graph", "host_sync", "timer")
+             "p80_ms", "iqr_ms", "first_call_ms", "host_ms", "head_start_ms",
+             "l2_flush", "cuda_graph", "host_sync", "timer")
 
 
 def spread(samples_ms: list[float]) -> dict:
-    """Median, min, max, mean, 20th/80th percentiles and interquartile range of samples."""
+    """Median, min, max, mean, 20th/80th percentiles and IQR of ``samples_ms``."""
     if not samples_ms:
         raise ValueError("spread: no samples")
     xs = sorted(float(x) for x in samples_ms)
@@ -100,7 +103,7 @@ _SLEEP_CYCLES_PER_MS: list = []
 
 
 def _l2_flush_buffer() -> torch.Tensor:
-    """A buffer twice the size of this GPU's L2 (zeroing it evicts everything cached)."""
+    """A buffer twice this GPU's L2 size (zeroing it evicts everything cached)."""
     dev = torch.cuda.current_device()
     if dev not in _L2_FLUSH:
         l2 = getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0) or 2**26
@@ -111,7 +114,8 @@ def _l2_flush_buffer() -> torch.Tensor:
 def _sleep_cycles_per_ms() -> float:
     """Clock cycles ``torch.cuda._sleep`` spins per millisecond, measured once."""
     if not _SLEEP_CYCLES_PER_MS:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
         torch.cuda._sleep(1000)  # load the kernel before timing it
         start.record()
         torch.cuda._sleep(10**7)
@@ -122,8 +126,8 @@ def _sleep_cycles_per_ms() -> float:
 
 
 def _probe(fn) -> tuple[int, bool]:
-    """One call of ``fn`` apart from the timed reps: the peak memory it allocates above what
-    was allocated before, and whether it synchronised with the host (a ``.item()``,
+    """One call of ``fn`` apart from the timed reps: the peak memory it allocates above
+    what was allocated before, and whether it synchronised with the host (a ``.item()``,
     ``.cpu()``, ``.tolist()`` of a CUDA tensor: torch's sync debug mode warns)."""
     import warnings
 
@@ -144,23 +148,26 @@ def _probe(fn) -> tuple[int, bool]:
 
 
 def time_fn(fn: Callable[[], object], warmup: int = 5, rep: int = MIN_REPS, *,
-            flush_l2: bool = True, head_start: bool = True, cuda_graph: bool = False) -> dict:
+            flush_l2: bool = True, head_start: bool = True,
+            cuda_graph: bool = False) -> dict:
     """Time ``fn()`` on the GPU: a fixed number of reps, each between CUDA events.
 
     The protocol, the same for every implementation:
 
     1. the first call alone (compilation, autotuning), its host time kept as
        ``first_call_ms``, never mixed into the reps;
-    2. one probe call for the peak memory it allocates and whether it synchronises with the
-       host (``host_sync``: such an implementation's reps include a host round trip);
+    2. one probe call for the peak memory it allocates and whether it synchronises with
+       the host (``host_sync``: such an implementation's reps include a host
+       round trip);
     3. ``warmup`` untimed calls, their host enqueue time (no sync) giving ``host_ms``;
     4. ``rep`` timed reps (at least ``MIN_REPS``). Before each: the same L2 flush kernel
        (zeroing a buffer twice the L2 size), then a GPU spin of about 1.5 ``host_ms``
-       (``head_start_ms``) so that the host has queued all of ``fn``'s launches before the
-       start event, whatever its Python overhead: the events bracket ``fn``'s kernels only,
-       and a cheap-to-launch implementation gets no head start over a costly one. With
-       ``cuda_graph``, ``fn`` is captured once and each rep replays the graph (no Python at
-       all); a capture that fails falls back to plain calls, and ``cuda_graph`` says why.
+       (``head_start_ms``) so that the host has queued all of ``fn``'s launches before
+       the start event, whatever its Python overhead: the events bracket ``fn``'s
+       kernels only, and a cheap-to-launch implementation gets no head start over a
+       costly one. With ``cuda_graph``, ``fn`` is captured once and each rep replays the
+       graph (no Python at all); a capture that fails falls back to plain calls, and
+       ``cuda_graph`` says why.
 
     Returns ``{"ms": median, "peak_mem_bytes", "stats": {...}}`` with ``stats`` holding
     every key of ``STAT_KEYS``. Raises RuntimeError without CUDA: nothing to time.
@@ -198,7 +205,8 @@ def time_fn(fn: Callable[[], object], warmup: int = 5, rep: int = MIN_REPS, *,
             call, graph_state = graph.replay, True
         except Exception as e:  # noqa: BLE001 - recorded, and timed without a graph
             torch.cuda.synchronize()
-            graph_state = f"capture failed, timed without: {type(e).__name__}: {str(e)[:200]}"
+            graph_state = ("capture failed, timed without: "
+                           f"{type(e).__name__}: {str(e)[:200]}")
     flush = _l2_flush_buffer() if flush_l2 else None
     spin_ms = min(1.5 * host_ms + 0.05, 50.0) if head_start and call is fn else 0.0
     cycles = int(spin_ms * _sleep_cycles_per_ms()) if spin_ms else 0
@@ -214,18 +222,20 @@ def time_fn(fn: Callable[[], object], warmup: int = 5, rep: int = MIN_REPS, *,
         ends[i].record()
     torch.cuda.synchronize()
     stats = spread([s.elapsed_time(e) for s, e in zip(starts, ends)])
-    stats.update({"warmup": max(warmup, 1), "first_call_ms": first_ms, "host_ms": host_ms,
-                  "head_start_ms": spin_ms, "l2_flush": flush is not None,
-                  "cuda_graph": graph_state, "host_sync": synced, "timer": "cuda-events"})
+    stats.update({"warmup": max(warmup, 1), "first_call_ms": first_ms,
+                  "host_ms": host_ms, "head_start_ms": spin_ms,
+                  "l2_flush": flush is not None, "cuda_graph": graph_state,
+                  "host_sync": synced, "timer": "cuda-events"})
     return {"ms": stats["median_ms"], "peak_mem_bytes": peak, "stats": stats}
 
 
 class FakeTimer:
-    """A stand-in for ``time_fn`` on a CPU: calls ``fn`` once (so the code path really runs:
-    forward, backward, the Triton interpreter) and reports made-up but well-formed numbers
-    with ``stats["timer"] == "fake"``: a dry run proves the protocol and the schema, never a
-    speed. ``calls`` keeps each call's return value, ``kw`` its timing arguments and ``log``
-    (shared with a dry run's event list when given) one entry per call, in order."""
+    """A stand-in for ``time_fn`` on a CPU: calls ``fn`` once (so the code path really
+    runs: forward, backward, the Triton interpreter) and reports made-up but well-formed
+    numbers with ``stats["timer"] == "fake"``: a dry run proves the protocol and the
+    schema, never a speed. ``calls`` keeps each call's return value, ``kw`` its timing
+    arguments and ``log`` (shared with a dry run's event list when given) one entry per
+    call, in order."""
 
     def __init__(self, ms: float = 2.0, log: list | None = None):
         self.ms, self.calls, self.kw = ms, [], []
@@ -277,9 +287,9 @@ def measure(record: Record, fn: Callable[[], object], flops: float | None = None
 
 def attention_flops(B: int, H: int, N_q: int, N_k: int, d: int, causal: bool = False,
                     mode: str = "fwd") -> float:
-    """Matmul FLOPs of attention: 4 B H N_q N_k d forward (S = Q K^T and P V), halved when
-    causal. Forward + backward counts 3.5x the forward (the backward does 2.5x: five
-    matmuls, one of them the recomputation of S)."""
+    """Matmul FLOPs of attention: 4 B H N_q N_k d forward (S = Q K^T and P V), halved
+    when causal. Forward + backward counts 3.5x the forward (the backward does 2.5x:
+    five matmuls, one of them the recomputation of S)."""
     f = 4.0 * B * H * N_q * N_k * d * (0.5 if causal else 1.0)
     return f * (3.5 if mode == "fwd+bwd" else 1.0)
 
@@ -292,10 +302,11 @@ SDPA_BACKENDS = {"sdpa-cudnn": "CUDNN_ATTENTION", "sdpa-flash": "FLASH_ATTENTION
 def attention_impls(sdpa_backends: bool = False) -> dict[str, Callable]:
     """The implementations chapters and suites time, each ``fn(q, k, v, causal)``.
 
-    "triton" (``kernels.flash``), "naive" (``kernels.naive``: S and P in HBM) and PyTorch's
-    scaled_dot_product_attention: one "sdpa" (PyTorch picks the backend) or, with
-    ``sdpa_backends``, "sdpa-cudnn", "sdpa-flash", "sdpa-efficient" and "sdpa-math", each
-    pinned to one backend with ``torch.nn.attention.sdpa_kernel`` (those this torch has).
+    "triton" (``kernels.flash``), "naive" (``kernels.naive``: S and P in HBM) and
+    PyTorch's scaled_dot_product_attention: one "sdpa" (PyTorch picks the backend) or,
+    with ``sdpa_backends``, "sdpa-cudnn", "sdpa-flash", "sdpa-efficient" and
+    "sdpa-math", each pinned to one backend with ``torch.nn.attention.sdpa_kernel``
+    (those this torch has).
     """
     import torch.nn.functional as F
 
@@ -335,14 +346,15 @@ def _torch_dtype(dtype) -> tuple[torch.dtype, str]:
 def random_qkv(B: int, H: int, N_q: int, d: int, *, H_kv: int | None = None,
                N_k: int | None = None, dtype="float16", device=None, seed: int = 0,
                grad: bool = False) -> list[torch.Tensor]:
-    """Standard-normal q (B, H, N_q, d) and k, v (B, H_kv, N_k, d), drawn in that order from
-    a generator seeded with ``seed`` on ``device`` (default ``runtime.DEVICE``)."""
+    """Standard-normal q (B, H, N_q, d) and k, v (B, H_kv, N_k, d), drawn in that order
+    from a generator seeded with ``seed`` on ``device`` (default ``runtime.DEVICE``)."""
     dt, _ = _torch_dtype(dtype)
     device = runtime.DEVICE if device is None else device
     g = torch.Generator(device=device).manual_seed(seed)
     h_kv, n_k = H if H_kv is None else H_kv, N_q if N_k is None else N_k
-    return [torch.randn(shape, generator=g, device=device, dtype=dt).requires_grad_(grad)
-            for shape in ((B, H, N_q, d), (B, h_kv, n_k, d), (B, h_kv, n_k, d))]
+    shapes = ((B, H, N_q, d), (B, h_kv, n_k, d), (B, h_kv, n_k, d))
+    return [torch.randn(s, generator=g, device=device, dtype=dt).requires_grad_(grad)
+            for s in shapes]
 
 
 def _step(attn, mode: str, q, k, v, causal: bool, do) -> Callable[[], object]:
@@ -363,9 +375,10 @@ def time_attention(lengths: Iterable[int], impls: dict[str, Callable] | None = N
                    d: int = 64, causal: bool | tuple = False, dtype="float16",
                    modes: tuple = ("fwd",), batch: int | None = None,
                    heads: int | None = None, tokens: int = 16 * 1024, width: int = 1024,
-                   suite: str = "live", op: str = "attention", device=None, seed: int = 0,
-                   timer: Callable[..., dict] | None = None, deadline: float | None = None,
-                   progress: bool = False, log: Callable[[Record], None] | None = None,
+                   suite: str = "live", op: str = "attention", device=None,
+                   seed: int = 0, timer: Callable[..., dict] | None = None,
+                   deadline: float | None = None, progress: bool = False,
+                   log: Callable[[Record], None] | None = None,
                    stage: str | None = None, **timing) -> list[Record]:
     """Time attention at each sequence length N = N_q = N_k: one Record per case.
 
@@ -376,11 +389,11 @@ def time_attention(lengths: Iterable[int], impls: dict[str, Callable] | None = N
     to ``fn(q, k, v, causal)`` (default ``attention_impls()``).
 
     Out of memory is recorded (error "OOM"), not raised; an SDPA implementation that
-    refuses the shape or GPU is recorded with error "unsupported" and, in ``detail``, its
-    error and the warnings PyTorch gave (why each backend declined); any other error is
-    raised, naming the case. ``stage`` is copied into each record.
-    ``timer`` defaults to ``time_fn`` (CUDA only; ``timing`` passes warmup and rep to it).
-    Past ``deadline`` (``time.monotonic()``) no new case starts. ``log(record)`` is called
+    refuses the shape or GPU is recorded with error "unsupported" and, in ``detail``,
+    its error and the warnings PyTorch gave (why each backend declined); any other error
+    is raised, naming the case. ``stage`` is copied into each record. ``timer`` defaults
+    to ``time_fn`` (CUDA only; ``timing`` passes warmup and rep to it). Past
+    ``deadline`` (``time.monotonic()``) no new case starts. ``log(record)`` is called
     after each case; ``progress`` shows a bar over the lengths.
     """
     impls = attention_impls() if impls is None else impls
@@ -398,7 +411,8 @@ def time_attention(lengths: Iterable[int], impls: dict[str, Callable] | None = N
         B = batch or max(1, tokens // N)
         H = heads or max(1, width // d)
         try:
-            q, k, v = random_qkv(B, H, N, d, dtype=dt, device=device, seed=seed, grad=grad)
+            q, k, v = random_qkv(B, H, N, d, dtype=dt, device=device, seed=seed,
+                                 grad=grad)
             do = torch.randn_like(q) if grad else None  # (B, H, N, d)
         except torch.cuda.OutOfMemoryError:  # the inputs alone do not fit
             q = k = v = do = None
@@ -425,10 +439,11 @@ def time_attention(lengths: Iterable[int], impls: dict[str, Callable] | None = N
                         if not name.startswith("sdpa"):
                             raise RuntimeError(
                                 f"{name} {mode} {rec.shape} {dt_name}: {e}") from e
-                        # a backend without this GPU/shape/dtype: recorded, with its reasons
+                        # a backend without this GPU/shape/dtype: recorded, with
+                        # its reasons
                         why = [str(w.message) for w in caught]
-                        rec.error, rec.detail = "unsupported", _clip(
-                            "; ".join([f"{type(e).__name__}: {e}", *dict.fromkeys(why)]))
+                        rec.error, rec.detail = "unsupported", _clip("; ".join(
+                            [f"{type(e).__name__}: {e}", *dict.fromkeys(why)]))
             if rec.error != "unsupported":  # pass on what was not a backend's refusal
                 for w in caught:
                     warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -440,16 +455,17 @@ def time_attention(lengths: Iterable[int], impls: dict[str, Callable] | None = N
     return records
 
 
-def time_tiles(blocks: Iterable[int] = (16, 32, 64, 128), *, batch: int = 4, heads: int = 32,
-               N: int = 4096, d: int = 64, causal: bool = False, dtype="float16",
-               num_stages: int = 2, suite: str = "live", device=None, seed: int = 0,
-               timer: Callable[..., dict] | None = None, deadline: float | None = None,
+def time_tiles(blocks: Iterable[int] = (16, 32, 64, 128), *, batch: int = 4,
+               heads: int = 32, N: int = 4096, d: int = 64, causal: bool = False,
+               dtype="float16", num_stages: int = 2, suite: str = "live",
+               device=None, seed: int = 0, timer: Callable[..., dict] | None = None,
+               deadline: float | None = None,
                log: Callable[[Record], None] | None = None, stage: str | None = None,
                **timing) -> list[Record]:
     """Forward time of ``kernels.flash`` at each BLOCK_M x BLOCK_N, autotuner bypassed.
 
-    One Record per tile pair, the tiles and warps in its shape (8 warps from 128 x 64 up,
-    else 4). A tile that does not fit this GPU is a result: its error names why.
+    One Record per tile pair, the tiles and warps in its shape (8 warps from 128 x 64
+    up, else 4). A tile that does not fit this GPU is a result: its error names why.
     """
     from .flash import forward_with_tiles
 
@@ -480,7 +496,8 @@ def time_tiles(blocks: Iterable[int] = (16, 32, 64, 128), *, batch: int = 4, hea
 
 
 def live_or_recorded(suite: str, live: Callable[[], list[Record]],
-                     results_dir: pathlib.Path | None = None) -> list[tuple[str, list[dict]]]:
+                     results_dir: pathlib.Path | None = None
+                     ) -> list[tuple[str, list[dict]]]:
     """What a chapter's timing cell draws: a list of ``(label, records as dicts)``.
 
     On a CUDA GPU, ``live()`` measured now, labelled "measured live: <provenance>";
@@ -513,8 +530,8 @@ SMI_FIELDS = {"driver": "driver_version", "clock_sm_mhz": "clocks.sm",
               "persistence_mode": "persistence_mode", "pstate": "pstate",
               "temperature_c": "temperature.gpu", "pci_bus_id": "pci.bus_id"}
 #: provenance key -> ``torch.cuda.get_device_properties`` attribute.
-PROP_FIELDS = {"sm_count": "multi_processor_count", "total_memory_bytes": "total_memory",
-               "l2_cache_bytes": "L2_cache_size"}
+PROP_FIELDS = {"sm_count": "multi_processor_count",
+               "total_memory_bytes": "total_memory", "l2_cache_bytes": "L2_cache_size"}
 #: Every key ``gpu_provenance`` adds to ``runtime.describe()`` (a value or null).
 GPU_FIELDS = (*PROP_FIELDS, *SMI_FIELDS)
 
@@ -527,16 +544,16 @@ def _run_nvidia_smi(fields: list[str]) -> str:
     if exe is None:
         raise FileNotFoundError("nvidia-smi not found on PATH")
     return subprocess.run([exe, f"--query-gpu={','.join(fields)}",
-                           "--format=csv,noheader,nounits"], capture_output=True, text=True,
-                          check=True, timeout=20).stdout
+                           "--format=csv,noheader,nounits"],
+                          capture_output=True, text=True, check=True, timeout=20).stdout
 
 
 def gpu_provenance(smi: Callable[[list[str]], str] | None = None) -> dict:
-    """``runtime.describe()`` plus the GPU's state: SM count, memory, L2 (torch), driver,
-    current and max clocks, power limit, MIG mode, persistence, pstate, temperature
-    (``nvidia-smi --query-gpu``). Every key of ``GPU_FIELDS`` is present; one that could not
-    be read is null, and ``missing[key]`` says why. ``smi(fields) -> csv text`` stands in
-    for nvidia-smi in tests."""
+    """``runtime.describe()`` plus the GPU's state: SM count, memory, L2 (torch),
+    driver, current and max clocks, power limit, MIG mode, persistence, pstate,
+    temperature (``nvidia-smi --query-gpu``). Every key of ``GPU_FIELDS`` is present;
+    one that could not be read is null, and ``missing[key]`` says why.
+    ``smi(fields) -> csv text`` stands in for nvidia-smi in tests."""
     prov = runtime.describe()
     missing: dict[str, str] = {}
     props = None
@@ -551,10 +568,12 @@ def gpu_provenance(smi: Callable[[list[str]], str] | None = None) -> dict:
         value = getattr(props, attr, None) if props is not None else None
         prov[key] = int(value) if value is not None else None
         if value is None:
-            missing[key] = reason if props is None else f"torch has no device property {attr}"
+            missing[key] = (reason if props is None
+                            else f"torch has no device property {attr}")
     keys, fields = list(SMI_FIELDS), list(SMI_FIELDS.values())
     try:
-        lines = [ln for ln in (smi or _run_nvidia_smi)(fields).splitlines() if ln.strip()]
+        lines = [ln for ln in (smi or _run_nvidia_smi)(fields).splitlines()
+                 if ln.strip()]
         if not lines:
             raise RuntimeError("nvidia-smi listed no GPU")
         rows = [[c.strip() for c in ln.split(",")] for ln in lines]
@@ -562,16 +581,19 @@ def gpu_provenance(smi: Callable[[list[str]], str] | None = None) -> dict:
         row = rows[0]
         if len(rows) > 1 and bus is not None:  # the GPU torch uses (by PCI bus id)
             for r in rows:
-                if len(r) == len(fields) and r[-1].lower().endswith(f"{int(bus):02x}:00.0"):
+                if (len(r) == len(fields)
+                        and r[-1].lower().endswith(f"{int(bus):02x}:00.0")):
                     row = r
         if len(row) != len(fields):
             raise RuntimeError(f"nvidia-smi gave {len(row)} fields for {len(fields)}")
         for key, field, value in zip(keys, fields, row):
             if value in ("", "[N/A]", "N/A", "[Not Supported]", "[Unknown Error]"):
-                prov[key], missing[key] = None, f"nvidia-smi {field}: {value or 'empty'}"
+                prov[key] = None
+                missing[key] = f"nvidia-smi {field}: {value or 'empty'}"
             else:
                 try:
-                    prov[key] = float(value) if key.endswith(("_mhz", "_w", "_c")) else value
+                    numeric = key.endswith(("_mhz", "_w", "_c"))
+                    prov[key] = float(value) if numeric else value
                 except ValueError:
                     prov[key] = value
     except Exception as e:  # noqa: BLE001 - recorded as the reason
@@ -591,12 +613,13 @@ def _shape_key(shape: dict) -> str:
 
 
 def summarize(records: Iterable) -> list[dict]:
-    """One row per attention case (op, mode, dtype, shape; causal and not are separate rows)
-    with each implementation's median: ``triton_ms``, ``naive_ms``, ``speedup_vs_naive``
-    (naive time / Triton time), ``sdpa`` (every SDPA backend: its ms, or its error),
-    ``best_sdpa`` (the fastest backend that ran, by name, or None) with ``best_sdpa_ms``,
-    and ``best_sdpa_vs_triton`` (best SDPA time / Triton time: above 1 the Triton kernel
-    is faster). Tile sweeps (BLOCK_M in the shape) are left out."""
+    """One row per attention case (op, mode, dtype, shape; causal and not are separate
+    rows) with each implementation's median: ``triton_ms``, ``naive_ms``,
+    ``speedup_vs_naive`` (naive time / Triton time), ``sdpa`` (every SDPA backend: its
+    ms, or its error), ``best_sdpa`` (the fastest backend that ran, by name, or None)
+    with ``best_sdpa_ms``, and ``best_sdpa_vs_triton`` (best SDPA time / Triton time:
+    above 1 the Triton kernel is faster). Tile sweeps (BLOCK_M in the shape) are
+    left out."""
     groups: dict = {}
     for r in records:
         r = r.to_dict() if isinstance(r, Record) else r
@@ -614,16 +637,17 @@ def summarize(records: Iterable) -> list[dict]:
             r = impls.get(name)
             return r["ms"] if r and r.get("error") is None else None
 
-        sdpa = {n: (r["ms"] if r.get("error") is None else None) for n, r in impls.items()
-                if n.startswith("sdpa")}
+        sdpa = {n: (r["ms"] if r.get("error") is None else None)
+                for n, r in impls.items() if n.startswith("sdpa")}
         sdpa_errors = {n: {"error": r.get("error"), "detail": r.get("detail")}
-                       for n, r in impls.items() if n.startswith("sdpa") and r.get("error")}
+                       for n, r in impls.items()
+                       if n.startswith("sdpa") and r.get("error")}
         ran = {n: t for n, t in sdpa.items() if t is not None}
         best = min(ran, key=ran.get) if ran else None
         tri, naive = ms("triton"), ms("naive")
         rows.append({
-            "op": op, "mode": mode, "dtype": dtype, "shape": g["shape"], "stage": g["stage"],
-            "causal": bool(g["shape"].get("causal", False)),
+            "op": op, "mode": mode, "dtype": dtype, "shape": g["shape"],
+            "stage": g["stage"], "causal": bool(g["shape"].get("causal", False)),
             "triton_ms": tri, "naive_ms": naive,
             "speedup_vs_naive": naive / tri if tri and naive else None,
             "sdpa_ms": sdpa, "sdpa_failed": sdpa_errors, "best_sdpa": best,
@@ -640,7 +664,7 @@ def summarize(records: Iterable) -> list[dict]:
 def save_results(suite: str, records: list[Record], correctness: list[dict],
                  path: pathlib.Path | None = None, provenance: dict | None = None,
                  extra: dict | None = None, top: dict | None = None) -> pathlib.Path:
-    """Merge one suite's measurements into the GPU's results file (other suites are kept).
+    """Merge one suite's rows into the GPU's results file (other suites are kept).
 
     The suite's section holds its provenance, correctness checks, records, ``summary``
     (``summarize``) and whatever ``extra`` adds; ``top`` adds keys at the top level (a
@@ -649,8 +673,8 @@ def save_results(suite: str, records: list[Record], correctness: list[dict],
     path = path or results_path(prov.get("gpu"))
     path.parent.mkdir(parents=True, exist_ok=True)
     data = json.loads(path.read_text()) if path.exists() else {}
-    data.update({k: prov.get(k) for k in ("gpu", "capability", "torch", "triton", "cuda",
-                                          "date")})
+    data.update({k: prov.get(k)
+                 for k in ("gpu", "capability", "torch", "triton", "cuda", "date")})
     data["gpu_slug"] = runtime.slug(prov.get("gpu") or "unknown")
     data.update(top or {})
     rows = [r.to_dict() if isinstance(r, Record) else r for r in records]
@@ -661,10 +685,10 @@ def save_results(suite: str, records: list[Record], correctness: list[dict],
         "summary": summarize(rows),
         **(extra or {}),
     }
-    # strict JSON: json.dumps writes a float NaN/inf as a bare NaN/Infinity (never passing it
-    # to ``default``), which is not JSON; they are written as null
-    path.write_text(json.dumps(_finite(data), indent=1, sort_keys=True, default=_json_default,
-                               allow_nan=False) + "\n")
+    # strict JSON: json.dumps writes a float NaN/inf as a bare NaN/Infinity (never
+    # passing it to ``default``), which is not JSON; they are written as null
+    path.write_text(json.dumps(_finite(data), indent=1, sort_keys=True,
+                               default=_json_default, allow_nan=False) + "\n")
     return path
 
 
@@ -673,14 +697,16 @@ _RECORD_TYPES = {"suite": str, "op": str, "impl": str, "mode": str, "dtype": str
 
 
 def validate_results(data: dict, *, full_provenance: bool = True) -> list[str]:
-    """Problems with a results file written by ``benchmarks/run.py`` (an empty list: none).
+    """Problems with a ``benchmarks/run.py`` results file (an empty list: none).
 
     Checks the top-level keys, each suite's provenance (with ``full_provenance``, every
-    ``GPU_FIELDS`` key, null only with a reason in ``missing``), correctness entries, each
-    record's fields and types (a timed record has ``stats`` with every ``STAT_KEYS`` key and
-    at least ``MIN_REPS`` reps; a failed one an ``error``), and the summary rows."""
+    ``GPU_FIELDS`` key, null only with a reason in ``missing``), correctness entries,
+    each record's fields and types (a timed record has ``stats`` with every
+    ``STAT_KEYS`` key and at least ``MIN_REPS`` reps; a failed one an ``error``), and
+    the summary rows."""
     bad: list[str] = []
-    for k in ("gpu", "gpu_slug", "capability", "torch", "triton", "cuda", "date", "suites"):
+    for k in ("gpu", "gpu_slug", "capability", "torch", "triton", "cuda", "date",
+              "suites"):
         if k not in data:
             bad.append(f"top level: no {k!r}")
     for name, s in (data.get("suites") or {}).items():
@@ -700,8 +726,10 @@ def validate_results(data: dict, *, full_provenance: bool = True) -> list[str]:
                 elif prov[k] is None and not missing.get(k):
                     bad.append(f"{where}.provenance: {k!r} is null with no reason")
         for i, c in enumerate(s.get("correctness") or []):
-            if set(c) < {"name", "max_err", "tol", "ok"} or not isinstance(c.get("ok"), bool):
-                bad.append(f"{where}.correctness[{i}]: needs name, max_err, tol, ok (bool)")
+            if (set(c) < {"name", "max_err", "tol", "ok"}
+                    or not isinstance(c.get("ok"), bool)):
+                bad.append(f"{where}.correctness[{i}]: "
+                           "needs name, max_err, tol, ok (bool)")
         for i, r in enumerate(s.get("records") or []):
             w = f"{where}.records[{i}]"
             for k, t in _RECORD_TYPES.items():
@@ -718,12 +746,15 @@ def validate_results(data: dict, *, full_provenance: bool = True) -> list[str]:
             st = r.get("stats")
             if not isinstance(st, dict) or set(STAT_KEYS) - set(st):
                 bad.append(f"{w}: stats lacks {sorted(set(STAT_KEYS) - set(st or {}))}")
-            elif st["reps"] < MIN_REPS or not st["min_ms"] <= st["median_ms"] <= st["max_ms"]:
-                bad.append(f"{w}: stats reps {st['reps']} or order min <= median <= max")
+            elif (st["reps"] < MIN_REPS
+                  or not st["min_ms"] <= st["median_ms"] <= st["max_ms"]):
+                bad.append(f"{w}: stats reps {st['reps']} or order "
+                           "min <= median <= max")
             elif abs(st["median_ms"] - r["ms"]) > 1e-9 * max(1.0, r["ms"]):
                 bad.append(f"{w}: ms is not the median")
         for i, row in enumerate(s.get("summary") or []):
-            if row.get("best_sdpa") is not None and row["best_sdpa"] not in row["sdpa_ms"]:
+            if (row.get("best_sdpa") is not None
+                    and row["best_sdpa"] not in row["sdpa_ms"]):
                 bad.append(f"{where}.summary[{i}]: best_sdpa not among sdpa_ms")
     return bad
 
@@ -748,7 +779,7 @@ def _json_default(x):
 
 
 def load_results(results_dir: pathlib.Path | None = None) -> list[dict]:
-    """Every recorded results file, newest first (an empty list when none are recorded)."""
+    """Every recorded results file, newest first (empty when none are recorded)."""
     d = results_dir or RESULTS_DIR
     files = sorted(d.glob("*.json")) if d.exists() else []
     out = [json.loads(f.read_text()) for f in files]
@@ -766,7 +797,8 @@ def suite_records(results: list[dict], suite: str) -> list[tuple[dict, list[dict
 
 
 def provenance_label(prov: dict) -> str:
-    """'NVIDIA H200 · torch 2.11 · triton 3.6 · CUDA 12.8 · 2026-11-29' for figure captions."""
+    """A figure caption's provenance line:
+    'NVIDIA H200 · torch 2.11 · triton 3.6 · CUDA 12.8 · 2026-11-29'."""
     date = (prov.get("date") or "")[:10]
-    return (f"{prov.get('gpu')} · torch {prov.get('torch')} · triton {prov.get('triton')}"
-            f" · CUDA {prov.get('cuda')} · {date}")
+    return (f"{prov.get('gpu')} · torch {prov.get('torch')}"
+            f" · triton {prov.get('triton')} · CUDA {prov.get('cuda')} · {date}")
