@@ -1,34 +1,38 @@
-"""One command on a CUDA GPU: correctness first, then timings, written to results/<gpu>.json.
+"""One command on a CUDA GPU: correctness first, then timings, written to
+results/<gpu>.json.
 
-    python benchmarks/run.py                 # every suite
-    python benchmarks/run.py --suite flash   # one suite (flash, hard, deformable)
-    python benchmarks/run.py --quick         # smallest sweep, to check the script itself
-    python benchmarks/run.py --dry-run       # on a CPU: the whole protocol, a fake timer
+    python benchmarks/run.py                # every suite
+    python benchmarks/run.py --suite flash  # one suite (flash, hard, deformable)
+    python benchmarks/run.py --quick        # smallest sweep, to check the script itself
+    python benchmarks/run.py --dry-run      # on a CPU: the whole protocol, a fake timer
 
 Each suite is a module ``benchmarks/suite_<name>.py`` with
 ``check(dry=False) -> list[dict]`` (the kernels against fp64/PyTorch references on this
 GPU; each dict has ``name``, ``max_err``, ``tol``, ``ok``),
-``run(quick, deadline, timer=None, dry=False) -> list[kernels.bench.Record]`` (the sweeps,
-stopping cleanly at ``deadline``, a ``time.monotonic()``) and optionally
+``run(quick, deadline, timer=None, dry=False) -> list[kernels.bench.Record]`` (the
+sweeps, stopping cleanly at ``deadline``, a ``time.monotonic()``) and optionally
 ``goal(timer=None, dry=False)`` (the goal shapes). The run goes in three phases:
 
 1. ``check``: every suite's correctness, every path, before anything is timed; a suite
    with a failed check is not timed;
-2. ``goal``: the goal shapes (suite_flash: bf16, d = 128, N = 16384, forward non-causal and
-   causal, then forward + backward), with no deadline: the budget never cuts them;
-3. ``sweep``: each suite's sweeps, sharing what is left of ``--budget-s`` by ``WEIGHTS``.
+2. ``goal``: the goal shapes (suite_flash: bf16, d = 128, N = 16384, forward non-causal
+   and causal, then forward + backward), with no deadline: the budget never cuts them;
+3. ``sweep``: each suite's sweeps, sharing what is left of ``--budget-s``
+   by ``WEIGHTS``.
 
-Every timed case goes through ``kernels.bench.time_fn`` (fixed reps, L2 flushed, CUDA events
-around the kernels only, spread recorded). The file is written after each phase (a crash
-keeps what was measured) with ``protocol``: the phases and every check and timing event in
-the order they happened. It is checked with ``kernels.bench.validate_results`` at the end.
-Results merge into ``benchmarks/results/<gpu-slug>.json``; with ``$OUT`` set, a copy is
-written there too (the device tool brings that folder back). The whole run is designed to
-fit one 8-minute call, compilation included.
+Every timed case goes through ``kernels.bench.time_fn`` (fixed reps, L2 flushed, CUDA
+events around the kernels only, spread recorded). The file is written after each phase
+(a crash keeps what was measured) with ``protocol``: the phases and every check and
+timing event in the order they happened. It is checked with
+``kernels.bench.validate_results`` at the end. Results merge into
+``benchmarks/results/<gpu-slug>.json``; with ``$OUT`` set, a copy is written there too
+(the device tool brings that folder back). The whole run is designed to fit one 8-minute
+call, compilation included.
 
 ``--dry-run`` runs all of it on a CPU: the checks and kernels at tiny shapes under the
 Triton interpreter, ``kernels.bench.FakeTimer`` instead of CUDA events, and the file
-written to ``--results-dir`` (default: a new temporary folder; never benchmarks/results/).
+written to ``--results-dir`` (default: a new temporary folder;
+never benchmarks/results/).
 """
 
 from __future__ import annotations
@@ -48,9 +52,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 SUITES = ["flash", "hard", "deformable"]
-# Share of the sweep budget per suite (time a suite leaves unused passes to the next ones).
-# The flash sweep (fwd and fwd+bwd, two dtypes, six lengths, six implementations) is the
-# largest.
+# Share of the sweep budget per suite (time a suite leaves unused passes to the next
+# ones). The flash sweep (fwd and fwd+bwd, two dtypes, six lengths, six implementations)
+# is the largest.
 WEIGHTS = {"flash": 3.0, "hard": 1.0, "deformable": 1.0}
 DRY_GPU = "dry run (CPU, fake timer)"
 
@@ -65,16 +69,17 @@ def _print_check(name: str, c: dict) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--suite", default="all", choices=["all", *SUITES])
     ap.add_argument("--quick", action="store_true", help="smallest sweep")
     ap.add_argument("--budget-s", type=float, default=450.0,
-                    help="total seconds for all suites (default 450: fits an 8-minute call)")
+                    help="total seconds for all suites "
+                         "(default 450: fits an 8-minute call)")
     ap.add_argument("--dry-run", action="store_true",
                     help="on a CPU: every phase at tiny shapes with a fake timer")
     ap.add_argument("--results-dir", type=pathlib.Path, default=None,
-                    help="where the results file goes (default benchmarks/results/; with "
-                         "--dry-run a new temporary folder)")
+                    help="where the results file goes (default benchmarks/results/; "
+                         "with --dry-run a new temporary folder)")
     ap.add_argument("--cuda-graphs", action="store_true",
                     help="time each case by replaying a CUDA graph of it")
     args = ap.parse_args(argv)
@@ -98,13 +103,15 @@ def main(argv=None) -> int:
     state = {"phase": "start", "suite": None}
 
     def note(event: str, **kw) -> None:
-        events.append({"seq": len(events), "phase": state["phase"], "suite": state["suite"],
-                       "event": event, "t_s": round(time.monotonic() - start, 3), **kw})
+        events.append({"seq": len(events), "phase": state["phase"],
+                       "suite": state["suite"], "event": event,
+                       "t_s": round(time.monotonic() - start, 3), **kw})
 
     if dry:
         prov["gpu"] = DRY_GPU
         base_timer = bench.FakeTimer()
-        results_dir = args.results_dir or pathlib.Path(tempfile.mkdtemp(prefix="bench-dry-"))
+        results_dir = args.results_dir or pathlib.Path(
+            tempfile.mkdtemp(prefix="bench-dry-"))
     else:
         base_timer = functools.partial(bench.time_fn, cuda_graph=args.cuda_graphs)
         results_dir = args.results_dir or bench.RESULTS_DIR
@@ -123,7 +130,8 @@ def main(argv=None) -> int:
                 "cuda_graphs": args.cuda_graphs, "min_reps": bench.MIN_REPS,
                 "events": events}
     print(f"# {bench.provenance_label(prov)}", flush=True)
-    mods = {name: importlib.import_module(f"benchmarks.suite_{name}") for name in suites}
+    mods = {name: importlib.import_module(f"benchmarks.suite_{name}")
+            for name in suites}
     correctness: dict[str, list[dict]] = {}
     records: dict[str, list] = {name: [] for name in suites}
 
@@ -144,8 +152,8 @@ def main(argv=None) -> int:
              failed=sum(not c["ok"] for c in correctness[name]))
         for c in correctness[name]:
             _print_check(name, c)
-        print(f"[{name}] {len(correctness[name])} checks in {time.monotonic() - t0:.0f}s",
-              flush=True)
+        print(f"[{name}] {len(correctness[name])} checks in "
+              f"{time.monotonic() - t0:.0f}s", flush=True)
     timed = [n for n in suites if all(c["ok"] for c in correctness[n])]
     for name in set(suites) - set(timed):
         status = 1
@@ -169,8 +177,8 @@ def main(argv=None) -> int:
         share = WEIGHTS[name] / sum(WEIGHTS[s] for s in timed[i:])
         deadline = time.monotonic() + max(remaining, 0.0) * share
         t0 = time.monotonic()
-        records[name] += mods[name].run(quick=args.quick, deadline=deadline, timer=timer,
-                                        dry=dry)
+        records[name] += mods[name].run(quick=args.quick, deadline=deadline,
+                                        timer=timer, dry=dry)
         note("done", n=len(records[name]))
         print(f"[{name}] {len(records[name])} records in {time.monotonic() - t0:.0f}s",
               flush=True)
@@ -198,12 +206,15 @@ def _headline(row: dict) -> str:
         return "n/a" if x is None else format(x, spec)
 
     sh = row["shape"]
-    return (f"goal {row['mode']} {'causal' if row['causal'] else 'non-causal'} {row['dtype']} "
-            f"N={sh.get('N_q')} d={sh.get('d')}: triton {f(row['triton_ms'])} ms, "
+    return (f"goal {row['mode']} {'causal' if row['causal'] else 'non-causal'} "
+            f"{row['dtype']} N={sh.get('N_q')} d={sh.get('d')}: "
+            f"triton {f(row['triton_ms'])} ms, "
             f"best SDPA {row['best_sdpa'] or 'none ran'} {f(row['best_sdpa_ms'])} ms "
             f"(best SDPA / triton {f(row['best_sdpa_vs_triton'], '.2f')}), naive "
-            f"{f(row['naive_ms'])} ms (speed-up vs naive {f(row['speedup_vs_naive'], '.2f')}x)"
-            + (f"; SDPA failed: {', '.join(row['sdpa_failed'])}" if row["sdpa_failed"] else ""))
+            f"{f(row['naive_ms'])} ms "
+            f"(speed-up vs naive {f(row['speedup_vs_naive'], '.2f')}x)"
+            + (f"; SDPA failed: {', '.join(row['sdpa_failed'])}"
+               if row["sdpa_failed"] else ""))
 
 
 if __name__ == "__main__":
