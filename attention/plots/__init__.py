@@ -2,7 +2,8 @@
 
 style      the palette (tensors, memory levels, implementations), ``use_book_style``,
            ``human_bytes`` and the small helpers every figure shares
-maps       attention and mask heatmaps, Gumbel-softmax weights, deformable sampling points
+maps       attention and mask heatmaps, Gumbel-softmax weights, deformable sampling
+           points
 traffic    HBM traffic per tensor and per algorithm (simulated beside closed forms)
 schedule   the memory hierarchy, tile schedules, roofline ESTIMATES, the tile explorer
 timing     measured scaling with its power-law fit, recorded and live GPU timings
@@ -59,9 +60,10 @@ __all__ = [
     "ATTENTION_CMAP", "DTYPE_BYTES", "IMPL_COLORS", "MASK_COLORS", "MEMORY_COLORS",
     "QUADRATIC_TENSORS", "SELECTION_COLORS", "TENSOR_COLORS", "attention_heatmap",
     "block_sweep_figure", "deformable_points_plot", "deformable_timing_figure",
-    "deformable_traffic_figure", "gumbel_softmax_figure", "human_bytes", "mask_heatmap",
-    "memory_hierarchy_plot", "msda_points_figure", "naive_traffic_figure",
-    "naive_traffic_vs_length", "power_law_fit", "recorded_timing_figure", "roofline_bars",
+    "deformable_traffic_figure", "gumbel_softmax_figure", "human_bytes",
+    "mask_heatmap", "memory_hierarchy_plot", "msda_points_figure",
+    "naive_traffic_figure", "naive_traffic_vs_length", "power_law_fit",
+    "recorded_timing_figure", "roofline_bars",
     "sampled_attention_plot", "scaling_plot", "selection_timing_figure",
     "selection_traffic_figure", "tensor_color", "tile_explorer_figure",
     "tile_explorer_summary", "tile_schedule_plot",
