@@ -31,7 +31,8 @@ TENSOR_COLORS: dict[str, str] = {
     "dP": "#E08E90",  # light red: the gradient w.r.t. P
     "dS": "#F2B8B9",  # lighter red: the gradient w.r.t. S
     "D": "#A6A6A6",  # rowsum(dO * O)
-    # Sampled keys and values are lighter shades of K and V; sampling positions share idx's.
+    # Sampled keys and values are lighter shades of K and V; sampling positions share
+    # idx's.
     "K̃": "#F3C29B",
     "Ṽ": "#A8D5B0",
     "points": "#CCB974",  # = idx
