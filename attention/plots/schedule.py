@@ -1,5 +1,5 @@
-"""Where the bytes go and how long they take: the memory hierarchy, a tiled schedule step
-by step, roofline ESTIMATES, and chapter 2's tile-size explorer built from them."""
+"""Where the bytes go and how long they take: the memory hierarchy, a tiled schedule
+step by step, roofline ESTIMATES, and chapter 2's tile-size explorer built from them."""
 
 from __future__ import annotations
 
@@ -8,19 +8,27 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from .. import memory
-from .style import DTYPE_BYTES, MEMORY_COLORS, QUADRATIC_TENSORS, _ax, human_bytes, tensor_color
+from .style import (
+    DTYPE_BYTES,
+    MEMORY_COLORS,
+    QUADRATIC_TENSORS,
+    _ax,
+    human_bytes,
+    tensor_color,
+)
 from .traffic import traffic_by_algorithm
 
 _GPU_MARKERS = {"A100": "o", "H100": "s", "H200": "D", "CPU": "^"}
 
 
 def memory_hierarchy_plot(levels: list[dict], ax=None, title: str | None = None):
-    """Bandwidth against capacity, both log scale, one marker per (device, memory level).
+    """Bandwidth against capacity, both log scale, one marker per (device, memory
+    level).
 
     Each level is a dict with ``device`` ("A100", "H100", "H200", "CPU"), ``kind``
-    ("SRAM", "HBM", "DRAM": the colour), ``capacity`` (bytes), ``bandwidth`` (bytes/s),
-    ``label`` and optionally ``derived=True`` (drawn hollow: computed, not a spec number)
-    and ``offset`` (the label's offset in points).
+    ("SRAM", "HBM", "DRAM": the colour), ``capacity`` (bytes), ``bandwidth``
+    (bytes/s), ``label`` and optionally ``derived=True`` (drawn hollow: computed, not
+    a spec number) and ``offset`` (the label's offset in points).
     """
     ax = _ax(ax)
     for lv in levels:
@@ -28,10 +36,11 @@ def memory_hierarchy_plot(levels: list[dict], ax=None, title: str | None = None)
         hollow = lv.get("derived", False)
         ax.scatter(lv["capacity"], lv["bandwidth"], s=90,
                    marker=_GPU_MARKERS.get(lv["device"], "o"),
-                   facecolors="white" if hollow else color, edgecolors=color, linewidths=2,
-                   zorder=3)
+                   facecolors="white" if hollow else color, edgecolors=color,
+                   linewidths=2, zorder=3)
         ax.annotate(lv["label"], (lv["capacity"], lv["bandwidth"]),
-                    xytext=lv.get("offset", (8, -4)), textcoords="offset points", fontsize=8)
+                    xytext=lv.get("offset", (8, -4)), textcoords="offset points",
+                    fontsize=8)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("capacity (bytes)")
@@ -42,8 +51,9 @@ def memory_hierarchy_plot(levels: list[dict], ax=None, title: str | None = None)
     handles += [mpl.lines.Line2D([], [], marker=_GPU_MARKERS.get(g, "o"), linestyle="",
                                  color="0.3", label=g) for g in devices]
     if any(lv.get("derived") for lv in levels):
-        handles.append(mpl.lines.Line2D([], [], marker="o", linestyle="", markerfacecolor="white",
-                                        markeredgecolor="0.3", label="derived, not a spec"))
+        handles.append(mpl.lines.Line2D([], [], marker="o", linestyle="",
+                                        markerfacecolor="white", markeredgecolor="0.3",
+                                        label="derived, not a spec"))
     ax.legend(handles=handles, loc="lower left", fontsize=8)
     ax.set_title(title or "Faster means smaller")
     return ax
@@ -94,8 +104,10 @@ def tile_schedule_plot(trace, step: int, n_row_blocks: int, n_col_blocks: int, a
         if not comp:
             continue
         block = comp[0].block
-        quad = [t.tensor for t in ts if t.tensor in QUADRATIC_TENSORS and t.op != "compute"]
-        color = mpl.colors.to_rgba(tensor_color(quad[-1]) if quad else MEMORY_COLORS["SRAM"])
+        quad = [t.tensor for t in ts
+                if t.tensor in QUADRATIC_TENSORS and t.op != "compute"]
+        color = mpl.colors.to_rgba(tensor_color(quad[-1]) if quad
+                                   else MEMORY_COLORS["SRAM"])
         color = color if s == step else (*color[:3], 0.35)
         rows = [block[0]] if block else range(tr)
         cols = [block[1]] if len(block) > 1 else range(tc)
@@ -179,10 +191,10 @@ def _explorer_group(algorithm: str) -> list[str]:
             else ["standard", "flash1", "flash2"])
 
 
-def tile_explorer_figure(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: int = 64,
-                         Bc: int = 64, dtype: str = "float16", algorithm: str = "flash2",
-                         step: int = 0, max_tiles: int = 16384,
-                         text_panel: bool = False):
+def tile_explorer_figure(N: int = 1024, d: int = 64, sram_kib: int = 192,
+                         Br: int = 64, Bc: int = 64, dtype: str = "float16",
+                         algorithm: str = "flash2", step: int = 0,
+                         max_tiles: int = 16384, text_panel: bool = False):
     """The chapter-2 tile-size explorer: everything ``attention.memory`` says about one
     setting.
 
@@ -205,9 +217,10 @@ def tile_explorer_figure(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: in
     M = int(sram_kib) * 1024 // bpe
     fa1_br, fa1_bc = memory.fa1_block_sizes(M, d)
     fa1_need = memory.sram_need("flash1", N, d, fa1_br, fa1_bc)
-    rule = (f"FA1 rule: Bc = ceil(M/4d) = {fa1_bc}, Br = min(ceil(M/4d), d) = {fa1_br};\n"
-            f"  its flash1 tiles need {fa1_need} elements "
-            f"({'fit' if fa1_need <= M else 'do NOT fit: the rule holds up to constants'})")
+    fits = "fit" if fa1_need <= M else "do NOT fit: the rule holds up to constants"
+    rule = (f"FA1 rule: Bc = ceil(M/4d) = {fa1_bc}, "
+            f"Br = min(ceil(M/4d), d) = {fa1_br};\n"
+            f"  its flash1 tiles need {fa1_need} elements ({fits})")
     group = _explorer_group(algorithm)
     t_r, t_c = memory.cdiv(N, Br), memory.cdiv(N, Bc)
     animate = t_r * t_c <= max_tiles
@@ -240,8 +253,8 @@ def tile_explorer_figure(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: in
     ax = fig.add_subplot(slots[1])
     if animate:
         tile_schedule_plot(chosen.trace, step, t_r, t_c, ax=ax,
-                           title=f"{algorithm}: step {min(step, chosen.steps - 1) + 1} of "
-                                 f"{chosen.steps}")
+                           title=f"{algorithm}: step "
+                                 f"{min(step, chosen.steps - 1) + 1} of {chosen.steps}")
     else:
         ax.axis("off")
         ax.text(0, 0.5, f"{t_r} x {t_c} = {t_r * t_c} tiles: too many to draw.\n"
@@ -303,7 +316,8 @@ def tile_explorer_summary(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: i
     lines += [f"ridge points (peak FLOP/s / HBM bytes/s): {ridge}",
               f"SRAM: {sram_kib} KiB = M = {M} {dtype} elements; "
               f"the tiles of {algorithm} need {results[algorithm].sram_peak}",
-              f"FA1 rule: Bc = ceil(M/4d) = {fa1_bc}, Br = min(ceil(M/4d), d) = {fa1_br}; "
+              f"FA1 rule: Bc = ceil(M/4d) = {fa1_bc}, "
+              f"Br = min(ceil(M/4d), d) = {fa1_br}; "
               f"its tiles need {fa1_need} elements "
               f"({'fit' if fa1_need <= M else 'do NOT fit'})"]
     return "\n".join(lines)
