@@ -1,5 +1,5 @@
-"""Maps: attention weights and masks as heatmaps, Gumbel-softmax weights, and the sampling
-points of deformable attention drawn over an image (chapters 1, 3 and 4)."""
+"""Maps: attention weights and masks as heatmaps, Gumbel-softmax weights, and the
+sampling points of deformable attention drawn over an image (chapters 1, 3 and 4)."""
 
 from __future__ import annotations
 
@@ -31,14 +31,16 @@ def attention_heatmap(
     w = np.asarray(weights)
     if w.ndim != 2:
         raise ValueError(f"weights must be 2-D (N_q, N_k), got shape {w.shape}")
-    im = ax.imshow(w, cmap=ATTENTION_CMAP, vmin=0.0, vmax=vmax or max(float(w.max()), 1e-12),
+    im = ax.imshow(w, cmap=ATTENTION_CMAP, vmin=0.0,
+                   vmax=vmax or max(float(w.max()), 1e-12),
                    aspect="auto", interpolation="nearest")
     if mask is not None:
         _hatch_masked(ax, mask, w.shape)
     if q_labels is not None:
         ax.set_yticks(range(len(q_labels)), labels=[str(t) for t in q_labels])
     if k_labels is not None:
-        ax.set_xticks(range(len(k_labels)), labels=[str(t) for t in k_labels], rotation=90)
+        ax.set_xticks(range(len(k_labels)), labels=[str(t) for t in k_labels],
+                      rotation=90)
     ax.set_xlabel("key (attended to)")
     ax.set_ylabel("query (attending)")
     if title:
@@ -82,15 +84,17 @@ def _hatch_masked(ax, mask, shape) -> None:
 
 def mask_heatmap(mask: np.ndarray, ax=None, title: str | None = None, q_labels=None,
                  k_labels=None, diagonal: bool = False, legend: bool = False):
-    """Draw a boolean (N_q, N_k) mask: dark where query i may attend to key j, light where hidden.
+    """Draw a boolean (N_q, N_k) mask: dark where query i may attend to key j, light
+    where hidden.
 
-    ``diagonal=True`` draws the line j = i + N_k - N_q through the last key each query sees
-    under the bottom-right aligned causal mask (the main diagonal when N_q == N_k).
+    ``diagonal=True`` draws the line j = i + N_k - N_q through the last key each query
+    sees under the bottom-right aligned causal mask (the main diagonal when N_q == N_k).
     """
     ax = _ax(ax)
     m = np.asarray(mask)
     if m.ndim != 2 or m.dtype != bool:
-        raise ValueError(f"mask must be a 2-D boolean array, got shape {m.shape} dtype {m.dtype}")
+        raise ValueError(f"mask must be a 2-D boolean array, got shape {m.shape} "
+                         f"dtype {m.dtype}")
     n_q, n_k = m.shape
     cmap = mpl.colors.ListedColormap([MASK_COLORS["masked"], MASK_COLORS["keep"]])
     ax.imshow(m.astype(np.int8), cmap=cmap, vmin=0, vmax=1, interpolation="nearest",
@@ -120,11 +124,12 @@ def mask_heatmap(mask: np.ndarray, ax=None, title: str | None = None, q_labels=N
     return ax
 
 
-def gumbel_softmax_figure(scores: np.ndarray, noise: np.ndarray, tau: float = 1.0, row: int = 0):
+def gumbel_softmax_figure(scores: np.ndarray, noise: np.ndarray, tau: float = 1.0,
+                          row: int = 0):
     """Gumbel-softmax weights y = softmax((s + g) / tau) of an (N_q, N_k) score matrix.
 
-    Left: the map of y (white = 0, dark = 1). Right: row ``row`` of y as bars, beside the
-    softmax p of the scores (the distribution the one-hot samples follow) and the
+    Left: the map of y (white = 0, dark = 1). Right: row ``row`` of y as bars, beside
+    the softmax p of the scores (the distribution the one-hot samples follow) and the
     Gumbel-max sample argmax(s + g) that y tends to as tau -> 0. Returns the figure.
     """
     s, g = np.asarray(scores, dtype=float), np.asarray(noise, dtype=float)
@@ -134,11 +139,14 @@ def gumbel_softmax_figure(scores: np.ndarray, noise: np.ndarray, tau: float = 1.
     p = np.exp(s - s.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 3.8), width_ratios=[1, 1.3])
-    attention_heatmap(y, ax=ax0, vmax=1.0, title=f"Gumbel-softmax weights, τ = {tau:.3g}")
+    attention_heatmap(y, ax=ax0, vmax=1.0,
+                      title=f"Gumbel-softmax weights, τ = {tau:.3g}")
     ax0.axhline(row, color=SELECTION_COLORS["hard"], lw=1.0, ls=":")
     j = np.arange(s.shape[1])
-    ax1.bar(j, y[row], color=SELECTION_COLORS["soft"], alpha=0.85, label=f"y (τ = {tau:.3g})")
-    ax1.step(j, p[row], where="mid", color="black", lw=1.2, label="softmax p (τ = 1, no noise)")
+    ax1.bar(j, y[row], color=SELECTION_COLORS["soft"], alpha=0.85,
+            label=f"y (τ = {tau:.3g})")
+    ax1.step(j, p[row], where="mid", color="black", lw=1.2,
+             label="softmax p (τ = 1, no noise)")
     k = int(np.argmax(s[row] + g[row]))
     ax1.plot([k], [1.0], marker="v", ms=9, color=SELECTION_COLORS["hard"], ls="none",
              label="Gumbel-max sample argmax(s + g)")
@@ -163,19 +171,21 @@ def _show_image(ax, image):
     ax.set_yticks([])
 
 
-def deformable_points_plot(image, reference, points, ax=None, title: str | None = None):
-    """Reference points (white dots) and arrows to the deformed points p + Δp (K's colour)
-    over an image. ``reference`` and ``points`` are (N, 2) normalised (x, y) covering the
-    image with ``align_corners=False``."""
+def deformable_points_plot(image, reference, points, ax=None,
+                           title: str | None = None):
+    """Reference points (white dots) and arrows to the deformed points p + Δp (K's
+    colour) over an image. ``reference`` and ``points`` are (N, 2) normalised (x, y)
+    covering the image with ``align_corners=False``."""
     ax = _ax(ax)
     h, w = np.asarray(image).shape[:2]
     _show_image(ax, image)
     ref = _norm_to_pixels(reference, h, w)
     pts = _norm_to_pixels(points, h, w)
     ax.quiver(ref[:, 0], ref[:, 1], pts[:, 0] - ref[:, 0], pts[:, 1] - ref[:, 1],
-              angles="xy", scale_units="xy", scale=1, color=TENSOR_COLORS["K"], width=0.006)
-    ax.scatter(ref[:, 0], ref[:, 1], s=12, c="white", edgecolors="black", linewidths=0.5,
-               zorder=3, label="reference p")
+              angles="xy", scale_units="xy", scale=1, color=TENSOR_COLORS["K"],
+              width=0.006)
+    ax.scatter(ref[:, 0], ref[:, 1], s=12, c="white", edgecolors="black",
+               linewidths=0.5, zorder=3, label="reference p")
     ax.scatter(pts[:, 0], pts[:, 1], s=10, c=TENSOR_COLORS["K"], zorder=3,
                label="deformed p + Δp")
     ax.set_xlim(-0.5, w - 0.5)
@@ -188,16 +198,18 @@ def deformable_points_plot(image, reference, points, ax=None, title: str | None 
 
 def sampled_attention_plot(image, points, weights, query_xy, ax=None,
                            title: str | None = None):
-    """One query's attention weights over sampled points, drawn on the image: each point's
-    area and shade grow with its weight; the query is a star in Q's colour. ``points`` (N, 2)
-    normalised (x, y); ``weights`` (N,); ``query_xy`` the query's pixel (column, row)."""
+    """One query's attention weights over sampled points, drawn on the image: each
+    point's area and shade grow with its weight; the query is a star in Q's colour.
+    ``points`` (N, 2) normalised (x, y); ``weights`` (N,); ``query_xy`` the query's
+    pixel (column, row)."""
     ax = _ax(ax)
     h, w = np.asarray(image).shape[:2]
     _show_image(ax, image)
     pts = _norm_to_pixels(points, h, w)
     wts = np.asarray(weights, dtype=float)
     order = np.argsort(wts)
-    ax.scatter(pts[order, 0], pts[order, 1], s=20 + 400 * wts[order] / max(wts.max(), 1e-12),
+    ax.scatter(pts[order, 0], pts[order, 1],
+               s=20 + 400 * wts[order] / max(wts.max(), 1e-12),
                c=wts[order], cmap=ATTENTION_CMAP, vmin=0, vmax=max(wts.max(), 1e-12),
                edgecolors=TENSOR_COLORS["K"], linewidths=0.8, zorder=3)
     ax.scatter([query_xy[0]], [query_xy[1]], marker="*", s=220, c=TENSOR_COLORS["Q"],
@@ -209,18 +221,20 @@ def sampled_attention_plot(image, points, weights, query_xy, ax=None,
     return ax
 
 
-#: Colours of MSDA's heads in ``msda_points_figure`` (K's orange first: the points are keys).
+#: Colours of MSDA's heads in ``msda_points_figure`` (K's orange first: the
+#: points are keys).
 HEAD_COLORS = ("#DD8452", "#4C9F9F", "#8172B3", "#C44E52", "#55A868", "#937860")
 
 
 def msda_points_figure(levels, locations, weights, queries_xy, n_heads_shown: int = 2,
                        query_labels=None):
-    """Multi-scale deformable attention: one panel per pyramid level, the sampling points of a
-    few queries on it (marker shape per query, colour per head, area = attention weight), the
-    queries as stars, and a legend for shapes and colours under the panels.
+    """Multi-scale deformable attention: one panel per pyramid level, the sampling
+    points of a few queries on it (marker shape per query, colour per head, area =
+    attention weight), the queries as stars, and a legend for shapes and colours under
+    the panels.
     ``levels``: list of 2-D arrays; ``locations`` (n_q, H, L, P, 2) in [0, 1];
-    ``weights`` (n_q, H, L, P); ``queries_xy`` (n_q, 2) in [0, 1]; ``query_labels`` names
-    the queries in the legend."""
+    ``weights`` (n_q, H, L, P); ``queries_xy`` (n_q, 2) in [0, 1]; ``query_labels``
+    names the queries in the legend."""
     n_l = len(levels)
     fig, axes = plt.subplots(1, n_l, figsize=(3.2 * n_l, 3.4))
     axes = np.atleast_1d(axes)
@@ -249,10 +263,11 @@ def msda_points_figure(levels, locations, weights, queries_xy, n_heads_shown: in
     labels = list(query_labels) if query_labels is not None else [
         f"query {qi}" for qi in range(n_q)]
     line = mpl.lines.Line2D
-    handles = [line([], [], ls="", marker="*", ms=11, mfc=TENSOR_COLORS["Q"], mec="white",
-                    label="query (star)")]
-    handles += [line([], [], ls="", marker=markers[qi % 6], ms=7, mfc="white", mec="black",
-                     label=f"points of {labels[qi]}") for qi in range(n_q)]
+    handles = [line([], [], ls="", marker="*", ms=11, mfc=TENSOR_COLORS["Q"],
+                    mec="white", label="query (star)")]
+    handles += [line([], [], ls="", marker=markers[qi % 6], ms=7, mfc="white",
+                     mec="black", label=f"points of {labels[qi]}")
+                for qi in range(n_q)]
     handles += [line([], [], ls="", marker="o", ms=7, mec="black",
                      mfc=HEAD_COLORS[hi % len(HEAD_COLORS)], label=f"head {hi}")
                 for hi in range(n_h)]
