@@ -1,9 +1,10 @@
-"""Deformable attention suite: MSDA and the fused DAT kernel against their PyTorch baselines.
+"""Deformable attention suite: MSDA and the fused DAT kernel against their
+PyTorch baselines.
 
 ``check()`` holds ``kernels.deformable.ms_deform_attn`` and ``deformable_attention``
-(forward and every gradient; fp32 and fp16; points partly outside the maps, ragged sizes)
-to fp64 references built on ``grid_sample`` on this GPU, with the flash-attn rule: error at
-most twice PyTorch's own error in the same dtype plus a small atol.
+(forward and every gradient; fp32 and fp16; points partly outside the maps, ragged
+sizes) to fp64 references built on ``grid_sample`` on this GPU, with the flash-attn
+rule: error at most twice PyTorch's own error in the same dtype plus a small atol.
 
 ``run(quick, deadline)`` records, in order of importance (a deadline cuts the rest):
 
@@ -17,9 +18,10 @@ most twice PyTorch's own error in the same dtype plus a small atol.
    (grid_sample of the K and V maps, then kernels.flash), ``grid_sample+sdpa`` and
    ``naive`` (grid_sample, then S and P materialised).
 
-Run it with ``python benchmarks/run.py --suite deformable`` on a CUDA machine. It is sized
-to fit in about 1.5 minutes on an H200, compilation included (a budget, not yet measured:
-no GPU run of this suite is recorded in this repository); ``run`` stops at its deadline.
+Run it with ``python benchmarks/run.py --suite deformable`` on a CUDA machine. It is
+sized to fit in about 1.5 minutes on an H200, compilation included (a budget, not yet
+measured: no GPU run of this suite is recorded in this repository); ``run`` stops at
+its deadline.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ MSDA_LEVELS = [[100, 150], [50, 75], [25, 38], [13, 19]]
 MSDA_HEADS, MSDA_HEAD_DIM, MSDA_POINTS, MSDA_BATCH = 8, 32, 4, 2
 MSDA_QUERIES = [300, 10_000]
 
-# (name, B, H, G, map H_f, map W_f, d, r): every map position is a query; N_s = (H_f/r)(W_f/r)
+# (name, B, H, G, map H_f, map W_f, d, r): every map position is a query;
+# N_s = (H_f/r)(W_f/r)
 DAT_SHAPES = [
     ("imagenet-28x28", 32, 6, 3, 28, 28, 32, 4),
     ("detection-50x84", 2, 12, 6, 50, 84, 32, 4),
@@ -53,10 +56,12 @@ def _msda_inputs(b, l_q, levels, dtype, seed=0, grad=False, lo=-0.1, hi=1.1):
     areas = shapes[:, 0] * shapes[:, 1]
     starts = torch.cat([areas.new_zeros(1), areas.cumsum(0)[:-1]])
     s, n_l = int(areas.sum()), len(levels)
-    value = torch.randn(b, s, MSDA_HEADS, MSDA_HEAD_DIM, generator=g, device=runtime.DEVICE)
-    loc = lo + (hi - lo) * torch.rand(b, l_q, MSDA_HEADS, n_l, MSDA_POINTS, 2, generator=g,
-                                      device=runtime.DEVICE)
-    w = torch.rand(b, l_q, MSDA_HEADS, n_l, MSDA_POINTS, generator=g, device=runtime.DEVICE)
+    value = torch.randn(b, s, MSDA_HEADS, MSDA_HEAD_DIM, generator=g,
+                        device=runtime.DEVICE)
+    loc = lo + (hi - lo) * torch.rand(b, l_q, MSDA_HEADS, n_l, MSDA_POINTS, 2,
+                                      generator=g, device=runtime.DEVICE)
+    w = torch.rand(b, l_q, MSDA_HEADS, n_l, MSDA_POINTS, generator=g,
+                   device=runtime.DEVICE)
     w = w / w.sum((-1, -2), keepdim=True)
     tensors = [t.to(dtype).requires_grad_(grad) for t in (value, loc, w)]
     return tensors, shapes, starts
@@ -68,7 +73,8 @@ def _dat_inputs(b, n_h, g_, h_f, w_f, d, r, dtype, seed=0, grad=False, spread=1.
     q = torch.randn(b, n_h, h_f * w_f, d, generator=g, device=runtime.DEVICE)
     km = torch.randn(b, n_h, h_f, w_f, d, generator=g, device=runtime.DEVICE)
     vm = torch.randn(b, n_h, h_f, w_f, d, generator=g, device=runtime.DEVICE)
-    pts = (2 * torch.rand(b, g_, n_s, 2, generator=g, device=runtime.DEVICE) - 1) * spread
+    u = torch.rand(b, g_, n_s, 2, generator=g, device=runtime.DEVICE)
+    pts = (2 * u - 1) * spread
     return [t.to(dtype).requires_grad_(grad) for t in (q, km, vm, pts)]
 
 
@@ -91,34 +97,38 @@ def _errors(fn, ref_fn, tensors, grad_seed=1):
 
 def _tolerance(err_pt: float, scale: float, atol: float, cap: float) -> float:
     """2x PyTorch's error in the same dtype plus atol, relative to the largest reference
-    value; never looser than ``cap`` of it (PyTorch's half-precision grid gradients can be
-    far off, or inf), so a tolerance is never vacuous."""
+    value; never looser than ``cap`` of it (PyTorch's half-precision grid gradients can
+    be far off, or inf), so a tolerance is never vacuous."""
     if not err_pt == err_pt or err_pt == float("inf"):  # NaN or inf
         err_pt = cap * scale
     return min(2 * err_pt, cap * scale) + atol * scale
 
 
 def check(dry: bool = False) -> list[dict]:
-    """MSDA and fused DAT vs fp64 on this GPU; ``dry``: smaller maps (the interpreter)."""
+    """MSDA and fused DAT vs fp64 on this GPU; ``dry``: small maps (the interpreter)."""
     out = []
     levels = [[7, 9], [4, 5]] if dry else [[31, 45], [16, 23], [8, 12], [4, 6]]
     l_q, dat = (20, (1, 2, 2, 9, 11, 16, 3)) if dry else (333, (2, 4, 2, 23, 37, 32, 3))
     for dtype, atol, cap in ((torch.float32, 1e-5, 1e-3), (torch.float16, 2e-3, 2e-2)):
         tag = str(dtype).replace("torch.", "")
         tensors, shapes, starts = _msda_inputs(1, l_q, levels, dtype)
-        errs = _errors(lambda v, lc, w, sh=shapes, st=starts: kd.ms_deform_attn(v, sh, st, lc, w),
-                       lambda v, lc, w, sh=shapes, st=starts: kd.ms_deform_attn_reference(
-                           v, sh, st, lc, w), tensors)
-        for part, (err, err_pt, scale) in zip(["out", "dvalue", "dloc", "dweights"], errs):
+        errs = _errors(lambda v, lc, w, sh=shapes, st=starts: kd.ms_deform_attn(
+                           v, sh, st, lc, w),
+                       lambda v, lc, w, sh=shapes, st=starts:
+                           kd.ms_deform_attn_reference(v, sh, st, lc, w), tensors)
+        for part, (err, err_pt, scale) in zip(["out", "dvalue", "dloc", "dweights"],
+                                              errs):
             tol = _tolerance(err_pt, scale, atol, cap)
             out.append({"name": f"msda-{part}-{tag}", "max_err": err, "tol": tol,
                         "ok": err <= tol})
         for align in (True, False):
             tensors = _dat_inputs(*dat, dtype)
-            errs = _errors(lambda *a, ac=align: kd.deformable_attention(*a, align_corners=ac),
+            errs = _errors(lambda *a, ac=align: kd.deformable_attention(
+                               *a, align_corners=ac),
                            lambda *a, ac=align: kd.deformable_attention_reference(
                                *a, align_corners=ac), tensors)
-            for part, (err, err_pt, scale) in zip(["out", "dq", "dk", "dv", "dpoints"], errs):
+            for part, (err, err_pt, scale) in zip(["out", "dq", "dk", "dv", "dpoints"],
+                                                  errs):
                 tol = _tolerance(err_pt, scale, atol, cap)
                 out.append({"name": f"dat-{part}-{tag}-ac{int(align)}", "max_err": err,
                             "tol": tol, "ok": err <= tol})
@@ -163,8 +173,8 @@ TIMING = {"warmup": 5, "rep": 20}
 
 def run(quick: bool, deadline: float, timer=None, dry: bool = False) -> list[Record]:
     """MSDA, then fused DAT; stops cleanly at ``deadline``. ``timer``:
-    ``kernels.bench.time_fn`` unless given. The MSDA reference gets ``spatial_shapes`` on
-    the host, so it never synchronises with the GPU per call (it reads them with
+    ``kernels.bench.time_fn`` unless given. The MSDA reference gets ``spatial_shapes``
+    on the host, so it never synchronises with the GPU per call (it reads them with
     ``.tolist()``); the Triton wrapper validates them on the host each call, and the
     record's ``stats["host_sync"]`` says so."""
     records: list[Record] = []
@@ -182,7 +192,8 @@ def run(quick: bool, deadline: float, timer=None, dry: bool = False) -> list[Rec
                         return records
                     tensors, shapes, starts = _msda_inputs(MSDA_BATCH, l_q, levels,
                                                            dtype, grad=mode != "fwd")
-                    if impl == "naive":  # host-side shapes: no device-to-host copy per call
+                    # host-side shapes: no device-to-host copy per call
+                    if impl == "naive":
                         shapes, starts = shapes.cpu(), starts.cpu()
                     call = lambda v, lc, w, f=fn, sh=shapes, st=starts: f(  # noqa: E731
                         v, sh, st, lc, w)
@@ -195,14 +206,14 @@ def run(quick: bool, deadline: float, timer=None, dry: bool = False) -> list[Rec
                     shape = {"B": MSDA_BATCH, "L_q": l_q, "H": MSDA_HEADS,
                              "D_h": MSDA_HEAD_DIM, "levels": levels,
                              "S": int(sum(h * w for h, w in levels)), "P": MSDA_POINTS}
-                    rec = Record(SUITE, "msda", impl, mode, str(dtype).replace("torch.", ""),
-                                 shape, stage="sweep")
+                    rec = Record(SUITE, "msda", impl, mode,
+                                 str(dtype).replace("torch.", ""), shape, stage="sweep")
                     records.append(measure(rec, step, **timing))
     # 2. fused DAT attention
     impls = _dat_impls()
+    dat_shapes = DRY_DAT_SHAPES if dry else DAT_SHAPES[:1] if quick else DAT_SHAPES
     for dtype in dtypes:
-        for name, b, n_h, g_, h_f, w_f, d, r in (DRY_DAT_SHAPES if dry else
-                                                  DAT_SHAPES[:1] if quick else DAT_SHAPES):
+        for name, b, n_h, g_, h_f, w_f, d, r in dat_shapes:
             for mode in ("fwd", "fwd+bwd"):
                 for impl, fn in impls.items():
                     if time.monotonic() > deadline:
@@ -219,8 +230,8 @@ def run(quick: bool, deadline: float, timer=None, dry: bool = False) -> list[Rec
                     shape = {"name": name, "B": b, "H": n_h, "G": g_, "N_q": h_f * w_f,
                              "H_f": h_f, "W_f": w_f, "N_s": n_s, "d": d, "r": r}
                     flops = 4 * b * n_h * h_f * w_f * n_s * d  # QK^T and PV
-                    rec = Record(SUITE, "dat", impl, mode, str(dtype).replace("torch.", ""),
-                                 shape, stage="sweep")
+                    rec = Record(SUITE, "dat", impl, mode,
+                                 str(dtype).replace("torch.", ""), shape, stage="sweep")
                     records.append(measure(rec, step,
                                            flops=flops * (1 if mode == "fwd" else 3.5),
                                            **timing))
