@@ -1,17 +1,17 @@
 """FlashAttention suite: the Triton kernel against naive PyTorch and every SDPA backend.
 
-``check()`` holds ``kernels.flash.flash_attention`` (forward and backward; causal and not;
-fp16 and bf16; GQA, ragged and cross lengths) to the fp64 ``reference_attention`` on this
-GPU, with the flash-attn tolerance rule: error at most twice PyTorch's own error in the
-same dtype (naive attention vs fp64) plus a small atol.
+``check()`` holds ``kernels.flash.flash_attention`` (forward and backward; causal and
+not; fp16 and bf16; GQA, ragged and cross lengths) to the fp64 ``reference_attention``
+on this GPU, with the flash-attn tolerance rule: error at most twice PyTorch's own error
+in the same dtype (naive attention vs fp64) plus a small atol.
 
 ``goal(timer, dry)`` times the goal shapes, which ``benchmarks/run.py`` runs right after
-every suite's correctness checks and before any sweep, with no deadline (the budget never
-cuts them): bf16, d = 128, N = 16384 (B = 1, H = 16), forward non-causal, forward causal,
-then forward + backward non-causal and causal (``GOAL_CASES``, in that order).
+every suite's correctness checks and before any sweep, with no deadline (the budget
+never cuts them): bf16, d = 128, N = 16384 (B = 1, H = 16), forward non-causal, forward
+causal, then forward + backward non-causal and causal (``GOAL_CASES``, in that order).
 
-``run(quick, deadline, timer, dry)`` then records the sweeps, in order of importance (so a
-deadline cuts the least important part):
+``run(quick, deadline, timer, dry)`` then records the sweeps, in order of importance (so
+a deadline cuts the least important part):
 
 1. forward, fp16: d in {64, 128}, N in {512, ..., 16k}, causal and not;
 2. forward + backward, fp16, same shapes;
@@ -21,15 +21,16 @@ deadline cuts the least important part):
    shape dict, autotuner bypassed with ``kernels.flash.forward_with_tiles``);
 5. and 6. the same as 1 and 2 in bf16.
 
-Implementations: ``triton`` (kernels.flash), ``naive`` (kernels.naive: S and P in HBM), and
-``sdpa-cudnn`` / ``sdpa-flash`` / ``sdpa-efficient`` / ``sdpa-math`` (torch SDPA pinned to
-one backend with ``torch.nn.attention.sdpa_kernel``; a backend that refuses this GPU/shape
-is recorded with error "unsupported" and its reasons in ``detail``; the results file's
-summary names the best SDPA backend that ran). Shapes keep B * N = 16k tokens and
-H * d = 2048 so every point does similar work per token. Timing goes through
-``kernels.bench`` (``time_attention``, ``time_tiles``), the chapters' path too; FLOPs are
-``kernels.bench.attention_flops``. With ``dry`` (``benchmarks/run.py --dry-run`` on a CPU)
-every step runs at tiny shapes under the Triton interpreter with the run's fake timer.
+Implementations: ``triton`` (kernels.flash), ``naive`` (kernels.naive: S and P in HBM),
+and ``sdpa-cudnn`` / ``sdpa-flash`` / ``sdpa-efficient`` / ``sdpa-math`` (torch SDPA
+pinned to one backend with ``torch.nn.attention.sdpa_kernel``; a backend that refuses
+this GPU/shape is recorded with error "unsupported" and its reasons in ``detail``; the
+results file's summary names the best SDPA backend that ran). Shapes keep B * N = 16k
+tokens and H * d = 2048 so every point does similar work per token. Timing goes through
+``kernels.bench`` (``time_attention``, ``time_tiles``), the chapters' path too; FLOPs
+are ``kernels.bench.attention_flops``. With ``dry`` (``benchmarks/run.py --dry-run`` on
+a CPU) every step runs at tiny shapes under the Triton interpreter with the run's
+fake timer.
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ CHECK_SHAPES = [
 ]
 
 
-#: The dry run's checks: the same rule at shapes the Triton interpreter runs in a second.
+#: The dry run's checks: the same rule at shapes the Triton interpreter runs in
+#: a second.
 DRY_CHECK_SHAPES = [
     ("mha-32-d16", 1, 2, 2, 32, 32, 16, False),
     ("gqa-ragged-d16-causal", 1, 4, 2, 23, 23, 16, True),
@@ -96,13 +98,14 @@ def check(dry: bool = False) -> list[dict]:
             o_pt = naive_attention(qs, ks, vs, causal)
             grads_pt = torch.autograd.grad(o_pt, (qs, ks, vs), do)
             for what, x, ref, pt in [("o", o, o_ref, o_pt)] + [
-                    (g, x, r, p) for g, x, r, p in zip(("dq", "dk", "dv"), grads, grads_ref,
-                                                       grads_pt)]:
+                    (g, x, r, p) for g, x, r, p in zip(("dq", "dk", "dv"), grads,
+                                                       grads_ref, grads_pt)]:
                 err = _max_err(x, ref)
                 tol = 2 * _max_err(pt, ref) + atol
                 out.append({"name": f"{name}-{str(dtype)[6:]}-{what}", "max_err": err,
                             "tol": tol, "ok": bool(math.isfinite(err) and err <= tol)})
-            del q, k, v, o, grads, q64, k64, v64, o_ref, grads_ref, qs, ks, vs, o_pt, grads_pt
+            del q, k, v, o, grads, q64, k64, v64, o_ref, grads_ref
+            del qs, ks, vs, o_pt, grads_pt
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return out
@@ -128,8 +131,8 @@ def goal(timer=None, dry: bool = False) -> list[Record]:
     for mode, causal in GOAL_CASES:
         records += bench.time_attention(
             [g["N"]], impls, d=g["d"], causal=causal, dtype=g["dtype"], modes=(mode,),
-            batch=g["B"], heads=g["H"], suite=SUITE, timer=timer, log=_log, stage="goal",
-            device=runtime.DEVICE, **TIMING)
+            batch=g["B"], heads=g["H"], suite=SUITE, timer=timer, log=_log,
+            stage="goal", device=runtime.DEVICE, **TIMING)
     return records
 
 
@@ -157,7 +160,7 @@ def _log(r: Record) -> None:
 
 
 def run(quick: bool, deadline: float, timer=None, dry: bool = False) -> list[Record]:
-    """Time every implementation; stop cleanly (keeping what was measured) at ``deadline``."""
+    """Time every implementation; stop cleanly at ``deadline``, keeping the records."""
     seq_lens = [16, 32] if dry else [1024, 4096] if quick else SEQ_LENS
     head_dims = [16] if dry else [64] if quick else HEAD_DIMS
     mem_lens = [16, 32] if dry else [4096, 16384] if quick else MEM_SEQ_LENS
@@ -179,13 +182,15 @@ def run(quick: bool, deadline: float, timer=None, dry: bool = False) -> list[Rec
             rep=bench.MIN_REPS)
 
     def tiles():
-        sh = {"B": 1, "H": 2, "N_q": 32, "d": 16, "causal": False} if dry else TILE_SWEEP_SHAPE
+        sh = ({"B": 1, "H": 2, "N_q": 32, "d": 16, "causal": False} if dry
+              else TILE_SWEEP_SHAPE)
         return bench.time_tiles([16, 32] if dry else TILE_SWEEP_BLOCKS, batch=sh["B"],
-                                heads=sh["H"], N=sh["N_q"], d=sh["d"], causal=sh["causal"],
-                                **common, **timing)
+                                heads=sh["H"], N=sh["N_q"], d=sh["d"],
+                                causal=sh["causal"], **common, **timing)
 
-    plan = [lambda: speed("float16", "fwd"), lambda: speed("float16", "fwd+bwd"), peak_memory,
-            tiles, lambda: speed("bfloat16", "fwd"), lambda: speed("bfloat16", "fwd+bwd")]
+    plan = [lambda: speed("float16", "fwd"), lambda: speed("float16", "fwd+bwd"),
+            peak_memory, tiles, lambda: speed("bfloat16", "fwd"),
+            lambda: speed("bfloat16", "fwd+bwd")]
     records: list[Record] = []
     for step in plan:
         records.extend(step())
