@@ -11,7 +11,8 @@ from .. import memory
 from .style import DTYPE_BYTES, SELECTION_COLORS, _ax, _unit, human_bytes, tensor_color
 
 
-def traffic_bars(per_tensor: dict, ax=None, title: str | None = None, unit: str = "elements"):
+def traffic_bars(per_tensor: dict, ax=None, title: str | None = None,
+                 unit: str = "elements"):
     """Stacked bars of HBM reads and writes per tensor.
 
     ``per_tensor`` maps a tensor name to ``(reads, writes)``.
@@ -22,7 +23,8 @@ def traffic_bars(per_tensor: dict, ax=None, title: str | None = None, unit: str 
     writes = np.array([per_tensor[n][1] for n in names], dtype=float)
     x = np.arange(len(names))
     colors = [tensor_color(n) for n in names]
-    ax.bar(x, reads, color=colors, edgecolor="black", linewidth=0.5, label="read from HBM")
+    ax.bar(x, reads, color=colors, edgecolor="black", linewidth=0.5,
+           label="read from HBM")
     ax.bar(x, writes, bottom=reads, color=colors, edgecolor="black", linewidth=0.5,
            hatch="///", alpha=0.6, label="written to HBM")
     ax.set_xticks(x, labels=names)
@@ -33,8 +35,9 @@ def traffic_bars(per_tensor: dict, ax=None, title: str | None = None, unit: str 
     return ax
 
 
-#: Legend groups of ``traffic_by_algorithm``: each legend column is one group, so a light
-#: shade (a gradient) is read beside its group's header, not among a dozen swatches.
+#: Legend groups of ``traffic_by_algorithm``: each legend column is one group, so a
+#: light shade (a gradient) is read beside its group's header rather than among a
+#: dozen swatches.
 TENSOR_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("inputs", ("Q", "K", "V")),
     ("N × N", ("S", "P", "dP", "dS")),
@@ -44,14 +47,16 @@ TENSOR_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 
 def _by_group(tensors) -> list[str]:
-    """Tensor names in legend-group order; names in no group keep their order at the end."""
+    """Tensor names in legend-group order; names in no group keep their order at
+    the end."""
     tensors = list(tensors)
     known = [t for _, members in TENSOR_GROUPS for t in members if t in tensors]
     return known + [t for t in tensors if t not in known]
 
 
 def _label_segments(ax, results, tensors, names, scale, top) -> None:
-    """Write each tensor's name inside its block of a bar where the block is tall enough."""
+    """Write each tensor's name inside its block of a bar, where the block is
+    tall enough."""
     for xi, n in enumerate(names):
         y = 0.0
         for t in tensors:
@@ -64,26 +69,30 @@ def _label_segments(ax, results, tensors, names, scale, top) -> None:
 
 
 def _grouped_legend(ax, tensors) -> None:
-    """A legend under the axes, one column per group: a bold header, then its tensors."""
+    """A legend under the axes, one column per group: a bold header, then
+    its tensors."""
     blank = mpl.patches.Patch(visible=False)
     columns = []
     for header, members in TENSOR_GROUPS:
         shown = [t for t in members if t in tensors]
         if shown:
             columns.append([(blank, header)]
-                           + [(mpl.patches.Patch(color=tensor_color(t)), t) for t in shown])
+                           + [(mpl.patches.Patch(color=tensor_color(t)), t)
+                              for t in shown])
     rest = [t for t in tensors if not any(t in m for _, m in TENSOR_GROUPS)]
     if rest:
         columns.append([(blank, "other")]
                        + [(mpl.patches.Patch(color=tensor_color(t)), t) for t in rest])
     columns.append([(blank, "HBM"),
                     (mpl.patches.Patch(facecolor="white", edgecolor="black"), "read"),
-                    (mpl.patches.Patch(facecolor="white", edgecolor="black", hatch="///"),
+                    (mpl.patches.Patch(facecolor="white", edgecolor="black",
+                                       hatch="///"),
                      "written")])
     rows = max(len(c) for c in columns)
     entries = [e for c in columns for e in c + [(blank, "")] * (rows - len(c))]
-    leg = ax.legend([h for h, _ in entries], [lbl for _, lbl in entries], ncol=len(columns),
-                    fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1),
+    leg = ax.legend([h for h, _ in entries], [lbl for _, lbl in entries],
+                    ncol=len(columns), fontsize=7, loc="upper center",
+                    bbox_to_anchor=(0.5, -0.1),
                     frameon=False, handlelength=1.2, columnspacing=1.0)
     for k, text in enumerate(leg.get_texts()):
         if k % rows == 0:
@@ -102,13 +111,15 @@ def traffic_by_algorithm(results: dict, bytes_per_elem: int = 2, ax=None,
     """
     ax = _ax(ax)
     names = list(results)
-    tensors = _by_group(dict.fromkeys(t for r in results.values() for t in r.per_tensor))
+    tensors = _by_group(dict.fromkeys(t for r in results.values()
+                                      for t in r.per_tensor))
     div, unit = _unit(max(r.total for r in results.values()) * bytes_per_elem)
     x = np.arange(len(names))
     bottom = np.zeros(len(names))
     for t in tensors:
         for k, (hatch, alpha) in enumerate((("", 1.0), ("///", 0.6))):
-            h = np.array([results[n].per_tensor.get(t, (0, 0))[k] for n in names], dtype=float)
+            h = np.array([results[n].per_tensor.get(t, (0, 0))[k] for n in names],
+                         dtype=float)
             h = h * bytes_per_elem / div
             if not h.any():
                 continue
@@ -139,20 +150,25 @@ def traffic_by_algorithm(results: dict, bytes_per_elem: int = 2, ax=None,
     return ax
 
 
-# Tensors whose counts coincide share a line: the first drawn thick, the second dashed on top.
-_TRAFFIC_STYLES = {"Q": ("-", 3.0), "O": ("--", 1.5), "K": ("-", 3.0), "V": ("--", 1.5),
+# Tensors whose counts coincide share a line: the first drawn thick, the second dashed
+# on top.
+_TRAFFIC_STYLES = {"Q": ("-", 3.0), "O": ("--", 1.5),
+                   "K": ("-", 3.0), "V": ("--", 1.5),
                    "S": ("-", 3.0), "P": ("--", 1.5)}
 _TRAFFIC_FORMULAS = {"Q": "m d (read)", "O": "m d (written)", "K": "⌈m/Br⌉ n d",
                      "V": "⌈m/Br⌉ n d", "S": "2 m n", "P": "2 m n"}
 
 
-def naive_traffic_vs_length(ns, d: int = 64, bytes_per_elem: int = 2, m: int | None = None,
-                            Br: int = 64, Bc: int = 64, ax=None, title: str | None = None):
-    """HBM bytes of standard (materialising) attention against the key length n, per tensor.
+def naive_traffic_vs_length(ns, d: int = 64, bytes_per_elem: int = 2,
+                            m: int | None = None, Br: int = 64, Bc: int = 64, ax=None,
+                            title: str | None = None):
+    """HBM bytes of standard (materialising) attention against the key length n,
+    per tensor.
 
-    Markers are counted by ``attention.memory.simulate("standard", ...)`` tile by tile; the
-    lines are its closed form (a ValueError is raised if the two ever disagree). ``m`` queries
-    attend over n keys; ``m=None`` is self-attention (m = n). Log-log axes.
+    Markers are counted by ``attention.memory.simulate("standard", ...)`` tile by
+    tile; the lines are its closed form (a ValueError is raised if the two ever
+    disagree). ``m`` queries attend over n keys; ``m=None`` is self-attention (m = n).
+    Log-log axes.
     """
     ax = _ax(ax)
     ns = sorted({int(n) for n in ns})
@@ -168,17 +184,21 @@ def naive_traffic_vs_length(ns, d: int = 64, bytes_per_elem: int = 2, m: int | N
     for t in ("Q", "O", "K", "V", "S", "P"):
         if t not in sims[-1].per_tensor:
             continue
-        sim = np.array([sum(s.per_tensor.get(t, (0, 0))) for s in sims]) * bytes_per_elem
-        form = np.array([sum(f.per_tensor.get(t, (0, 0))) for f in forms]) * bytes_per_elem
+        sim = (np.array([sum(s.per_tensor.get(t, (0, 0))) for s in sims])
+               * bytes_per_elem)
+        form = (np.array([sum(f.per_tensor.get(t, (0, 0))) for f in forms])
+                * bytes_per_elem)
         style, width = _TRAFFIC_STYLES.get(t, ("-", 1.5))
         ax.loglog(ns, form, style, color=tensor_color(t), linewidth=width,
                   label=f"{t}: {_TRAFFIC_FORMULAS.get(t, '')}")
         ax.loglog(ns, sim, "o", color=tensor_color(t), markersize=3.5)
     total = np.array([s.total for s in sims]) * bytes_per_elem
     ax.loglog(ns, total, "-", color="black", linewidth=1.0, label="total")
-    ax.set_xlabel("key length n" + (" (m = n)" if m is None else f" (m = {m} queries)"))
+    ax.set_xlabel("key length n"
+                  + (" (m = n)" if m is None else f" (m = {m} queries)"))
     ax.set_ylabel(f"HBM traffic (bytes at {bytes_per_elem} B/element)")
-    ax.set_title(title or ("self-attention, m = n" if m is None else f"cross-attention, m = {m}")
+    ax.set_title(title or ("self-attention, m = n" if m is None
+                           else f"cross-attention, m = {m}")
                  + f", d = {d}, Br = {Br}")
     ax.legend(ncol=2, fontsize=8, title="lines: closed form, markers: simulated",
               title_fontsize=8, loc="upper left")
@@ -188,7 +208,8 @@ def naive_traffic_vs_length(ns, d: int = 64, bytes_per_elem: int = 2, m: int | N
 def naive_traffic_figure(n: int = 1024, m: int | None = None, d: int = 64,
                          dtype: str = "float16", Br: int = 64, Bc: int = 64,
                          n_range: tuple[int, int] = (16, 8192)):
-    """The chapter-1 traffic figure: bytes against n (left) and per tensor at (m, n) (right).
+    """The chapter-1 traffic figure: bytes against n (left), and per tensor at
+    (m, n) (right).
 
     ``m=None`` is self-attention. Both panels come from ``attention.memory.simulate``
     ("standard"); the left one also draws the closed form. Returns the figure.
@@ -199,7 +220,8 @@ def naive_traffic_figure(n: int = 1024, m: int | None = None, d: int = 64,
         raise ValueError(f"n, m and d must be positive, got n={n}, m={m}, d={d}")
     bpe = DTYPE_BYTES[dtype]
     lo, hi = n_range
-    ns = [int(x) for x in np.geomspace(lo, hi, int(round(np.log2(hi / lo))) + 1)] + [int(n)]
+    ns = ([int(x) for x in np.geomspace(lo, hi, int(round(np.log2(hi / lo))) + 1)]
+          + [int(n)])
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11.5, 4.2),
                                    gridspec_kw={"width_ratios": [1.35, 1.0]})
     naive_traffic_vs_length(ns, d=d, bytes_per_elem=bpe, m=m, Br=Br, Bc=Bc, ax=ax0)
@@ -223,17 +245,19 @@ def naive_traffic_figure(n: int = 1024, m: int | None = None, d: int = 64,
 
 def selection_traffic_figure(N: int = 4096, d: int = 64, k: int = 8, Br: int = 64,
                              Bc: int = 64, bytes_per_elem: int = 2, ns=None):
-    """HBM traffic of soft, hard and top-k attention (``attention.memory``, registered by
-    ``attention.hard``): total bytes against N (closed form: lines; simulated: dots), and
-    the per-tensor split at N. Returns the figure."""
+    """HBM traffic of soft, hard and top-k attention (``attention.memory``, registered
+    by ``attention.hard``): total bytes against N (closed form: lines; simulated:
+    dots), and the per-tensor split at N. Returns the figure."""
     from attention import hard  # noqa: F401  (registers soft, hard, topk)
 
-    ns = np.unique(np.geomspace(256, 65536, 9).astype(int)) if ns is None else np.asarray(ns)
+    ns = (np.unique(np.geomspace(256, 65536, 9).astype(int)) if ns is None
+          else np.asarray(ns))
     kw = {"soft": {}, "hard": {}, "topk": {"k": k}}
     label = {"soft": "soft", "hard": "hard (argmax)", "topk": f"top-k (k = {k})"}
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(12, 4.2))
     for name, extra in kw.items():
-        tot = [memory.closed_form(name, int(n), d, Br=Br, Bc=Bc, **extra).bytes(bytes_per_elem)
+        tot = [memory.closed_form(name, int(n), d, Br=Br, Bc=Bc,
+                                  **extra).bytes(bytes_per_elem)
                for n in ns]
         ax0.plot(ns, tot, color=SELECTION_COLORS[name], lw=2, label=label[name])
         small = [n for n in ns if n <= 4096]
@@ -247,20 +271,22 @@ def selection_traffic_figure(N: int = 4096, d: int = 64, k: int = 8, Br: int = 6
     ax0.set_ylabel("HBM traffic (bytes)")
     ax0.set_title(f"one head, d = {d}, Br = {Br}: lines closed form, dots simulated")
     ax0.legend()
-    results = {label[n]: memory.closed_form(n, N, d, Br=Br, Bc=Bc, **e) for n, e in kw.items()}
+    results = {label[n]: memory.closed_form(n, N, d, Br=Br, Bc=Bc, **e)
+               for n, e in kw.items()}
     traffic_by_algorithm(results, bytes_per_elem=bytes_per_elem, ax=ax1,
                          title=f"per tensor at N = {N} (closed form)")
     fig.tight_layout()
     return fig
 
 
-_DEFORM_ALGS = {"dense": "dense-image", "DAT fused": "dat", "DAT unfused": "dat-unfused",
-                "MSDA": "msda"}
+_DEFORM_ALGS = {"dense": "dense-image", "DAT fused": "dat",
+                "DAT unfused": "dat-unfused", "MSDA": "msda"}
 _DEFORM_STYLES = {"dense": ("#C44E52", "-"), "DAT fused": ("#4C72B0", "-"),
                   "DAT unfused": ("#4C72B0", "--"), "MSDA": ("#55A868", "-")}
 
 
-def _deform_kwargs(alg: str, side: int, d: int, r: int, n_points: int, n_levels: int) -> dict:
+def _deform_kwargs(alg: str, side: int, d: int, r: int, n_points: int,
+                   n_levels: int) -> dict:
     if alg == "msda":
         return dict(n_queries=side * side, d=d, n_levels=n_levels, n_points=n_points)
     kw = dict(height=side, width=side, d=d)
@@ -269,20 +295,23 @@ def _deform_kwargs(alg: str, side: int, d: int, r: int, n_points: int, n_levels:
     return kw
 
 
-def deformable_traffic_figure(side: int = 64, d: int = 32, r: int = 4, n_points: int = 4,
-                              n_levels: int = 4, bytes_per_elem: int = 2):
+def deformable_traffic_figure(side: int = 64, d: int = 32, r: int = 4,
+                              n_points: int = 4, n_levels: int = 4,
+                              bytes_per_elem: int = 2):
     """HBM traffic of one head over a side x side map (every position a query): dense
     attention, DAT fused and unfused (grid_sample writes K̃, Ṽ) and MSDA.
 
-    Left: per-tensor bars from the simulator at the chosen size. Right: total bytes against
-    the map side from the closed forms (lines), the simulator at a few sizes (dots).
+    Left: per-tensor bars from the simulator at the chosen size. Right: total bytes
+    against the map side from the closed forms (lines) and the simulator at a few
+    sizes (dots).
     """
     from attention import deformable  # noqa: F401  (registers the algorithms)
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11.5, 4.0),
                                    gridspec_kw={"width_ratios": [1.1, 1]})
     results = {name: memory.simulate(alg, keep_trace=False,
-                                     **_deform_kwargs(alg, side, d, r, n_points, n_levels))
+                                     **_deform_kwargs(alg, side, d, r, n_points,
+                                                      n_levels))
                for name, alg in _DEFORM_ALGS.items()}
     traffic_by_algorithm(results, bytes_per_elem=bytes_per_elem, ax=ax1,
                          title=f"{side} x {side} map, d = {d}, r = {r}, L·P = "
@@ -291,12 +320,14 @@ def deformable_traffic_figure(side: int = 64, d: int = 32, r: int = 4, n_points:
     sides = np.unique(np.geomspace(16, 512, 24).astype(int))
     for name, alg in _DEFORM_ALGS.items():
         color, ls = _DEFORM_STYLES[name]
-        tot = [memory.closed_form(alg, **_deform_kwargs(alg, s, d, r, n_points, n_levels)).total
+        tot = [memory.closed_form(alg, **_deform_kwargs(alg, s, d, r, n_points,
+                                                        n_levels)).total
                * bytes_per_elem for s in sides]
         ax2.plot(sides, tot, color=color, linestyle=ls, label=name)
         sim_sides = [16, 32, 64]
         sims = [memory.simulate(alg, keep_trace=False,
-                                **_deform_kwargs(alg, s, d, r, n_points, n_levels)).total
+                                **_deform_kwargs(alg, s, d, r, n_points,
+                                                 n_levels)).total
                 * bytes_per_elem for s in sim_sides]
         ax2.scatter(sim_sides, sims, color=color, s=18, zorder=3)
     ax2.axvline(side, color="#8C8C8C", linewidth=0.8, linestyle=":")
