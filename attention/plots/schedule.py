@@ -22,8 +22,8 @@ _GPU_MARKERS = {"A100": "o", "H100": "s", "H200": "D", "CPU": "^"}
 
 
 def memory_hierarchy_plot(levels: list[dict], ax=None, title: str | None = None):
-    """Bandwidth against capacity, both log scale, one marker per (device, memory
-    level).
+    """Bandwidth against capacity, both log scale, one marker per (device,
+    memory level).
 
     Each level is a dict with ``device`` ("A100", "H100", "H200", "CPU"), ``kind``
     ("SRAM", "HBM", "DRAM": the colour), ``capacity`` (bytes), ``bandwidth``
