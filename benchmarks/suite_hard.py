@@ -5,8 +5,10 @@ in float16, non-causal, B = 2, H = 16, d in {64, 128}, N = N_q = N_k from 1k to 
 
 * op "hard":        triton ``hard_attention`` vs naive (materialise S, argmax, gather)
 * op "hard-sample": triton ``hard_attention(sample=True)`` (Gumbel-max in the kernel)
-* op "topk16", "topk64": triton ``topk_attention`` vs naive (S, torch.topk, softmax, gather)
-* op "flash":       the book's ``flash_attention`` forward on the same shape (the yardstick)
+* op "topk16", "topk64": triton ``topk_attention`` vs naive
+  (S, torch.topk, softmax, gather)
+* op "flash":       the book's ``flash_attention`` forward on the same shape
+  (the yardstick)
 
 Targets (stated in the chapter, checked against these records, never assumed): hard
 >= 1.5x faster than the flash forward and >= 20x faster than naive at N = 8k; top-k
@@ -24,16 +26,21 @@ import torch
 from kernels import bench, runtime
 from kernels.flash import flash_attention
 from kernels.hard import hard_attention, topk_attention
-from kernels.naive import naive_hard_attention, naive_topk_attention, reference_attention
+from kernels.naive import (
+    naive_hard_attention,
+    naive_topk_attention,
+    reference_attention,
+)
 
 SUITE = "hard"
 B, H = 2, 16
-NAIVE_MAX_BYTES = 40 * 2**30  # skip naive shapes whose S (+ top-k copies) would exceed this
+# skip naive shapes whose S (+ top-k copies) would exceed this
+NAIVE_MAX_BYTES = 40 * 2**30
 
 
 def _inputs(N, d, dtype=torch.float16, seed=0, N_k=None, heads=H):
-    return bench.random_qkv(B, heads, N, d, N_k=N_k, dtype=dtype, device=runtime.DEVICE,
-                            seed=seed)
+    return bench.random_qkv(B, heads, N, d, N_k=N_k, dtype=dtype,
+                            device=runtime.DEVICE, seed=seed)
 
 
 def _ref_scores(q, k):
@@ -41,16 +48,17 @@ def _ref_scores(q, k):
 
 
 def check(dry: bool = False) -> list[dict]:
-    """Correctness on this GPU (fp16 and fp32, causal and not, cross lengths); ``dry``: the
-    same checks at shapes the Triton interpreter runs at once (fewer sampling draws, so a
-    looser total-variation tolerance)."""
+    """Correctness on this GPU (fp16 and fp32, causal and not, cross lengths); ``dry``:
+    the same checks at shapes the Triton interpreter runs at once (fewer sampling draws,
+    so a looser total-variation tolerance)."""
     out = []
     n_q, n_k, d, heads, kk = (30, 47, 16, 2, 4) if dry else (300, 517, 64, H, 16)
     for dtype in (torch.float16, torch.float32):
         for causal in (False, True):
             q, k, v = _inputs(n_q, d, dtype, seed=1, N_k=n_k, heads=heads)
             tag = f"{str(dtype)[6:]}{'-causal' if causal else ''}"
-            # argmax: indices must match fp64 wherever the top two scores are clearly apart
+            # argmax: indices must match fp64 wherever the top two scores are
+            # clearly apart
             o, idx = hard_attention(q, k, v, causal=causal, return_index=True)
             s = _ref_scores(q, k)
             if causal:
@@ -66,13 +74,16 @@ def check(dry: bool = False) -> list[dict]:
             o_t = topk_attention(q, k, v, kk, causal=causal).double()
             vals = s.topk(kk + 1, dim=-1).values
             clear = (vals[..., kk - 1] - vals[..., kk]) > 1e-2
-            p = torch.softmax(s.masked_fill(s < vals[..., kk - 1:kk], float("-inf")), -1)
+            p = torch.softmax(s.masked_fill(s < vals[..., kk - 1:kk], float("-inf")),
+                              -1)
             o_ref = p @ v.double()
             o_pt = naive_topk_attention(q, k, v, kk, causal=causal).double()
             err = (o_t - o_ref).abs()[clear].max().item()
             tol = 2 * (o_pt - o_ref).abs()[clear].max().item() + 1e-3
-            out.append({"name": f"topk{kk} {tag}", "max_err": err, "tol": tol, "ok": err <= tol})
-    # sampled: frequencies of one repeated query within a small total variation of softmax
+            out.append({"name": f"topk{kk} {tag}", "max_err": err, "tol": tol,
+                        "ok": err <= tol})
+    # sampled: frequencies of one repeated query within a small total variation
+    # of softmax
     draws, tv_tol = (4096, 0.08) if dry else (65536, 0.02)
     q1 = torch.randn((1, 1, 1, 64), device=runtime.DEVICE)
     k = torch.randn((1, 1, 16, 64), device=runtime.DEVICE)
@@ -86,17 +97,19 @@ def check(dry: bool = False) -> list[dict]:
                 "ok": tv <= tv_tol})
     # reference_attention keeps the import honest: soft attention is the k = N_k limit
     n_k = 8 if dry else 100
-    q, k, v = _inputs(16 if dry else 128, 64, torch.float32, seed=2, N_k=n_k, heads=heads)
-    err = (topk_attention(q, k, v, n_k).double() - reference_attention(q, k, v)[0]).abs().max()
-    out.append({"name": "topk k = N_k equals soft (fp32)", "max_err": float(err), "tol": 1e-4,
-                "ok": float(err) <= 1e-4})
+    q, k, v = _inputs(16 if dry else 128, 64, torch.float32, seed=2, N_k=n_k,
+                      heads=heads)
+    err = (topk_attention(q, k, v, n_k).double()
+           - reference_attention(q, k, v)[0]).abs().max()
+    out.append({"name": "topk k = N_k equals soft (fp32)", "max_err": float(err),
+                "tol": 1e-4, "ok": float(err) <= 1e-4})
     return out
 
 
 def _record(op, impl, N, d, extra=None, heads=H):
     shape = {"B": B, "H": heads, "N": N, "d": d, "causal": False, **(extra or {})}
-    return bench.Record(suite=SUITE, op=op, impl=impl, mode="fwd", dtype="float16", shape=shape,
-                        stage="sweep")
+    return bench.Record(suite=SUITE, op=op, impl=impl, mode="fwd", dtype="float16",
+                        shape=shape, stage="sweep")
 
 
 def _cases(q, k, v, qk, naive_ok, topks=(16, 64)):
@@ -104,9 +117,10 @@ def _cases(q, k, v, qk, naive_ok, topks=(16, 64)):
     cases = [
         ("flash", "triton", lambda: flash_attention(q, k, v), 2 * qk, None),
         ("hard", "triton", lambda: hard_attention(q, k, v), qk, None),
-        ("hard-sample", "triton", lambda: hard_attention(q, k, v, sample=True, seed=1), qk, None),
-        *((f"topk{t}", "triton", lambda t=t: topk_attention(q, k, v, t), qk, {"topk": t})
-          for t in topks),
+        ("hard-sample", "triton", lambda: hard_attention(q, k, v, sample=True, seed=1),
+         qk, None),
+        *((f"topk{t}", "triton", lambda t=t: topk_attention(q, k, v, t), qk,
+           {"topk": t}) for t in topks),
     ]
     if naive_ok:
         cases += [
@@ -139,8 +153,8 @@ def run(quick: bool = False, deadline: float = float("inf"), timer=None,
                 if time.monotonic() > deadline:
                     return records
                 with torch.no_grad():
-                    rec = bench.measure(_record(op, impl, N, d, extra, heads), fn, flops=flops,
-                                        **timing)
+                    rec = bench.measure(_record(op, impl, N, d, extra, heads), fn,
+                                        flops=flops, **timing)
                 records.append(rec)
                 ms = f"{rec.ms:.3f} ms" if rec.ms is not None else rec.error
                 print(f"[{SUITE}] d={d} N={N} {op:12s} {impl:7s} {ms}", flush=True)
