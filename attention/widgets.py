@@ -35,23 +35,25 @@ def traffic_explorer_ch1(n: int = 1024, m: int | None = None, d: int = 64,
                          dtype: str = "float16"):
     """Sliders for n (keys), m (queries; tick "self" for m = n), d and dtype.
 
-    Each change redraws ``attention.plots.naive_traffic_figure``: bytes against n per tensor
-    (simulated and closed form) and the per-tensor bars at the chosen (m, n). Returns the box.
+    Each change redraws ``attention.plots.naive_traffic_figure``: bytes against n per
+    tensor (simulated and closed form) and the per-tensor bars at the chosen (m, n).
+    Returns the box.
     """
     import ipywidgets as widgets
 
     from attention import plots
 
     style = {"description_width": "initial"}
-    n_slider = widgets.IntSlider(value=n, min=64, max=8192, step=64, description="keys n",
-                                 continuous_update=False, style=style)
+    n_slider = widgets.IntSlider(value=n, min=64, max=8192, step=64,
+                                 description="keys n", continuous_update=False,
+                                 style=style)
     m_slider = widgets.IntSlider(value=m or n, min=16, max=8192, step=16,
-                                 description="queries m", continuous_update=False, style=style,
-                                 disabled=m is None)
+                                 description="queries m", continuous_update=False,
+                                 style=style, disabled=m is None)
     self_box = widgets.Checkbox(value=m is None, description="self-attention (m = n)",
                                 indent=False)
-    d_menu = widgets.Dropdown(options=[16, 32, 64, 128, 256], value=d, description="head dim d",
-                              style=style)
+    d_menu = widgets.Dropdown(options=[16, 32, 64, 128, 256], value=d,
+                              description="head dim d", style=style)
     dtype_menu = widgets.Dropdown(options=list(plots.DTYPE_BYTES), value=dtype,
                                   description="dtype", style=style)
     out = widgets.Output()
@@ -76,22 +78,22 @@ def traffic_explorer_ch1(n: int = 1024, m: int | None = None, d: int = 64,
 # ---------------------------------------------------------------------------------
 
 
-#: A setting whose simulation (of the chosen algorithm, the one whose schedule is drawn)
-#: would record more events than this is drawn from the closed forms alone (same counts,
-#: no schedule): a slider redraw stays well under a second.
+#: A setting whose simulation (of the chosen algorithm, the one whose schedule is
+#: drawn) would record more events than this is drawn from the closed forms alone
+#: (same counts, no schedule): a slider redraw stays well under a second.
 SIMULATE_EVENTS = 1_500_000
-#: The tile explorer's schedule panel draws at most this many tiles of S (as the figure's
-#: ``max_tiles``); beyond it the step slider is switched off.
+#: The tile explorer's schedule panel draws at most this many tiles of S (as the
+#: figure's ``max_tiles``); beyond it the step slider is switched off.
 MAX_TILES = 16384
 FORWARD = ["standard", "flash1", "flash2"]
 BACKWARD = ["standard_bwd", "flash2_bwd", "flash2_bwd_split"]
 
 
 def tile_schedule_state(N: int, d: int, M: int, Br: int, Bc: int, algorithm: str):
-    """What the tile explorer's step slider can show: ``(steps, None)`` with the number of
-    steps of ``algorithm``'s schedule, or ``(0, reason)`` when there is no schedule to step
-    through (the tiles do not fit in ``M`` elements of SRAM, or too many tiles to draw).
-    From ``memory.closed_form``: nothing is simulated."""
+    """What the tile explorer's step slider can show: ``(steps, None)`` with the number
+    of steps of ``algorithm``'s schedule, or ``(0, reason)`` when there is no schedule
+    to step through (the tiles do not fit in ``M`` elements of SRAM, or too many tiles
+    to draw). From ``memory.closed_form``: nothing is simulated."""
     from attention import memory
 
     try:
@@ -106,8 +108,9 @@ def tile_schedule_state(N: int, d: int, M: int, Br: int, Bc: int, algorithm: str
 
 
 def _closed_form_tile_figure(N, d, sram_kib, Br, Bc, dtype, algorithm, events):
-    """The tile explorer's figure for settings too big to simulate: HBM traffic and roofline
-    ESTIMATES from ``memory.closed_form`` (the same counts ``simulate`` would give)."""
+    """The tile explorer's figure for settings too big to simulate: HBM traffic
+    and roofline ESTIMATES from ``memory.closed_form`` (the same counts
+    ``simulate`` would give)."""
     import matplotlib.pyplot as plt
 
     from attention import memory, plots
@@ -139,16 +142,17 @@ def _closed_form_tile_figure(N, d, sram_kib, Br, Bc, dtype, algorithm, events):
     return fig
 
 
-def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: int = 64,
-                       Bc: int = 64, dtype: str = "float16", algorithm: str = "flash2"):
+def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192,
+                       Br: int = 64, Bc: int = 64, dtype: str = "float16",
+                       algorithm: str = "flash2"):
     """Sliders for N, d, SRAM size, Br, Bc, dtype, algorithm and the schedule's step.
 
-    Each change redraws ``attention.plots.tile_explorer_figure``: HBM reads and writes per
-    algorithm and tensor (simulated, no L2, beside the compulsory traffic), the tiles in
-    SRAM at the chosen step, and roofline ESTIMATES for A100, H100 and H200 from both
-    counts; ``plots.tile_explorer_summary`` prints the numbers under the figure. Tiles
-    larger than the SRAM draw the reason instead, and switch the step slider off (the
-    label beside it says why), as do more tiles than can be drawn.
+    Each change redraws ``attention.plots.tile_explorer_figure``: HBM reads and writes
+    per algorithm and tensor (simulated, no L2, beside the compulsory traffic), the
+    tiles in SRAM at the chosen step, and roofline ESTIMATES for A100, H100 and H200
+    from both counts; ``plots.tile_explorer_summary`` prints the numbers under the
+    figure. Tiles larger than the SRAM draw the reason instead, and switch the step
+    slider off (the label beside it says why), as do more tiles than can be drawn.
     Settings too big to simulate quickly (``SIMULATE_EVENTS``) are drawn from the closed
     forms, so no slider position can stall the kernel. "Use the FA1 rule" sets Br and Bc
     from the SRAM size. Returns the widget box.
@@ -161,15 +165,18 @@ def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: int 
 
     style = {"description_width": "initial"}
     opts = dict(continuous_update=False, style=style)
-    n_s = widgets.IntSlider(value=N, min=64, max=16384, step=64, description="N", **opts)
-    d_m = widgets.Dropdown(options=[32, 64, 128, 256], value=d, description="head dim d",
-                           style=style)
+    n_s = widgets.IntSlider(value=N, min=64, max=16384, step=64, description="N",
+                            **opts)
+    d_m = widgets.Dropdown(options=[32, 64, 128, 256], value=d,
+                           description="head dim d", style=style)
     m_s = widgets.IntSlider(value=sram_kib, min=16, max=256, step=8,
                             description="SRAM (KiB)", **opts)
-    br_s = widgets.IntSlider(value=Br, min=16, max=512, step=16, description="Br", **opts)
-    bc_s = widgets.IntSlider(value=Bc, min=16, max=512, step=16, description="Bc", **opts)
-    dt_m = widgets.Dropdown(options=list(plots.DTYPE_BYTES), value=dtype, description="dtype",
-                            style=style)
+    br_s = widgets.IntSlider(value=Br, min=16, max=512, step=16, description="Br",
+                             **opts)
+    bc_s = widgets.IntSlider(value=Bc, min=16, max=512, step=16, description="Bc",
+                             **opts)
+    dt_m = widgets.Dropdown(options=list(plots.DTYPE_BYTES), value=dtype,
+                            description="dtype", style=style)
     alg_m = widgets.Dropdown(options=FORWARD + BACKWARD, value=algorithm,
                              description="algorithm", style=style)
     step_s = widgets.IntSlider(value=0, min=0, max=0, description="step", **opts)
@@ -183,8 +190,8 @@ def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: int 
         return m_s.value * 1024 // plots.DTYPE_BYTES[dt_m.value]
 
     def update_step() -> None:
-        steps, why = tile_schedule_state(n_s.value, d_m.value, sram_elements(), br_s.value,
-                                         bc_s.value, alg_m.value)
+        steps, why = tile_schedule_state(n_s.value, d_m.value, sram_elements(),
+                                         br_s.value, bc_s.value, alg_m.value)
         step_s.max = max(steps - 1, 0)
         step_s.disabled = why is not None
         if why is not None:
@@ -192,13 +199,15 @@ def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: int 
         step_note.value = "" if why is None else f"<i>{why}</i>"
 
     def figure():
-        kw = dict(N=n_s.value, d=d_m.value, sram_kib=m_s.value, Br=br_s.value, Bc=bc_s.value,
-                  dtype=dt_m.value, algorithm=alg_m.value)
-        try:  # the figure simulates the chosen algorithm only (the rest: closed forms)
+        kw = dict(N=n_s.value, d=d_m.value, sram_kib=m_s.value, Br=br_s.value,
+                  Bc=bc_s.value, dtype=dt_m.value, algorithm=alg_m.value)
+        # The figure simulates the chosen algorithm only (the rest: closed forms).
+        try:
             events = memory.closed_form(alg_m.value, n_s.value, d_m.value,
                                         Br=br_s.value, Bc=bc_s.value,
                                         M=sram_elements()).events
-        except ValueError:  # the tiles do not fit: the figure says why, simulating nothing
+        except ValueError:
+            # The tiles do not fit: the figure says why, simulating nothing.
             events = 0
         if events > SIMULATE_EVENTS:
             return _closed_form_tile_figure(events=events, **kw)
@@ -250,12 +259,14 @@ def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: int 
 # ---------------------------------------------------------------------------------
 
 
-def temperature_explorer(scores=None, noise=None, tau: float = 1.0, row: int = 0, seed: int = 0):
+def temperature_explorer(scores=None, noise=None, tau: float = 1.0, row: int = 0,
+                         seed: int = 0):
     """A log slider for the Gumbel-softmax temperature tau (and one for the query row).
 
-    Each change redraws ``attention.plots.gumbel_softmax_figure`` with the SAME scores and
-    Gumbel noise, so only tau moves the weights: uniform for large tau, one-hot (the
-    Gumbel-max sample) as tau -> 0. Default scores: a random (8, 12) matrix. Returns the box.
+    Each change redraws ``attention.plots.gumbel_softmax_figure`` with the SAME scores
+    and Gumbel noise, so only tau moves the weights: uniform for large tau, one-hot (the
+    Gumbel-max sample) as tau -> 0. Default scores: a random (8, 12) matrix. Returns
+    the box.
     """
     import ipywidgets as widgets
     import numpy as np
@@ -263,18 +274,23 @@ def temperature_explorer(scores=None, noise=None, tau: float = 1.0, row: int = 0
     from attention import plots
 
     rng = np.random.default_rng(seed)
-    s = 1.5 * rng.standard_normal((8, 12)) if scores is None else np.asarray(scores, float)
-    g = -np.log(-np.log(rng.random(s.shape))) if noise is None else np.asarray(noise, float)
+    s = (1.5 * rng.standard_normal((8, 12)) if scores is None
+         else np.asarray(scores, float))
+    g = (-np.log(-np.log(rng.random(s.shape))) if noise is None
+         else np.asarray(noise, float))
     style = {"description_width": "initial"}
     tau_s = widgets.FloatLogSlider(value=tau, base=10, min=-2, max=1.5, step=0.05,
-                                   description="temperature τ", continuous_update=False,
-                                   style=style, readout_format=".3g")
-    row_s = widgets.IntSlider(value=row, min=0, max=s.shape[0] - 1, description="query row",
-                              continuous_update=False, style=style)
+                                   description="temperature τ",
+                                   continuous_update=False, style=style,
+                                   readout_format=".3g")
+    row_s = widgets.IntSlider(value=row, min=0, max=s.shape[0] - 1,
+                              description="query row", continuous_update=False,
+                              style=style)
     out = widgets.Output()
 
     def redraw(change=None):
-        _show_figure(out, plots.gumbel_softmax_figure(s, g, tau=tau_s.value, row=row_s.value))
+        _show_figure(out, plots.gumbel_softmax_figure(s, g, tau=tau_s.value,
+                                                      row=row_s.value))
 
     for w in (tau_s, row_s):
         w.observe(redraw, names="value")
@@ -293,13 +309,16 @@ def topk_traffic_explorer(N: int = 4096, d: int = 64, k: int = 8):
     style = {"description_width": "initial"}
     k_s = widgets.IntSlider(value=k, min=1, max=256, description="top-k k",
                             continuous_update=False, style=style)
-    n_s = widgets.IntSlider(value=N, min=256, max=65536, step=256, description="length N",
-                            continuous_update=False, style=style)
-    d_m = widgets.Dropdown(options=[32, 64, 128], value=d, description="head dim d", style=style)
+    n_s = widgets.IntSlider(value=N, min=256, max=65536, step=256,
+                            description="length N", continuous_update=False,
+                            style=style)
+    d_m = widgets.Dropdown(options=[32, 64, 128], value=d, description="head dim d",
+                           style=style)
     out = widgets.Output()
 
     def redraw(change=None):
-        _show_figure(out, plots.selection_traffic_figure(N=n_s.value, d=d_m.value, k=k_s.value))
+        _show_figure(out, plots.selection_traffic_figure(N=n_s.value, d=d_m.value,
+                                                         k=k_s.value))
 
     for w in (k_s, n_s, d_m):
         w.observe(redraw, names="value")
@@ -312,11 +331,11 @@ def topk_traffic_explorer(N: int = 4096, d: int = 64, k: int = 8):
 # ---------------------------------------------------------------------------------
 
 
-def deformable_traffic_explorer(side: int = 64, d: int = 32, r: int = 4, n_points: int = 4,
-                                n_levels: int = 4):
-    """Sliders for DAT's downsampling factor r, MSDA's points per level P and levels L, the
-    map side and d; each change redraws ``attention.plots.deformable_traffic_figure``.
-    Returns the box."""
+def deformable_traffic_explorer(side: int = 64, d: int = 32, r: int = 4,
+                                n_points: int = 4, n_levels: int = 4):
+    """Sliders for DAT's downsampling factor r, MSDA's points per level P and levels L,
+    the map side and d; each change redraws
+    ``attention.plots.deformable_traffic_figure``. Returns the box."""
     import ipywidgets as widgets
 
     from attention import plots
@@ -324,12 +343,15 @@ def deformable_traffic_explorer(side: int = 64, d: int = 32, r: int = 4, n_point
     style = {"description_width": "initial"}
     r_s = widgets.IntSlider(value=r, min=1, max=16, description="DAT factor r",
                             continuous_update=False, style=style)
-    p_s = widgets.IntSlider(value=n_points, min=1, max=16, description="MSDA points P",
-                            continuous_update=False, style=style)
-    l_s = widgets.IntSlider(value=n_levels, min=1, max=4, description="MSDA levels L",
-                            continuous_update=False, style=style)
-    side_s = widgets.IntSlider(value=side, min=16, max=128, step=16, description="map side",
-                               continuous_update=False, style=style)
+    p_s = widgets.IntSlider(value=n_points, min=1, max=16,
+                            description="MSDA points P", continuous_update=False,
+                            style=style)
+    l_s = widgets.IntSlider(value=n_levels, min=1, max=4,
+                            description="MSDA levels L", continuous_update=False,
+                            style=style)
+    side_s = widgets.IntSlider(value=side, min=16, max=128, step=16,
+                               description="map side", continuous_update=False,
+                               style=style)
     d_m = widgets.Dropdown(options=[16, 32, 64, 128], value=d, description="head dim d",
                            style=style)
     out = widgets.Output()
@@ -342,4 +364,5 @@ def deformable_traffic_explorer(side: int = 64, d: int = 32, r: int = 4, n_point
     for w in (r_s, p_s, l_s, side_s, d_m):
         w.observe(redraw, names="value")
     redraw()
-    return widgets.VBox([widgets.HBox([r_s, p_s, l_s]), widgets.HBox([side_s, d_m]), out])
+    return widgets.VBox([widgets.HBox([r_s, p_s, l_s]), widgets.HBox([side_s, d_m]),
+                         out])
