@@ -74,8 +74,8 @@ def check(dry: bool = False) -> list[dict]:
             o_t = topk_attention(q, k, v, kk, causal=causal).double()
             vals = s.topk(kk + 1, dim=-1).values
             clear = (vals[..., kk - 1] - vals[..., kk]) > 1e-2
-            p = torch.softmax(s.masked_fill(s < vals[..., kk - 1:kk], float("-inf")),
-                              -1)
+            masked = s.masked_fill(s < vals[..., kk - 1:kk], float("-inf"))
+            p = torch.softmax(masked, -1)
             o_ref = p @ v.double()
             o_pt = naive_topk_attention(q, k, v, kk, causal=causal).double()
             err = (o_t - o_ref).abs()[clear].max().item()
