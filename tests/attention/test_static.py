@@ -1,4 +1,5 @@
-"""attention.static: the data behind the static site's explorers equals what attention computes."""
+"""attention.static: the data behind the static site's explorers equals what
+attention computes."""
 
 import json
 import random
@@ -30,7 +31,8 @@ def test_tile_grid_is_closed_form(tile_grid):
         alg = rnd.choice(static.FORWARD + static.BACKWARD)
         iN, id_, ibr, ibc = (rnd.randrange(len(g[k])) for k in ("N", "d", "B", "B"))
         k = ((iN * len(g["d"]) + id_) * len(g["B"]) + ibr) * len(g["B"]) + ibc
-        t = memory.closed_form(alg, g["N"][iN], g["d"][id_], Br=g["B"][ibr], Bc=g["B"][ibc])
+        t = memory.closed_form(alg, g["N"][iN], g["d"][id_], Br=g["B"][ibr],
+                               Bc=g["B"][ibc])
         row = g["counts"][alg][k]
         assert row[:-1] == _flat(t, g["tensors"][alg])
         assert sum(row[:-1]) == t.total and row[-1] == t.sram_peak
@@ -125,12 +127,15 @@ def test_deformable_grid_is_closed_form():
         side, d = g["side"][si], g["d"][di]
         c = g["counts"]
         cases = [
-            (c["dense-image"][di][si], "dense-image", dict(height=side, width=side, d=d)),
-            (c["dat"][di][si][ri], "dat", dict(height=side, width=side, d=d, r=g["r"][ri])),
+            (c["dense-image"][di][si], "dense-image",
+             dict(height=side, width=side, d=d)),
+            (c["dat"][di][si][ri], "dat",
+             dict(height=side, width=side, d=d, r=g["r"][ri])),
             (c["dat-unfused"][di][si][ri], "dat-unfused",
              dict(height=side, width=side, d=d, r=g["r"][ri])),
             (c["msda"][di][si][li][pi], "msda",
-             dict(n_queries=side * side, d=d, n_levels=g["L"][li], n_points=g["P"][pi])),
+             dict(n_queries=side * side, d=d, n_levels=g["L"][li],
+                  n_points=g["P"][pi])),
         ]
         for row, alg, kw in cases:
             assert row == _flat(memory.closed_form(alg, **kw), g["tensors"]), (alg, kw)
@@ -152,9 +157,11 @@ def test_explorer_html_embeds_parseable_json():
     e = static.teaser()
     html = e._repr_html_()
     assert 'class="static-explorer"' in html and "static-explorer-fallback" in html
-    start = html.index('class="static-explorer-data">') + len('class="static-explorer-data">')
+    marker = 'class="static-explorer-data">'
+    start = html.index(marker) + len(marker)
     data = json.loads(html[start:html.index("</script>", start)])
-    assert data["kind"] == "teaser" and set(data["grid"]["counts"]) == {"standard", "flash2"}
+    assert data["kind"] == "teaser"
+    assert set(data["grid"]["counts"]) == {"standard", "flash2"}
     assert "</script" not in html[start:html.index("</script>", start)]
 
 
