@@ -1,4 +1,5 @@
-"""attention/plots.py: the palette, the heatmaps, and chapter 1's masks, fits and traffic figure."""
+"""attention/plots.py: the palette, the heatmaps, and chapter 1's masks, fits and
+traffic figure."""
 
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ def test_mask_heatmap_draws_the_mask_and_diagonal(n_q, n_k):
     np.testing.assert_array_equal(ax.get_images()[0].get_array(), mask.astype(int))
     (line,) = ax.get_lines()
     x, y = line.get_data()
-    # The dashed line is j = i + n_k - n_q: it passes through the last visible key of each row.
+    # The dashed line is j = i + n_k - n_q: it passes through the last visible key of
+    # each row.
     np.testing.assert_allclose(np.asarray(x) - np.asarray(y), n_k - n_q)
     for i in range(n_q):
         j_last = i + n_k - n_q
@@ -90,7 +92,8 @@ def test_power_law_fit_recovers_exponent():
 
 def test_scaling_plot_reports_the_fitted_slope():
     x = np.array([100, 200, 400, 800])
-    ax, slope = plots.scaling_plot(x, 1e-6 * x**1.5, expected=2, expected_label="O(n^2)")
+    ax, slope = plots.scaling_plot(x, 1e-6 * x**1.5, expected=2,
+                                   expected_label="O(n^2)")
     assert slope == pytest.approx(1.5, abs=1e-9)
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert any("1.50" in s for s in labels) and "O(n^2)" in labels
@@ -107,9 +110,11 @@ def test_naive_traffic_vs_length_draws_simulation_and_closed_form(m):
     x, y = s_line.get_data()
     np.testing.assert_array_equal(x, ns)
     n_q = np.array(ns) if m is None else m
-    np.testing.assert_array_equal(y, 2 * n_q * np.array(ns) * bpe)  # S written once, read once
+    # S written once, read once.
+    np.testing.assert_array_equal(y, 2 * n_q * np.array(ns) * bpe)
     total = lines["total"].get_data()[1]
-    want = [memory.simulate("standard", int(n if m is None else m), 32, N_k=n).bytes(bpe)
+    want = [memory.simulate("standard", int(n if m is None else m), 32,
+                            N_k=n).bytes(bpe)
             for n in ns]
     np.testing.assert_array_equal(total, want)
 
@@ -140,7 +145,8 @@ def test_traffic_bars_and_human_bytes():
 
 def test_tile_explorer_without_text_panel_prints_its_numbers_instead():
     fig = plots.tile_explorer_figure(N=256, d=64, text_panel=False)
-    assert not any(t.get_fontfamily() == ["monospace"] for ax in fig.axes for t in ax.texts)
+    assert not any(t.get_fontfamily() == ["monospace"]
+                   for ax in fig.axes for t in ax.texts)
     summary = plots.tile_explorer_summary(N=256, d=64)
     assert "flash2" in summary and "FLOP/byte" in summary and "FA1 rule" in summary
     plt.close(fig)
