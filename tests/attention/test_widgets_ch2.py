@@ -1,4 +1,5 @@
-"""Chapter 2's tile-size explorer: builds, redraws on every control, shows invalid choices."""
+"""Chapter 2's tile-size explorer: builds, redraws on every control, shows
+invalid choices."""
 
 import matplotlib
 import pytest
@@ -107,29 +108,32 @@ def test_recorded_result_figures_use_only_given_records():
         row.update(kw)
         return row
 
-    recs = [rec(impl, mode, n) for impl in ("triton", "naive") for mode in ("fwd", "fwd+bwd")
-            for n in (512, 1024)]
+    recs = [rec(impl, mode, n) for impl in ("triton", "naive")
+            for mode in ("fwd", "fwd+bwd") for n in (512, 1024)]
     others = [rec("triton", "fwd", 512, d=128), rec("triton", "fwd", 512, causal=False),
               rec("triton", "fwd", 512, dtype="bfloat16")]
     mem = [rec("naive", "fwd", 4096, op="attention-memory"),
-           rec("naive", "fwd", 65536, op="attention-memory", ms=None, peak_mem_bytes=None,
-               error="OOM")]
-    # As the suite records it: the warp count changes with the tile, the problem does not.
-    sweep = [dict(rec("triton", "fwd", 1024), shape={"B": 1, "H": 2, "N": 1024, "d": 64,
-                                                     "BLOCK_M": bm, "BLOCK_N": bn,
-                                                     "num_warps": 8 if bm * bn >= 8192 else 4,
-                                                     "num_stages": 2})
+           rec("naive", "fwd", 65536, op="attention-memory", ms=None,
+               peak_mem_bytes=None, error="OOM")]
+    # As the suite records it: the warp count changes with the tile, the problem
+    # does not.
+    sweep = [dict(rec("triton", "fwd", 1024),
+                  shape={"B": 1, "H": 2, "N": 1024, "d": 64,
+                         "BLOCK_M": bm, "BLOCK_N": bn,
+                         "num_warps": 8 if bm * bn >= 8192 else 4,
+                         "num_stages": 2})
              for bm in (64, 128) for bn in (32, 64)]
     fig = plots.recorded_timing_figure(recs + others + mem + sweep, "label")
     assert len(fig.axes) == 3  # fwd, fwd+bwd, peak memory
     # Only d = 64, causal, fp16 rows: two points per implementation and mode.
-    assert [len(line.get_xdata()) for ax in fig.axes[:2] for line in ax.lines] == [2] * 4
+    assert [len(line.get_xdata())
+            for ax in fig.axes[:2] for line in ax.lines] == [2] * 4
     assert fig.axes[0].get_ylabel().startswith("TFLOP/s")
     assert any("out of memory" in line.get_label() for line in fig.axes[2].lines)
     assert plots.recorded_timing_figure(sweep, "label", d=32) is None
     seen = []
-    fig = plots.block_sweep_figure(sweep, "label",
-                                   lambda shape, bm, bn: seen.append((bm, bn)) or bm * bn)
+    fig = plots.block_sweep_figure(
+        sweep, "label", lambda shape, bm, bn: seen.append((bm, bn)) or bm * bn)
     assert sorted(seen) == [(64, 32), (64, 64), (128, 32), (128, 64)]
     assert plots.block_sweep_figure(recs, "label", lambda *a: 0) is None
 
@@ -153,16 +157,18 @@ def test_step_slider_is_off_when_the_tiles_do_not_fit():
     step = _find(box, "step")
     assert step.disabled and step.max == 0 and step.value == 0
     assert "do not fit in SRAM" in _note(box) and "M holds 8192" in _note(box)
-    # A larger SRAM and smaller tiles: they fit, the slider comes back with the schedule.
+    # A larger SRAM and smaller tiles: they fit, the slider comes back with
+    # the schedule.
     _find(box, "Br").value = 128
     _find(box, "Bc").value = 128
     assert step.disabled
     _find(box, "SRAM (KiB)").value = 256
     assert memory.sram_need("flash2", 1024, 128, 128, 128) <= 256 * 1024 // 2
     assert not step.disabled and _note(box) == ""
-    assert step.max == memory.closed_form("flash2", 1024, 128, Br=128, Bc=128).steps - 1 == 63
-    # The standard forward needs a whole row of S: with a small SRAM and a long N it does
-    # not fit while flash2 does; switching the algorithm switches the slider off.
+    steps = memory.closed_form("flash2", 1024, 128, Br=128, Bc=128).steps
+    assert step.max == steps - 1 == 63
+    # The standard forward needs a whole row of S: with a small SRAM and a long N it
+    # does not fit while flash2 does; switching the algorithm switches the slider off.
     _find(box, "SRAM (KiB)").value = 16
     _find(box, "Br").value = 16
     _find(box, "Bc").value = 16
