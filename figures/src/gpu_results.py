@@ -86,10 +86,12 @@ def goal_line(row: dict) -> str:
         return "n/a" if x is None else format(x, spec)
 
     sh = row["shape"]
-    return (f"goal {row['mode']} {'causal' if row['causal'] else 'non-causal'} {row['dtype']} "
-            f"N={sh.get('N_q')} d={sh.get('d')}: triton {f(row['triton_ms'])} ms, best SDPA "
+    return (f"goal {row['mode']} {'causal' if row['causal'] else 'non-causal'} "
+            f"{row['dtype']} N={sh.get('N_q')} d={sh.get('d')}: "
+            f"triton {f(row['triton_ms'])} ms, best SDPA "
             f"{row['best_sdpa'] or 'none ran'} {f(row['best_sdpa_ms'])} ms, naive "
-            f"{f(row['naive_ms'])} ms (speed-up vs naive {f(row['speedup_vs_naive'], '.2f')}x)")
+            f"{f(row['naive_ms'])} ms "
+            f"(speed-up vs naive {f(row['speedup_vs_naive'], '.2f')}x)")
 
 
 def main() -> int:
