@@ -1,14 +1,15 @@
-"""kernels.compile_check: the shipped FlashAttention configs compile for sm_75/80/89/90 and fit.
+"""kernels.compile_check: the shipped FlashAttention configs compile for sm_75/80/89/90
+and fit.
 
 Compiles ahead of time on the CPU (no GPU needed), in a subprocess with TRITON_INTERPRET
-unset, the representative subset ``python -m kernels.compile_check --quick``: every kernel
-(fwd, bwd preprocess, dkdv, dq) on every target, with the cases that use the most
+unset, the representative subset ``python -m kernels.compile_check --quick``: every
+kernel (fwd, bwd preprocess, dkdv, dq) on every target, with the cases that use the most
 registers and the most shared memory per dot path (tensor cores; CUDA-core FMA for fp32
 and sm_75), as the last full run recorded them in ``kernels/compile_peaks.json``. One
 target per test, so pytest-xdist spreads them over the cores; with an empty Triton cache
 the four take about a minute on 2 cores. The full matrix (896 compilations, about 20
-minutes) is ``make compile-check``, which rewrites the peaks file; run it whenever a tile
-table changes.
+minutes) is ``make compile-check``, which rewrites the peaks file; run it whenever a
+tile table changes.
 
 A config that exceeds its target's shared memory, spills registers or fails to compile
 fails the test; on sm_90 the forward's matrix products must use Hopper's ``wgmma``.
@@ -26,7 +27,8 @@ TARGETS = ["sm75", "sm80", "sm89", "sm90"]
 
 
 @pytest.mark.parametrize(
-    "target", [pytest.param(t, marks=pytest.mark.xdist_group(f"compile-{t}")) for t in TARGETS])
+    "target",
+    [pytest.param(t, marks=pytest.mark.xdist_group(f"compile-{t}")) for t in TARGETS])
 def test_representative_configs_fit_and_do_not_spill(target):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run(
@@ -73,12 +75,13 @@ def test_sass_parser_finds_the_innermost_tensor_core_loop():
 
 
 def test_machine_code_report_of_the_forward_on_sm90():
-    """One forward config compiled for sm_90: its hot loop issues the wgmma count the tile
-    implies and one exp2 per score element per thread."""
+    """One forward config compiled for sm_90: its hot loop issues the wgmma count the
+    tile implies and one exp2 per score element per thread."""
     script = (
         "import json, torch\n"
         "from kernels import compile_check as cc, sass\n"
-        "c = cc._compile('fwd', 'sm90', 128, torch.bfloat16, False, (128, 128, 8, 2), 16384)\n"
+        "c = cc._compile('fwd', 'sm90', 128, torch.bfloat16, False, (128, 128, 8, 2), "
+        "16384)\n"
         "print(json.dumps(sass.report(c.asm['cubin'])))\n")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_INTERPRET"] = "0"
