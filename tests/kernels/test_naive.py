@@ -1,4 +1,5 @@
-"""kernels.naive: the naive PyTorch baseline and the fp64 reference the kernels are held to."""
+"""kernels.naive: the naive PyTorch baseline and the fp64 reference the kernels are
+held to."""
 
 import math
 
@@ -33,7 +34,8 @@ def _numpy_attention(q, k, v, causal, scale):
 
 @pytest.mark.parametrize("n_q,n_k", [(5, 5), (3, 7), (7, 3)])
 def test_causal_mask_matches_numpy_twin(n_q, n_k):
-    np.testing.assert_array_equal(causal_mask(n_q, n_k).numpy(), core.causal_mask(n_q, n_k))
+    np.testing.assert_array_equal(causal_mask(n_q, n_k).numpy(),
+                                  core.causal_mask(n_q, n_k))
 
 
 @pytest.mark.parametrize("B,H,H_kv,N_q,N_k,d,causal", [
@@ -44,7 +46,8 @@ def test_naive_and_reference_match_numpy(B, H, H_kv, N_q, N_k, d, causal):
     q, k, v = _qkv(B, H, H_kv, N_q, N_k, d)
     expected = _numpy_attention(q, k, v, causal, 1 / math.sqrt(d))
     o_ref, lse = reference_attention(q, k, v, causal)
-    np.testing.assert_allclose(naive_attention(q, k, v, causal).numpy(), expected, atol=1e-12)
+    np.testing.assert_allclose(naive_attention(q, k, v, causal).numpy(), expected,
+                               atol=1e-12)
     np.testing.assert_allclose(o_ref.numpy(), expected, atol=1e-12)
     assert lse.shape == (B, H, N_q) and lse.dtype == torch.float64
 
@@ -60,9 +63,10 @@ def test_reference_lse_is_logsumexp_of_scores():
 def test_matches_torch_sdpa():
     q, k, v = _qkv(2, 3, 3, 10, 10, 8, dtype=torch.float32)
     for causal in (False, True):
-        torch.testing.assert_close(naive_attention(q, k, v, causal),
-                                   F.scaled_dot_product_attention(q, k, v, is_causal=causal),
-                                   atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            naive_attention(q, k, v, causal),
+            F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+            atol=1e-5, rtol=1e-5)
 
 
 def test_fully_masked_rows_are_zero_and_grads_finite():
@@ -71,7 +75,8 @@ def test_fully_masked_rows_are_zero_and_grads_finite():
     o = naive_attention(q, k, v, causal=True)
     o_ref, lse = reference_attention(q, k, v, causal=True)
     assert torch.all(o[:, :, :5] == 0) and torch.all(o_ref[:, :, :5] == 0)
-    assert torch.all(torch.isneginf(lse[:, :, :5])) and torch.all(torch.isfinite(lse[:, :, 5:]))
+    assert torch.all(torch.isneginf(lse[:, :, :5]))
+    assert torch.all(torch.isfinite(lse[:, :, 5:]))
     (o.sum() + o_ref.sum()).backward()
     for t in (q, k, v):
         assert torch.all(torch.isfinite(t.grad))
@@ -81,18 +86,23 @@ def test_fully_masked_rows_are_zero_and_grads_finite():
 def test_reference_is_differentiable_and_matches_naive_grads():
     q, k, v = (t.requires_grad_() for t in _qkv(1, 4, 2, 5, 7, 3))
     do = torch.randn(1, 4, 5, 3, dtype=torch.float64)
-    g_naive = torch.autograd.grad((naive_attention(q, k, v, True) * do).sum(), (q, k, v))
-    g_ref = torch.autograd.grad((reference_attention(q, k, v, True)[0] * do).sum(), (q, k, v))
+    g_naive = torch.autograd.grad((naive_attention(q, k, v, True) * do).sum(),
+                                  (q, k, v))
+    g_ref = torch.autograd.grad((reference_attention(q, k, v, True)[0] * do).sum(),
+                                (q, k, v))
     for a, b in zip(g_naive, g_ref):
         torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
 
 
 @pytest.mark.parametrize("args,exc,match", [
-    ((torch.zeros(2, 3, 4), torch.zeros(2, 3, 4, 5), torch.zeros(2, 3, 4, 5)), ValueError, "q"),
-    ((torch.zeros(1, 4, 3, 8), torch.zeros(1, 3, 3, 8), torch.zeros(1, 3, 3, 8)), ValueError,
-     "multiple"),
-    ((torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4)), ValueError, "k"),
-    ((torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 4, 8)), ValueError, "v"),
+    ((torch.zeros(2, 3, 4), torch.zeros(2, 3, 4, 5), torch.zeros(2, 3, 4, 5)),
+     ValueError, "q"),
+    ((torch.zeros(1, 4, 3, 8), torch.zeros(1, 3, 3, 8), torch.zeros(1, 3, 3, 8)),
+     ValueError, "multiple"),
+    ((torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4)),
+     ValueError, "k"),
+    ((torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 4, 8)),
+     ValueError, "v"),
     ((torch.zeros(1, 2, 3, 8, dtype=torch.long),) * 3, TypeError, "dtype"),
 ])
 def test_bad_inputs(args, exc, match):
