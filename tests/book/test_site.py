@@ -27,8 +27,8 @@ HTML = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots"
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 TOC = yaml.safe_load((ROOT / "_toc.yml").read_text())
-CHAPTERS = [c["file"] for part in TOC.get("parts") or [TOC] for c in part.get("chapters") or []
-            if c["file"].startswith("chapters/")]
+CHAPTERS = [c["file"] for part in TOC.get("parts") or [TOC]
+            for c in part.get("chapters") or [] if c["file"].startswith("chapters/")]
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -113,8 +113,8 @@ def test_chapter_page_renders(server, chapter):
              if "colab.research.google.com" in a["href"]]
     assert colab, "no Colab launch link"
     assert any(repo in h and h.endswith(f"{chapter}.ipynb") for h in colab), colab
-    # Kernel source is on the page (literalinclude, in a dropdown): the Triton kernels, or
-    # in chapter 1, which calls the kernel chapter 2 lists, its public wrapper.
+    # Kernel source is on the page (literalinclude, in a dropdown): the Triton kernels,
+    # or in chapter 1, which calls the kernel chapter 2 lists, its public wrapper.
     code = "".join(block.get_text("") for block in main.select("div.highlight"))
     assert "tl.load(" in code or "tl.dot(" in code or "def flash_attention(" in code
     assert shot.stat().st_size > 10_000
