@@ -9,7 +9,7 @@ on a CPU.
 core with an empty Triton cache) and records in ``kernels/compile_peaks.json`` the
 cases with the most registers and the most shared memory per kernel, target and dot
 path; run it whenever a tile table in ``kernels/flash.py`` changes. ``make test``
-runs ``--quick``: exactly those recorded cases (41 compilations, about a minute cold
+runs ``--quick``: exactly those recorded cases (about 40 compilations, a minute cold
 on 2 cores).
 
 Triton compiles ahead of time for a GPU it does not have:
