@@ -148,21 +148,16 @@ def _launch_values(kernel: str, dtype, head_dim: int, n_ctx: int, causal: bool,
     return values
 
 
-def _compile(kernel: str, target: str, head_dim: int, dtype, causal: bool,
-             config: tuple[int, int, int, int], n_ctx: int):
-    """``triton.compile`` of one kernel/config for one target, as a launch would
-    specialise."""
-    cap = flash.ARCHS[target][0]
-    fn = _jit_function(getattr(flash, KERNEL_FNS[kernel]))
-    values = _launch_values(kernel, dtype, head_dim, n_ctx, causal, config)
-    values["UPCAST"] = dtype == torch.bfloat16 and cap < (8, 0)
+def _compile_values(fn, values: dict, cap: tuple[int, int], num_warps: int,
+                    num_stages: int):
+    """``triton.compile`` of jit function ``fn`` with argument ``values`` keyed by name.
+    """
     signature, constexprs, attrs = {}, {}, {}
-    for i, p in enumerate(fn.params):
+    for i, p in enumerate(fn.params):  # specialised as a launch does
         val = values[p.name]
         if p.is_constexpr:
             signature[p.name], constexprs[p.name] = "constexpr", val
             continue
-        # as a launch does
         ty, spec = native_specialize_impl(BaseBackend, val, False, True, True)
         signature[p.name] = ty
         if ty == "constexpr":  # integers equal to 1 are baked in
@@ -172,7 +167,18 @@ def _compile(kernel: str, target: str, head_dim: int, dtype, causal: bool,
     return triton.compile(
         ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs),
         target=GPUTarget("cuda", cap[0] * 10 + cap[1], 32),
-        options={"num_warps": config[2], "num_stages": config[3]})
+        options={"num_warps": num_warps, "num_stages": num_stages})
+
+
+def _compile(kernel: str, target: str, head_dim: int, dtype, causal: bool,
+             config: tuple[int, int, int, int], n_ctx: int):
+    """``triton.compile`` of one kernel/config for one target, as a launch would
+    specialise."""
+    cap = flash.ARCHS[target][0]
+    fn = _jit_function(getattr(flash, KERNEL_FNS[kernel]))
+    values = _launch_values(kernel, dtype, head_dim, n_ctx, causal, config)
+    values["UPCAST"] = dtype == torch.bfloat16 and cap < (8, 0)
+    return _compile_values(fn, values, cap, config[2], config[3])
 
 
 def compile_one(kernel: str, target: str, head_dim: int, dtype, causal: bool,
@@ -381,28 +387,6 @@ def machine_code_report(target: str) -> dict:
             "note": "instruction counts of the compiled machine code, not time",
             "reference": TUTORIAL_FWD_SM90 if target == "sm90" else None,
             "kernels": rows}
-
-
-def _compile_values(fn, values: dict, cap: tuple[int, int], num_warps: int,
-                    num_stages: int):
-    """``triton.compile`` of jit function ``fn`` with argument ``values`` keyed by name.
-    """
-    signature, constexprs, attrs = {}, {}, {}
-    for i, p in enumerate(fn.params):
-        val = values[p.name]
-        if p.is_constexpr:
-            signature[p.name], constexprs[p.name] = "constexpr", val
-            continue
-        ty, spec = native_specialize_impl(BaseBackend, val, False, True, True)
-        signature[p.name] = ty
-        if ty == "constexpr":
-            constexprs[p.name] = spec
-        elif spec == "D":
-            attrs[(i,)] = [["tt.divisibility", 16]]
-    return triton.compile(
-        ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs),
-        target=GPUTarget("cuda", cap[0] * 10 + cap[1], 32),
-        options={"num_warps": num_warps, "num_stages": num_stages})
 
 
 #: kernels/hard.py in the report: argmax, Gumbel-max sampling and top-k (k = 16), bf16,
