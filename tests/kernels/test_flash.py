@@ -1,4 +1,5 @@
-"""kernels.flash: forward, backward and attention_probs against fp64 references and PyTorch.
+"""kernels.flash: forward, backward and attention_probs against fp64 references
+and PyTorch.
 
 Runs under the Triton interpreter on a CPU (small shapes), and on a CUDA GPU unchanged.
 fp16/bf16 tolerances follow the flash-attn rule: the kernel's error against the fp64
@@ -39,9 +40,11 @@ def _max_err(a, b):
     return (a.double() - b.double()).abs().max().item()
 
 
-# (B, H, H_kv, N_q, N_k, d, causal): every case class once, small enough for the interpreter
+# (B, H, H_kv, N_q, N_k, d, causal): every case class once, small enough for the
+# Triton interpreter
 CASES = {
-    "aligned": (1, 2, 2, 128, 128, 64, False),  # EVEN_M, EVEN_N, EVEN_D: no masks at all
+    # EVEN_M, EVEN_N, EVEN_D: no masks at all
+    "aligned": (1, 2, 2, 128, 128, 64, False),
     "aligned-causal": (1, 2, 2, 128, 128, 32, True),
     "ragged": (2, 2, 2, 77, 77, 16, False),
     "ragged-causal": (1, 3, 3, 97, 97, 64, True),
@@ -72,7 +75,8 @@ def test_fp32_forward_and_backward_match_fp64(case):
 
     assert _max_err(o, o_ref) < 2e-5
     visible = torch.isfinite(lse_ref)
-    assert torch.equal(torch.isfinite(lse), visible)  # -inf exactly where no key is visible
+    # -inf exactly where no key is visible
+    assert torch.equal(torch.isfinite(lse), visible)
     assert torch.all(torch.isneginf(lse[~visible]))
     assert _max_err(lse[visible], lse_ref[visible]) < 2e-5
     for name, t, ref in (("dq", q, dq_ref), ("dk", k, dk_ref), ("dv", v, dv_ref)):
@@ -96,7 +100,8 @@ def test_agrees_with_torch_sdpa():
     q, k, v = _qkv(2, 4, 2, 64, 64, 32)
     for causal in (False, True):
         expected = F.scaled_dot_product_attention(q, k.repeat_interleave(2, 1),
-                                                  v.repeat_interleave(2, 1), is_causal=causal)
+                                                  v.repeat_interleave(2, 1),
+                                                  is_causal=causal)
         assert _max_err(flash_attention(q, k, v, causal=causal), expected) < 2e-5
         assert _max_err(naive_attention(q, k, v, causal=causal), expected) < 2e-5
 
@@ -105,7 +110,8 @@ U32 = 2.0 ** -24  # fp32 unit roundoff
 
 
 def _softmax_error_bound(q, k, causal, sm_scale):
-    """Forward error bound of P = softmax(q k^T * scale) computed in fp32, from fp64 inputs.
+    """Forward error bound of P = softmax(q k^T * scale) computed in fp32, from
+    fp64 inputs.
 
     Each score is a length-d fp32 dot product, then scaled: |s~ - s| <= kappa_ij with
     kappa_ij = (gamma_d + 2u) * scale * sum_c |q_ic| |k_jc| (gamma_d = d u / (1 - d u)).
@@ -120,7 +126,8 @@ def _softmax_error_bound(q, k, causal, sm_scale):
     kappa = (gamma + 2 * U32) * s_abs
     s = (q.double() @ k.double().transpose(-1, -2)) * scale
     if causal:
-        hidden = ~torch.ones(s.shape[-2:], dtype=torch.bool).tril(s.shape[-1] - s.shape[-2])
+        hidden = ~torch.ones(s.shape[-2:], dtype=torch.bool).tril(
+            s.shape[-1] - s.shape[-2])
         s = s.masked_fill(hidden, float("-inf"))
         kappa = kappa.masked_fill(hidden, 0.0)
     p = torch.softmax(s, dim=-1)
@@ -129,35 +136,40 @@ def _softmax_error_bound(q, k, causal, sm_scale):
 
 
 def test_custom_scale_and_large_logits_do_not_overflow():
-    # Inputs of size ~1e2: scores ~1e4 * sqrt(d); exp would overflow without the running max.
-    # Tolerances come from a forward error bound, not from one machine: fp32 rounding of
-    # scores of ~1e4 moves them by ~1e-3 absolute, hence P by ~1e-3 relative
-    # (_softmax_error_bound). o = P V / l, lse and dv = P^T dO inherit that bound plus their
-    # own fp32 summation error (N u relative). dq and dk are not well conditioned: softmax is
-    # nearly one-hot, dS = P * (dP - delta) cancels almost exactly, and the FlashAttention-2
-    # identity delta = rowsum(dO * O) rounds differently from dP, so their error is bounded by
-    # fp32 rounding of dP (eps * |dO| |V|) amplified by scale * |K|.
+    # Inputs of size ~1e2: scores ~1e4 * sqrt(d); exp would overflow without the running
+    # max. Tolerances come from a forward error bound, not from one machine: fp32
+    # rounding of scores of ~1e4 moves them by ~1e-3 absolute, hence P by ~1e-3 relative
+    # (_softmax_error_bound). o = P V / l, lse and dv = P^T dO inherit that bound plus
+    # their own fp32 summation error (N u relative). dq and dk are not well conditioned:
+    # softmax is nearly one-hot, dS = P * (dP - delta) cancels almost exactly, and the
+    # FlashAttention-2 identity delta = rowsum(dO * O) rounds differently from dP, so
+    # their error is bounded by fp32 rounding of dP (eps * |dO| |V|) amplified by
+    # scale * |K|.
     q, k, v = _qkv(1, 2, 2, 64, 80, 32, scale=100.0, grad=True)
     n_q, n_k = q.shape[2], k.shape[2]
     for sm_scale in (None, 0.05):
-        o, lse = flash_attention(q, k, v, causal=True, sm_scale=sm_scale, return_lse=True)
+        o, lse = flash_attention(q, k, v, causal=True, sm_scale=sm_scale,
+                                 return_lse=True)
         do = torch.randn_like(o)
         dq, dk, dv = torch.autograd.grad(o, (q, k, v), do)
         o_ref, lse_ref, (dq_r, dk_r, dv_r) = _ref_grads(q, k, v, do, True, sm_scale)
         for t in (o, lse, dq, dk, dv):
             assert torch.all(torch.isfinite(t))
-        p, dp_bound, lse_bound = _softmax_error_bound(q.detach(), k.detach(), True, sm_scale)
+        p, dp_bound, lse_bound = _softmax_error_bound(q.detach(), k.detach(), True,
+                                                      sm_scale)
         va, doa = v.detach().abs().double(), do.abs().double()
         o_tol = dp_bound @ va + (n_k + 4) * U32 * (p @ va)  # (B, H, N_q, d)
         assert torch.all((o.double() - o_ref).abs() <= 2 * o_tol + 1e-30)
         lse_tol = lse_bound + 4 * U32 * lse_ref.abs()
         assert torch.all((lse.double() - lse_ref).abs() <= 2 * lse_tol)
-        dv_tol = dp_bound.transpose(-1, -2) @ doa + (n_q + 4) * U32 * (p.transpose(-1, -2) @ doa)
+        dv_tol = (dp_bound.transpose(-1, -2) @ doa
+                  + (n_q + 4) * U32 * (p.transpose(-1, -2) @ doa))
         assert torch.all((dv.double() - dv_r).abs() <= 2 * dv_tol + 1e-30)
         scale = sm_scale or 1 / math.sqrt(q.shape[-1])
         dp_bound = (do.abs().double() @ v.abs().double().transpose(-1, -2)).max().item()
         for g, r, x in ((dq, dq_r, k), (dk, dk_r, q)):
-            cond = 6e-8 * dp_bound * scale * x.abs().max().item() * 4  # 4x slack: measured 0.4-0.6
+            # 4x slack: measured 0.4-0.6
+            cond = 6e-8 * dp_bound * scale * x.abs().max().item() * 4
             assert _max_err(g, r) < cond
 
 
@@ -177,7 +189,8 @@ def test_non_contiguous_inputs_and_grad():
 
 
 def _torch_error(q, k, v, causal, do, sm_scale=None):
-    """PyTorch in q's dtype (naive attention and its autograd grads), to measure its error."""
+    """PyTorch in q's dtype (naive attention and its autograd grads), to measure
+    its error."""
     qs, ks, vs = (t.detach().clone().requires_grad_() for t in (q, k, v))
     o = naive_attention(qs, ks, vs, causal, sm_scale)
     grads = torch.autograd.grad(o, (qs, ks, vs), do)
@@ -217,8 +230,9 @@ def test_attention_probs_match_fp64_softmax(causal):
     kk = k.double().repeat_interleave(H // H_kv, 1)  # (B, H, N_k, d)
     s = q.double() @ kk.transpose(-1, -2) / math.sqrt(d)  # (B, H, N_q, N_k)
     if causal:
-        s = s.masked_fill(torch.arange(N_k)[None, :] > torch.arange(N_q)[:, None] + N_k - N_q,
-                          float("-inf"))
+        s = s.masked_fill(
+            torch.arange(N_k)[None, :] > torch.arange(N_q)[:, None] + N_k - N_q,
+            float("-inf"))
     p_ref = torch.nan_to_num(torch.softmax(s, -1), nan=0.0)  # fully masked rows -> 0
     p = attention_probs(q, k, lse, causal=causal)
     assert p.shape == (B, H, N_q, N_k) and p.dtype == torch.float32
@@ -247,18 +261,21 @@ def _t(*shape, dtype=torch.float32):
 
 
 @pytest.mark.parametrize("q,k,v,exc,match", [
-    (_t(2, 8, 16), _t(1, 2, 8, 16), _t(1, 2, 8, 16), ValueError, r"q must be 4-D.*\(2, 8, 16\)"),
+    (_t(2, 8, 16), _t(1, 2, 8, 16), _t(1, 2, 8, 16), ValueError,
+     r"q must be 4-D.*\(2, 8, 16\)"),
     (_t(1, 2, 8, 16), _t(2, 8, 16), _t(1, 2, 8, 16), ValueError, r"k must be 4-D"),
     ([[1.0]], _t(1, 2, 8, 16), _t(1, 2, 8, 16), TypeError, "q must be a torch.Tensor"),
     (_t(2, 2, 8, 16), _t(1, 2, 8, 16), _t(1, 2, 8, 16), ValueError, "batch"),
     (_t(1, 3, 8, 16), _t(1, 2, 8, 16), _t(1, 2, 8, 16), ValueError, r"H=3.*H_kv=2"),
     (_t(1, 2, 8, 16), _t(1, 2, 8, 32), _t(1, 2, 8, 32), ValueError, "head dim 32"),
-    (_t(1, 2, 8, 16), _t(1, 2, 8, 16), _t(1, 2, 9, 16), ValueError, r"k and v.*\(1, 2, 9, 16\)"),
+    (_t(1, 2, 8, 16), _t(1, 2, 8, 16), _t(1, 2, 9, 16), ValueError,
+     r"k and v.*\(1, 2, 9, 16\)"),
     (_t(1, 2, 8, 16), _t(1, 2, 8, 16, dtype=torch.float16), _t(1, 2, 8, 16), TypeError,
      "share a dtype"),
     (_t(1, 2, 8, 16, dtype=torch.int32),) * 3 + (TypeError, "torch.int32"),
     (_t(1, 2, 8, 16, dtype=torch.float64),) * 3 + (TypeError, "torch.float64"),
-    (_t(1, 2, 8, 512), _t(1, 2, 8, 512), _t(1, 2, 8, 512), ValueError, r"1\.\.256.*512"),
+    (_t(1, 2, 8, 512), _t(1, 2, 8, 512), _t(1, 2, 8, 512), ValueError,
+     r"1\.\.256.*512"),
     (_t(1, 2, 8, 0), _t(1, 2, 8, 0), _t(1, 2, 8, 0), ValueError, "head dim"),
     (_t(1, 2, 0, 16), _t(1, 2, 8, 16), _t(1, 2, 8, 16), ValueError, "lengths"),
 ])
@@ -287,24 +304,27 @@ def test_shipped_configs_are_valid_tiles():
                         (kernel, target, d, dtype)
                     for bm, bn, warps, stages in cfgs:
                         for b in (bm, bn):
-                            assert b >= 16 and b & (b - 1) == 0, (kernel, target, d, bm, bn)
+                            assert b >= 16 and b & (b - 1) == 0, \
+                                (kernel, target, d, bm, bn)
                         assert warps in (2, 4, 8) and 1 <= stages <= 4
     assert flash.arch_class((7, 5)) == "sm75" and flash.arch_class((8, 6)) == "sm89"
     assert flash.arch_class((9, 0)) == "sm90" and flash.block_d(80) == 128
 
 
 def test_gpu_results_figures_draw_from_a_results_file(tmp_path):
-    """figures/src/gpu_results.py on a synthetic results file written to a temp dir only."""
+    """figures/src/gpu_results.py on a synthetic results file written to a temp
+    dir only."""
     import importlib.util
 
     from kernels import bench
 
     spec = importlib.util.spec_from_file_location(
-        "gpu_results", bench.RESULTS_DIR.parent.parent / "figures" / "src" / "gpu_results.py")
+        "gpu_results",
+        bench.RESULTS_DIR.parent.parent / "figures" / "src" / "gpu_results.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    prov = {"gpu": "Test GPU", "capability": [9, 0], "torch": "t", "triton": "x", "cuda": "c",
-            "date": "2026-01-01"}
+    prov = {"gpu": "Test GPU", "capability": [9, 0], "torch": "t", "triton": "x",
+            "cuda": "c", "date": "2026-01-01"}
     records = []
     for impl in ("triton", "naive"):
         for n in (512, 1024):
@@ -313,13 +333,15 @@ def test_gpu_results_figures_draw_from_a_results_file(tmp_path):
                     for causal in (False, True):
                         records.append(bench.Record(
                             "flash", "attention", impl, mode, "float16",
-                            {"B": 1, "H": 1, "N_q": n, "N_k": n, "d": d, "causal": causal},
+                            {"B": 1, "H": 1, "N_q": n, "N_k": n, "d": d,
+                             "causal": causal},
                             ms=1.0, tflops=float(n)).to_dict())
         records.append(bench.Record("flash", "attention-memory", impl, "fwd", "float16",
                                     {"B": 1, "H": 16, "N_q": 1024, "N_k": 1024, "d": 64,
                                      "causal": False}, peak_mem_bytes=2**20,
                                     error="OOM" if impl == "naive" else None).to_dict())
-    bench.save_results("flash", records, [], path=tmp_path / "test-gpu.json", provenance=prov)
+    bench.save_results("flash", records, [], path=tmp_path / "test-gpu.json",
+                       provenance=prov)
     (found,) = bench.suite_records(bench.load_results(tmp_path), "flash")
     paths = mod.draw(*found, out_dir=tmp_path)
     assert [p.name for p in paths] == ["gpu_flash_test-gpu_fwd_float16.png",
@@ -338,22 +360,23 @@ def test_forward_with_tiles_matches_reference(block_m, block_n):
         flash.forward_with_tiles(q, k, v, 64, 24)
 
 
-# ------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # No silent wrong answers (issue 10): NaN stays in its row, bad arguments raise
-# ------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("n", [8, 77, 130])
 def test_causal_mask_shields_earlier_rows_from_a_nan_value_row(n):
-    # item 2: v[..., n-1, :] = NaN is seen only by the last query; masked probabilities must
-    # not multiply the hidden row (0 * NaN = NaN), whatever the tile size
+    # item 2: v[..., n-1, :] = NaN is seen only by the last query; masked probabilities
+    # must not multiply the hidden row (0 * NaN = NaN), whatever the tile size
     q, k, v = _qkv(1, 2, 2, n, n, 16, seed=3)
     v[..., n - 1, 3] = float("nan")
     v[..., n - 2, 5] = float("inf")  # an inf hidden from all rows before n - 2 as well
     o, lse = flash_attention(q, k, v, causal=True, return_lse=True)
     o_ref, lse_ref = reference_attention(q, k, v, causal=True)
     assert torch.equal(torch.isnan(o), torch.isnan(o_ref))
-    assert torch.isnan(o[..., n - 1, 3]).all() and not torch.isnan(o[..., : n - 1, :]).any()
+    assert torch.isnan(o[..., n - 1, 3]).all()
+    assert not torch.isnan(o[..., : n - 1, :]).any()
     finite = torch.isfinite(o_ref)
     assert torch.equal(torch.isfinite(o), finite)
     assert _max_err(o[finite], o_ref[finite]) < 2e-5
@@ -361,7 +384,8 @@ def test_causal_mask_shields_earlier_rows_from_a_nan_value_row(n):
 
 
 def test_nan_query_row_gives_nan_row_not_empty_row():
-    # item 1 for the kernel and its reference: NaN row -> NaN o and lse; empty row -> 0, -inf
+    # item 1 for the kernel and its reference: NaN row -> NaN o and lse; empty row
+    # -> 0, -inf
     q, k, v = _qkv(1, 1, 1, 6, 4, 16)
     q[0, 0, 4, 0] = float("nan")
     for fn in (lambda: flash_attention(q, k, v, causal=True, return_lse=True),
@@ -372,7 +396,8 @@ def test_nan_query_row_gives_nan_row_not_empty_row():
         assert torch.isfinite(o[0, 0, [2, 3, 5]]).all()
 
 
-@pytest.mark.parametrize("sm_scale", [1e300, -1e300, 2.4e38, float("inf"), float("nan")])
+@pytest.mark.parametrize("sm_scale",
+                         [1e300, -1e300, 2.4e38, float("inf"), float("nan")])
 def test_scale_overflowing_fp32_is_refused(sm_scale):
     # item 3: sm_scale * log2(e) is folded into the kernel's fp32 scores
     q, k, v = _qkv(1, 1, 1, 8, 8, 16)
@@ -383,7 +408,8 @@ def test_scale_overflowing_fp32_is_refused(sm_scale):
     flash_attention(q, k, v, sm_scale=2.3e38)  # the largest finite product is accepted
 
 
-@pytest.mark.parametrize("kw,exc", [({"causal": "False"}, TypeError), ({"causal": 1}, TypeError),
+@pytest.mark.parametrize("kw,exc", [({"causal": "False"}, TypeError),
+                                    ({"causal": 1}, TypeError),
                                     ({"return_lse": "yes"}, TypeError),
                                     ({"sm_scale": "0.5"}, TypeError)])
 def test_flags_are_checked_as_bools(kw, exc):
@@ -392,10 +418,12 @@ def test_flags_are_checked_as_bools(kw, exc):
         flash_attention(q, k, v, **kw)
 
 
-@pytest.mark.parametrize("causal,n_q,n_k", [(False, 37, 37), (True, 37, 53), (True, 60, 20)])
+@pytest.mark.parametrize("causal,n_q,n_k",
+                         [(False, 37, 37), (True, 37, 53), (True, 60, 20)])
 def test_lse_is_differentiable(causal, n_q, n_k):
-    # item 12: o and lse both carry gradients; float64 autograd through reference_attention
-    # is the reference. A gradient dL on lse enters the FA2 backward as delta <- delta - dL.
+    # item 12: o and lse both carry gradients; float64 autograd through
+    # reference_attention is the reference. A gradient dL on lse enters the FA2 backward
+    # as delta <- delta - dL.
     q, k, v = _qkv(1, 2, 1, n_q, n_k, 16, seed=5, grad=True)
     o, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
     go, gl = torch.randn_like(o), torch.randn_like(lse)
@@ -404,23 +432,27 @@ def test_lse_is_differentiable(causal, n_q, n_k):
     grads = torch.autograd.grad(loss, (q, k, v))
     q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
     o_r, lse_r = reference_attention(q64, k64, v64, causal=causal)
-    loss_r = (o_r * go.double()).sum() + (torch.where(visible, lse_r, 0.0) * gl.double()).sum()
+    loss_r = ((o_r * go.double()).sum()
+              + (torch.where(visible, lse_r, 0.0) * gl.double()).sum())
     refs = torch.autograd.grad(loss_r, (q64, k64, v64))
     for g, r in zip(grads, refs):
         assert torch.all(torch.isfinite(g))
-        # fp32 kernels vs fp64: sums of N terms of size |P||dO||V|, |dlse||K|: a few 1e-6
+        # fp32 kernels vs fp64: sums of N terms of size |P||dO||V|, |dlse||K|: a
+        # few 1e-6
         assert _max_err(g, r) < 1e-4 * max(1.0, r.abs().max().item())
 
 
 def test_dkdv_padded_key_rows_never_reach_exp2(recwarn):
-    # item 13: N_k = 40 is ragged against the 64-key tile; a strongly negative lse made the
-    # padded rows' exp2(0 - lse) overflow (numpy warns under the interpreter). Masked now.
+    # item 13: N_k = 40 is ragged against the 64-key tile; a strongly negative lse made
+    # the padded rows' exp2(0 - lse) overflow (numpy warns under the interpreter).
+    # Masked now.
     import numpy as np
 
     g = torch.Generator().manual_seed(0)
     kdir = torch.randn(1, 1, 1, 16, generator=g)
-    k = (kdir + 0.01 * torch.randn(1, 1, 40, 16, generator=g)).to(DEVICE)  # all keys alike
-    q = (-300.0 * kdir.expand(1, 1, 24, 16)).contiguous().to(DEVICE)  # all scores ~ -1e3
+    # all keys alike, all scores ~ -1e3
+    k = (kdir + 0.01 * torch.randn(1, 1, 40, 16, generator=g)).to(DEVICE)
+    q = (-300.0 * kdir.expand(1, 1, 24, 16)).contiguous().to(DEVICE)
     v = torch.randn(1, 1, 40, 16, generator=g).to(DEVICE)
     q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
     o, lse = flash_attention(q, k, v, return_lse=True)
@@ -435,10 +467,10 @@ def test_dkdv_padded_key_rows_never_reach_exp2(recwarn):
 @pytest.mark.parametrize("sm_scale", [-0.125, -2.0, 0.0])
 @pytest.mark.parametrize("causal,n", [(False, 128), (True, 128), (False, 77)])
 def test_negative_and_zero_scale_match_fp64(sm_scale, causal, n):
-    # The unmasked main loop folds the scale into one FFMA per score and takes the row max
-    # of the raw scores times the scale: with a negative scale that is the row MIN (the
-    # NEG_SCALE heuristic). N = 128 runs the unmasked loop only (non-causal), both loops
-    # (causal), or the unmasked loop then a ragged tail (N = 77).
+    # The unmasked main loop folds the scale into one FFMA per score and takes the row
+    # max of the raw scores times the scale: with a negative scale that is the row MIN
+    # (the NEG_SCALE heuristic). N = 128 runs the unmasked loop only (non-causal), both
+    # loops (causal), or the unmasked loop then a ragged tail (N = 77).
     q, k, v = _qkv(1, 2, 2, n, n, 32, grad=True, seed=3)
     o, lse = flash_attention(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=True)
     do = torch.randn_like(o)
