@@ -79,7 +79,8 @@ def test_no_visible_key_gives_zero_and_minus_one():
     o, idx = hard_attention(q, k, v, causal=True, return_index=True)
     assert (idx[:, :, :14] == -1).all() and (o[:, :, :14] == 0).all()
     assert (idx[:, :, 14:] >= 0).all()
-    o, idx = hard_attention(q, k, v, causal=True, sample=True, seed=5, return_index=True)
+    o, idx = hard_attention(q, k, v, causal=True, sample=True, seed=5,
+                            return_index=True)
     assert (idx[:, :, :14] == -1).all() and (o[:, :, :14] == 0).all()
     o, idx = topk_attention(q, k, v, 4, causal=True, return_index=True)
     assert not torch.isnan(o).any()
@@ -96,7 +97,8 @@ def test_sampled_frequencies_match_softmax_and_are_seeded():
     gen = torch.Generator().manual_seed(4)
     N_q, N_k, d = 2048, 12, 16
     q1 = torch.randn((1, 1, 1, d), generator=gen)
-    q = q1.expand(1, 1, N_q, d).to(DEV)  # one query, repeated: N_q draws per call (strided)
+    # one query, repeated: N_q draws per call (strided)
+    q = q1.expand(1, 1, N_q, d).to(DEV)
     k = torch.randn((1, 1, N_k, d), generator=gen).to(DEV)
     v = torch.randn((1, 1, N_k, d), generator=gen).to(DEV)
     p = ah.softmax(ah.attention_scores(_np(q1), _np(k))[0, 0, 0], axis=-1)  # (N_k,)
@@ -104,7 +106,8 @@ def test_sampled_frequencies_match_softmax_and_are_seeded():
     for seed in (0, 1):
         o, idx = hard_attention(q, k, v, sample=True, seed=seed, return_index=True)
         draws.append(idx.flatten().cpu().numpy())
-        np.testing.assert_array_equal(o[0, 0].cpu().numpy(), v[0, 0, idx[0, 0]].cpu().numpy())
+        np.testing.assert_array_equal(o[0, 0].cpu().numpy(),
+                                      v[0, 0, idx[0, 0]].cpu().numpy())
     counts = np.bincount(np.concatenate(draws), minlength=N_k)
     # E[TV] ~ sum_j sqrt(p_j (1 - p_j) / n) * 0.4 ~ 0.02 for n = 4096 and these p
     assert _tv(counts, p) < 0.04, (counts / counts.sum(), p)
@@ -123,7 +126,8 @@ def test_sampling_respects_causal_mask():
     q = torch.zeros((1, 1, 64, 16)).to(DEV)  # uniform softmax over the visible keys
     k = torch.randn((1, 1, 64, 16), generator=gen).to(DEV)
     v = torch.randn((1, 1, 64, 16), generator=gen).to(DEV)
-    _, idx = hard_attention(q, k, v, causal=True, sample=True, seed=7, return_index=True)
+    _, idx = hard_attention(q, k, v, causal=True, sample=True, seed=7,
+                            return_index=True)
     i = torch.arange(64, device=DEV)
     assert ((idx[0, 0] >= 0) & (idx[0, 0] <= i)).all()
 
@@ -140,7 +144,8 @@ def test_hard_backward(causal):
     o.backward(do)
     # reference: o = onehot(idx) @ v_expanded, differentiated by autograd in fp64
     v64 = v.detach().double().requires_grad_()
-    w = torch.nn.functional.one_hot(idx.clamp(min=0), N_k).double() * (idx >= 0)[..., None]
+    w = (torch.nn.functional.one_hot(idx.clamp(min=0), N_k).double()
+         * (idx >= 0)[..., None])
     (w @ v64.repeat_interleave(H // H_kv, 1)).backward(do.double())
     torch.testing.assert_close(v.grad.double(), v64.grad, rtol=1e-5, atol=1e-6)
     assert (q.grad == 0).all() and (k.grad == 0).all()
@@ -157,7 +162,8 @@ def test_topk_indices_exact_with_ties(topk, causal):
     q = _ints((B, H, N_q, d), gen, -1, 2)  # tiny integers: many tied scores
     k = _ints((B, H_kv, N_k, d), gen, -1, 2)
     v = torch.randn((B, H_kv, N_k, d), generator=gen).to(DEV)
-    o, idx = topk_attention(q, k, v, topk, causal=causal, sm_scale=1.0, return_index=True)
+    o, idx = topk_attention(q, k, v, topk, causal=causal, sm_scale=1.0,
+                            return_index=True)
     s = ah.attention_scores(_np(q), _expand(k, H), scale=1.0, causal=causal)
     idx_ref = ah.topk_index(s, topk)  # (score desc, index asc)
     assert idx.shape == (B, H, N_q, topk)
@@ -180,8 +186,9 @@ def test_topk_keeps_all_when_fewer_visible_and_matches_soft():
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_topk_low_precision_within_pytorch_error(dtype):
-    """flash-attn rule: |kernel - fp64| <= 2 |PyTorch(dtype) - fp64| + atol, on rows whose
-    k-th and (k+1)-th fp64 scores are clearly apart (else the kept set is a coin flip)."""
+    """flash-attn rule: |kernel - fp64| <= 2 |PyTorch(dtype) - fp64| + atol, on rows
+    whose k-th and (k+1)-th fp64 scores are clearly apart (else the kept set is a
+    coin flip)."""
     gen = torch.Generator().manual_seed(9)
     B, H, N_q, N_k, d, topk = 1, 2, 48, 90, 64, 8
     q = torch.randn((B, H, N_q, d), generator=gen).to(DEV, dtype)
@@ -225,16 +232,19 @@ def test_topk_backward(causal):
 def test_non_contiguous_inputs():
     gen = torch.Generator().manual_seed(11)
     B, N, H, d = 1, 40, 2, 32
-    q = torch.randn((B, N, H, d), generator=gen).to(DEV).transpose(1, 2)  # (B, H, N, d) view
+    # (B, H, N, d) views
+    q = torch.randn((B, N, H, d), generator=gen).to(DEV).transpose(1, 2)
     k = torch.randn((B, N, H, d), generator=gen).to(DEV).transpose(1, 2)
     v = torch.randn((B, N, H, d), generator=gen).to(DEV).transpose(1, 2)
     assert not q.is_contiguous()
     o, idx = hard_attention(q, k, v, return_index=True)
-    o2, idx2 = hard_attention(q.contiguous(), k.contiguous(), v.contiguous(), return_index=True)
+    o2, idx2 = hard_attention(q.contiguous(), k.contiguous(), v.contiguous(),
+                              return_index=True)
     torch.testing.assert_close(idx, idx2)
     torch.testing.assert_close(o, o2)
     torch.testing.assert_close(topk_attention(q, k, v, 4),
-                               topk_attention(q.contiguous(), k.contiguous(), v.contiguous(), 4))
+                               topk_attention(q.contiguous(), k.contiguous(),
+                                              v.contiguous(), 4))
 
 
 def test_bad_inputs_raise():
@@ -282,8 +292,9 @@ def test_topk_large_k_across_blocks(topk):
     np.testing.assert_allclose(_np(o), o_ref, rtol=1e-5, atol=1e-5)
 
 
-# Compiled for real GPU targets on the CPU (the interpreter accepts code a GPU compiler
-# rejects): the heaviest variants at d = 128 for sm_90 (the benchmark GPU) and sm_75 (T4).
+# Compiled for real GPU targets on the CPU (the interpreter accepts code a GPU
+# compiler rejects): the heaviest variants at d = 128 for sm_90 (the benchmark GPU)
+# and sm_75 (T4).
 _COMPILE_SCRIPT = r'''
 import os, sys
 os.environ["TRITON_INTERPRET"] = "0"
@@ -296,13 +307,14 @@ from kernels import compile_check, flash, hard
 def values(cfg, topk):
     n, d, H = 4096, 128, 16
     t = torch.empty(16, dtype=torch.float16)
-    v = {"sm_scale": 0.125, "SIGN": 1, "seed": 12345, "H": H, "N_Q": n, "N_K": n, "GROUP": 1,
-         "HEAD_DIM": d, "HEAD_DIM_PAD": 128, "CAUSAL": True, "SAMPLE": True, "UPCAST": False,
-         "DOT_PRECISION": "tf32", "BLOCK_M": cfg[0], "BLOCK_N": cfg[1], "TOPK": topk,
-         "TOPK_PAD": triton.next_power_of_2(topk), "Q": t, "K": t, "V": t, "O": t,
-         "IDX": torch.empty(16, dtype=torch.int64), "LSE": torch.empty(16)}
+    v = {"sm_scale": 0.125, "SIGN": 1, "seed": 12345, "H": H, "N_Q": n, "N_K": n,
+         "GROUP": 1, "HEAD_DIM": d, "HEAD_DIM_PAD": 128, "CAUSAL": True, "SAMPLE": True,
+         "UPCAST": False, "DOT_PRECISION": "tf32", "BLOCK_M": cfg[0], "BLOCK_N": cfg[1],
+         "TOPK": topk, "TOPK_PAD": triton.next_power_of_2(topk), "Q": t, "K": t, "V": t,
+         "O": t, "IDX": torch.empty(16, dtype=torch.int64), "LSE": torch.empty(16)}
     for p in "qkvo":
-        for suf, s in zip(("b", "h", "m" if p in "qo" else "n", "d"), (H * n * d, n * d, d, 1)):
+        for suf, s in zip(("b", "h", "m" if p in "qo" else "n", "d"),
+                          (H * n * d, n * d, d, 1)):
             v[f"stride_{p}{suf}"] = s
     return v
 
@@ -318,7 +330,8 @@ for target in ("sm90", "sm75"):
             if p.is_constexpr:
                 sig[p.name], cex[p.name] = "constexpr", vals[p.name]
                 continue
-            ty, spec = native_specialize_impl(BaseBackend, vals[p.name], False, True, True)
+            ty, spec = native_specialize_impl(BaseBackend, vals[p.name], False, True,
+                                              True)
             sig[p.name] = ty
             if ty == "constexpr":
                 cex[p.name] = spec
@@ -329,7 +342,8 @@ for target in ("sm90", "sm75"):
                            options={"num_warps": cfg[2], "num_stages": cfg[3]})
         regs, st, ld = compile_check.ptxas_usage(c.asm["ptx"])
         ok = c.metadata.shared <= limit and st == 0 and ld == 0
-        print(name, target, cfg, c.metadata.shared, limit, regs, st, ld, "ok" if ok else "BAD")
+        print(name, target, cfg, c.metadata.shared, limit, regs, st, ld,
+              "ok" if ok else "BAD")
 '''
 
 
@@ -351,14 +365,15 @@ def test_shipped_configs_compile_for_gpus_without_spills():
     assert all(r.endswith(" ok") for r in rows), out
 
 
-# ------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # No silent wrong answers (issue 10)
-# ------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 
 
 def test_nan_score_rows_are_nan_not_empty():
-    # item 1: a NaN in q row 3 gives o = NaN and idx = -1 (no valid choice); the empty rows of
-    # a causal N_q > N_k mask give o = 0 and idx = -1; a hidden NaN value row reaches nobody
+    # item 1: a NaN in q row 3 gives o = NaN and idx = -1 (no valid choice); the empty
+    # rows of a causal N_q > N_k mask give o = 0 and idx = -1; a hidden NaN value row
+    # reaches nobody
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 1, n, 16, generator=g) for n in (10, 8, 8))
     q[0, 0, 5, 0] = float("nan")
@@ -372,7 +387,8 @@ def test_nan_score_rows_are_nan_not_empty():
     assert torch.all(idx[0, 0, 5] == -1) and torch.isnan(o[0, 0, 5]).all()
     assert torch.all(o[0, 0, :2] == 0)
     o_n = naive_topk_attention(q, k, v, 3, causal=True)
-    assert torch.equal(torch.isnan(o_n), torch.isnan(o)) and torch.all(o_n[0, 0, :2] == 0)
+    assert torch.equal(torch.isnan(o_n), torch.isnan(o))
+    assert torch.all(o_n[0, 0, :2] == 0)
 
 
 @pytest.mark.parametrize("sm_scale", [1e300, -3e38, float("nan")])
@@ -385,8 +401,9 @@ def test_hard_and_topk_refuse_scales_that_overflow_fp32(sm_scale):
         topk_attention(q, k, v, 2, sm_scale=sm_scale)
 
 
-@pytest.mark.parametrize("topk,exc", [(2.7, TypeError), ("3", TypeError), (True, TypeError),
-                                      (0, ValueError), (-1, ValueError)])
+@pytest.mark.parametrize("topk,exc", [(2.7, TypeError), ("3", TypeError),
+                                      (True, TypeError), (0, ValueError),
+                                      (-1, ValueError)])
 def test_topk_must_be_a_positive_int(topk, exc):
     q, k, v = (torch.randn(1, 1, 8, 16) for _ in range(3))
     with pytest.raises(exc, match="topk"):
