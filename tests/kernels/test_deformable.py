@@ -1,5 +1,5 @@
-"""kernels.deformable (Triton; the interpreter on CPU) against fp64 references built on
-grid_sample, against PyTorch in the same dtype, and against the NumPy twins."""
+"""kernels.deformable (Triton; the interpreter on CPU) against fp64 references built
+on grid_sample, against PyTorch in the same dtype, and against the NumPy twins."""
 
 import numpy as np
 import pytest
@@ -49,33 +49,38 @@ def _assert_close(ours, ref, torch_same_dtype, names, atol):
         err, err_pt = (o - r).abs().max().item(), (t - r).abs().max().item()
         scale = max(r.abs().max().item(), 1.0)
         assert err <= 2 * err_pt + atol * scale, (
-            f"{name}: max error {err:.3g} vs PyTorch's {err_pt:.3g} (|ref| {scale:.3g})")
+            f"{name}: max error {err:.3g} vs PyTorch's {err_pt:.3g} "
+            f"(|ref| {scale:.3g})")
 
 
-# ------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # Multi-scale deformable attention
-# ------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 
 MSDA_CASES = [
     # (B, L_q, H, D_h, levels, P)
-    (2, 37, 3, 20, [[7, 9], [4, 5], [2, 3], [1, 1]], 3),  # ragged sizes, odd L_q, D_h not 2^k
+    # ragged sizes, odd L_q, D_h not 2^k
+    (2, 37, 3, 20, [[7, 9], [4, 5], [2, 3], [1, 1]], 3),
     (1, 70, 2, 32, [[12, 10], [6, 5]], 4),  # L_q > BLOCK_Q
     (1, 5, 1, 8, [[1, 13]], 1),  # one row, one point
 ]
 
 
-@pytest.mark.parametrize("case", MSDA_CASES, ids=lambda c: f"B{c[0]}Lq{c[1]}H{c[2]}D{c[3]}")
+@pytest.mark.parametrize("case", MSDA_CASES,
+                         ids=lambda c: f"B{c[0]}Lq{c[1]}H{c[2]}D{c[3]}")
 def test_msda_forward_backward_fp32(case):
     b, l_q, n_h, d, shapes, n_p = case
     value, sh, st, loc, w = _msda_inputs(b, l_q, n_h, d, shapes, n_p)
     grad = torch.randn(b, l_q, n_h * d, device=DEV)
     fn = lambda v, lc, ww: kd.ms_deform_attn(v, sh, st, lc, ww)  # noqa: E731
-    ref_fn = lambda v, lc, ww: kd.ms_deform_attn_reference(v, sh, st, lc, ww)  # noqa: E731
+    ref_fn = lambda v, lc, ww: kd.ms_deform_attn_reference(  # noqa: E731
+        v, sh, st, lc, ww)
     ours = _run(fn, (value, loc, w), grad, torch.float32)
     ref = _run(ref_fn, (value, loc, w), grad, torch.float64)
     pt = _run(ref_fn, (value, loc, w), grad, torch.float32)
     assert ours[0].shape == (b, l_q, n_h * d)
-    _assert_close(ours, ref, pt, ["out", "d value", "d locations", "d weights"], atol=1e-5)
+    _assert_close(ours, ref, pt, ["out", "d value", "d locations", "d weights"],
+                  atol=1e-5)
 
 
 def test_msda_points_outside_have_zero_output_and_gradient():
@@ -106,16 +111,19 @@ def test_msda_matches_numpy_twin_and_accepts_non_contiguous():
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_msda_low_precision_within_pytorch_error(dtype):
     b, l_q, n_h, d, shapes, n_p = 1, 24, 2, 16, [[6, 7], [3, 4]], 2
-    # locations inside [0, 1]: PyTorch's CPU half-precision grid_sample (the reference in
-    # the same dtype) can crash on points far outside the map; fp32 tests cover those
-    value, sh, st, loc, w = _msda_inputs(b, l_q, n_h, d, shapes, n_p, seed=5, lo=0.0, hi=1.0)
+    # locations inside [0, 1]: PyTorch's CPU half-precision grid_sample (the reference
+    # in the same dtype) can crash on points far outside the map; fp32 tests cover those
+    value, sh, st, loc, w = _msda_inputs(b, l_q, n_h, d, shapes, n_p,
+                                         seed=5, lo=0.0, hi=1.0)
     grad = torch.randn(b, l_q, n_h * d, device=DEV)
     fn = lambda v, lc, ww: kd.ms_deform_attn(v, sh, st, lc, ww)  # noqa: E731
-    ref_fn = lambda v, lc, ww: kd.ms_deform_attn_reference(v, sh, st, lc, ww)  # noqa: E731
+    ref_fn = lambda v, lc, ww: kd.ms_deform_attn_reference(  # noqa: E731
+        v, sh, st, lc, ww)
     ours = _run(fn, (value, loc, w), grad, dtype)
     ref = _run(ref_fn, (value, loc, w), grad, torch.float64)
     pt = _run(ref_fn, (value, loc, w), grad, dtype)
-    _assert_close(ours, ref, pt, ["out", "d value", "d locations", "d weights"], atol=1e-3)
+    _assert_close(ours, ref, pt, ["out", "d value", "d locations", "d weights"],
+                  atol=1e-3)
 
 
 def test_msda_bad_inputs():
@@ -136,9 +144,9 @@ def test_msda_bad_inputs():
         kd.ms_deform_attn(value[0], sh, st, loc, w)
 
 
-# ------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # Fused DAT attention
-# ------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 
 DAT_CASES = [
     # (B, H, G, N_q, N_s, d, H_f, W_f)
@@ -154,7 +162,8 @@ def _dat_inputs(case, seed=0, spread=1.3):
     q = torch.randn(b, n_h, n_q, d, generator=gen)
     km = torch.randn(b, n_h, h_f, w_f, d, generator=gen)
     vm = torch.randn(b, n_h, h_f, w_f, d, generator=gen)
-    pts = (2 * torch.rand(b, g, n_s, 2, generator=gen) - 1) * spread  # some outside the map
+    # some points outside the map
+    pts = (2 * torch.rand(b, g, n_s, 2, generator=gen) - 1) * spread
     return [t.to(DEV) for t in (q, km, vm, pts)]
 
 
@@ -163,24 +172,29 @@ def _dat_inputs(case, seed=0, spread=1.3):
 def test_dat_forward_backward_fp32(case, align_corners):
     ins = _dat_inputs(case)
     grad = torch.randn(case[0], case[1], case[3], case[5], device=DEV)
-    fn = lambda *a: kd.deformable_attention(*a, align_corners=align_corners)  # noqa: E731
+    fn = lambda *a: kd.deformable_attention(  # noqa: E731
+        *a, align_corners=align_corners)
     ref_fn = lambda *a: kd.deformable_attention_reference(  # noqa: E731
         *a, align_corners=align_corners)
     ours = _run(fn, ins, grad, torch.float32)
     ref = _run(ref_fn, ins, grad, torch.float64)
     pt = _run(ref_fn, ins, grad, torch.float32)
-    _assert_close(ours, ref, pt, ["out", "dq", "dk_map", "dv_map", "dpoints"], atol=1e-5)
+    _assert_close(ours, ref, pt, ["out", "dq", "dk_map", "dv_map", "dpoints"],
+                  atol=1e-5)
 
 
 def test_dat_matches_numpy_twin_non_contiguous_and_scale():
     case = (1, 2, 2, 13, 9, 8, 5, 6)
     q, km, vm, pts = _dat_inputs(case, seed=2)
-    q_nc = q.transpose(1, 2).contiguous().transpose(1, 2)  # (B, H, N, d) view of (B, N, H, d)
+    # (B, H, N, d) view of (B, N, H, d)
+    q_nc = q.transpose(1, 2).contiguous().transpose(1, 2)
     km_nc = km.permute(0, 1, 3, 2, 4).contiguous().permute(0, 1, 3, 2, 4)
     assert not q_nc.is_contiguous() and not km_nc.is_contiguous()
-    out = kd.deformable_attention(q_nc, km_nc, vm, pts, sm_scale=0.5, align_corners=False)
-    twin = npd.deformable_attention(*(t.double().cpu().numpy() for t in (q, km, vm, pts)),
-                                    scale=0.5, align_corners=False)
+    out = kd.deformable_attention(q_nc, km_nc, vm, pts, sm_scale=0.5,
+                                  align_corners=False)
+    twin = npd.deformable_attention(
+        *(t.double().cpu().numpy() for t in (q, km, vm, pts)),
+        scale=0.5, align_corners=False)
     np.testing.assert_allclose(out.cpu().numpy(), twin, rtol=1e-5, atol=1e-5)
 
 
@@ -202,7 +216,8 @@ def test_dat_low_precision_within_pytorch_error(dtype):
     ours = _run(fn, ins, grad, dtype)
     ref = _run(kd.deformable_attention_reference, ins, grad, torch.float64)
     pt = _run(kd.deformable_attention_reference, ins, grad, dtype)
-    _assert_close(ours, ref, pt, ["out", "dq", "dk_map", "dv_map", "dpoints"], atol=2e-3)
+    _assert_close(ours, ref, pt, ["out", "dq", "dk_map", "dv_map", "dpoints"],
+                  atol=2e-3)
 
 
 def test_dat_bad_inputs():
@@ -214,7 +229,8 @@ def test_dat_bad_inputs():
     with pytest.raises(ValueError, match="points"):
         kd.deformable_attention(q, km, vm, pts[:, :, :, :1])
     with pytest.raises(ValueError, match="points"):
-        kd.deformable_attention(q, km, vm, torch.zeros(1, 3, 5, 2, device=DEV))  # 3 !| 4
+        kd.deformable_attention(q, km, vm,
+                                torch.zeros(1, 3, 5, 2, device=DEV))  # 3 !| 4
     with pytest.raises(TypeError, match="q"):
         kd.deformable_attention(q.long(), km, vm, pts)
     with pytest.raises(TypeError, match="share a dtype"):
@@ -223,9 +239,9 @@ def test_dat_bad_inputs():
         kd.deformable_attention(q[0], km, vm, pts)
 
 
-# ------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # The GPU code paths compile (ahead of time, on the CPU) with the shipped tile configs
-# ------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 
 _COMPILE_SCRIPT = r"""
 import os, sys, time
@@ -257,11 +273,13 @@ def compile_one(name, dtype, cap, head_dim):
     else:
         kernel = {"_dat_fwd": "fwd", "_dat_bwd_dkdv": "dkdv", "_dat_bwd_dq": "dq"}[name]
         fp32_dots = kd.dot_fp32(dtype, (cap // 10, cap % 10))
-        bm, bn, warps = kd.dat_config(kernel, 4096, head_dim, (cap // 10, cap % 10), fp32_dots)
+        bm, bn, warps = kd.dat_config(kernel, 4096, head_dim, (cap // 10, cap % 10),
+                                      fp32_dots)
         consts = dict(ALIGN_CORNERS=True, BLOCK_M=bm, BLOCK_N=bn, DOT_FP32=fp32_dots)
     consts.setdefault("BLOCK_D", max(16, triton.next_power_of_2(head_dim)))
-    # Argument types as a contiguous launch specialises them (Triton's own rule): 16-byte
-    # aligned pointers, unit inner strides baked in as 1, other ints divisible by 16.
+    # Argument types as a contiguous launch specialises them (Triton's own rule):
+    # 16-byte aligned pointers, unit inner strides baked in as 1, other ints divisible
+    # by 16.
     sig, attrs = {}, {}
     for i, p in enumerate(fn.params):
         n = p.name
@@ -297,8 +315,10 @@ def compile_one(name, dtype, cap, head_dim):
           f"spill {spills} {time.perf_counter() - t0:.1f}s", flush=True)
 
 NAMES = ["_msda_fwd", "_msda_bwd", "_dat_fwd", "_dat_bwd_dkdv", "_dat_bwd_dq"]
-jobs = [(n, torch.float16, cap, d) for cap in (75, 80, 90) for d in (32, 64) for n in NAMES]
-jobs += [(n, torch.float32, 80, 32) for n in NAMES] + [(n, torch.bfloat16, 75, 32) for n in NAMES]
+jobs = [(n, torch.float16, cap, d) for cap in (75, 80, 90) for d in (32, 64)
+        for n in NAMES]
+jobs += [(n, torch.float32, 80, 32) for n in NAMES]
+jobs += [(n, torch.bfloat16, 75, 32) for n in NAMES]
 # MSDA in float64 and at a head dim above one channel block (the loop over blocks)
 jobs += [(n, dt, 90, d) for n in NAMES[:2] for dt, d in ((torch.float64, 32),
                                                           (torch.float16, 1025))]
@@ -309,8 +329,8 @@ print("compiled", len(jobs))
 
 
 def test_kernels_compile_for_sm75_sm80_sm90_without_spills():
-    """Triton compiles for a GPU it does not have; the interpreter never runs the fp16/bf16
-    tensor-core paths, so this is what checks them on a CPU-only machine."""
+    """Triton compiles for a GPU it does not have; the interpreter never runs the
+    fp16/bf16 tensor-core paths, so this is what checks them on a CPU-only machine."""
     import os
     import subprocess
     import sys
@@ -328,7 +348,8 @@ def test_kernels_compile_for_sm75_sm80_sm90_without_spills():
     assert len(rows) == 44, out
     spilling = [r for r in rows if " spill -" not in r and " spill 0/0 " not in r]
     assert not spilling, "\n".join(spilling)
-    # shared memory per block within each target's opt-in maximum (CUDA programming guide)
+    # shared memory per block within each target's opt-in maximum (CUDA
+    # programming guide)
     limit = {"sm75": 64 * 1024, "sm80": 163 * 1024, "sm90": 227 * 1024}
     too_big = [r for r in rows if int(r.split()[5]) > limit[r.split()[1]]]
     assert not too_big, "\n".join(too_big)
@@ -351,11 +372,12 @@ def test_msda_level_check_sees_in_place_edits():
             kd.ms_deform_attn(value, sh, st, loc, w)
 
 
-# ------------------------------------------------------------------------------------------
-# Drop-in for Deformable DETR's MSDeformAttnFunction: its own test suite (models/ops/test.py),
-# float64 forward equality and gradcheck at its head dims. gradcheck uses fast_mode (one
-# random direction per input) so D_h = 3096 stays seconds under the interpreter.
-# ------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
+# Drop-in for Deformable DETR's MSDeformAttnFunction: its own test suite
+# (models/ops/test.py), float64 forward equality and gradcheck at its head dims.
+# gradcheck uses fast_mode (one random direction per input) so D_h = 3096 stays
+# seconds under the interpreter.
+# --------------------------------------------------------------------------------------
 
 
 def _detr_inputs(channels, seed):
@@ -373,7 +395,8 @@ def _detr_inputs(channels, seed):
 
 def test_detr_forward_equal_with_pytorch_double_and_float():
     value, shapes, starts, loc, w = _detr_inputs(2, 0)
-    ref = kd.ms_deform_attn_reference(value.double(), shapes, starts, loc.double(), w.double())
+    ref = kd.ms_deform_attn_reference(value.double(), shapes, starts, loc.double(),
+                                      w.double())
     out = kd.MSDeformAttnFunction.apply(value.double(), shapes, starts, loc.double(),
                                         w.double(), 2)
     assert out.dtype == torch.float64
@@ -385,27 +408,30 @@ def test_detr_forward_equal_with_pytorch_double_and_float():
 @pytest.mark.parametrize("channels", [30, 32, 64, 71, 1025, 2048, 3096])
 def test_detr_gradient_numerical(channels):
     value, shapes, starts, loc, w = _detr_inputs(channels, channels)
-    ins = (value.double().requires_grad_(), shapes, starts, loc.double().requires_grad_(),
-           w.double().requires_grad_(), 2)
+    ins = (value.double().requires_grad_(), shapes, starts,
+           loc.double().requires_grad_(), w.double().requires_grad_(), 2)
     assert torch.autograd.gradcheck(kd.MSDeformAttnFunction.apply, ins, fast_mode=True)
     ref = kd.ms_deform_attn_reference(*ins[:5])
     assert torch.allclose(kd.MSDeformAttnFunction.apply(*ins), ref)
 
 
 def test_msda_loops_over_channel_blocks(monkeypatch):
-    # item 14: head dims above one block (128 on a GPU) loop over channel blocks; forcing
-    # 16-channel blocks under the interpreter exercises that loop, ragged last block included
+    # item 14: head dims above one block (128 on a GPU) loop over channel blocks;
+    # forcing 16-channel blocks under the interpreter exercises that loop, ragged last
+    # block included
     monkeypatch.setattr(kd, "MSDA_INTERPRET_MAX_BLOCK_D", 16)
     monkeypatch.setattr(kd, "MSDA_MAX_BLOCK_D", 16)
     value, shapes, starts, loc, w = _detr_inputs(71, 1)
     ins = [value.double(), loc.double(), w.double()]
     grad = torch.randn(1, 2, 2 * 71, dtype=torch.float64)
-    ours = _run(lambda v, lc, ww: kd.ms_deform_attn(v, shapes, starts, lc, ww), ins, grad,
-                torch.float64)
-    ref = _run(lambda v, lc, ww: kd.ms_deform_attn_reference(v, shapes, starts, lc, ww), ins,
-               grad, torch.float64)
+    ours = _run(lambda v, lc, ww: kd.ms_deform_attn(v, shapes, starts, lc, ww),
+                ins, grad, torch.float64)
+    ref = _run(
+        lambda v, lc, ww: kd.ms_deform_attn_reference(v, shapes, starts, lc, ww),
+        ins, grad, torch.float64)
     for a, b in zip(ours, ref):
-        # float64, sums of at most L*P*4 = 16 terms per output: a few ulp of the magnitudes
+        # float64, sums of at most L*P*4 = 16 terms per output: a few ulp of
+        # the magnitudes
         assert torch.allclose(a, b, rtol=1e-12, atol=1e-14)
 
 
