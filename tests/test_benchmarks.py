@@ -21,13 +21,15 @@ def test_every_suite_follows_the_protocol(name):
     assert name in run.available_suites() and name in run.WEIGHTS
 
 
-@pytest.mark.skipif(runtime.HAS_CUDA and not runtime.INTERPRET, reason="CPU-only behaviour")
+@pytest.mark.skipif(runtime.HAS_CUDA and not runtime.INTERPRET,
+                    reason="CPU-only behaviour")
 def test_run_refuses_to_time_on_cpu(capsys):
     assert run.main(["--suite", "flash"]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(runtime.HAS_CUDA and not runtime.INTERPRET, reason="CPU-only behaviour")
+@pytest.mark.skipif(runtime.HAS_CUDA and not runtime.INTERPRET,
+                    reason="CPU-only behaviour")
 def test_time_fn_refuses_without_a_gpu():
     with pytest.raises(RuntimeError, match="CUDA"):
         bench.time_fn(lambda: None)
@@ -38,8 +40,10 @@ def test_results_round_trip_keeps_other_suites_and_provenance(tmp_path):
             "cuda": "c", "date": "2026-01-02T03:04:05+00:00"}
     path = tmp_path / "test-gpu-1.json"
     rec = bench.Record("flash", "attention", "triton", "fwd", "float16",
-                       {"B": 1, "H": 2, "N_q": 8, "N_k": 8, "d": 16, "causal": False}, ms=1.5)
-    bench.save_results("flash", [rec], [{"name": "x", "max_err": 0.0, "tol": 1.0, "ok": True}],
+                       {"B": 1, "H": 2, "N_q": 8, "N_k": 8, "d": 16, "causal": False},
+                       ms=1.5)
+    bench.save_results("flash", [rec],
+                       [{"name": "x", "max_err": 0.0, "tol": 1.0, "ok": True}],
                        path=path, provenance=prov)
     bench.save_results("hard", [], [], path=path, provenance=prov)
     data = json.loads(path.read_text())
@@ -48,7 +52,8 @@ def test_results_round_trip_keeps_other_suites_and_provenance(tmp_path):
     ((p, records),) = bench.suite_records([loaded], "flash")
     assert records[0]["ms"] == 1.5 and p["gpu"] == "Test GPU 1"
     assert bench.suite_records([loaded], "hard") == []  # no records: nothing to draw
-    assert "Test GPU 1" in bench.provenance_label(p) and "2026-01-02" in bench.provenance_label(p)
+    assert "Test GPU 1" in bench.provenance_label(p)
+    assert "2026-01-02" in bench.provenance_label(p)
 
 
 def test_no_results_means_an_empty_list(tmp_path):
@@ -80,21 +85,23 @@ def test_time_attention_times_every_case_on_cpu():
     timer = FakeTimer()
     impls = bench.attention_impls()
     assert set(impls) == {"triton", "naive", "sdpa"}
-    recs = bench.time_attention([16, 32], impls, d=16, causal=(False, True), dtype="float32",
-                                modes=("fwd", "fwd+bwd"), tokens=32, width=32, device="cpu",
-                                timer=timer, warmup=1, rep=2)
+    recs = bench.time_attention([16, 32], impls, d=16, causal=(False, True),
+                                dtype="float32", modes=("fwd", "fwd+bwd"), tokens=32,
+                                width=32, device="cpu", timer=timer, warmup=1, rep=2)
     assert len(recs) == 2 * 2 * 3 * 2 == len(timer.calls)  # N x causal x impl x mode
     assert timer.kw[0] == {"warmup": 1, "rep": 2}
     r = recs[0]
-    assert (r.suite, r.op, r.impl, r.mode, r.dtype) == ("live", "attention", "triton", "fwd",
-                                                         "float32")
+    assert (r.suite, r.op, r.impl, r.mode, r.dtype) == (
+        "live", "attention", "triton", "fwd", "float32")
     assert r.shape == {"B": 2, "H": 2, "N_q": 16, "N_k": 16, "d": 16, "causal": False}
     assert r.ms == 2.0 and r.peak_mem_bytes == 123 and r.error is None
-    assert r.tflops == pytest.approx(bench.attention_flops(2, 2, 16, 16, 16) / 2e-3 / 1e12)
+    assert r.tflops == pytest.approx(
+        bench.attention_flops(2, 2, 16, 16, 16) / 2e-3 / 1e12)
     bwd = [rec for rec in recs if rec.mode == "fwd+bwd" and rec.shape["causal"]]
     assert bwd[0].shape["N_q"] == 16  # causal halves the FLOPs; the backward adds 2.5x
     assert bwd[0].tflops == pytest.approx(3.5 * 0.5 * r.tflops)
-    # "fwd" returns the output, "fwd+bwd" the gradients of q, k and v; all implementations agree.
+    # "fwd" returns the output, "fwd+bwd" the gradients of q, k and v; all
+    # implementations agree.
     outs = {(rec.impl, rec.mode, rec.shape["N_q"], rec.shape["causal"]): out
             for rec, out in zip(recs, timer.calls)}
     for (_impl, mode, n, causal), out in outs.items():
@@ -121,11 +128,13 @@ def test_time_attention_records_oom_and_refusing_sdpa_and_names_other_errors():
     impls = {"big": oom, "sdpa-flash": refuses}
     recs = bench.time_attention([8], impls, d=8, dtype="float32", device="cpu",
                                 timer=FakeTimer())
-    assert [(r.impl, r.error) for r in recs] == [("big", "OOM"), ("sdpa-flash", "unsupported")]
-    assert "No available kernel" in recs[1].detail and "head dim <= 256" in recs[1].detail
+    assert [(r.impl, r.error) for r in recs] == [("big", "OOM"),
+                                                  ("sdpa-flash", "unsupported")]
+    assert "No available kernel" in recs[1].detail
+    assert "head dim <= 256" in recs[1].detail
     with pytest.raises(RuntimeError, match="broken fwd"):
-        bench.time_attention([8], {"broken": refuses}, d=8, dtype="float32", device="cpu",
-                             timer=FakeTimer())
+        bench.time_attention([8], {"broken": refuses}, d=8, dtype="float32",
+                             device="cpu", timer=FakeTimer())
 
 
 def test_time_attention_stops_at_the_deadline_and_logs():
@@ -158,13 +167,16 @@ def test_time_fn_is_the_default_timer_and_refuses_on_cpu():
 
 
 def test_live_or_recorded(tmp_path, monkeypatch):
-    prov = {"gpu": "Test GPU", "capability": [9, 0], "torch": "t", "triton": "tr", "cuda": "c",
-            "date": "2026-01-02"}
+    prov = {"gpu": "Test GPU", "capability": [9, 0], "torch": "t", "triton": "tr",
+            "cuda": "c", "date": "2026-01-02"}
     rec = bench.Record("flash", "attention", "triton", "fwd", "float16",
-                       {"B": 1, "H": 2, "N_q": 8, "N_k": 8, "d": 16, "causal": False}, ms=1.5)
+                       {"B": 1, "H": 2, "N_q": 8, "N_k": 8, "d": 16, "causal": False},
+                       ms=1.5)
     monkeypatch.setattr(runtime, "HAS_CUDA", False)
-    assert bench.live_or_recorded("flash", lambda: 1 / 0, tmp_path) == []  # nothing recorded
-    bench.save_results("flash", [rec], [], path=tmp_path / "test-gpu.json", provenance=prov)
+    # nothing recorded
+    assert bench.live_or_recorded("flash", lambda: 1 / 0, tmp_path) == []
+    bench.save_results("flash", [rec], [], path=tmp_path / "test-gpu.json",
+                       provenance=prov)
     ((label, rows),) = bench.live_or_recorded("flash", lambda: 1 / 0, tmp_path)
     assert label.startswith("recorded: Test GPU") and rows[0]["ms"] == 1.5
     monkeypatch.setattr(runtime, "HAS_CUDA", True)
@@ -197,7 +209,8 @@ def test_live_records_draw_with_the_book_plotter():
 def test_goal_shapes_are_the_issues():
     from benchmarks import suite_flash
 
-    assert suite_flash.GOAL == {"dtype": "bfloat16", "d": 128, "N": 16384, "B": 1, "H": 16}
+    assert suite_flash.GOAL == {
+        "dtype": "bfloat16", "d": 128, "N": 16384, "B": 1, "H": 16}
     assert suite_flash.GOAL_CASES == [("fwd", False), ("fwd", True), ("fwd+bwd", False),
                                       ("fwd+bwd", True)]
     assert suite_flash.TIMING["rep"] >= bench.MIN_REPS
@@ -238,18 +251,21 @@ def test_dry_run_proves_the_order_and_the_schema(tmp_path, capsys):
     assert [(r["mode"], r["shape"]["causal"], r["impl"]) for r in goal_recs] == [
         (m, c, i) for m, c in suite_flash.GOAL_CASES for i in impls]
     assert {r["dtype"] for r in goal_recs} == {suite_flash.DRY_GOAL["dtype"]}
-    for r in data["suites"]["hard"]["records"] + data["suites"]["deformable"]["records"]:
+    for r in (data["suites"]["hard"]["records"]
+              + data["suites"]["deformable"]["records"]):
         assert r["stage"] == "sweep" and r["stats"]["reps"] >= bench.MIN_REPS
     # every SDPA backend is a record: timed, or failed with its reason
     for r in goal_recs:
-        assert (r["ms"] is not None) != (r["error"] == "unsupported" and bool(r["detail"]))
+        assert (r["ms"] is not None) != (r["error"] == "unsupported"
+                                         and bool(r["detail"]))
     # the summary: causal and non-causal apart, the best SDPA that ran named
     rows = [s for s in flash["summary"] if s["stage"] == "goal"]
     assert [(s["mode"], s["causal"]) for s in rows] == suite_flash.GOAL_CASES
     for s in rows:
         assert s["speedup_vs_naive"] is not None and s["best_sdpa"] in s["sdpa_ms"]
         assert s["sdpa_ms"][s["best_sdpa"]] is not None
-        assert set(s["sdpa_failed"]) == {n for n, t in s["sdpa_ms"].items() if t is None}
+        assert set(s["sdpa_failed"]) == {n for n, t in s["sdpa_ms"].items()
+                                         if t is None}
     # provenance: every GPU field present, null only with its reason
     prov = flash["provenance"]
     assert all(k in prov for k in bench.GPU_FIELDS)
@@ -260,7 +276,8 @@ def test_dry_run_proves_the_order_and_the_schema(tmp_path, capsys):
 
 def _row(impl, ms, causal=False, mode="fwd", error=None):
     return bench.Record("flash", "attention", impl, mode, "bfloat16",
-                        {"B": 1, "H": 16, "N_q": 64, "N_k": 64, "d": 128, "causal": causal},
+                        {"B": 1, "H": 16, "N_q": 64, "N_k": 64, "d": 128,
+                         "causal": causal},
                         ms=ms, error=error, stage="goal").to_dict()
 
 
@@ -268,14 +285,15 @@ def test_summary_names_the_best_sdpa_and_keeps_causal_apart():
     rows = bench.summarize([
         _row("triton", 2.0), _row("naive", 3.0), _row("sdpa-flash", 1.8),
         _row("sdpa-cudnn", 1.5), _row("sdpa-efficient", None, error="unsupported"),
-        _row("triton", 1.0, True), _row("naive", 4.0, True), _row("sdpa-math", 9.0, True),
-        _row("triton", 9.0, mode="fwd+bwd")])
+        _row("triton", 1.0, True), _row("naive", 4.0, True),
+        _row("sdpa-math", 9.0, True), _row("triton", 9.0, mode="fwd+bwd")])
     nc, c, bwd = rows
-    assert (nc["best_sdpa"], nc["best_sdpa_ms"], nc["speedup_vs_naive"]) == ("sdpa-cudnn", 1.5,
-                                                                             1.5)
+    assert (nc["best_sdpa"], nc["best_sdpa_ms"], nc["speedup_vs_naive"]) == (
+        "sdpa-cudnn", 1.5, 1.5)
     assert nc["best_sdpa_vs_triton"] == pytest.approx(0.75)
     assert set(nc["sdpa_failed"]) == {"sdpa-efficient"}
-    assert (c["causal"], c["best_sdpa"], c["speedup_vs_naive"]) == (True, "sdpa-math", 4.0)
+    assert (c["causal"], c["best_sdpa"], c["speedup_vs_naive"]) == (
+        True, "sdpa-math", 4.0)
     assert bwd["best_sdpa"] is None and bwd["naive_ms"] is None
     assert bwd["speedup_vs_naive"] is None
 
