@@ -1,12 +1,13 @@
-"""The static site's explorers respond in the browser, offline, with the numbers Python computes.
+"""The static site's explorers respond in the browser, offline, with the numbers
+Python computes.
 
-Run after `make book`. Each built page is opened as a file in headless Chromium (Playwright
-drives the system's Chromium; no request may leave file://). Every control of every
-explorer is set to its first, last and an inside value through the page's own DOM events
-(chapter 2's explorer also at 20 random settings), and the data Vega drew (``view.data``)
-is compared with ``attention`` in Python. Screenshots of each explorer before and after a
-change, at 1400 px and 390 px, go to ``_build/screenshots/explorers/`` for a person to
-look at.
+Run after `make book`. Each built page is opened as a file in headless Chromium
+(Playwright drives the system's Chromium; no request may leave file://). Every control
+of every explorer is set to its first, last and an inside value through the page's own
+DOM events (chapter 2's explorer also at 20 random settings), and the data Vega drew
+(``view.data``) is compared with ``attention`` in Python. Screenshots of each explorer
+before and after a change, at 1400 px and 390 px, go to
+``_build/screenshots/explorers/`` for a person to look at.
 """
 
 import os
@@ -24,14 +25,16 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots" / "explorers"
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu",
+        "--disable-background-networking", "--disable-component-update",
+        "--disable-sync"]
 CHAPTER_PAGES = sorted((HTML / "chapters").glob("*.html"))
 MAX_PAGE_BYTES = 3 * 2**20
 DTYPES = list(plots.DTYPE_BYTES.items())
 
 # page, explorer kind
-EXPLORERS = [("intro.html", "teaser"), ("chapters/01_self_cross_attention.html", "naive"),
+EXPLORERS = [("intro.html", "teaser"),
+             ("chapters/01_self_cross_attention.html", "naive"),
              ("chapters/02_flash_attention.html", "tile"),
              ("chapters/03_soft_hard_attention.html", "temperature"),
              ("chapters/03_soft_hard_attention.html", "topk"),
@@ -60,7 +63,8 @@ def browser():
 
 
 class Page:
-    """One built page, opened offline at a given width; ``outside`` lists refused requests."""
+    """One built page, opened offline at a given width; ``outside`` lists
+    refused requests."""
 
     def __init__(self, browser, name: str, width: int = 1400, height: int = 1000):
         self.outside, self.errors = [], []
@@ -83,7 +87,8 @@ class Page:
 
     def _route(self, route):
         url = route.request.url
-        if url.startswith("file://") or url.startswith("data:") or url.startswith("blob:"):
+        if (url.startswith("file://") or url.startswith("data:")
+                or url.startswith("blob:")):
             route.continue_()
         else:
             self.outside.append(url)
@@ -91,7 +96,8 @@ class Page:
 
     def explorer_id(self, kind: str) -> str:
         ids = self.page.evaluate(
-            "k => Object.values(window.staticExplorers).filter(h => h.kind === k).map(h => h.id)",
+            "k => Object.values(window.staticExplorers)"
+            ".filter(h => h.kind === k).map(h => h.id)",
             kind)
         assert len(ids) == 1, f"{len(ids)} explorers of kind {kind}"
         return ids[0]
@@ -109,8 +115,8 @@ class Page:
                    if (input.checked !== value) input.click();
                  } else {
                    input.value = String(value);
-                   input.dispatchEvent(new Event(input.type === "range" ? "input" : "change",
-                                                 {bubbles: true}));
+                   input.dispatchEvent(new Event(
+                     input.type === "range" ? "input" : "change", {bubbles: true}));
                  }
                  await h.ready;
                  if (h.redraws === before) throw new Error("no redraw after " + name);
@@ -121,7 +127,8 @@ class Page:
         return self.page.evaluate(
             """([eid, name]) => { const i = document.getElementById(eid)
                  .querySelector(`[data-name="${name}"]`);
-                 return i.type === "checkbox" ? 2 : i.tagName === "SELECT" ? i.options.length
+                 return i.type === "checkbox" ? 2
+                   : i.tagName === "SELECT" ? i.options.length
                    : Number(i.max) + 1; }""", [eid, name])
 
     def data(self, eid: str, chart: str, name: str) -> list[dict]:
@@ -135,7 +142,8 @@ class Page:
 
     def readout(self, eid: str) -> str:
         return self.page.evaluate(
-            "eid => document.getElementById(eid).querySelector('.se-readout').textContent", eid)
+            "eid => document.getElementById(eid).querySelector('.se-readout')"
+            ".textContent", eid)
 
     def controls(self, eid: str) -> list[str]:
         return self.page.evaluate(
@@ -150,7 +158,8 @@ def _bars(rows) -> dict:
 
 
 def _expected_bars(results: dict, bpe: int) -> dict:
-    """{(group, tensor, kind): bytes} from attention Traffic results, as Traffic.bytes does."""
+    """{(group, tensor, kind): bytes} from attention Traffic results, as
+    Traffic.bytes does."""
     out = {}
     for group, t in results.items():
         for tensor, (r, w) in t.per_tensor.items():
@@ -195,8 +204,8 @@ def check_tile(pg: Page, eid: str) -> None:
             fits = True
         except ValueError:
             fits = False
-        line = re.search(rf"{a}: [^;]*; tiles need ([\d,]+) elements of SRAM: (fit|do NOT fit)",
-                         text)
+        line = re.search(rf"{a}: [^;]*; tiles need ([\d,]+) elements of SRAM: "
+                         r"(fit|do NOT fit)", text)
         assert line, (a, text)
         assert int(line.group(1).replace(",", "")) == memory.sram_need(a, N, d, br, bc)
         assert (line.group(2) == "fit") == fits
@@ -212,12 +221,14 @@ def check_tile(pg: Page, eid: str) -> None:
         comp = [e for e in ev if e.op == "compute"]
         if not comp:
             continue
-        quad = [e.tensor for e in ev if e.tensor in plots.QUADRATIC_TENSORS and e.op != "compute"]
+        quad = [e.tensor for e in ev
+                if e.tensor in plots.QUADRATIC_TENSORS and e.op != "compute"]
         block = comp[0].block
         cols = [block[1]] if len(block) > 1 else range(tc)
         for j in cols:
             want[(block[0], j)] = (quad[-1] if quad else "SRAM", k == step)
-    got = {(r["i"], r["j"]): (r["fill"], r["current"]) for r in pg.data(eid, "tiles", "tiles")}
+    got = {(r["i"], r["j"]): (r["fill"], r["current"])
+           for r in pg.data(eid, "tiles", "tiles")}
     assert got == want
     assert f"step {step + 1} of {t.steps}" in text
 
@@ -240,7 +251,8 @@ def check_naive(pg: Page, eid: str) -> None:
     assert _bars(pg.data(eid, "bars", "bars")) == want
     lines = {(r["x"], r["series"]): r["bytes"] for r in pg.data(eid, "lines", "lines")}
     for nn in static.NAIVE_N:
-        tt = memory.closed_form("standard", nn if s["self"] else m, d, Br=64, Bc=64, N_k=nn)
+        tt = memory.closed_form("standard", nn if s["self"] else m, d, Br=64, Bc=64,
+                                N_k=nn)
         assert lines[(nn, "total")] == tt.bytes(bpe)
         for k, (r, w) in tt.per_tensor.items():
             assert lines[(nn, k)] == (r + w) * bpe
@@ -260,15 +272,17 @@ def check_temperature(pg: Page, eid: str) -> None:
     np.testing.assert_allclose(got, y, atol=1e-5)
     row = pg.data(eid, "row", "row")
     np.testing.assert_allclose([r["y"] for r in row], y[s["row"]], atol=1e-5)
-    sample = int(np.argmax(np.array(cfg["scores"]) + np.array(cfg["noise"]), -1)[s["row"]])
+    noisy = np.array(cfg["scores"]) + np.array(cfg["noise"])
+    sample = int(np.argmax(noisy, -1)[s["row"]])
     assert pg.data(eid, "row", "sample") == [{"key": sample}]
 
 
 def check_topk(pg: Page, eid: str) -> None:
     s = pg.state(eid)
     N, d, k = static.TOPK_N[s["N"]], static.TOPK_D[s["d"]], static.TOPK_K[s["k"]]
-    res = {"soft": memory.closed_form("soft", N, d), "hard (argmax)": memory.closed_form(
-        "hard", N, d), f"top-k (k = {k})": memory.closed_form("topk", N, d, k=k)}
+    res = {"soft": memory.closed_form("soft", N, d),
+           "hard (argmax)": memory.closed_form("hard", N, d),
+           f"top-k (k = {k})": memory.closed_form("topk", N, d, k=k)}
     assert _bars(pg.data(eid, "bars", "bars")) == _expected_bars(res, 2)
     lines = {(r["x"], r["series"]): r["bytes"] for r in pg.data(eid, "lines", "lines")}
     for nn in static.TOPK_N:
@@ -284,19 +298,22 @@ def check_deformable(pg: Page, eid: str) -> None:
     def kw(alg, side):
         if alg == "msda":
             return dict(n_queries=side * side, d=d, n_levels=L, n_points=P)
-        return dict(height=side, width=side, d=d, **({"r": r} if alg.startswith("dat") else {}))
+        return dict(height=side, width=side, d=d,
+                    **({"r": r} if alg.startswith("dat") else {}))
 
     res = {name: memory.closed_form(alg, **kw(alg, side))
            for name, alg in static.DEFORM_ALGS.items()}
     assert _bars(pg.data(eid, "bars", "bars")) == _expected_bars(res, 2)
-    lines = {(r_["x"], r_["series"]): r_["bytes"] for r_ in pg.data(eid, "lines", "lines")}
+    lines = {(r_["x"], r_["series"]): r_["bytes"]
+             for r_ in pg.data(eid, "lines", "lines")}
     for name, alg in static.DEFORM_ALGS.items():
         for sd in static.DEFORM_SIDE:
             assert lines[(sd, name)] == memory.closed_form(alg, **kw(alg, sd)).bytes(2)
 
 
 CHECKS = {"tile": check_tile, "teaser": check_teaser, "naive": check_naive,
-          "temperature": check_temperature, "topk": check_topk, "deformable": check_deformable}
+          "temperature": check_temperature, "topk": check_topk,
+          "deformable": check_deformable}
 
 
 # ---------------------------------------------------------------------------------
@@ -304,7 +321,8 @@ CHECKS = {"tile": check_tile, "teaser": check_teaser, "naive": check_naive,
 # ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("page_name,kind", EXPLORERS, ids=[k for _, k in EXPLORERS])
+@pytest.mark.parametrize("page_name,kind", EXPLORERS,
+                         ids=[k for _, k in EXPLORERS])
 def test_explorer_matches_python(browser, page_name, kind):
     pg = Page(browser, page_name)
     try:
@@ -314,7 +332,8 @@ def test_explorer_matches_python(browser, page_name, kind):
         times = []
         for name in pg.controls(eid):
             n = pg.n_options(eid, name)
-            values = [False, True, False] if n == 2 and name == "self" else [0, n - 1, n // 2]
+            values = ([False, True, False] if n == 2 and name == "self"
+                      else [0, n - 1, n // 2])
             for v in values:
                 times.append(pg.set(eid, name, v))
                 check(pg, eid)
@@ -348,15 +367,18 @@ def test_controls_are_labelled_and_reachable_by_tab(browser):
     try:
         eid = pg.explorer_id("tile")
         info = pg.page.evaluate(
-            """eid => [...document.getElementById(eid).querySelectorAll('input, select')]
+            """eid => [...document.getElementById(eid)
+                 .querySelectorAll('input, select')]
                  .map(i => ({name: i.dataset.name, label: !!document.querySelector(
                    `label[for="${i.id}"]`), tab: i.tabIndex,
-                   right: i.getBoundingClientRect().right, w: i.getBoundingClientRect().width}))""",
+                   right: i.getBoundingClientRect().right,
+                   w: i.getBoundingClientRect().width}))""",
             eid)
         assert len(info) == 8
         for i in info:
             assert i["label"] and i["tab"] >= 0, i
-            assert 0 < i["right"] <= 390 and i["w"] >= 40, i  # on screen, wide enough to use
+            # on screen, wide enough to use
+            assert 0 < i["right"] <= 390 and i["w"] >= 40, i
         # Tab walks through the controls in order.
         pg.page.locator(f"#{eid} [data-name=N]").focus()
         seen = []
@@ -376,16 +398,20 @@ def test_controls_are_labelled_and_reachable_by_tab(browser):
 
 
 CHANGES = {"teaser": [("N", 8)], "naive": [("self", False), ("m", 2), ("n", 3)],
-           "tile": [("Br", 0), ("Bc", 1), ("step", 40)], "temperature": [("tau", 10), ("row", 3)],
+           "tile": [("Br", 0), ("Bc", 1), ("step", 40)],
+           "temperature": [("tau", 10), ("row", 3)],
            "topk": [("k", 8)], "deformable": [("r", 1), ("P", 15)]}
 
 
 @pytest.mark.parametrize("width", [1400, 390])
-@pytest.mark.parametrize("page_name,kind", EXPLORERS, ids=[k for _, k in EXPLORERS])
+@pytest.mark.parametrize("page_name,kind", EXPLORERS,
+                         ids=[k for _, k in EXPLORERS])
 def test_screenshots(browser, page_name, kind, width):
-    """Screenshots of each explorer before and after a change, for a person to look at."""
+    """Screenshots of each explorer before and after a change, for a person to
+    look at."""
     SHOTS.mkdir(parents=True, exist_ok=True)
-    pg = Page(browser, page_name, width=width, height=2400)  # the whole explorer in view
+    # the whole explorer in view
+    pg = Page(browser, page_name, width=width, height=2400)
     try:
         eid = pg.explorer_id(kind)
         root = pg.page.locator(f"#{eid}")
@@ -398,7 +424,8 @@ def test_screenshots(browser, page_name, kind, width):
         root.screenshot(path=str(after))
         assert before.stat().st_size > 5_000 and after.stat().st_size > 5_000
         box = root.bounding_box()
-        assert box["width"] <= width, f"the explorer is wider ({box['width']}) than the page"
+        assert box["width"] <= width, (
+            f"the explorer is wider ({box['width']}) than the page")
         assert not pg.outside
     finally:
         pg.close()
@@ -407,10 +434,12 @@ def test_screenshots(browser, page_name, kind, width):
 @pytest.mark.parametrize("page", CHAPTER_PAGES, ids=lambda p: p.name)
 def test_chapter_page_has_no_widget_noise_and_is_small(page):
     text = page.read_text(encoding="utf-8")
-    assert page.stat().st_size < MAX_PAGE_BYTES, f"{page.name}: {page.stat().st_size} bytes"
+    assert page.stat().st_size < MAX_PAGE_BYTES, (
+        f"{page.name}: {page.stat().st_size} bytes")
     assert "application/vnd.jupyter.widget-view+json" not in text
     assert "application/vnd.jupyter.widget-state+json" not in text
-    assert not re.search(r"\d+%\|[█▏▎▍▌▋▊▉ ]*\| *\d+/\d+", text), "a tqdm bar is on the page"
+    assert not re.search(r"\d+%\|[█▏▎▍▌▋▊▉ ]*\| *\d+/\d+", text), (
+        "a tqdm bar is on the page")
     assert "static-explorer" in text, "no static explorer on the page"
 
 
@@ -421,4 +450,5 @@ def test_vega_is_vendored_not_fetched():
         text = page.read_text(encoding="utf-8")
         srcs = re.findall(r'<script[^>]+src="([^"]+)"', text)
         assert any(s.split("?")[0].endswith(static.BUNDLE) for s in srcs), page.name
-        assert not [s for s in srcs if s.startswith(("http:", "https:", "//"))], (page.name, srcs)
+        assert not [s for s in srcs if s.startswith(("http:", "https:", "//"))], (
+            page.name, srcs)
