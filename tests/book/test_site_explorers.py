@@ -4,7 +4,7 @@ Python computes.
 Run after `make book`. Each built page is opened as a file in headless Chromium
 (Playwright drives the system's Chromium; no request may leave file://). Every control
 of every explorer is set to its first, last and an inside value through the page's own
-DOM events (chapter 2's explorer also at 20 random settings), and the data Vega drew
+DOM events (chapter 2's explorer also at 24 random settings), and the data Vega drew
 (``view.data``) is compared with ``attention`` in Python. Screenshots of each explorer
 before and after a change, at 1400 px and 390 px, go to
 ``_build/screenshots/explorers/`` for a person to look at.
