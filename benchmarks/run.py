@@ -192,29 +192,13 @@ def main(argv=None) -> int:
     for name in timed:
         for row in bench.summarize(records[name]):
             if row["stage"] == "goal":
-                print(_headline(row), flush=True)
+                print(bench.summary_line(row), flush=True)
     print(f"results: {path}", flush=True)
     if os.environ.get("OUT") and not dry:
         out = pathlib.Path(os.environ["OUT"])
         out.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, out / path.name)
     return status
-
-
-def _headline(row: dict) -> str:
-    def f(x, spec=".3f"):
-        return "n/a" if x is None else format(x, spec)
-
-    sh = row["shape"]
-    return (f"goal {row['mode']} {'causal' if row['causal'] else 'non-causal'} "
-            f"{row['dtype']} N={sh.get('N_q')} d={sh.get('d')}: "
-            f"triton {f(row['triton_ms'])} ms, "
-            f"best SDPA {row['best_sdpa'] or 'none ran'} {f(row['best_sdpa_ms'])} ms "
-            f"(best SDPA / triton {f(row['best_sdpa_vs_triton'], '.2f')}), naive "
-            f"{f(row['naive_ms'])} ms "
-            f"(speed-up vs naive {f(row['speedup_vs_naive'], '.2f')}x)"
-            + (f"; SDPA failed: {', '.join(row['sdpa_failed'])}"
-               if row["sdpa_failed"] else ""))
 
 
 if __name__ == "__main__":

@@ -524,5 +524,6 @@ from .results import (  # noqa: E402, F401  (re-exported: kernels.bench.<name>)
     save_results,
     suite_records,
     summarize,
+    summary_line,
     validate_results,
 )

@@ -3,7 +3,7 @@ on a CPU.
 
     python -m kernels.compile_check          # every kernel, config, head dim, dtype,
                                              # causal flag
-    python -m kernels.compile_check --quick  # the subset `make test` runs (see QUICK)
+    python -m kernels.compile_check --quick  # the recorded peaks (make test)
 
 `make compile-check` runs the full matrix (896 compilations, about 20 minutes on one
 core with an empty Triton cache) and records in ``kernels/compile_peaks.json`` the
@@ -32,7 +32,7 @@ The argument signature (pointer dtypes, which integers are divisible by 16, whic
 equal 1) is derived with Triton's own specialisation rule from a representative launch
 on contiguous (B, H=16, N, d) tensors. The full run compiles each config twice:
 N = 4096 (the aligned fast path, EVEN_M and EVEN_N: no masks) and N = 4000 (the ragged
-variant, whose masks cost registers); ``--quick`` compiles only the ragged variant.
+variant, whose masks cost registers); ``--quick`` compiles the recorded peaks.
 
 Exits 1 if any config exceeds its target's shared memory, spills, or fails to compile.
 Runs with ``TRITON_INTERPRET`` unset: it sets the variable to 0 before importing
@@ -77,13 +77,6 @@ KERNEL_FNS = {"fwd": "_attn_fwd", "preprocess": "_attn_bwd_preprocess",
 HEAD_DIMS = (64, 80, 128, 256)  # 80: the padded, masked head-dim path (BLOCK_D = 128)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
-#: What ``--quick`` compiles when no peaks file is recorded: every kernel on every
-#: target at the heaviest code path (causal, ragged N = 4000: every mask on) at head
-#: dims 128 and 256, plus the sm_75 bf16 upcast and the fp32 (CUDA-core) tables on
-#: sm_80/89/90.
-QUICK = {"head_dims": (128, 256), "dtypes": (torch.float16,), "causal": (True,),
-         "extra": [("sm75", 128, torch.bfloat16), ("sm80", 128, torch.float32),
-                   ("sm89", 128, torch.float32), ("sm90", 128, torch.float32)]}
 PTXAS = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
 
 
@@ -296,15 +289,13 @@ def plan(quick: bool, targets=None, kernels=None) -> list[tuple]:
     """Every (kernel, target, head_dim, dtype, causal, config, n_ctx) to compile."""
     targets = targets or list(flash.ARCHS)
     kernels = kernels or list(KERNELS)
-    if quick and (jobs := _recorded_peaks(targets, kernels)) is not None:
+    if quick:  # the recorded peaks, nothing else
+        jobs = _recorded_peaks(targets, kernels)
+        if jobs is None:
+            raise SystemExit(f"no {PEAKS_FILE.name}: run `make compile-check` first")
         return jobs
-    if quick:
-        cases = [(t, d, dt, c) for t in targets for d in QUICK["head_dims"]
-                 for dt in QUICK["dtypes"] for c in QUICK["causal"]]
-        cases += [(t, d, dt, True) for t, d, dt in QUICK["extra"] if t in targets]
-    else:
-        cases = [(t, d, dt, c) for t in targets for d in HEAD_DIMS for dt in DTYPES
-                 for c in (False, True)]
+    cases = [(t, d, dt, c) for t in targets for d in HEAD_DIMS for dt in DTYPES
+             for c in (False, True)]
     jobs = []
     for t, d, dt, c in cases:
         for k in kernels:
@@ -313,7 +304,7 @@ def plan(quick: bool, targets=None, kernels=None) -> list[tuple]:
                 if any(j[:4] == (k, t, d, dt) for j in jobs):
                     continue
             for cfg in shipped(k, t, d, dt):
-                for n_ctx in ((4000,) if quick else (4096, 4000)):
+                for n_ctx in (4096, 4000):
                     jobs.append((k, t, d, dt, c, cfg, n_ctx))
     return jobs
 
@@ -466,7 +457,7 @@ def format_report(rep: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--quick", action="store_true",
-                    help="the representative subset (see QUICK)")
+                    help="the recorded peaks (kernels/compile_peaks.json)")
     ap.add_argument("--target", action="append", choices=list(flash.ARCHS))
     ap.add_argument("--kernel", action="append", choices=list(KERNELS))
     ap.add_argument("--report", action="store_true",

@@ -173,6 +173,21 @@ def summarize(records: Iterable) -> list[dict]:
 # ---------------------------------------------------------------------------------
 
 
+def summary_line(row: dict) -> str:
+    """One ``summarize`` row (a goal shape) as a line of text."""
+    def f(x, spec=".3f"):
+        return "n/a" if x is None else format(x, spec)
+
+    sh = row["shape"]
+    return (f"goal {row['mode']} {'causal' if row['causal'] else 'non-causal'} "
+            f"{row['dtype']} N={sh.get('N_q')} d={sh.get('d')}: "
+            f"triton {f(row['triton_ms'])} ms, "
+            f"best SDPA {row['best_sdpa'] or 'none ran'} {f(row['best_sdpa_ms'])} ms "
+            f"(best SDPA / triton {f(row['best_sdpa_vs_triton'], '.2f')}), naive "
+            f"{f(row['naive_ms'])} ms "
+            f"(speed-up vs naive {f(row['speedup_vs_naive'], '.2f')}x)")
+
+
 def save_results(suite: str, records: list[Record], correctness: list[dict],
                  path: pathlib.Path | None = None, provenance: dict | None = None,
                  extra: dict | None = None, top: dict | None = None) -> pathlib.Path:

@@ -26,6 +26,7 @@ from kernels.bench import (  # noqa: E402
     provenance_label,
     suite_records,
     summarize,
+    summary_line,
 )
 
 OUT_DIR = ROOT / "figures"
@@ -80,20 +81,6 @@ def draw(prov: dict, records: list[dict],
     return paths
 
 
-def goal_line(row: dict) -> str:
-    """One goal shape's summary as a line of text."""
-    def f(x, spec=".3f"):
-        return "n/a" if x is None else format(x, spec)
-
-    sh = row["shape"]
-    return (f"goal {row['mode']} {'causal' if row['causal'] else 'non-causal'} "
-            f"{row['dtype']} N={sh.get('N_q')} d={sh.get('d')}: "
-            f"triton {f(row['triton_ms'])} ms, best SDPA "
-            f"{row['best_sdpa'] or 'none ran'} {f(row['best_sdpa_ms'])} ms, naive "
-            f"{f(row['naive_ms'])} ms "
-            f"(speed-up vs naive {f(row['speedup_vs_naive'], '.2f')}x)")
-
-
 def main() -> int:
     found = suite_records(load_results(), "flash")
     if not found:
@@ -104,7 +91,7 @@ def main() -> int:
     for prov, records in found:
         for row in summarize(records):
             if row["stage"] == "goal":
-                print(goal_line(row))
+                print(summary_line(row))
         for path in draw(prov, records):
             print(f"wrote {path.relative_to(ROOT)}")
     return 0
