@@ -10,6 +10,7 @@ in float16, non-causal, B = 2, H = 16, d in {64, 128}, N = N_q = N_k from 1k to 
 * op "flash":       the book's ``flash_attention`` forward on the same shape
   (the yardstick)
 
+The timing is ``kernels.bench.time_hard``, the path chapter 3's timing cell takes too.
 Targets (stated in the chapter, checked against these records, never assumed): hard
 >= 1.5x faster than the flash forward and >= 20x faster than naive at N = 8k; top-k
 (k <= 64) at most 2x the flash forward's time. Designed for ~1.5 minutes on an H200.
@@ -18,24 +19,17 @@ Targets (stated in the chapter, checked against these records, never assumed): h
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 import torch
 
 from kernels import bench, runtime
-from kernels.flash import flash_attention
+from kernels.bench_hard import NAIVE_MAX_BYTES, time_hard
 from kernels.hard import hard_attention, topk_attention
-from kernels.naive import (
-    naive_hard_attention,
-    naive_topk_attention,
-    reference_attention,
-)
+from kernels.naive import naive_topk_attention, reference_attention
 
 SUITE = "hard"
 B, H = 2, 16
-# skip naive shapes whose S (+ top-k copies) would exceed this
-NAIVE_MAX_BYTES = 40 * 2**30
 
 
 def _inputs(N, d, dtype=torch.float16, seed=0, N_k=None, heads=H):
@@ -106,58 +100,21 @@ def check(dry: bool = False) -> list[dict]:
     return out
 
 
-def _record(op, impl, N, d, extra=None, heads=H):
-    shape = {"B": B, "H": heads, "N": N, "d": d, "causal": False, **(extra or {})}
-    return bench.Record(suite=SUITE, op=op, impl=impl, mode="fwd", dtype="float16",
-                        shape=shape, stage="sweep")
-
-
-def _cases(q, k, v, qk, naive_ok, topks=(16, 64)):
-    """(op, impl, fn, FLOPs, extra shape keys) for one input shape."""
-    cases = [
-        ("flash", "triton", lambda: flash_attention(q, k, v), 2 * qk, None),
-        ("hard", "triton", lambda: hard_attention(q, k, v), qk, None),
-        ("hard-sample", "triton", lambda: hard_attention(q, k, v, sample=True, seed=1),
-         qk, None),
-        *((f"topk{t}", "triton", lambda t=t: topk_attention(q, k, v, t), qk,
-           {"topk": t}) for t in topks),
-    ]
-    if naive_ok:
-        cases += [
-            ("hard", "naive", lambda: naive_hard_attention(q, k, v), qk, None),
-            *((f"topk{t}", "naive", lambda t=t: naive_topk_attention(q, k, v, t), qk,
-               {"topk": t}) for t in topks),
-        ]
-    return cases
-
-
 def run(quick: bool = False, deadline: float = float("inf"), timer=None,
         dry: bool = False) -> list[bench.Record]:
-    """Time every (op, impl) at each (d, N); stops cleanly at ``deadline``. ``timer``:
-    ``kernels.bench.time_fn`` unless given; ``dry``: tiny shapes (the interpreter)."""
+    """Time every (op, impl) at each (d, N) through ``kernels.bench.time_hard``; stops
+    cleanly at ``deadline``. ``timer``: ``kernels.bench.time_fn`` unless given; ``dry``:
+    tiny shapes (the interpreter)."""
     ns = [32] if dry else [1024, 4096] if quick else [1024, 2048, 4096, 8192, 16384]
     ds = [16] if dry else [64] if quick else [64, 128]
     heads, topks = (2, (2, 4)) if dry else (H, (16, 64))
-    records: list[bench.Record] = []
-    timing = {"warmup": 10, "rep": 40, "timer": timer}
-    for d in ds:
-        for N in ns:
-            if time.monotonic() > deadline:
-                return records
-            q, k, v = _inputs(N, d, heads=heads)
-            qk = 2.0 * B * heads * N * N * d  # FLOPs of S = q k^T
-            s_bytes = B * heads * N * N * 2
-            naive_ok = s_bytes * 3 <= NAIVE_MAX_BYTES
-            cases = _cases(q, k, v, qk, naive_ok, topks)
-            for op, impl, fn, flops, extra in cases:
-                if time.monotonic() > deadline:
-                    return records
-                with torch.no_grad():
-                    rec = bench.measure(_record(op, impl, N, d, extra, heads), fn,
-                                        flops=flops, **timing)
-                records.append(rec)
-                ms = f"{rec.ms:.3f} ms" if rec.ms is not None else rec.error
-                print(f"[{SUITE}] d={d} N={N} {op:12s} {impl:7s} {ms}", flush=True)
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-    return records
+
+    def log(rec):
+        ms = f"{rec.ms:.3f} ms" if rec.ms is not None else rec.error
+        print(f"[{SUITE}] d={rec.shape['d']} N={rec.shape['N']} {rec.op:12s} "
+              f"{rec.impl:7s} {ms}", flush=True)
+
+    return time_hard(ns, ds, batch=B, heads=heads, topks=topks, dtype="float16",
+                     naive_max_bytes=NAIVE_MAX_BYTES, suite=SUITE, stage="sweep",
+                     device=runtime.DEVICE, timer=timer, deadline=deadline, log=log,
+                     warmup=10, rep=40)

@@ -11,6 +11,8 @@ IQR). ``FakeTimer`` stands in for it on a CPU (``benchmarks/run.py --dry-run``).
 attention implementations over sequence lengths (each SDPA backend on its own with
 ``attention_impls(sdpa_backends=True)``; a backend that refuses is recorded with its
 reasons) and ``time_tiles`` the forward kernel over BLOCK_M x BLOCK_N;
+``time_hard`` (``kernels.bench_hard``) and ``time_deformable``
+(``kernels.bench_deformable``) time the chapter 3 and 4 kernels, reachable here too;
 ``live_or_recorded`` is what a chapter's timing cell draws: live rows on a GPU, recorded
 ones elsewhere. ``gpu_provenance`` adds the GPU's state (SM count, clocks, power limit,
 MIG mode, driver) to ``runtime.describe()``; ``summarize`` names the best SDPA backend
@@ -527,3 +529,17 @@ from .results import (  # noqa: E402, F401  (re-exported: kernels.bench.<name>)
     summary_line,
     validate_results,
 )
+
+#: The other mechanisms' timings, each in its own module, reachable here
+#: (``bench.time_hard``): loaded on first use, since they import their kernels.
+_ELSEWHERE = {"time_hard": "bench_hard", "time_msda": "bench_deformable",
+              "time_dat": "bench_deformable", "time_deformable": "bench_deformable"}
+
+
+def __getattr__(name: str):
+    if name in _ELSEWHERE:
+        import importlib
+
+        module = importlib.import_module(f".{_ELSEWHERE[name]}", __package__)
+        return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,199 @@
+"""Timing of the deformable kernels: chapter 4's timing cell and
+``benchmarks/suite_deformable.py`` both measure through ``time_deformable`` (re-exported
+as ``kernels.bench.time_deformable``), which is ``time_msda`` then ``time_dat``.
+
+* op "msda": ``kernels.deformable.ms_deform_attn`` (impl "triton") against Deformable
+  DETR's ``ms_deform_attn_core_pytorch`` (impl "naive": one grid_sample per level, then
+  a weighted sum), at Deformable DETR's shapes by default: d_model 256, 8 heads
+  (D_h = 32), 4 levels of a ~800 x 1200 image at strides 8..64, 4 points, batch 2.
+  Shape ``{"B", "L_q", "H", "D_h", "levels", "S", "P"}``.
+* op "dat": the fused ``deformable_attention`` (impl "triton") against
+  "grid_sample+flash" (grid_sample of the K and V maps, then ``kernels.flash``),
+  "grid_sample+sdpa" and "naive" (grid_sample, then S and P materialised), at the
+  shapes of ``DAT_SHAPES``.
+  Shape ``{"name", "B", "H", "G", "N_q", "H_f", "W_f", "N_s", "d", "r"}``.
+
+Each in mode "fwd" (no autograd graph) and "fwd+bwd" (forward, then backward of ones).
+``msda_inputs`` and ``dat_inputs`` also feed the suite's correctness checks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+
+import torch
+import torch.nn.functional as F
+
+from . import deformable as kd
+from . import runtime
+from .bench import Record, _torch_dtype, measure
+
+# Deformable DETR: levels at strides 8, 16, 32, 64 of an ~800 x 1200 image.
+MSDA_LEVELS = [[100, 150], [50, 75], [25, 38], [13, 19]]
+MSDA_HEADS, MSDA_HEAD_DIM, MSDA_POINTS, MSDA_BATCH = 8, 32, 4, 2
+MSDA_QUERIES = [300, 10_000]
+
+# (name, B, H, G, map H_f, map W_f, d, r): every map position is a query;
+# N_s = (H_f/r)(W_f/r)
+DAT_SHAPES = [
+    ("imagenet-28x28", 32, 6, 3, 28, 28, 32, 4),
+    ("detection-50x84", 2, 12, 6, 50, 84, 32, 4),
+]
+
+
+def msda_inputs(b, l_q, levels, dtype, seed=0, grad=False, lo=-0.1, hi=1.1):
+    """value (b, S, H, D_h), sampling locations (b, L_q, H, L, P, 2) in [lo, hi) and
+    weights (b, L_q, H, L, P) summing to 1 over L x P, in ``dtype``; the levels' shapes
+    and start offsets (int64)."""
+    g = torch.Generator(device=runtime.DEVICE).manual_seed(seed)
+    shapes = torch.tensor(levels, dtype=torch.int64, device=runtime.DEVICE)
+    areas = shapes[:, 0] * shapes[:, 1]
+    starts = torch.cat([areas.new_zeros(1), areas.cumsum(0)[:-1]])
+    s, n_l = int(areas.sum()), len(levels)
+    value = torch.randn(b, s, MSDA_HEADS, MSDA_HEAD_DIM, generator=g,
+                        device=runtime.DEVICE)
+    loc = lo + (hi - lo) * torch.rand(b, l_q, MSDA_HEADS, n_l, MSDA_POINTS, 2,
+                                      generator=g, device=runtime.DEVICE)
+    w = torch.rand(b, l_q, MSDA_HEADS, n_l, MSDA_POINTS, generator=g,
+                   device=runtime.DEVICE)
+    w = w / w.sum((-1, -2), keepdim=True)
+    tensors = [t.to(dtype).requires_grad_(grad) for t in (value, loc, w)]
+    return tensors, shapes, starts
+
+
+def dat_inputs(b, n_h, g_, h_f, w_f, d, r, dtype, seed=0, grad=False, spread=1.1):
+    """q (b, H, H_f W_f, d), key and value maps (b, H, H_f, W_f, d) and points
+    (b, G, N_s, 2) in [-spread, spread), in ``dtype``."""
+    g = torch.Generator(device=runtime.DEVICE).manual_seed(seed)
+    n_s = (h_f // r) * (w_f // r)
+    q = torch.randn(b, n_h, h_f * w_f, d, generator=g, device=runtime.DEVICE)
+    km = torch.randn(b, n_h, h_f, w_f, d, generator=g, device=runtime.DEVICE)
+    vm = torch.randn(b, n_h, h_f, w_f, d, generator=g, device=runtime.DEVICE)
+    u = torch.rand(b, g_, n_s, 2, generator=g, device=runtime.DEVICE)
+    pts = (2 * u - 1) * spread
+    return [t.to(dtype).requires_grad_(grad) for t in (q, km, vm, pts)]
+
+
+def _step(fn, tensors, mode: str) -> Callable[[], None]:
+    """One forward without an autograd graph, or one forward and its backward."""
+    if mode == "fwd":
+        def step():
+            with torch.no_grad():
+                fn(*tensors)
+        return step
+    do = torch.ones_like(fn(*tensors))
+
+    def fwd_bwd():
+        for t in tensors:
+            t.grad = None
+        fn(*tensors).backward(do)
+    return fwd_bwd
+
+
+def _grid_sample_then(attn):
+    def fn(q, km, vm, pts):
+        k, v = kd.sample_maps(km, vm, pts, align_corners=True)  # (B, H, N_s, d)
+        return attn(q, k, v)
+    return fn
+
+
+def dat_impls() -> dict[str, Callable]:
+    """The fused DAT kernel and its baselines, each ``fn(q, k_map, v_map, points)``."""
+    impls = {"triton": lambda q, km, vm, p: kd.deformable_attention(q, km, vm, p),
+             "grid_sample+sdpa": _grid_sample_then(F.scaled_dot_product_attention),
+             "naive": kd.deformable_attention_reference}
+    try:
+        from .flash import flash_attention
+    except ImportError:  # the flash chapter's kernel is not in this checkout
+        return impls
+    impls["grid_sample+flash"] = _grid_sample_then(flash_attention)
+    return impls
+
+
+def _past(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() > deadline
+
+
+def time_msda(queries: Iterable[int] = MSDA_QUERIES, *, levels=MSDA_LEVELS,
+              dtypes: Iterable = ("float16",),
+              modes: Iterable[str] = ("fwd", "fwd+bwd"), suite: str = "live",
+              stage: str | None = None,
+              timer: Callable[..., dict] | None = None, deadline: float | None = None,
+              log: Callable[[Record], None] | None = None, **timing) -> list[Record]:
+    """MSDA, triton against naive, at each (dtype, L_q in ``queries``, mode). The naive
+    version gets ``spatial_shapes`` on the host, so it never synchronises with the GPU
+    per call (it reads them with ``.tolist()``); the Triton wrapper validates them on
+    the host each call, and the record's ``stats["host_sync"]`` says so."""
+    records: list[Record] = []
+    for dtype in dtypes:
+        dt, dt_name = _torch_dtype(dtype)
+        for l_q in queries:
+            for mode in modes:
+                for impl, fn in (("triton", kd.ms_deform_attn),
+                                 ("naive", kd.ms_deform_attn_reference)):
+                    if _past(deadline):
+                        return records
+                    tensors, shapes, starts = msda_inputs(MSDA_BATCH, l_q, levels, dt,
+                                                          grad=mode != "fwd")
+                    if impl == "naive":  # shapes on the host: no copy per call
+                        shapes, starts = shapes.cpu(), starts.cpu()
+                    call = lambda v, lc, w, f=fn, sh=shapes, st=starts: f(  # noqa: E731
+                        v, sh, st, lc, w)
+                    shape = {"B": MSDA_BATCH, "L_q": l_q, "H": MSDA_HEADS,
+                             "D_h": MSDA_HEAD_DIM, "levels": levels,
+                             "S": int(sum(h * w for h, w in levels)), "P": MSDA_POINTS}
+                    rec = Record(suite, "msda", impl, mode, dt_name, shape, stage=stage)
+                    records.append(measure(rec, _step(call, tensors, mode), timer=timer,
+                                           **timing))
+                    if log is not None:
+                        log(rec)
+    return records
+
+
+def time_dat(shapes: Iterable = DAT_SHAPES, *, dtypes: Iterable = ("float16",),
+             modes: Iterable[str] = ("fwd", "fwd+bwd"), impls: dict | None = None,
+             suite: str = "live", stage: str | None = None,
+             timer: Callable[..., dict] | None = None, deadline: float | None = None,
+             log: Callable[[Record], None] | None = None, **timing) -> list[Record]:
+    """Fused DAT against its baselines (``dat_impls()`` unless ``impls``) at each
+    (dtype, shape, mode). A shape is a ``DAT_SHAPES`` tuple or the name of one."""
+    named = {s[0]: s for s in DAT_SHAPES}
+    impls = dat_impls() if impls is None else impls
+    records: list[Record] = []
+    for dtype in dtypes:
+        dt, dt_name = _torch_dtype(dtype)
+        for s in shapes:
+            name, b, n_h, g_, h_f, w_f, d, r = named[s] if isinstance(s, str) else s
+            n_s = (h_f // r) * (w_f // r)
+            shape = {"name": name, "B": b, "H": n_h, "G": g_, "N_q": h_f * w_f,
+                     "H_f": h_f, "W_f": w_f, "N_s": n_s, "d": d, "r": r}
+            flops = 4 * b * n_h * h_f * w_f * n_s * d  # QK^T and PV
+            for mode in modes:
+                for impl, fn in impls.items():
+                    if _past(deadline):
+                        return records
+                    tensors = dat_inputs(b, n_h, g_, h_f, w_f, d, r, dt,
+                                         grad=mode != "fwd")
+                    rec = Record(suite, "dat", impl, mode, dt_name, dict(shape),
+                                 stage=stage)
+                    records.append(measure(rec, _step(fn, tensors, mode), timer=timer,
+                                           flops=flops * (1 if mode == "fwd" else 3.5),
+                                           **timing))
+                    if log is not None:
+                        log(rec)
+    return records
+
+
+def time_deformable(queries: Iterable[int] = MSDA_QUERIES,
+                    dat_shapes: Iterable = DAT_SHAPES, *, levels=MSDA_LEVELS,
+                    dtypes: Iterable = ("float16",), suite: str = "live",
+                    deadline: float | None = None, **kw) -> list[Record]:
+    """``time_msda(queries)``, then ``time_dat(dat_shapes)``, one list of Records;
+    both stop at ``deadline``. ``kw`` (modes, stage, timer, log, warmup, rep) goes to
+    both."""
+    dtypes = list(dtypes)
+    msda = time_msda(queries, levels=levels, dtypes=dtypes, suite=suite,
+                     deadline=deadline, **kw)
+    return msda + time_dat(dat_shapes, dtypes=dtypes, suite=suite, deadline=deadline,
+                           **kw)

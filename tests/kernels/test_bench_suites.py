@@ -1,0 +1,94 @@
+"""kernels.bench_hard and kernels.bench_deformable: the timing that chapters 3 and 4 and
+their benchmark suites share, run on the CPU (Triton interpreter) with a fake timer that
+calls each function once and reports a fixed time."""
+
+import pytest
+import torch
+
+from kernels import bench, bench_deformable, bench_hard, runtime
+
+
+def test_bench_reaches_the_per_mechanism_timings():
+    assert bench.time_hard is bench_hard.time_hard
+    assert bench.time_deformable is bench_deformable.time_deformable
+    with pytest.raises(AttributeError):
+        bench.time_nothing  # noqa: B018
+
+
+def test_time_hard_times_every_case_in_the_suite_schema():
+    timer, seen = bench.FakeTimer(), []
+    recs = bench_hard.time_hard([16, 32], (16,), batch=1, heads=2, topks=(2, 4),
+                                suite="hard", stage="sweep", timer=timer,
+                                log=seen.append)
+    per_n = [("flash", "triton"), ("hard", "triton"), ("hard-sample", "triton"),
+             ("topk2", "triton"), ("topk4", "triton"), ("hard", "naive"),
+             ("topk2", "naive"), ("topk4", "naive")]
+    assert [(r.op, r.impl) for r in recs] == per_n * 2 and seen == recs
+    assert len(timer.calls) == len(recs)
+    r = recs[3]
+    assert (r.suite, r.mode, r.dtype, r.stage, r.error) == (
+        "hard", "fwd", "float16", "sweep", None)
+    assert r.shape == {"B": 1, "H": 2, "N": 16, "d": 16, "causal": False, "topk": 2}
+    assert r.stats["reps"] >= bench.MIN_REPS
+    qk = 2.0 * 1 * 2 * 16 * 16 * 16
+    assert recs[0].tflops == pytest.approx(2 * qk / (r.ms * 1e-3) / 1e12)
+    assert recs[1].tflops == pytest.approx(qk / (r.ms * 1e-3) / 1e12)
+    # the Triton kernels and the naive versions agree on what they computed
+    out = {(r.op, r.impl, r.shape["N"]): o for r, o in zip(recs, timer.calls)}
+    for n in (16, 32):
+        torch.testing.assert_close(out[("topk4", "triton", n)].float(),
+                                   out[("topk4", "naive", n)].float(),
+                                   atol=2e-3, rtol=2e-3)
+
+
+def test_time_hard_skips_naive_past_the_memory_cap_and_stops_at_the_deadline():
+    recs = bench_hard.time_hard([16], (16,), batch=1, heads=1, topks=(2,),
+                                naive_max_bytes=0, timer=bench.FakeTimer())
+    assert {r.impl for r in recs} == {"triton"}
+    assert bench_hard.time_hard([16], (16,), timer=bench.FakeTimer(),
+                                deadline=0.0) == []
+
+
+TINY_LEVELS = [[6, 8], [3, 4]]
+TINY_DAT = ("tiny-4x8", 1, 2, 1, 4, 8, 16, 2)
+
+
+def test_time_deformable_times_msda_then_dat_in_the_suite_schema():
+    timer = bench.FakeTimer()
+    impls = {k: v for k, v in bench_deformable.dat_impls().items()
+             if k in ("triton", "naive")}
+    recs = bench_deformable.time_deformable(
+        [12], [TINY_DAT], levels=TINY_LEVELS, dtypes=(torch.float32,),
+        suite="deformable", stage="sweep", timer=timer)[:4]
+    assert [(r.op, r.impl, r.mode) for r in recs] == [
+        ("msda", "triton", "fwd"), ("msda", "naive", "fwd"),
+        ("msda", "triton", "fwd+bwd"), ("msda", "naive", "fwd+bwd")]
+    assert recs[0].shape == {"B": 2, "L_q": 12, "H": 8, "D_h": 32,
+                             "levels": TINY_LEVELS, "S": 60, "P": 4}
+    assert {r.dtype for r in recs} == {"float32"}
+    dat = bench_deformable.time_dat([TINY_DAT], impls=impls, timer=timer,
+                                    dtypes=("float32",))
+    assert [(r.impl, r.mode) for r in dat] == [("triton", "fwd"), ("naive", "fwd"),
+                                               ("triton", "fwd+bwd"),
+                                               ("naive", "fwd+bwd")]
+    assert dat[0].shape == {"name": "tiny-4x8", "B": 1, "H": 2, "G": 1, "N_q": 32,
+                            "H_f": 4, "W_f": 8, "N_s": 8, "d": 16, "r": 2}
+    flops = 4 * 1 * 2 * 32 * 8 * 16
+    assert dat[2].tflops == pytest.approx(3.5 * flops / (dat[2].ms * 1e-3) / 1e12)
+
+
+def test_time_dat_takes_a_shape_by_name_and_stops_at_the_deadline():
+    named = bench_deformable.time_dat(["detection-50x84"], deadline=0.0)
+    assert named == []  # nothing started; a name resolves before any timing
+    with pytest.raises(KeyError):
+        bench_deformable.time_dat(["no-such-shape"], timer=bench.FakeTimer())
+    assert bench_deformable.time_deformable([12], [TINY_DAT], levels=TINY_LEVELS,
+                                            deadline=0.0) == []
+
+
+@pytest.mark.skipif(runtime.HAS_CUDA and not runtime.INTERPRET,
+                    reason="CPU-only behaviour")
+def test_the_chapter_cells_draw_recorded_rows_or_nothing(tmp_path):
+    # On a CPU, live_or_recorded never calls the live timing: no files, nothing drawn.
+    assert bench.live_or_recorded("hard", lambda: 1 / 0, tmp_path) == []
+    assert bench.live_or_recorded("deformable", lambda: 1 / 0, tmp_path) == []
