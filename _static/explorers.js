@@ -205,23 +205,41 @@
   else initAll();
 
   const labels = (xs, f) => xs.map(f || String);
+  /** Control specs: a slider or a drop-down over xs (shown through f), a checkbox. */
+  const slider = (name, label, xs, value, f) => ({ name, label, type: "range", options: labels(xs, f), value });
+  const select = (name, label, xs, value, f) => ({ name, label, type: "select", options: labels(xs, f), value });
+  const checkbox = (name, label, value) => ({ name, label, type: "checkbox", value });
+  const dtypeName = (t) => `${t[0]} (${t[1]} B)`;
+
+  /** Several algorithms over the same tensors T: bars (one group each) and a readout part
+   *  at index `at` of xs, and a line of total bytes over xs. runs: [{ group, series, flat }],
+   *  flat(i) the [r0, w0, r1, w1, ...] counts at xs[i]. */
+  function compare(runs, T, bpe, xs, at) {
+    const rows = [], lines = [], parts = [];
+    for (const { group, series, flat } of runs) {
+      const here = flat(at);
+      barRows(group, T, here, bpe, rows);
+      parts.push(`${group} <b>${human(totalOf(here, T.length) * bpe)}</b>`);
+      xs.forEach((x, i) => lines.push({ x, series, bytes: totalOf(flat(i), T.length) * bpe }));
+    }
+    return { rows, lines, parts };
+  }
+  /** update()'s charts: lines with a rule at x, and the bars. */
+  const linesAndBars = (lines, x, rows) => ({
+    lines: { spec: "lines", data: { lines, marker: [{ x }] } },
+    bars: { spec: "bars", data: { bars: rows } },
+  });
 
   // ------------------------------------------------------------------ chapter 2: tiles
   KINDS.tile = {
     charts: ["bars", "tiles"],
-    controls(cfg) {
-      const g = cfg.grid;
-      return [
-        { name: "N", label: "sequence length N", type: "range", options: labels(g.N, fmtInt), value: cfg.init.N },
-        { name: "d", label: "head dim d", type: "select", options: labels(g.d), value: cfg.init.d },
-        { name: "Br", label: "query tile Br", type: "range", options: labels(g.B), value: cfg.init.Br },
-        { name: "Bc", label: "key tile Bc", type: "range", options: labels(g.B), value: cfg.init.Bc },
-        { name: "sram", label: "SRAM per SM", type: "select", options: cfg.srams.map((s) => s[0]), value: cfg.init.sram },
-        { name: "dtype", label: "dtype", type: "select", options: cfg.dtypes.map((t) => `${t[0]} (${t[1]} B)`), value: cfg.init.dtype },
-        { name: "algorithm", label: "algorithm", type: "select", options: cfg.groups.fwd.concat(cfg.groups.bwd), value: cfg.init.algorithm },
-        { name: "step", label: "schedule step", type: "range", options: ["1"], value: 0 },
-      ];
-    },
+    controls: ({ grid: g, init, srams, dtypes, groups }) => [
+      slider("N", "sequence length N", g.N, init.N, fmtInt), select("d", "head dim d", g.d, init.d),
+      slider("Br", "query tile Br", g.B, init.Br), slider("Bc", "key tile Bc", g.B, init.Bc),
+      select("sram", "SRAM per SM", srams, init.sram, (s) => s[0]),
+      select("dtype", "dtype", dtypes, init.dtype, dtypeName),
+      select("algorithm", "algorithm", groups.fwd.concat(groups.bwd), init.algorithm),
+      slider("step", "schedule step", ["1"], 0)],
     update(cfg, s, h) {
       const g = cfg.grid, nd = g.d.length, nb = g.B.length;
       const algs = cfg.groups.fwd.concat(cfg.groups.bwd);
@@ -293,14 +311,9 @@
   // ------------------------------------------------------------------ landing page teaser
   KINDS.teaser = {
     charts: ["bars"],
-    controls(cfg) {
-      const g = cfg.grid;
-      return [
-        { name: "N", label: "sequence length N", type: "range", options: labels(g.N, fmtInt), value: cfg.init.N },
-        { name: "Br", label: "query tile Br", type: "range", options: labels(g.B), value: cfg.init.Br },
-        { name: "Bc", label: "key tile Bc", type: "range", options: labels(g.B), value: cfg.init.Bc },
-      ];
-    },
+    controls: ({ grid: g, init }) => [
+      slider("N", "sequence length N", g.N, init.N, fmtInt),
+      slider("Br", "query tile Br", g.B, init.Br), slider("Bc", "key tile Bc", g.B, init.Bc)],
     update(cfg, s) {
       const g = cfg.grid, nb = g.B.length;
       const idx = ((s.N * 1 + 0) * nb + s.Br) * nb + s.Bc;
@@ -321,16 +334,10 @@
   // ------------------------------------------------------------------ chapter 1
   KINDS.naive = {
     charts: ["lines", "bars"],
-    controls(cfg) {
-      const g = cfg.grid;
-      return [
-        { name: "n", label: "keys n", type: "range", options: labels(g.n, fmtInt), value: cfg.init.n },
-        { name: "self", label: "self-attention (m = n)", type: "checkbox", value: cfg.init.self },
-        { name: "m", label: "queries m", type: "range", options: labels(g.m, fmtInt), value: cfg.init.m },
-        { name: "d", label: "head dim d", type: "select", options: labels(g.d), value: cfg.init.d },
-        { name: "dtype", label: "dtype", type: "select", options: cfg.dtypes.map((t) => `${t[0]} (${t[1]} B)`), value: cfg.init.dtype },
-      ];
-    },
+    controls: ({ grid: g, init, dtypes }) => [
+      slider("n", "keys n", g.n, init.n, fmtInt), checkbox("self", "self-attention (m = n)", init.self),
+      slider("m", "queries m", g.m, init.m, fmtInt), select("d", "head dim d", g.d, init.d),
+      select("dtype", "dtype", dtypes, init.dtype, dtypeName)],
     update(cfg, s, h) {
       const g = cfg.grid, T = g.tensors, bpe = cfg.dtypes[s.dtype][1];
       h.controls.m.input.disabled = s.self;
@@ -350,21 +357,16 @@
       const text = `<p>m = ${fmtInt(m)} queries, n = ${fmtInt(g.n[s.n])} keys, d = ${g.d[s.d]}, ` +
         `${cfg.dtypes[s.dtype][0]} (Br = ${g.Br}): <b>${human(total * bpe)}</b> in all, ` +
         `${Math.round((100 * sp) / total)}% of it S and P.</p>`;
-      return { charts: { lines: { spec: "lines", data: { lines, marker: [{ x: g.n[s.n] }] } },
-                         bars: { spec: "bars", data: { bars: rows } } }, text };
+      return { charts: linesAndBars(lines, g.n[s.n], rows), text };
     },
   };
 
   // ------------------------------------------------------------------ chapter 3
   KINDS.temperature = {
     charts: ["map", "row"],
-    controls(cfg) {
-      const g = cfg.grid;
-      return [
-        { name: "tau", label: "temperature τ", type: "range", options: g.tau_exp.map((e) => Number((10 ** e).toPrecision(3)).toString()), value: cfg.init.tau },
-        { name: "row", label: "query row", type: "range", options: labels([...Array(g.shape[0]).keys()]), value: cfg.init.row },
-      ];
-    },
+    controls: ({ grid: g, init }) => [
+      slider("tau", "temperature τ", g.tau_exp, init.tau, (e) => Number((10 ** e).toPrecision(3)).toString()),
+      slider("row", "query row", [...Array(g.shape[0]).keys()], init.row)],
     update(cfg, s, h) {
       const g = cfg.grid, y = g.y[s.tau];
       const map = [];
@@ -381,64 +383,37 @@
 
   KINDS.topk = {
     charts: ["lines", "bars"],
-    controls(cfg) {
-      const g = cfg.grid;
-      return [
-        { name: "k", label: "top-k k", type: "range", options: labels(g.k), value: cfg.init.k },
-        { name: "N", label: "length N", type: "range", options: labels(g.N, fmtInt), value: cfg.init.N },
-        { name: "d", label: "head dim d", type: "select", options: labels(g.d), value: cfg.init.d },
-      ];
-    },
+    controls: ({ grid: g, init }) => [
+      slider("k", "top-k k", g.k, init.k), slider("N", "length N", g.N, init.N, fmtInt),
+      select("d", "head dim d", g.d, init.d)],
     update(cfg, s) {
-      const g = cfg.grid, T = g.tensors, bpe = cfg.bpe;
-      const runs = [["soft", "soft"], ["hard", "hard (argmax)"], ["topk:" + g.k[s.k], "top-k"]];
-      const lines = [];
-      for (const [key, series] of runs) {
-        g.N.forEach((n, ni) => lines.push({ x: n, series, bytes: totalOf(g.counts[key][s.d][ni], T.length) * bpe }));
-      }
-      const rows = [];
-      const parts = [];
-      for (const [key, series] of runs) {
-        const label = series === "top-k" ? `top-k (k = ${g.k[s.k]})` : series;
-        const flat = g.counts[key][s.d][s.N];
-        barRows(label, T, flat, bpe, rows);
-        parts.push(`${label} <b>${human(totalOf(flat, T.length) * bpe)}</b>`);
-      }
+      const g = cfg.grid, k = g.k[s.k];
+      const runs = [["soft", "soft", "soft"], ["hard", "hard (argmax)", "hard (argmax)"],
+                    ["topk:" + k, "top-k", `top-k (k = ${k})`]]
+        .map(([key, series, group]) => ({ group, series, flat: (ni) => g.counts[key][s.d][ni] }));
+      const { rows, lines, parts } = compare(runs, g.tensors, cfg.bpe, g.N, s.N);
       const text = `<p>One head, N = ${fmtInt(g.N[s.N])}, d = ${g.d[s.d]}, float16: ${parts.join(", ")}.</p>`;
-      return { charts: { lines: { spec: "lines", data: { lines, marker: [{ x: g.N[s.N] }] } },
-                         bars: { spec: "bars", data: { bars: rows } } }, text };
+      return { charts: linesAndBars(lines, g.N[s.N], rows), text };
     },
   };
 
   // ------------------------------------------------------------------ chapter 4
   KINDS.deformable = {
     charts: ["bars", "lines"],
-    controls(cfg) {
-      const g = cfg.grid;
-      return [
-        { name: "r", label: "DAT factor r", type: "range", options: labels(g.r), value: cfg.init.r },
-        { name: "P", label: "MSDA points P", type: "range", options: labels(g.P), value: cfg.init.P },
-        { name: "L", label: "MSDA levels L", type: "range", options: labels(g.L), value: cfg.init.L },
-        { name: "side", label: "map side", type: "range", options: labels(g.side), value: cfg.init.side },
-        { name: "d", label: "head dim d", type: "select", options: labels(g.d), value: cfg.init.d },
-      ];
-    },
+    controls: ({ grid: g, init }) => [
+      slider("r", "DAT factor r", g.r, init.r), slider("P", "MSDA points P", g.P, init.P),
+      slider("L", "MSDA levels L", g.L, init.L), slider("side", "map side", g.side, init.side),
+      select("d", "head dim d", g.d, init.d)],
     update(cfg, s) {
-      const g = cfg.grid, T = g.tensors, bpe = cfg.bpe, c = g.counts;
+      const g = cfg.grid, c = g.counts;
       const pick = (alg, si) => (alg === "dense-image" ? c[alg][s.d][si]
         : alg === "msda" ? c[alg][s.d][si][s.L][s.P] : c[alg][s.d][si][s.r]);
-      const rows = [], lines = [], parts = [];
-      for (const [name, alg] of Object.entries(g.names)) {
-        const flat = pick(alg, s.side);
-        barRows(name, T, flat, bpe, rows);
-        parts.push(`${name} <b>${human(totalOf(flat, T.length) * bpe)}</b>`);
-        g.side.forEach((side, si) => lines.push({ x: side, series: name, bytes: totalOf(pick(alg, si), T.length) * bpe }));
-      }
+      const runs = Object.entries(g.names).map(([name, alg]) => ({ group: name, series: name, flat: (si) => pick(alg, si) }));
+      const { rows, lines, parts } = compare(runs, g.tensors, cfg.bpe, g.side, s.side);
       const side = g.side[s.side];
       const text = `<p>${side} × ${side} map (${fmtInt(side * side)} queries), d = ${g.d[s.d]}, r = ${g.r[s.r]}, ` +
         `L · P = ${g.L[s.L]} × ${g.P[s.P]}, float16: ${parts.join(", ")}.</p>`;
-      return { charts: { bars: { spec: "bars", data: { bars: rows } },
-                         lines: { spec: "lines", data: { lines, marker: [{ x: side }] } } }, text };
+      return { charts: linesAndBars(lines, side, rows), text };
     },
   };
 })();
