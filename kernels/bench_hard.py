@@ -100,3 +100,26 @@ def time_hard(lengths: Iterable[int], dims: Iterable[int] = (64,), *, batch: int
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
     return records
+
+
+def speedups(records: Iterable[dict], lengths: Iterable[int] = (8192, 4096),
+             d: int = 64) -> tuple[int | None, dict[str, float]]:
+    """Chapter 3's target ratios, from measured records (dicts) only, never estimated:
+    at the first N of ``lengths`` with any forward time at head dim ``d``, flash time /
+    hard time, naive hard time / Triton hard time and, per k, top-k time / flash time.
+    Returns ``(N, {name: ratio})``, or ``(None, {})`` where none can be formed."""
+    records = list(records)
+    for n in lengths:
+        ms = {(r["op"], r["impl"]): r["ms"] for r in records
+              if r["shape"].get("N") == n and r["shape"].get("d") == d and r.get("ms")}
+        flash, hard, out = ms.get(("flash", "triton")), ms.get(("hard", "triton")), {}
+        if flash and hard:
+            out["hard: flash time / hard time"] = flash / hard
+        if hard and ("hard", "naive") in ms:
+            out["hard: naive time / Triton time"] = ms[("hard", "naive")] / hard
+        for (op, impl), t in ms.items():
+            if flash and op.startswith("topk") and impl == "triton":
+                out[f"top-{op[4:]}: its time / flash time"] = t / flash
+        if out:
+            return n, out
+    return None, {}

@@ -92,3 +92,20 @@ def test_the_chapter_cells_draw_recorded_rows_or_nothing(tmp_path):
     # On a CPU, live_or_recorded never calls the live timing: no files, nothing drawn.
     assert bench.live_or_recorded("hard", lambda: 1 / 0, tmp_path) == []
     assert bench.live_or_recorded("deformable", lambda: 1 / 0, tmp_path) == []
+
+
+def test_speedups_come_from_measured_records_only():
+    def rec(op, impl, n, ms):
+        return bench.Record("hard", op, impl, "fwd", "float16",
+                            {"B": 2, "H": 16, "N": n, "d": 64, "causal": False},
+                            ms=ms).to_dict()
+
+    rows = [rec("flash", "triton", 4096, 3.0), rec("hard", "triton", 4096, 1.5),
+            rec("hard", "naive", 4096, 45.0), rec("topk16", "triton", 4096, 4.5),
+            rec("topk16", "naive", 4096, None), rec("flash", "triton", 8192, None)]
+    n, found = bench_hard.speedups(rows)
+    assert n == 4096 and found == {"hard: flash time / hard time": 2.0,
+                                   "hard: naive time / Triton time": 30.0,
+                                   "top-16: its time / flash time": 1.5}
+    assert bench_hard.speedups(rows, lengths=(8192,)) == (None, {})
+    assert bench_hard.speedups([]) == (None, {})
