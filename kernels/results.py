@@ -16,18 +16,29 @@ import json
 import math
 import pathlib
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import torch
 
 from . import runtime
-from .bench import MIN_REPS, RESULTS_DIR, STAT_KEYS, Record, _clip
+
+if TYPE_CHECKING:
+    from .bench import Record
+
+
+def _bench():
+    """kernels.bench, imported on use: bench re-exports this module's names, so
+    importing it at the top would make ``import kernels.results`` circular."""
+    from . import bench
+
+    return bench
 
 
 def results_path(gpu: str | None = None) -> pathlib.Path:
     gpu = gpu or runtime.gpu_name()
     if gpu is None:
         raise RuntimeError("no GPU: nothing to name a results file after")
-    return RESULTS_DIR / f"{runtime.slug(gpu)}.json"
+    return _bench().RESULTS_DIR / f"{runtime.slug(gpu)}.json"
 
 
 # ---------------------------------------------------------------------------------
@@ -109,8 +120,9 @@ def gpu_provenance(smi: Callable[[list[str]], str] | None = None) -> dict:
                 except ValueError:
                     prov[key] = value
     except Exception as e:  # noqa: BLE001 - recorded as the reason
+        why = f"{type(e).__name__}: {_bench()._clip(str(e), 200)}"
         for key in keys:
-            prov[key], missing[key] = None, f"{type(e).__name__}: {_clip(str(e), 200)}"
+            prov[key], missing[key] = None, why
     prov["missing"] = missing
     return prov
 
@@ -134,7 +146,7 @@ def summarize(records: Iterable) -> list[dict]:
     left out."""
     groups: dict = {}
     for r in records:
-        r = r.to_dict() if isinstance(r, Record) else r
+        r = r.to_dict() if isinstance(r, _bench().Record) else r
         sh = r.get("shape") or {}
         if not str(r.get("op", "")).startswith("attention") or "BLOCK_M" in sh:
             continue
@@ -204,7 +216,7 @@ def save_results(suite: str, records: list[Record], correctness: list[dict],
                  for k in ("gpu", "capability", "torch", "triton", "cuda", "date")})
     data["gpu_slug"] = runtime.slug(prov.get("gpu") or "unknown")
     data.update(top or {})
-    rows = [r.to_dict() if isinstance(r, Record) else r for r in records]
+    rows = [r.to_dict() if isinstance(r, _bench().Record) else r for r in records]
     data.setdefault("suites", {})[suite] = {
         "provenance": prov,
         "correctness": correctness,
@@ -231,6 +243,7 @@ def validate_results(data: dict, *, full_provenance: bool = True) -> list[str]:
     each record's fields and types (a timed record has ``stats`` with every
     ``STAT_KEYS`` key and at least ``MIN_REPS`` reps; a failed one an ``error``), and
     the summary rows."""
+    STAT_KEYS, MIN_REPS = _bench().STAT_KEYS, _bench().MIN_REPS  # noqa: N806
     bad: list[str] = []
     for k in ("gpu", "gpu_slug", "capability", "torch", "triton", "cuda", "date",
               "suites"):
@@ -307,7 +320,7 @@ def _json_default(x):
 
 def load_results(results_dir: pathlib.Path | None = None) -> list[dict]:
     """Every recorded results file, newest first (empty when none are recorded)."""
-    d = results_dir or RESULTS_DIR
+    d = results_dir or _bench().RESULTS_DIR
     files = sorted(d.glob("*.json")) if d.exists() else []
     out = [json.loads(f.read_text()) for f in files]
     return sorted(out, key=lambda r: r.get("date") or "", reverse=True)

@@ -1,0 +1,100 @@
+"""The benchmarks page's tables, as Markdown: the machine-code report of
+``python -m kernels.compile_check --report`` (``benchmarks/static/static-*.json``) and
+the recorded GPU timings (``benchmarks/results/*.json``, written by ``make bench``).
+
+Both read files the repository records; neither measures nor invents a number. With
+no file there is nothing to show, and the page says which command records one.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+from .results import load_results, summarize
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+STATIC_DIR = ROOT / "benchmarks" / "static"
+
+
+def load_static(target: str, static_dir: pathlib.Path | None = None) -> dict | None:
+    """The recorded machine-code report for ``target`` ("sm90", "sm80"), or None."""
+    path = (static_dir or STATIC_DIR) / f"static-{target}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _cfg(c: dict) -> str:
+    return f"{c['BLOCK_M']}x{c['BLOCK_N']} w{c['num_warps']} s{c['num_stages']}"
+
+
+def _yes(flag) -> str:
+    return "yes" if flag else "no"
+
+
+STATIC_COLUMNS = ("kernel", "d", "mask", "tile", "regs", "spill B", "smem KB",
+                  "loop instr.", "per score", "MMA", "FMUL", "FFMA", "EX2", "int",
+                  "TMA", "warp spec.")
+
+
+def static_table(rep: dict, kernels: tuple[str, ...] | None = None) -> str:
+    """One row per compiled kernel and shape of a machine-code report: tile, registers,
+    spills, shared memory and the hot loop's SASS instruction counts (per iteration,
+    and per score element), as a Markdown table. ``kernels`` filters by kernel name."""
+    lines = ["| " + " | ".join(STATIC_COLUMNS) + " |",
+             "|" + "|".join("---" if i < 4 else "--:" for i in
+                            range(len(STATIC_COLUMNS))) + "|"]
+    for r in rep["kernels"]:
+        if kernels and r["kernel"] not in kernels:
+            continue
+        hl = r.get("hot_loop") or {}
+        per = r.get("instructions_per_score")
+        cells = (r["kernel"], r["head_dim"], "causal" if r["causal"] else "full",
+                 _cfg(r["config"]), r["registers"], r["spill_bytes"],
+                 f"{r['shared_bytes'] / 1024:.0f}", hl.get("instructions", "-"),
+                 "-" if per is None else f"{per:.4f}", hl.get("tensor_core", "-"),
+                 hl.get("FMUL", "-"), hl.get("FFMA", "-"), hl.get("MUFU.EX2", "-"),
+                 hl.get("integer", "-"), _yes(r.get("tma")),
+                 _yes(r.get("warp_specialized")))
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def reference_line(rep: dict) -> str:
+    """The recorded figure to beat, in words."""
+    ref = rep.get("reference")
+    if not ref:
+        return ""
+    hl = ref["hot_loop"]
+    return (f"To beat: {ref['what']}: {hl['instructions']} instructions per hot-loop "
+            f"iteration, {hl['tensor_core']} tensor-core (HGMMA), {hl['FMUL']} FMUL, "
+            f"{hl['FFMA']} FFMA, {hl['MUFU.EX2']} MUFU.EX2, {hl['integer']} integer; "
+            f"TMA loads: {_yes(ref.get('tma'))}.")
+
+
+def _ms(x) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def gpu_table(results: list[dict] | None = None) -> str | None:
+    """The recorded attention timings (every GPU, every suite), one row per case:
+    the Triton kernel, the best PyTorch SDPA backend that ran (named) and naive
+    attention, in milliseconds (medians). None when nothing is recorded."""
+    results = load_results() if results is None else results
+    lines = []
+    for res in results:
+        for suite, s in sorted(res.get("suites", {}).items()):
+            prov = s.get("provenance", res)
+            for row in summarize(s.get("records", [])):
+                sh = row["shape"]
+                lines.append("| " + " | ".join(str(c) for c in (
+                    prov.get("gpu"), suite, row["mode"],
+                    "causal" if row["causal"] else "full", row["dtype"],
+                    f"{sh.get('B')}x{sh.get('H')}x{sh.get('N_q')}x{sh.get('d')}",
+                    _ms(row["triton_ms"]),
+                    f"{row['best_sdpa'] or 'none ran'} {_ms(row['best_sdpa_ms'])}",
+                    _ms(row["naive_ms"]))) + " |")
+    if not lines:
+        return None
+    head = ("| GPU | suite | pass | mask | dtype | B x H x N x d | Triton ms "
+            "| best SDPA ms | naive ms |\n|---|---|---|---|---|---|--:|--:|--:|")
+    return head + "\n" + "\n".join(lines)
