@@ -20,6 +20,13 @@ _FONT = {"config": {"font": "system-ui, -apple-system, Segoe UI, sans-serif",
                     "legend": {"labelFontSize": 11, "titleFontSize": 11}}}
 
 
+def _frame(height: int) -> dict:
+    """Every spec's first keys: Vega-Lite v6, the column's width, ``height`` px tall."""
+    return {"$schema": "https://vega.github.io/schema/vega-lite/v6.json",
+            "width": "container", "height": height,
+            "autosize": {"type": "fit", "contains": "padding"}}
+
+
 def _color_scale(tensors: list[str]) -> dict:
     colors = _colors()
     return {"domain": tensors, "range": [colors.get(t, "#333333") for t in tensors]}
@@ -30,9 +37,7 @@ def bars_spec(tensors: list[str], title: str = "HBM traffic (bytes)",
     """Stacked bars of HBM bytes per group (algorithm), split by tensor; writes lighter.
     Data "bars": rows {group, tensor, kind ("read"/"written"), bytes, order}."""
     return {
-        "$schema": "https://vega.github.io/schema/vega-lite/v6.json",
-        "width": "container", "height": height,
-        "autosize": {"type": "fit", "contains": "padding"},
+        **_frame(height),
         "data": {"name": "bars"},
         "mark": {"type": "bar", "stroke": "#222", "strokeWidth": 0.4},
         "encoding": {
@@ -88,9 +93,7 @@ def lines_spec(series: list[str], colors: list[str], x_title: str, height: int =
     """Log-log lines of bytes against a size, one per series, and a rule at the chosen
     size. Data "lines": {x, series, bytes}; data "marker": {x}."""
     return {
-        "$schema": "https://vega.github.io/schema/vega-lite/v6.json",
-        "width": "container", "height": height,
-        "autosize": {"type": "fit", "contains": "padding"},
+        **_frame(height),
         "layer": [
             {"data": {"name": "lines"},
              "mark": {"type": "line", "point": {"size": 18}, "strokeWidth": 2},
@@ -124,9 +127,7 @@ def tiles_spec(height: int = 240) -> dict:
     fills = ["S", "P", "dP", "dS", "SRAM", "pending"]
     rng = [colors[f] for f in fills[:-1]] + ["#ffffff"]
     return {
-        "$schema": "https://vega.github.io/schema/vega-lite/v6.json",
-        "width": "container", "height": height,
-        "autosize": {"type": "fit", "contains": "padding"},
+        **_frame(height),
         "data": {"name": "tiles"},
         "mark": {"type": "rect", "stroke": "#cccccc", "strokeWidth": 0.5},
         "encoding": {
@@ -155,9 +156,7 @@ def heatmap_spec(hard_color: str) -> dict:
     """Chapter 3's map of Gumbel-softmax weights (query x key), the chosen query row
     outlined in ``hard_color``. Data "map": {query, key, y, selected}."""
     return {
-        "$schema": "https://vega.github.io/schema/vega-lite/v6.json",
-        "width": "container", "height": 200,
-        "autosize": {"type": "fit", "contains": "padding"},
+        **_frame(200),
         "data": {"name": "map"},
         "layer": [
             {"mark": {"type": "rect"},
@@ -183,9 +182,7 @@ def weights_row_spec(soft_color: str, hard_color: str) -> dict:
     """One query's weights (bars), softmax(s) (black ticks) and the Gumbel-max sample
     (a triangle). Data "row": {key, y, p}; data "sample": {key}."""
     return {
-        "$schema": "https://vega.github.io/schema/vega-lite/v6.json",
-        "width": "container", "height": 200,
-        "autosize": {"type": "fit", "contains": "padding"},
+        **_frame(200),
         "layer": [
             {"data": {"name": "row"},
              "mark": {"type": "bar", "color": soft_color, "opacity": 0.85},
