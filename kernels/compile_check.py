@@ -12,6 +12,11 @@ path; run it whenever a tile table in ``kernels/flash.py`` changes. ``make test`
 runs ``--quick``: exactly those recorded cases (about 40 compilations, a minute cold
 on 2 cores).
 
+On sm_90 the matrix also compiles kernels.flash_tma's forward: ``fwd-tma`` (TMA
+descriptor loads and stores) and ``fwd-tma-ws`` (the same with its key loop
+warp-specialised), every tile ``flash_tma.tma_configs`` ships (``--kernel fwd-tma
+--kernel fwd-tma-ws --target sm90``: 112 compilations, about 4 minutes).
+
 Triton compiles ahead of time for a GPU it does not have:
 ``triton.compile(ASTSource(fn, signature, constexprs, attrs),
 target=GPUTarget("cuda", cap, 32))``
@@ -69,11 +74,15 @@ from triton._C.libtriton import native_specialize_impl  # noqa: E402
 from triton.backends.compiler import BaseBackend, GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from kernels import flash  # noqa: E402
+from kernels import flash, flash_tma  # noqa: E402
 
-KERNELS = ("fwd", "preprocess", "dkdv", "dq")
+#: fwd-tma / fwd-tma-ws: kernels.flash_tma's forward (TMA descriptors; the second with
+#: its key loop warp-specialised), shipped for sm_90 only.
+KERNELS = ("fwd", "preprocess", "dkdv", "dq", "fwd-tma", "fwd-tma-ws")
+TMA_KERNELS = ("fwd-tma", "fwd-tma-ws")
 KERNEL_FNS = {"fwd": "_attn_fwd", "preprocess": "_attn_bwd_preprocess",
-              "dkdv": "_attn_bwd_dkdv", "dq": "_attn_bwd_dq"}
+              "dkdv": "_attn_bwd_dkdv", "dq": "_attn_bwd_dq",
+              "fwd-tma": "_attn_fwd_tma", "fwd-tma-ws": "_attn_fwd_tma"}
 HEAD_DIMS = (64, 80, 128, 256)  # 80: the padded, masked head-dim path (BLOCK_D = 128)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
@@ -138,6 +147,15 @@ def _launch_values(kernel: str, dtype, head_dim: int, n_ctx: int, causal: bool,
         row = "m" if prefix in ("q", "o", "do", "dq") else "n"
         for suffix, s in zip(("z", "h", row, "d"), strides):
             values[f"stride_{prefix}{suffix}"] = s
+    if kernel in TMA_KERNELS:  # host-side descriptors: dtype and block shape matter
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        for name, rows in (("desc_q", bm), ("desc_o", bm), ("desc_k", bn),
+                           ("desc_v", bn)):
+            values[name] = TensorDescriptor(t, [1, H, n_ctx, head_dim], list(strides),
+                                            [1, 1, rows, bd])
+        values["WARP_SPECIALIZE"] = ws = kernel == "fwd-tma-ws"
+        values["WS_LOOP"] = ws and not causal and n_ctx % bn == 0
     return values
 
 
@@ -168,7 +186,8 @@ def _compile(kernel: str, target: str, head_dim: int, dtype, causal: bool,
     """``triton.compile`` of one kernel/config for one target, as a launch would
     specialise."""
     cap = flash.ARCHS[target][0]
-    fn = _jit_function(getattr(flash, KERNEL_FNS[kernel]))
+    module = flash_tma if kernel in TMA_KERNELS else flash
+    fn = _jit_function(getattr(module, KERNEL_FNS[kernel]))
     values = _launch_values(kernel, dtype, head_dim, n_ctx, causal, config)
     values["UPCAST"] = dtype == torch.bfloat16 and cap < (8, 0)
     return _compile_values(fn, values, cap, config[2], config[3])
@@ -213,12 +232,17 @@ def ptxas_usage(ptx: str) -> tuple[int, int, int]:
     return regs, int(spill.group(1)), int(spill.group(2))
 
 
-def shipped(kernel: str, target: str, head_dim: int,
-            dtype) -> list[tuple[int, int, int, int]]:
-    """The configs kernels.flash launches for this kernel/target/head dim/dtype."""
+def shipped(kernel: str, target: str, head_dim: int, dtype,
+            causal: bool = False) -> list[tuple[int, int, int, int]]:
+    """The configs kernels.flash (kernels.flash_tma) launches for this kernel/target/
+    head dim/dtype (and causal flag: the TMA forward's tiles depend on it)."""
     if kernel == "preprocess":
         return [(flash.preprocess_block_m(head_dim), flash.block_d(head_dim),
                  flash.PREPROCESS_NUM_WARPS, 1)]
+    if kernel in TMA_KERNELS:  # TMA needs Hopper: sm_90 only
+        return (flash_tma.tma_configs(flash.ARCHS[target][0], head_dim, dtype,
+                                      kernel == "fwd-tma-ws", causal)
+                if target == "sm90" else [])
     return flash.configs(kernel, flash.ARCHS[target][0], head_dim, dtype)
 
 
@@ -272,7 +296,7 @@ def _recorded_peaks(targets, kernels) -> list[tuple] | None:
         if c["target"] not in targets or c["kernel"] not in kernels:
             continue
         dt = _NAME_DTYPES[c["dtype"]]
-        now = shipped(c["kernel"], c["target"], c["head_dim"], dt)
+        now = shipped(c["kernel"], c["target"], c["head_dim"], dt, c["causal"])
         cfgs = [tuple(c["config"])] if tuple(c["config"]) in now else now
         if tuple(c["config"]) not in now:
             print(f"# {PEAKS_FILE.name} is stale for {c['kernel']} {c['target']} "
@@ -303,7 +327,7 @@ def plan(quick: bool, targets=None, kernels=None) -> list[tuple]:
             if k == "preprocess" and c:
                 if any(j[:4] == (k, t, d, dt) for j in jobs):
                     continue
-            for cfg in shipped(k, t, d, dt):
+            for cfg in shipped(k, t, d, dt, c):
                 for n_ctx in (4096, 4000):
                     jobs.append((k, t, d, dt, c, cfg, n_ctx))
     return jobs
@@ -346,14 +370,17 @@ STATIC_DIR = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "st
 
 
 def machine_code_report(target: str) -> dict:
-    """Hot-loop instruction counts of every shipped fwd/dkdv/dq config on ``target``."""
+    """Hot-loop instruction counts of every shipped fwd/dkdv/dq config on ``target``,
+    and on sm_90 of the TMA forward (fwd-tma) and its warp-specialised variant
+    (fwd-tma-ws; ``warp_specialized`` and ``launch_warps`` say whether Triton split it
+    into producer and consumer warp groups)."""
     from kernels import sass
 
     rows = []
-    for kernel in ("fwd", "dkdv", "dq"):
+    for kernel in ("fwd", "dkdv", "dq", *TMA_KERNELS):
         for d in REPORT_SHAPES["head_dims"]:
             for causal in (False, True):
-                for cfg in shipped(kernel, target, d, REPORT_SHAPES["dtype"]):
+                for cfg in shipped(kernel, target, d, REPORT_SHAPES["dtype"], causal):
                     c = _compile(kernel, target, d, REPORT_SHAPES["dtype"], causal, cfg,
                                  REPORT_SHAPES["n_ctx"])
                     regs, st, ld = ptxas_usage(c.asm["ptx"])
@@ -367,6 +394,7 @@ def machine_code_report(target: str) -> dict:
                                                      "num_stages"), cfg)),
                                  "registers": regs, "spill_bytes": st + ld,
                                  "shared_bytes": int(c.metadata.shared),
+                                 "launch_warps": int(c.metadata.num_warps),
                                  "instructions_per_score": round(per_score, 4), **rep})
     fwd = [r for r in rows if r["kernel"] == "fwd" and r["head_dim"] == 128
            and not r["causal"]]
@@ -431,15 +459,15 @@ def hard_machine_code_report(target: str, fwd_per_score: float | None) -> list[d
 def format_report(rep: dict) -> str:
     lines = [f"# {rep['target']}: hot loop per iteration (triton {rep['triton']}); "
              "instruction counts, not time",
-             f"{'kernel':<6} {'d':>4} {'mask':<6} {'BMxBN w s':<14} {'instr':>6} "
+             f"{'kernel':<10} {'d':>4} {'mask':<6} {'BMxBN w s':<14} {'instr':>6} "
              f"{'/score':>7} "
              f"{'mma':>4} {'FMUL':>5} {'FFMA':>5} {'EX2':>4} {'int':>4} {'cp.as':>5} "
-             f"{'TMA':>4} {'regs':>4}"]
+             f"{'TMA':>4} {'WS':>3} {'regs':>4}"]
     for r in rep["kernels"]:
         c, hl = r["config"], r["hot_loop"] or {}
         cfg = f"{c['BLOCK_M']}x{c['BLOCK_N']} w{c['num_warps']} s{c['num_stages']}"
         lines.append(
-            f"{r['kernel']:<6} {r['head_dim']:>4} "
+            f"{r['kernel']:<10} {r['head_dim']:>4} "
             f"{'causal' if r['causal'] else 'full':<6} "
             f"{cfg:<14} {hl.get('instructions', '-'):>6} "
             f"{r['instructions_per_score']:>7.4f} "
@@ -447,7 +475,7 @@ def format_report(rep: dict) -> str:
             f"{hl.get('FFMA', '-'):>5} "
             f"{hl.get('MUFU.EX2', '-'):>4} {hl.get('integer', '-'):>4} "
             f"{hl.get('LDGSTS', '-'):>5} {'yes' if r['tma'] else 'no':>4} "
-            f"{r['registers']:>4}")
+            f"{'yes' if r.get('warp_specialized') else 'no':>3} {r['registers']:>4}")
     if rep["reference"]:
         ref = rep["reference"]
         lines.append(f"# to beat: {ref['what']}: {ref['hot_loop']}")
@@ -459,7 +487,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true",
                     help="the recorded peaks (kernels/compile_peaks.json)")
     ap.add_argument("--target", action="append", choices=list(flash.ARCHS))
-    ap.add_argument("--kernel", action="append", choices=list(KERNELS))
+    ap.add_argument("--kernel", action="append", choices=list(KERNELS),
+                    help="fwd-tma, fwd-tma-ws: kernels.flash_tma's forward (sm90 only)")
     ap.add_argument("--report", action="store_true",
                     help="hot-loop SASS instruction counts (sm90/sm80) "
                          "-> benchmarks/static/")
