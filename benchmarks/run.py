@@ -20,6 +20,13 @@ sweeps, stopping cleanly at ``deadline``, a ``time.monotonic()``) and optionally
 3. ``sweep``: each suite's sweeps, sharing what is left of ``--budget-s``
    by ``WEIGHTS``.
 
+A suite may also have ``check_paths(dry=False) -> dict`` (suite_flash: every forward
+path of ``kernels.flash_tma.FORWARD_PATHS``, pointer, tma and tma-ws, against the
+reference), run in phase 1 beside ``check``: its result goes to the suite's
+``forward_paths`` in the results file (per path ``ok``, ``max_err``, ``error``,
+``checks``) and to ``goal(..., forward_paths=...)``, which times the paths that passed.
+A failed non-default path is recorded; it does not stop the suite being timed.
+
 Every timed case goes through ``kernels.bench.time_fn`` (fixed reps, L2 flushed, CUDA
 events around the kernels only, spread recorded). The file is written after each phase
 (a crash keeps what was measured) with ``protocol``: the phases and every check and
@@ -133,13 +140,16 @@ def main(argv=None) -> int:
     mods = {name: importlib.import_module(f"benchmarks.suite_{name}")
             for name in suites}
     correctness: dict[str, list[dict]] = {}
+    paths: dict[str, dict] = {}  # suite -> check_paths() result
     records: dict[str, list] = {name: [] for name in suites}
 
     def save() -> None:
         for name in suites:
             if name in correctness:
+                extra = {"forward_paths": paths[name]} if name in paths else None
                 bench.save_results(name, records[name], correctness[name], path=path,
-                                   provenance=prov, top={"protocol": protocol})
+                                   provenance=prov, extra=extra,
+                                   top={"protocol": protocol})
 
     # 1. correctness of every path, before anything is timed
     state["phase"] = "check"
@@ -152,6 +162,15 @@ def main(argv=None) -> int:
              failed=sum(not c["ok"] for c in correctness[name]))
         for c in correctness[name]:
             _print_check(name, c)
+        if hasattr(mod, "check_paths"):
+            paths[name] = mod.check_paths(dry=dry)
+            res = paths[name]["paths"]
+            note("check-paths", paths={p: r["ok"] for p, r in res.items()})
+            for p, r in res.items():
+                err = "-" if r["max_err"] is None else f"{r['max_err']:.3g}"
+                print(f"[{name}] forward path {p}: {len(r['checks'])} checks, "
+                      f"max_err={err} {'ok' if r['ok'] else 'FAIL'}"
+                      + (f" ({r['error']})" if r["error"] else ""), flush=True)
         print(f"[{name}] {len(correctness[name])} checks in "
               f"{time.monotonic() - t0:.0f}s", flush=True)
     timed = [n for n in suites if all(c["ok"] for c in correctness[n])]
@@ -165,7 +184,8 @@ def main(argv=None) -> int:
     for name in timed:
         if hasattr(mods[name], "goal"):
             state["suite"] = name
-            records[name] += mods[name].goal(timer=timer, dry=dry)
+            kw = {"forward_paths": paths[name]} if name in paths else {}
+            records[name] += mods[name].goal(timer=timer, dry=dry, **kw)
             note("done", n=len(records[name]))
     save()
 

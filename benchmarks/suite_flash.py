@@ -5,10 +5,21 @@ not; fp16 and bf16; GQA, ragged and cross lengths) to the fp64 ``reference_atten
 on this GPU, with the flash-attn tolerance rule: error at most twice PyTorch's own error
 in the same dtype (naive attention vs fp64) plus a small atol.
 
-``goal(timer, dry)`` times the goal shapes, which ``benchmarks/run.py`` runs right after
-every suite's correctness checks and before any sweep, with no deadline (the budget
-never cuts them): bf16, d = 128, N = 16384 (B = 1, H = 16), forward non-causal, forward
-causal, then forward + backward non-causal and causal (``GOAL_CASES``, in that order).
+``check_paths()`` holds every forward path of ``kernels.flash_tma.FORWARD_PATHS``
+(``pointer``, the default; ``tma``; ``tma-ws``) to the same reference, forward only (o
+and lse, fp16 and bf16, the check shapes plus a causal case with a NaN hidden in V);
+a path that raises is recorded with its error. ``benchmarks/run.py`` writes the result
+to the flash suite's ``forward_paths`` (per path: ``ok``, ``max_err``, ``error``,
+``checks``), so the default can be changed on evidence; a failed non-default path
+is recorded, it does not stop the suite.
+
+``goal(timer, dry, forward_paths)`` times the goal shapes, which
+``benchmarks/run.py`` runs right after every suite's correctness checks and before any
+sweep, with no deadline (the budget never cuts them): bf16, d = 128, N = 16384
+(B = 1, H = 16), forward non-causal, forward causal, then forward + backward non-causal
+and causal (``GOAL_CASES``, in that order), then the forward cases again for each
+non-default forward path that passed ``check_paths`` (impl ``triton-tma``,
+``triton-tma-ws``; ``PATH_GOAL_CASES``).
 
 ``run(quick, deadline, timer, dry)`` then records the sweeps, in order of importance (so
 a deadline cuts the least important part):
@@ -40,7 +51,7 @@ import time
 
 import torch
 
-from kernels import bench, runtime
+from kernels import bench, flash_tma, runtime
 from kernels.bench import Record
 from kernels.flash import flash_attention
 from kernels.naive import naive_attention, reference_attention
@@ -111,26 +122,117 @@ def check(dry: bool = False) -> list[dict]:
     return out
 
 
+#: A causal case whose last value row holds NaN (and an inf two rows before): hidden
+#: from every earlier query, it must reach only the rows that see it (V_BAD path).
+NAN_V_SHAPE = ("hidden-nan-v-causal", 1, 4, 2, 300, 300, 64, True)
+DRY_NAN_V_SHAPE = ("hidden-nan-v-causal", 1, 2, 1, 20, 20, 16, True)
+
+
+def _path_forward(path: str):
+    return lambda q, k, v, causal: flash_tma.forward(q, k, v, causal, path=path)
+
+
+def check_paths(dry: bool = False) -> dict:
+    """Every forward path against the fp64 reference on this GPU: ``{"default": ...,
+    "paths": {path: {"ok", "max_err", "error", "checks": [...]}}}``."""
+    from kernels.flash import LN2
+
+    shapes = DRY_CHECK_SHAPES if dry else CHECK_SHAPES
+    out = {"default": flash_tma.DEFAULT_FORWARD_PATH, "paths": {}}
+    for path in flash_tma.FORWARD_PATHS:
+        fwd, checks, error = _path_forward(path), [], None
+        try:
+            for dtype in (torch.float16, torch.bfloat16):
+                atol = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
+                for name, B, H, H_kv, N_q, N_k, d, causal in shapes:
+                    q, k, v = _qkv(B, H, H_kv, N_q, N_k, d, dtype)
+                    o, lse2 = fwd(q, k, v, causal)
+                    o_ref, lse_ref = reference_attention(q.double(), k.double(),
+                                                         v.double(), causal)
+                    o_pt = naive_attention(q, k, v, causal)
+                    tol = 2 * _max_err(o_pt, o_ref) + atol
+                    vis = torch.isfinite(lse_ref)
+                    empty_ok = bool(torch.equal(torch.isneginf(lse2), ~vis)
+                                    and (o[~vis] == 0).all())
+                    for what, err, t in (
+                            ("o", _max_err(o, o_ref), tol),
+                            ("lse", _max_err(lse2[vis] * LN2, lse_ref[vis]), 1e-3)):
+                        checks.append({"name": f"{path}-{name}-{str(dtype)[6:]}-{what}",
+                                       "max_err": err, "tol": t,
+                                       "ok": bool(math.isfinite(err) and err <= t
+                                                  and empty_ok)})
+                name, B, H, H_kv, N_q, N_k, d, causal = (DRY_NAN_V_SHAPE if dry
+                                                         else NAN_V_SHAPE)
+                q, k, v = _qkv(B, H, H_kv, N_q, N_k, d, dtype)
+                # the tolerance from the same inputs without the NaN/inf (naive
+                # attention lets a hidden NaN reach every row: 0 * NaN)
+                tol = 2 * _max_err(naive_attention(q, k, v, causal),
+                                   reference_attention(q.double(), k.double(),
+                                                       v.double(), causal)[0]) + atol
+                v[..., N_k - 1, 3] = float("nan")
+                v[..., N_k - 3, 5] = float("inf")
+                o, _ = fwd(q, k, v, causal)
+                o_ref, _ = reference_attention(q.double(), k.double(), v.double(),
+                                               causal)
+                fin = torch.isfinite(o_ref)
+                same = bool(torch.equal(torch.isnan(o), torch.isnan(o_ref))
+                            and torch.equal(torch.isfinite(o), fin))
+                err = _max_err(o[fin], o_ref[fin]) if same else float("inf")
+                checks.append({"name": f"{path}-{name}-{str(dtype)[6:]}-o",
+                               "max_err": err, "tol": tol,
+                               "ok": bool(same and err <= tol)})
+        except Exception as e:  # noqa: BLE001 - a path that fails is the evidence
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            error = f"{type(e).__name__}: {first}"[:500]
+        errs = [c["max_err"] for c in checks]
+        out["paths"][path] = {
+            "ok": bool(error is None and checks and all(c["ok"] for c in checks)),
+            "max_err": max(errs) if errs else None, "error": error, "checks": checks}
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return out
+
+
+def passed_paths(forward_paths: dict | None) -> list[str]:
+    """The non-default forward paths that passed ``check_paths`` (timed at the goal)."""
+    if not forward_paths:
+        return []
+    return [p for p, r in forward_paths["paths"].items()
+            if r["ok"] and p != forward_paths["default"]]
+
+
 #: The goal shapes: what the book's headline numbers are, timed before any sweep.
 GOAL = {"dtype": "bfloat16", "d": 128, "N": 16384, "B": 1, "H": 16}
 #: The dry run's stand-in (same dtype and cases, a shape the interpreter runs at once).
 DRY_GOAL = {"dtype": "bfloat16", "d": 16, "N": 32, "B": 1, "H": 2}
 #: (mode, causal) in the order they are timed.
 GOAL_CASES = [("fwd", False), ("fwd", True), ("fwd+bwd", False), ("fwd+bwd", True)]
+#: The goal cases timed again for each non-default forward path that passed its check
+#: (forward only: the TMA paths have no backward of their own).
+PATH_GOAL_CASES = [("fwd", False), ("fwd", True)]
 #: Timed reps per case (warm-up calls are not timed).
 TIMING = {"warmup": 10, "rep": 50}
 QUICK_TIMING = {"warmup": 5, "rep": bench.MIN_REPS}
 
 
-def goal(timer=None, dry: bool = False) -> list[Record]:
+def goal(timer=None, dry: bool = False,
+         forward_paths: dict | None = None) -> list[Record]:
     """The goal shapes, every implementation (Triton, naive, each SDPA backend), no
-    deadline: ``GOAL_CASES`` in order at ``GOAL`` (``DRY_GOAL`` with ``dry``)."""
+    deadline: ``GOAL_CASES`` in order at ``GOAL`` (``DRY_GOAL`` with ``dry``); then
+    ``PATH_GOAL_CASES`` for each forward path that passed (``check_paths``'s result),
+    as impl ``triton-<path>``."""
     g = DRY_GOAL if dry else GOAL
     impls = bench.attention_impls(sdpa_backends=True)
     records: list[Record] = []
     for mode, causal in GOAL_CASES:
         records += bench.time_attention(
             [g["N"]], impls, d=g["d"], causal=causal, dtype=g["dtype"], modes=(mode,),
+            batch=g["B"], heads=g["H"], suite=SUITE, timer=timer, log=_log,
+            stage="goal", device=runtime.DEVICE, **TIMING)
+    paths = {f"triton-{p}": _path_forward(p) for p in passed_paths(forward_paths)}
+    for mode, causal in PATH_GOAL_CASES if paths else []:
+        records += bench.time_attention(
+            [g["N"]], paths, d=g["d"], causal=causal, dtype=g["dtype"], modes=(mode,),
             batch=g["B"], heads=g["H"], suite=SUITE, timer=timer, log=_log,
             stage="goal", device=runtime.DEVICE, **TIMING)
     return records

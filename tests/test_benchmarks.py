@@ -221,6 +221,7 @@ def test_goal_shapes_are_the_issues():
 @pytest.mark.skipif(runtime.HAS_CUDA and not runtime.INTERPRET, reason="CPU dry run")
 def test_dry_run_proves_the_order_and_the_schema(tmp_path, capsys):
     from benchmarks import suite_flash
+    from kernels import flash_tma
 
     before = sorted(bench.RESULTS_DIR.glob("*")) if bench.RESULTS_DIR.exists() else []
     assert run.main(["--dry-run", "--results-dir", str(tmp_path)]) == 0
@@ -248,8 +249,28 @@ def test_dry_run_proves_the_order_and_the_schema(tmp_path, capsys):
     assert stages == ["goal"] * n_goal + ["sweep"] * (len(stages) - n_goal)
     impls = ["triton", "naive", *bench.SDPA_BACKENDS]
     goal_recs = flash["records"][:n_goal]
-    assert [(r["mode"], r["shape"]["causal"], r["impl"]) for r in goal_recs] == [
+    n_std = len(suite_flash.GOAL_CASES) * len(impls)
+    assert [(r["mode"], r["shape"]["causal"], r["impl"])
+            for r in goal_recs[:n_std]] == [
         (m, c, i) for m, c in suite_flash.GOAL_CASES for i in impls]
+    # every forward path checked (all pass under the interpreter); the non-default ones
+    # timed after the goal cases, forward only
+    fp = flash["forward_paths"]
+    assert fp["default"] == "pointer"
+    assert list(fp["paths"]) == list(flash_tma.FORWARD_PATHS)
+    for p, r in fp["paths"].items():
+        assert r["ok"] and r["error"] is None, (p, r)
+        assert r["checks"] and all(c["ok"] and c["name"].startswith(p)
+                                   for c in r["checks"])
+        assert r["max_err"] == max(c["max_err"] for c in r["checks"])
+    assert [(r["mode"], r["shape"]["causal"], r["impl"])
+            for r in goal_recs[n_std:]] == [
+        (m, c, f"triton-{p}") for m, c in suite_flash.PATH_GOAL_CASES
+        for p in ("tma", "tma-ws")]
+    assert all(r["ms"] is not None for r in goal_recs[n_std:])
+    path_events = [e for e in events if e["event"] == "check-paths"]
+    assert [e["suite"] for e in path_events] == ["flash"]
+    assert path_events[0]["phase"] == "check" and all(path_events[0]["paths"].values())
     assert {r["dtype"] for r in goal_recs} == {suite_flash.DRY_GOAL["dtype"]}
     for r in (data["suites"]["hard"]["records"]
               + data["suites"]["deformable"]["records"]):
@@ -272,6 +293,32 @@ def test_dry_run_proves_the_order_and_the_schema(tmp_path, capsys):
     assert prov["sm_count"] is None and "no CUDA" in prov["missing"]["sm_count"]
     out = capsys.readouterr().out
     assert out.index("check") < out.index("goal fwd non-causal")
+
+
+@pytest.mark.skipif(runtime.HAS_CUDA and not runtime.INTERPRET, reason="CPU dry run")
+def test_a_failing_forward_path_is_recorded_and_not_timed(monkeypatch):
+    from benchmarks import suite_flash
+    from kernels import flash_tma
+
+    real = flash_tma.forward_tma
+
+    def broken_ws(q, k, v, causal=False, sm_scale=None, warp_specialize=False):
+        if warp_specialize:
+            raise RuntimeError("PassManager::run failed\nmore detail")
+        o, lse2 = real(q, k, v, causal, sm_scale)
+        return o, lse2 + 1.0 if causal else lse2  # wrong lse: the check must see it
+
+    monkeypatch.setattr(flash_tma, "forward_tma", broken_ws)
+    res = suite_flash.check_paths(dry=True)["paths"]
+    assert res["pointer"]["ok"] and res["pointer"]["error"] is None
+    assert not res["tma"]["ok"] and res["tma"]["error"] is None
+    assert any(not c["ok"] and c["name"].endswith("-lse") for c in res["tma"]["checks"])
+    assert not res["tma-ws"]["ok"] and res["tma-ws"]["checks"] == []
+    assert res["tma-ws"]["error"] == "RuntimeError: PassManager::run failed"
+    assert suite_flash.passed_paths({"default": "pointer", "paths": res}) == []
+    ok = {p: {**r, "ok": True} for p, r in res.items()}
+    assert suite_flash.passed_paths({"default": "pointer", "paths": ok}) == [
+        "tma", "tma-ws"]
 
 
 def _row(impl, ms, causal=False, mode="fwd", error=None):
