@@ -36,9 +36,11 @@ NaN/inf shield
     never reaches a gradient as 0 * NaN. Otherwise those tiles use ``tl.dot``.
 Tiles
     ``configs`` (per architecture class, like :func:`kernels.flash.configs`): BLOCK_N
-    keys held per program, BLOCK_M query rows per step. On tensor cores the tiles are
-    at least 64 x 64 where registers allow, so no matmul has a 32-wide N (``wgmma``'s
-    N is BLOCK_M for S^T and dP^T and BLOCK_D for the others).
+    keys held per program, BLOCK_M query rows per step. On tensor cores every shipped
+    tile holds at least 64 keys (BLOCK_N >= 64, d <= 128). ``wgmma``'s N is BLOCK_M for
+    S^T and dP^T and BLOCK_D for the other three (halved when 8 warps share a 64-row
+    product): on sm_90 at d <= 64 the 64 x 64, 4-warp tile is n64 throughout; at
+    d = 128 only 16 x 128 fits without spilling (S^T, dP^T n16; see the table notes).
 Known limits
     No determinism (use the two-kernel backward for that); the dQ buffer costs
     4 x B x H x N_q x d bytes of extra memory. On sm_75 head dims above 128 are refused
@@ -77,27 +79,35 @@ __all__ = ["ARCHS", "backward_fused", "configs", "nonfinite_flag"]
 INTERPRET_CONFIG = (64, 64, 4, 1)
 
 _TABLE: dict[str, dict[int, list[tuple[int, int, int, int]]]] = {
-    "sm90": {16: [(64, 128, 8, 2), (64, 64, 4, 2)],
-             32: [(64, 128, 8, 2), (64, 64, 4, 2)],
-             64: [(64, 128, 8, 2), (64, 64, 4, 2)],
-             128: [(64, 128, 8, 2), (64, 64, 8, 2)],
-             256: [(64, 64, 8, 1), (32, 64, 8, 1)]},
-    "sm80": {16: [(64, 128, 8, 2), (64, 64, 4, 2)],
-             32: [(64, 128, 8, 2), (64, 64, 4, 2)],
-             64: [(64, 128, 8, 2), (64, 64, 4, 2)],
+    "sm90": {16: [(64, 64, 4, 2), (64, 128, 8, 2)],
+             32: [(64, 64, 4, 2), (64, 128, 8, 2)],
+             64: [(64, 64, 4, 2), (64, 128, 8, 2)],
+             128: [(16, 128, 8, 1)],
+             256: [(16, 64, 8, 1)]},
+    "sm80": {16: [(64, 128, 8, 1), (64, 64, 8, 1)],
+             32: [(64, 128, 8, 1), (64, 64, 8, 1)],
+             64: [(64, 128, 8, 1), (64, 64, 8, 1)],
              128: [(64, 64, 8, 2), (32, 64, 8, 2)],
              256: [(32, 64, 8, 1)]},
-    "sm89": {16: [(64, 128, 8, 2), (64, 64, 4, 2)],
-             32: [(64, 128, 8, 2), (64, 64, 4, 2)],
-             64: [(64, 64, 4, 2), (64, 128, 8, 1)],
-             128: [(64, 64, 8, 1), (32, 64, 8, 1)],
+    "sm89": {16: [(64, 128, 8, 1), (64, 64, 8, 1)],
+             32: [(64, 128, 8, 1), (64, 64, 8, 1)],
+             64: [(64, 128, 8, 1), (64, 64, 8, 1)],
+             128: [(64, 64, 8, 2), (32, 64, 8, 2)],
              256: [(32, 64, 8, 1)]},
 }
+# (Measured with `python -m kernels.flash_bwd_fused_check`, triton 3.7.1: on sm_90 at
+# d <= 64, 64 x 64 with 4 warps is the one tile whose wgmmas are all n64 (8 warps split
+# a 64-row dQ product into two n32 halves). At d = 128 every sm_90 tile with BLOCK_M
+# >= 32 spills (dK and dV alone are 128 fp32 registers a thread at 128 x 128, 8 warps;
+# 64 x 64 x 8 warps spills 164 bytes), so sm_90 ships 16 x 128 there: S^T and dP^T are
+# n16, the other three matmuls n128. d = 256 entries and the sm_89 table are not
+# compiled by the check yet.)
 # CUDA-core (FMA) dots: fp32 inputs everywhere, every dtype on sm_75. The n32 question
-# does not arise there; registers bound the tiles, as in kernels.flash's dkdv table.
+# does not arise there; registers bound the tiles, as in kernels.flash's dkdv table
+# (fp32 at d = 128 needs 8 warps: 16 x 16 with 4 warps spills 8 bytes causal on sm_90).
 _FMA_TABLE: dict[str, dict[int, list[tuple[int, int, int, int]]]] = {
     "fp32": {16: [(32, 32, 8, 1)], 32: [(32, 32, 8, 1)], 64: [(32, 32, 8, 1)],
-             128: [(16, 16, 4, 1)], 256: [(16, 16, 4, 1)]},
+             128: [(16, 16, 8, 1)], 256: [(16, 16, 4, 1)]},
     "sm75": {16: [(16, 32, 8, 1)], 32: [(16, 32, 8, 1)], 64: [(16, 32, 8, 1)],
              128: [(16, 16, 8, 1)], 256: []},
 }
