@@ -15,6 +15,12 @@ Algorithm
     every q head that shares this k/v head) and ``_attn_bwd_dq`` (one program per query
     block; loops over key blocks). Both recompute ``P = exp(S - lse)`` tile by tile from
     the saved lse: no N_q x N_k tensor is ever stored and no atomics are needed.
+Options (not the defaults until a GPU run has checked them)
+    ``forward_path="tma"`` / ``"tma-ws"``: the forward of :mod:`kernels.flash_tma`,
+    K/V tiles by TMA descriptors on sm_90 (the second with a warp-specialised key
+    loop). ``deterministic=False``: :mod:`kernels.flash_bwd_fused`, the backward in one
+    kernel per key block with five matmuls per tile and dQ summed by relaxed fp32
+    atomics (its rounding then varies from run to run).
 Shapes
     q: (B, H, N_q, d); k, v: (B, H_kv, N_k, d) with H a multiple of H_kv (GQA; H_kv = 1
     is MQA). Any N_q, N_k >= 1 (ragged edges are masked); N_q != N_k is fine.
@@ -22,6 +28,18 @@ Causal
     Bottom-right aligned (FlashAttention-2 convention): query i sees key j iff
     ``j <= i + N_k - N_q``. When N_q > N_k the first N_q - N_k rows see no key: their
     output and gradients are 0 and their lse is -inf (never NaN).
+NaN and inf
+    A NaN in a row's inputs gives NaN in that row's output and lse; a row with no
+    visible key gives 0 and -inf; the two are never confused. A NaN/inf hidden by the
+    causal mask reaches nothing: when an input holds one (a flag computed on the device
+    beside each causal launch, no host sync), the masked diagonal tiles sum P V
+    (forward) and P^T dO, dS^T Q, dS K (backward) pair by pair, selecting the visible
+    pairs, instead of through ``tl.dot`` (where a hidden pair weighs 0 and 0 * NaN =
+    NaN); the backward does this in a second launch per kernel, whose programs stop at
+    once when the flag is clear. The scores q k^T * sm_scale are fp32: a row whose top
+    score overflows fp32 (or whose visible scores are all -inf) has no fp32 softmax and
+    reads NaN, never a finite guess or the empty-row answer. sm_scale * log2(e) itself
+    must fit fp32 (ValueError).
 Head dims
     1 ... 256, powers of two or not: the tile is padded to ``BLOCK_D`` = next power of
     two (at least 16) and the tail is masked, so d = 80 runs at d = 128's cost.
@@ -43,8 +61,10 @@ Devices
     machine the kernels run under the Triton interpreter with one fixed 64 x 64 tile.
 Known limits
     No dropout, no attention bias/ALiBi, no sliding window, no variable-length (packed)
-    batches, no paged KV cache. No TMA/wgmma-specific code path (Triton picks wgmma on
-    sm_90 by itself) and no FP8: the FlashAttention-3 CUDA kernels are faster on H100.
+    batches, no paged KV cache, no FP8. The default path leaves wgmma to Triton (it
+    picks it on sm_90 by itself) and loads by pointers; the TMA path is opt-in (above).
+    The FlashAttention-3 CUDA kernels (warp-specialised pingpong schedules, FP8) are
+    faster on H100.
     Head dims that are not powers of two waste the padded part of each tile. On sm_75
     the backward pass refuses head dims above 128 (ValueError): with FMA dot products
     every tile of at least 16 x 16 spills registers there.
@@ -62,6 +82,9 @@ from .naive import check_causal, kernel_scale
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
 LN2 = 0.6931471805599453  # ln(2): log(x) = log2(x) * LN2
 MAX_HEAD_DIM = 256
+#: flash_attention's forward paths: pointer loads (the default), TMA descriptors, TMA
+#: with a warp-specialised key loop (kernels.flash_tma; sm_90 only)
+FORWARD_PATHS = ("pointer", "tma", "tma-ws")
 _LOG2E: tl.constexpr = tl.constexpr(LOG2E)
 
 
@@ -110,11 +133,11 @@ _TABLES: dict[str, dict[str, dict[int, list[tuple[int, int, int, int]]]]] = {
                  256: [(128, 32, 8, 2), (64, 32, 4, 2)]},
         "sm80": {16: [(128, 64, 8, 2)], 32: [(128, 64, 8, 2)],
                  64: [(128, 64, 8, 2), (128, 32, 4, 3)],
-                 128: [(128, 32, 8, 2), (64, 64, 4, 2)],
+                 128: [(128, 32, 8, 2), (64, 64, 8, 2)],
                  256: [(64, 32, 4, 2)]},
         "sm89": {16: [(128, 64, 8, 2)], 32: [(128, 64, 8, 2)],
                  64: [(128, 64, 8, 2), (128, 32, 4, 3)],
-                 128: [(128, 32, 8, 2), (64, 64, 4, 2)],
+                 128: [(128, 32, 8, 2), (64, 64, 8, 2)],
                  256: [(64, 32, 4, 1)]},
     },
 }
@@ -124,7 +147,10 @@ _TABLES: dict[str, dict[str, dict[int, list[tuple[int, int, int, int]]]]] = {
 # causal forward's masked stage keeps a key-by-key path for value rows holding NaN/inf;
 # with it 128 x 64 tiles at BLOCK_D = 128 spill on sm_80/89, and 4-warp 128 x 64 or
 # 3-stage 128 x 128 tiles at d = 64/128 spill on sm_89/90: those entries use the tiles
-# above, each checked by `make compile-check`.)
+# above, each checked by `make compile-check`. The causal backward's masked stage keeps
+# a path for inputs holding NaN/inf too (``_finite_dot``): with it the 4-warp 64 x 64
+# dQ tile at BLOCK_D = 128 spills on sm_80 (8 warps now), and so does the fp32 dK/dV
+# tile 32 x 32 at d <= 64 (16 x 32 now).)
 # Tiles for dot products on CUDA cores (FMA): float32 inputs everywhere (IEEE fp32
 # dots) and every dtype on sm_75, where Triton >= 3.2 has no tensor-core path. FMA dots
 # hold whole operand rows in registers, so the tiles are small. On sm_75 the backward
@@ -134,7 +160,7 @@ _FMA_TABLES: dict[str, dict[str, dict[int, list[tuple[int, int, int, int]]]]] = 
     "fp32": {
         "fwd": {16: [(64, 32, 8, 2)], 32: [(64, 32, 8, 2)], 64: [(64, 32, 8, 2)],
                 128: [(32, 16, 4, 2)], 256: [(16, 16, 4, 1)]},
-        "dkdv": {16: [(32, 32, 8, 1)], 32: [(32, 32, 8, 1)], 64: [(32, 32, 8, 1)],
+        "dkdv": {16: [(16, 32, 8, 1)], 32: [(16, 32, 8, 1)], 64: [(16, 32, 8, 1)],
                  128: [(16, 16, 4, 1)], 256: [(16, 16, 4, 1)]},
         "dq": {16: [(32, 32, 8, 1)], 32: [(32, 32, 8, 1)], 64: [(32, 32, 8, 1)],
                128: [(32, 16, 8, 1)], 256: [(16, 16, 4, 1)]},
@@ -147,6 +173,16 @@ _FMA_TABLES: dict[str, dict[str, dict[int, list[tuple[int, int, int, int]]]]] = 
         "dq": {16: [(32, 32, 8, 1)], 32: [(32, 32, 8, 1)], 64: [(32, 32, 8, 1)],
                128: [(16, 16, 8, 1)], 256: []},
     },
+}
+# The causal backward's second launch (SHIELD): it works only when an input holds
+# NaN/inf, so its small tiles, one per padded head dim and dot path, are chosen to fit
+# with its select-and-count path, not for speed. With CUDA-core (FMA) dots, fp32 dK/dV
+# at BLOCK_D >= 128 spills even at 16 x 16 (a few hundred bytes on sm_80/90): the
+# compile check reports it and accepts it for this slow path only.
+_SHIELD_TABLE: dict[str, dict[int, tuple[int, int, int, int]]] = {
+    "tensor-core": {16: (32, 32, 4, 1), 32: (32, 32, 4, 1), 64: (32, 32, 4, 1),
+                    128: (16, 32, 4, 1), 256: (16, 16, 8, 1)},
+    "fma": {bd: (16, 16, 8, 1) for bd in (16, 32, 64, 128, 256)},
 }
 #: Architectures the configs are written for, with their shared memory per block (bytes,
 #: the opt-in maximum from the CUDA programming guide's compute-capability table).
@@ -178,12 +214,18 @@ def block_d(head_dim: int) -> int:
 
 def configs(kernel: str, capability: tuple[int, int], head_dim: int,
             dtype: torch.dtype = torch.float16) -> list[tuple[int, int, int, int]]:
-    """Shipped (BLOCK_M, BLOCK_N, num_warps, num_stages) for ``kernel`` in fwd/dkdv/dq.
+    """Shipped (BLOCK_M, BLOCK_N, num_warps, num_stages) for ``kernel`` in fwd/dkdv/dq,
+    or dkdv-shield/dq-shield (the causal backward's NaN/inf launch).
 
     Empty when the kernel is not supported there (the sm_75 backward at head dim > 128).
     """
     bd = block_d(head_dim)
     arch = arch_class(capability)
+    if kernel.endswith("-shield"):
+        if not configs(kernel.removesuffix("-shield"), capability, head_dim, dtype):
+            return []
+        path = "fma" if arch == "sm75" or dtype == torch.float32 else "tensor-core"
+        return [_SHIELD_TABLE[path][bd]]
     if arch == "sm75":
         return list(_FMA_TABLES["sm75"][kernel][bd])
     if dtype == torch.float32:
@@ -261,20 +303,61 @@ def _store_tile(ptrs, value, offs_r, offs_d, n_rows, HEAD_DIM, EVEN_R: tl.conste
 
 
 @triton.jit
-def _select_pv(acc, p, visible, v_base, stride_vn, stride_vd, start_n, offs_n, offs_d,
-               N_CTX_K, HEAD_DIM, BLOCK_N: tl.constexpr):
-    """acc += sum over the VISIBLE keys j of p[:, j] v[j, :], one key at a time
-    (rank-1 updates selected by ``visible``): a hidden key's value row never enters
-    a product."""
-    for jj in range(0, BLOCK_N):
-        col = offs_n == start_n + jj  # (BLOCK_N,)
-        p_j = tl.sum(tl.where(col[None, :], p, 0.0), 1)  # (BLOCK_M,) column jj of p
-        vis_j = tl.sum(tl.where(col[None, :] & visible, 1, 0), 1) > 0  # (BLOCK_M,)
-        v_j = tl.load(v_base + (start_n + jj) * stride_vn + offs_d * stride_vd,
-                      mask=(offs_d < HEAD_DIM) & (start_n + jj < N_CTX_K),
+def _select_dot(acc, a, visible, b_base, stride_br, stride_bd, start, offs, offs_d,
+                n_rows, HEAD_DIM, BLOCK: tl.constexpr):
+    """acc += where(visible, a, 0) @ B[start : start + BLOCK], one column of ``a`` (one
+    row of B, read from global memory) at a time: rank-1 updates selected by
+    ``visible``, so a hidden pair's row of B never enters a product (in ``tl.dot`` a
+    hidden pair weighs 0, and 0 * NaN = NaN). ``offs`` numbers a's columns (= B's rows);
+    B rows >= n_rows read as 0. The slow path of the causal masked tiles, taken only
+    when V holds NaN/inf: the forward's P V."""
+    for jj in range(0, BLOCK):
+        col = offs == start + jj  # (BLOCK,)
+        a_j = tl.sum(tl.where(col[None, :], a, 0.0), 1)  # column jj of a
+        vis_j = tl.sum(tl.where(col[None, :] & visible, 1, 0), 1) > 0
+        b_j = tl.load(b_base + (start + jj) * stride_br + offs_d * stride_bd,
+                      mask=(offs_d < HEAD_DIM) & (start + jj < n_rows),
                       other=0.0).to(tl.float32)  # (BLOCK_D,)
-        acc += tl.where(vis_j[:, None], p_j[:, None] * v_j[None, :], 0.0)
+        acc += tl.where(vis_j[:, None], a_j[:, None] * b_j[None, :], 0.0)
     return acc
+
+
+_select_pv = _select_dot  # the forward's use: acc += P V over the visible keys
+
+
+@triton.jit
+def _masked_row_max(m_i, s, start_n, offs_m, N_CTX_K, causal_offset,
+                    IS_CAUSAL: tl.constexpr):
+    """The running row max after a masked tile of base-2 scores ``s`` (hidden pairs
+    -inf), and the value to subtract from the scores (0 for a row with no visible key
+    yet, whose max stays -inf).
+
+    A row that sees a key of this tile but whose scores are all -inf (an input inf, or
+    q k^T * scale overflowing fp32) has no softmax: NaN, never read as "no visible
+    key". (The tile's first key is visible to a row iff any of its keys is.)
+    """
+    m_ij = tl.maximum(m_i, tl.max(s, 1))
+    sees = start_n < N_CTX_K
+    if IS_CAUSAL:
+        sees = sees & (start_n <= offs_m + causal_offset)
+    m_ij = tl.where(sees & (m_ij == float("-inf")), float("nan"), m_ij)
+    return m_ij, tl.where(m_ij == float("-inf"), 0.0, m_ij)
+
+
+@triton.jit
+def _finish_rows(acc, l_i, m_i):
+    """The forward's epilogue: o = acc / l and the base-2 lse (on the same fp32 grid
+    as the scores the backward recomputes). A row that saw no key has l = 0: o = 0, lse
+    = -inf. l = 0 with a max other than -inf means the row's top score overflowed fp32
+    (q k^T * scale beyond 3.4e38; otherwise its own key adds exp2(0) = 1): no fp32
+    softmax exists, so NaN, never the "no visible key" answer."""
+    empty = l_i == 0.0
+    l_safe = tl.where(empty, 1.0, l_i)
+    acc = acc / l_safe[:, None]
+    lse2 = tl.where(empty, float("-inf"), m_i + tl.log2(l_safe))
+    overflow = empty & (m_i != float("-inf"))
+    acc = tl.where(overflow[:, None], float("nan"), acc)
+    return acc, tl.where(overflow, float("nan"), lse2)
 
 
 @triton.jit
@@ -322,9 +405,8 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base,
                 visible = visible & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
             s = tl.where(visible, s, float("-inf"))
             # -- online softmax: new running max, rescale what was accumulated so far --
-            m_ij = tl.maximum(m_i, tl.max(s, 1))
-            # a row with no visible key yet keeps m = -inf: subtract 0 instead
-            m_ij_safe = tl.where(m_ij == float("-inf"), 0.0, m_ij)
+            m_ij, m_ij_safe = _masked_row_max(m_i, s, start_n, offs_m, N_CTX_K,
+                                              causal_offset, IS_CAUSAL)
             p = tl.exp2(s - m_ij_safe[:, None])
         else:
             # max of qk * scale without scaling every score: the scale is one number
@@ -346,8 +428,8 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base,
             # load as 0 and need no care. Scanning each tile for non-finite values
             # instead costs a float32 copy of it in registers: ptxas spills.)
             if v_bad != 0:
-                acc = _select_pv(acc, p, visible, v_base, stride_vn, stride_vd,
-                                 start_n, offs_n, offs_d, N_CTX_K, HEAD_DIM, BLOCK_N)
+                acc = _select_dot(acc, p, visible, v_base, stride_vn, stride_vd,
+                                  start_n, offs_n, offs_d, N_CTX_K, HEAD_DIM, BLOCK_N)
             else:
                 acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
         else:
@@ -431,12 +513,7 @@ def _attn_fwd(Q, K, V, Out, LSE2, V_BAD, sm_scale,
             HEAD_DIM, causal_offset, v_bad, BLOCK_N, True, IS_CAUSAL, EVEN_N, EVEN_D,
             UPCAST, DOT_PRECISION, NEG_SCALE)
 
-    # epilogue: normalise; a row that saw no key has l_i = 0 -> output 0, lse = -inf
-    empty = l_i == 0.0
-    l_safe = tl.where(empty, 1.0, l_i)
-    acc = acc / l_safe[:, None]
-    # log-sum-exp in base 2, on the same fp32 grid as the scores the backward recomputes
-    lse2 = tl.where(empty, float("-inf"), m_i + tl.log2(l_safe))
+    acc, lse2 = _finish_rows(acc, l_i, m_i)
     lse_ptrs = LSE2 + off_hz.to(tl.int64) * N_CTX_Q + offs_m  # contiguous (B, H, N_q)
     if EVEN_M:
         tl.store(lse_ptrs, lse2)
@@ -511,12 +588,28 @@ def _dot_precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-def _v_bad(v: torch.Tensor, causal) -> torch.Tensor:
-    """(1,) int32 on v's device: 1 if v holds a NaN or inf (read by causal launches
-    only; computed on the device, no host sync)."""
+def _nonfinite_flag(causal, *tensors, nan_only=()) -> torch.Tensor:
+    """(1,) int32 on the tensors' device: 1 if one of ``tensors`` holds a NaN or inf,
+    or one of ``nan_only`` a NaN (read by causal launches only, which then sum the
+    masked tiles pair by pair; computed on the device, no host sync).
+
+    One float32 sum per tensor instead of an elementwise test: a NaN or inf makes the
+    sum non-finite. A sum of finite values that overflows fp32 also sets the flag: the
+    kernels then take the slow, equally exact path.
+    """
+    device = tensors[0].device
     if not causal:
-        return torch.zeros(1, dtype=torch.int32, device=v.device)
-    return (~torch.isfinite(v)).any().to(torch.int32).reshape(1)
+        return torch.zeros(1, dtype=torch.int32, device=device)
+    total = sum(t.sum(dtype=torch.float32) for t in tensors)
+    bad = ~torch.isfinite(total)
+    for t in nan_only:  # lse: -inf marks an empty row, only NaN matters
+        bad = bad | torch.isnan(t.sum(dtype=torch.float32))
+    return bad.to(torch.int32).reshape(1)
+
+
+def _v_bad(v: torch.Tensor, causal) -> torch.Tensor:
+    """The forward's flag: a NaN/inf in v (a hidden k row is masked by selection)."""
+    return _nonfinite_flag(causal, v)
 
 
 def _forward(q, k, v, causal: bool, scale: float):
@@ -584,11 +677,45 @@ def _attn_bwd_preprocess(O, DO, Delta,
 
 
 @triton.jit
+def _finite_dot(acc, a, b, visible, COUNT: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """acc += a @ b, where ``a`` is 0 at the hidden pairs (``visible`` False) and no
+    non-finite entry of b may reach acc through a hidden pair (in a plain dot it weighs
+    0, and 0 * NaN = NaN). The slow path of the causal masked tiles, taken only when an
+    input holds NaN/inf.
+
+    b's non-finite entries are zeroed for the product. Where a VISIBLE pair meets one,
+    the output must still turn NaN: for dS^T Q and dS K it does by itself (a NaN in q
+    or k makes that row's scores, lse and so its dS NaN, and a NaN dS spreads through
+    the product); for P^T dO (COUNT) a second dot counts, per output entry, the visible
+    non-finite entries of b that feed it, and those outputs become NaN.
+    """
+    finite = tl.abs(b.to(tl.float32)) < float("inf")  # NaN compares False
+    acc = tl.dot(a.to(b.dtype), tl.where(finite, b, 0.0).to(b.dtype), acc,
+                 input_precision=DOT_PRECISION)
+    if COUNT:
+        hits = tl.dot(visible.to(tl.float16), (~finite).to(tl.float16))
+        acc = tl.where(hits > 0, float("nan"), acc)
+    return acc
+
+
+@triton.jit
+def _dkdv_dots(dk, dv, pT, v, q, do, delta, DOT_PRECISION: tl.constexpr):
+    """dV += P^T dO;  dP^T = V dO^T;  dS^T = P^T * (dP^T - delta);  dK += dS^T Q
+    (dK times sm_scale once, at the end)."""
+    dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=DOT_PRECISION)
+    dpT = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
+    dsT = pT * (dpT - delta[None, :])
+    dk = tl.dot(dsT.to(q.dtype), q, dk, input_precision=DOT_PRECISION)
+    return dk, dv
+
+
+@triton.jit
 def _attn_bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
                          stride_qm, stride_qd, stride_dom, stride_dod,
                          offs_n, offs_d, lo, hi, qk_scale, N_CTX_Q, N_CTX_K, HEAD_DIM,
                          causal_offset,
                          BLOCK_M: tl.constexpr, MASKED: tl.constexpr,
+                         SHIELD: tl.constexpr,
                          EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
                          EVEN_D: tl.constexpr, UPCAST: tl.constexpr,
                          DOT_PRECISION: tl.constexpr):
@@ -598,7 +725,10 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
     MASKED=True applies the causal mask (the diagonal blocks). Query rows past N_q load
     lse = +inf, so their P is exactly 0 and they contribute nothing. Key rows past N_k
     (a ragged last key block, EVEN_N=False) get s = -inf, so exp2 never sees them: with
-    a strongly negative lse their exp2(0 - lse) would overflow.
+    a strongly negative lse their exp2(0 - lse) would overflow. SHIELD (the second
+    launch, which runs only when an input holds NaN/inf): the masked tiles sum dV and
+    dK over the visible pairs only (``_finite_dot``), so a hidden query row's NaN in q,
+    dO, lse or delta never reaches a key it cannot see.
     """
     for start_m in range(lo, hi, BLOCK_M):
         start_m = tl.multiple_of(start_m, BLOCK_M)
@@ -624,19 +754,23 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
         # (BLOCK_N, BLOCK_M), on chip
         sT = tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION) * qk_scale
         if MASKED:  # hidden pairs get s = -inf, so P = 0 exactly
-            sT = tl.where(offs_n[:, None] <= offs_m[None, :] + causal_offset, sT,
-                          float("-inf"))
+            visT = offs_n[:, None] <= offs_m[None, :] + causal_offset
+            sT = tl.where(visT, sT, float("-inf"))
         # padded key rows of the ragged last block: P = 0, never exp2(-lse)
         if not EVEN_N:
             sT = tl.where(offs_n[:, None] < N_CTX_K, sT, float("-inf"))
         pT = tl.exp2(sT - lse2[None, :])
-        # dV += P^T dO
-        dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=DOT_PRECISION)
-        # dP^T = V dO^T;  dS^T = P^T * (dP^T - delta)
-        dpT = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
-        dsT = pT * (dpT - delta[None, :])
-        # dK += dS^T Q  (times sm_scale once, at the end)
-        dk = tl.dot(dsT.to(q.dtype), q, dk, input_precision=DOT_PRECISION)
+        if MASKED:
+            if SHIELD:  # NaN/inf somewhere: only visible pairs enter the sums
+                pT = tl.where(visT, pT, 0.0)  # 0 even where lse is NaN
+                dpT = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
+                dsT = tl.where(visT, pT * (dpT - delta[None, :]), 0.0)
+                dv = _finite_dot(dv, pT, do, visT, True, DOT_PRECISION)
+                dk = _finite_dot(dk, dsT, q, visT, False, DOT_PRECISION)
+            else:
+                dk, dv = _dkdv_dots(dk, dv, pT, v, q, do, delta, DOT_PRECISION)
+        else:
+            dk, dv = _dkdv_dots(dk, dv, pT, v, q, do, delta, DOT_PRECISION)
     return dk, dv
 
 
@@ -644,7 +778,7 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
                  prune_configs_by=_pruner("dkdv"))
 @triton.heuristics(_HEURISTICS)
 @triton.jit
-def _attn_bwd_dkdv(Q, K, V, DO, LSE2, Delta, DK, DV, sm_scale,
+def _attn_bwd_dkdv(Q, K, V, DO, LSE2, Delta, DK, DV, BAD, sm_scale,
                    stride_qz, stride_qh, stride_qm, stride_qd,
                    stride_kz, stride_kh, stride_kn, stride_kd,
                    stride_vz, stride_vh, stride_vn, stride_vd,
@@ -654,72 +788,85 @@ def _attn_bwd_dkdv(Q, K, V, DO, LSE2, Delta, DK, DV, sm_scale,
                    IS_CAUSAL: tl.constexpr, BLOCK_D: tl.constexpr, UPCAST: tl.constexpr,
                    DOT_PRECISION: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr):
-    start_n = tl.program_id(0) * BLOCK_N  # first key of this program's block
-    off_hz = tl.program_id(1)  # which (batch, k/v head)
-    off_z = off_hz // H_KV
-    off_hkv = off_hz % H_KV
-    offs_n = start_n + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    k_base = K + off_z.to(tl.int64) * stride_kz + off_hkv.to(tl.int64) * stride_kh
-    v_base = V + off_z.to(tl.int64) * stride_vz + off_hkv.to(tl.int64) * stride_vh
-    # k and v stay in SRAM while every query block of every q head in the
-    # group streams by
-    k = _load_tile(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
-                   offs_n, offs_d, N_CTX_K, HEAD_DIM, EVEN_N, EVEN_D)
-    v = _load_tile(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
-                   offs_n, offs_d, N_CTX_K, HEAD_DIM, EVEN_N, EVEN_D)
-    if UPCAST:
-        k = k.to(tl.float32)
-        v = v.to(tl.float32)
-    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    qk_scale = sm_scale * _LOG2E
-
-    # Query range. Causal: key j is seen by rows i >= j - causal_offset; rows from
-    # full_start on see every key of this block (no mask needed).
-    causal_offset = N_CTX_K - N_CTX_Q
-    end_m = tl.cdiv(N_CTX_Q, BLOCK_M) * BLOCK_M
-    if IS_CAUSAL:
-        lo = (tl.maximum(start_n - causal_offset, 0) // BLOCK_M) * BLOCK_M
-        full_start = tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - causal_offset, 0),
-                             BLOCK_M) * BLOCK_M
-        full_start = tl.minimum(full_start, end_m)
-        lo = tl.minimum(lo, full_start)
+                   EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr,
+                   SHIELD: tl.constexpr):
+    # SHIELD: the second, slow launch of a causal backward. It does nothing unless an
+    # input holds NaN/inf (BAD, set on the device); then it recomputes this program's
+    # gradients keeping hidden pairs out of every sum, and overwrites them.
+    if SHIELD:
+        go = tl.load(BAD) != 0
     else:
-        lo = 0
-        full_start = 0
+        go = True
+    if go:
+        start_n = tl.program_id(0) * BLOCK_N  # first key of this program's block
+        off_hz = tl.program_id(1)  # which (batch, k/v head)
+        off_z = off_hz // H_KV
+        off_hkv = off_hz % H_KV
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        offs_d = tl.arange(0, BLOCK_D)
+        k_base = K + off_z.to(tl.int64) * stride_kz + off_hkv.to(tl.int64) * stride_kh
+        v_base = V + off_z.to(tl.int64) * stride_vz + off_hkv.to(tl.int64) * stride_vh
+        # k and v stay in SRAM while every query block of every q head in the
+        # group streams by
+        k = _load_tile(k_base + offs_n[:, None] * stride_kn
+                       + offs_d[None, :] * stride_kd,
+                       offs_n, offs_d, N_CTX_K, HEAD_DIM, EVEN_N, EVEN_D)
+        v = _load_tile(v_base + offs_n[:, None] * stride_vn
+                       + offs_d[None, :] * stride_vd,
+                       offs_n, offs_d, N_CTX_K, HEAD_DIM, EVEN_N, EVEN_D)
+        if UPCAST:
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+        dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+        dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+        qk_scale = sm_scale * _LOG2E
 
-    # the q heads that share this k/v head (GQA); 1 for plain MHA
-    for g in range(GROUP):
-        off_h = off_hkv * GROUP + g
-        off_bh = off_z * (H_KV * GROUP) + off_h
-        q_base = Q + off_z.to(tl.int64) * stride_qz + off_h.to(tl.int64) * stride_qh
-        do_base = DO + off_z.to(tl.int64) * stride_doz + off_h.to(tl.int64) * stride_doh
-        lse_base = LSE2 + off_bh.to(tl.int64) * N_CTX_Q
-        delta_base = Delta + off_bh.to(tl.int64) * N_CTX_Q
-        if IS_CAUSAL:  # diagonal blocks, masked
+        # Query range. Causal: key j is seen by rows i >= j - causal_offset; rows from
+        # full_start on see every key of this block (no mask needed).
+        causal_offset = N_CTX_K - N_CTX_Q
+        end_m = tl.cdiv(N_CTX_Q, BLOCK_M) * BLOCK_M
+        if IS_CAUSAL:
+            lo = (tl.maximum(start_n - causal_offset, 0) // BLOCK_M) * BLOCK_M
+            full_start = tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - causal_offset, 0),
+                                 BLOCK_M) * BLOCK_M
+            full_start = tl.minimum(full_start, end_m)
+            lo = tl.minimum(lo, full_start)
+        else:
+            lo = 0
+            full_start = 0
+
+        # the q heads that share this k/v head (GQA); 1 for plain MHA
+        for g in range(GROUP):
+            off_h = off_hkv * GROUP + g
+            off_bh = off_z * (H_KV * GROUP) + off_h
+            q_base = Q + off_z.to(tl.int64) * stride_qz + off_h.to(tl.int64) * stride_qh
+            do_base = (DO + off_z.to(tl.int64) * stride_doz
+                       + off_h.to(tl.int64) * stride_doh)
+            lse_base = LSE2 + off_bh.to(tl.int64) * N_CTX_Q
+            delta_base = Delta + off_bh.to(tl.int64) * N_CTX_Q
+            if IS_CAUSAL:  # diagonal blocks, masked
+                dk, dv = _attn_bwd_dkdv_inner(
+                    dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+                    stride_qm, stride_qd, stride_dom, stride_dod,
+                    offs_n, offs_d, lo, full_start, qk_scale, N_CTX_Q,
+                    N_CTX_K, HEAD_DIM, causal_offset, BLOCK_M, True, SHIELD,
+                    EVEN_M, EVEN_N, EVEN_D, UPCAST, DOT_PRECISION)
             dk, dv = _attn_bwd_dkdv_inner(
                 dk, dv, k, v, q_base, do_base, lse_base, delta_base,
                 stride_qm, stride_qd, stride_dom, stride_dod,
-                offs_n, offs_d, lo, full_start, qk_scale, N_CTX_Q,
-                N_CTX_K, HEAD_DIM, causal_offset, BLOCK_M, True,
+                offs_n, offs_d, full_start, end_m, qk_scale, N_CTX_Q,
+                N_CTX_K, HEAD_DIM, causal_offset, BLOCK_M, False, SHIELD,
                 EVEN_M, EVEN_N, EVEN_D, UPCAST, DOT_PRECISION)
-        dk, dv = _attn_bwd_dkdv_inner(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-            stride_qm, stride_qd, stride_dom, stride_dod,
-            offs_n, offs_d, full_start, end_m, qk_scale, N_CTX_Q,
-            N_CTX_K, HEAD_DIM, causal_offset, BLOCK_M, False,
-            EVEN_M, EVEN_N, EVEN_D, UPCAST, DOT_PRECISION)
 
-    dk = dk * sm_scale  # S = scale * Q K^T  =>  dK = scale * dS^T Q
-    dk_base = DK + off_z.to(tl.int64) * stride_dkz + off_hkv.to(tl.int64) * stride_dkh
-    dv_base = DV + off_z.to(tl.int64) * stride_dkz + off_hkv.to(tl.int64) * stride_dkh
-    tile = offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd
-    _store_tile(dk_base + tile, dk.to(DK.dtype.element_ty), offs_n, offs_d, N_CTX_K,
-                HEAD_DIM, EVEN_N, EVEN_D)
-    _store_tile(dv_base + tile, dv.to(DV.dtype.element_ty), offs_n, offs_d, N_CTX_K,
-                HEAD_DIM, EVEN_N, EVEN_D)
+        dk = dk * sm_scale  # S = scale * Q K^T  =>  dK = scale * dS^T Q
+        kv_off = off_z.to(tl.int64) * stride_dkz + off_hkv.to(tl.int64) * stride_dkh
+        dk_base = DK + kv_off
+        dv_base = DV + kv_off
+        tile = offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd
+        _store_tile(dk_base + tile, dk.to(DK.dtype.element_ty), offs_n, offs_d, N_CTX_K,
+                    HEAD_DIM, EVEN_N, EVEN_D)
+        _store_tile(dv_base + tile, dv.to(DV.dtype.element_ty), offs_n, offs_d, N_CTX_K,
+                    HEAD_DIM, EVEN_N, EVEN_D)
 
 
 @triton.jit
@@ -728,10 +875,16 @@ def _attn_bwd_dq_inner(dq, q, do, lse2, delta, k_base, v_base,
                        offs_m, offs_d, lo, hi, qk_scale, N_CTX_K, HEAD_DIM,
                        causal_offset,
                        BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
+                       SHIELD: tl.constexpr,
                        IS_CAUSAL: tl.constexpr,
                        EVEN_N: tl.constexpr, EVEN_D: tl.constexpr, UPCAST: tl.constexpr,
                        DOT_PRECISION: tl.constexpr):
-    """Accumulate dQ of the resident query block over key blocks [lo, hi)."""
+    """Accumulate dQ of the resident query block over key blocks [lo, hi).
+
+    SHIELD (the second launch, which runs only when an input holds NaN/inf): the
+    causal masked tiles sum dS K over the visible keys only (``_finite_dot``), so a
+    hidden key's NaN in k or v never reaches a query that cannot see it.
+    """
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -756,7 +909,14 @@ def _attn_bwd_dq_inner(dq, q, do, lse2, delta, k_base, v_base,
         # dP = dO V^T;  dS = P * (dP - delta);  dQ += dS K
         dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
         ds = p * (dp - delta[:, None])
-        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=DOT_PRECISION)
+        if MASKED and IS_CAUSAL:
+            if SHIELD:  # NaN/inf somewhere: only visible keys enter the sum
+                ds = tl.where(visible, ds, 0.0)
+                dq = _finite_dot(dq, ds, k, visible, False, DOT_PRECISION)
+            else:
+                dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=DOT_PRECISION)
+        else:
+            dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=DOT_PRECISION)
     return dq
 
 
@@ -764,7 +924,7 @@ def _attn_bwd_dq_inner(dq, q, do, lse2, delta, k_base, v_base,
                  prune_configs_by=_pruner("dq"))
 @triton.heuristics(_HEURISTICS)
 @triton.jit
-def _attn_bwd_dq(Q, K, V, DO, LSE2, Delta, DQ, sm_scale,
+def _attn_bwd_dq(Q, K, V, DO, LSE2, Delta, DQ, BAD, sm_scale,
                  stride_qz, stride_qh, stride_qm, stride_qd,
                  stride_kz, stride_kh, stride_kn, stride_kd,
                  stride_vz, stride_vh, stride_vn, stride_vd,
@@ -774,64 +934,78 @@ def _attn_bwd_dq(Q, K, V, DO, LSE2, Delta, DQ, sm_scale,
                  IS_CAUSAL: tl.constexpr, BLOCK_D: tl.constexpr, UPCAST: tl.constexpr,
                  DOT_PRECISION: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr):
-    start_m = tl.program_id(0)
-    off_hz = tl.program_id(1)  # which (batch, q head)
-    off_z = off_hz // H
-    off_h = off_hz % H
-    off_hkv = off_h // GROUP
-    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    q_base = Q + off_z.to(tl.int64) * stride_qz + off_h.to(tl.int64) * stride_qh
-    do_base = DO + off_z.to(tl.int64) * stride_doz + off_h.to(tl.int64) * stride_doh
-    k_base = K + off_z.to(tl.int64) * stride_kz + off_hkv.to(tl.int64) * stride_kh
-    v_base = V + off_z.to(tl.int64) * stride_vz + off_hkv.to(tl.int64) * stride_vh
-    # q, dO, lse and delta stay on chip while the key blocks stream by
-    q = _load_tile(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
-                   offs_m, offs_d, N_CTX_Q, HEAD_DIM, EVEN_M, EVEN_D)
-    do = _load_tile(do_base + offs_m[:, None] * stride_dom
-                    + offs_d[None, :] * stride_dod,
-                    offs_m, offs_d, N_CTX_Q, HEAD_DIM, EVEN_M, EVEN_D)
-    if UPCAST:
-        q = q.to(tl.float32)
-        do = do.to(tl.float32)
-    row_base = off_hz.to(tl.int64) * N_CTX_Q
-    if EVEN_M:
-        lse2 = tl.load(LSE2 + row_base + offs_m)
-        delta = tl.load(Delta + row_base + offs_m)
+                 EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr,
+                 SHIELD: tl.constexpr):
+    # SHIELD: the second, slow launch of a causal backward. It does nothing unless an
+    # input holds NaN/inf (BAD, set on the device); then it recomputes this program's
+    # gradients keeping hidden pairs out of every sum, and overwrites them.
+    if SHIELD:
+        go = tl.load(BAD) != 0
     else:
-        lse2 = tl.load(LSE2 + row_base + offs_m, mask=offs_m < N_CTX_Q,
-                       other=float("inf"))
-        delta = tl.load(Delta + row_base + offs_m, mask=offs_m < N_CTX_Q, other=0.0)
-    lse2 = tl.where(lse2 == float("-inf"), float("inf"), lse2)  # no visible key: P = 0
-    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    qk_scale = sm_scale * _LOG2E
+        go = True
+    if go:
+        start_m = tl.program_id(0)
+        off_hz = tl.program_id(1)  # which (batch, q head)
+        off_z = off_hz // H
+        off_h = off_hz % H
+        off_hkv = off_h // GROUP
+        offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_d = tl.arange(0, BLOCK_D)
+        q_base = Q + off_z.to(tl.int64) * stride_qz + off_h.to(tl.int64) * stride_qh
+        do_base = DO + off_z.to(tl.int64) * stride_doz + off_h.to(tl.int64) * stride_doh
+        k_base = K + off_z.to(tl.int64) * stride_kz + off_hkv.to(tl.int64) * stride_kh
+        v_base = V + off_z.to(tl.int64) * stride_vz + off_hkv.to(tl.int64) * stride_vh
+        # q, dO, lse and delta stay on chip while the key blocks stream by
+        q = _load_tile(q_base + offs_m[:, None] * stride_qm
+                       + offs_d[None, :] * stride_qd,
+                       offs_m, offs_d, N_CTX_Q, HEAD_DIM, EVEN_M, EVEN_D)
+        do = _load_tile(do_base + offs_m[:, None] * stride_dom
+                        + offs_d[None, :] * stride_dod,
+                        offs_m, offs_d, N_CTX_Q, HEAD_DIM, EVEN_M, EVEN_D)
+        if UPCAST:
+            q = q.to(tl.float32)
+            do = do.to(tl.float32)
+        row_base = off_hz.to(tl.int64) * N_CTX_Q
+        if EVEN_M:
+            lse2 = tl.load(LSE2 + row_base + offs_m)
+            delta = tl.load(Delta + row_base + offs_m)
+        else:
+            lse2 = tl.load(LSE2 + row_base + offs_m, mask=offs_m < N_CTX_Q,
+                           other=float("inf"))
+            delta = tl.load(Delta + row_base + offs_m, mask=offs_m < N_CTX_Q, other=0.0)
+        # no visible key: P = 0
+        lse2 = tl.where(lse2 == float("-inf"), float("inf"), lse2)
+        dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+        qk_scale = sm_scale * _LOG2E
 
-    causal_offset = N_CTX_K - N_CTX_Q
-    if IS_CAUSAL:  # same key ranges as the forward pass
-        hi = tl.maximum(tl.minimum(N_CTX_K, (start_m + 1) * BLOCK_M + causal_offset), 0)
-        first_row_sees = tl.maximum(start_m * BLOCK_M + causal_offset + 1, 0)
-        full_end = tl.minimum((first_row_sees // BLOCK_N) * BLOCK_N,
-                              (N_CTX_K // BLOCK_N) * BLOCK_N)
-    else:
-        hi = N_CTX_K
-        full_end = (N_CTX_K // BLOCK_N) * BLOCK_N
-    dq = _attn_bwd_dq_inner(dq, q, do, lse2, delta, k_base, v_base,
-                            stride_kn, stride_kd, stride_vn, stride_vd,
-                            offs_m, offs_d, 0, full_end, qk_scale, N_CTX_K, HEAD_DIM,
-                            causal_offset, BLOCK_N, False, IS_CAUSAL, EVEN_N, EVEN_D,
-                            UPCAST, DOT_PRECISION)
-    if IS_CAUSAL or not EVEN_N:
+        causal_offset = N_CTX_K - N_CTX_Q
+        if IS_CAUSAL:  # same key ranges as the forward pass
+            hi = tl.maximum(
+                tl.minimum(N_CTX_K, (start_m + 1) * BLOCK_M + causal_offset), 0)
+            first_row_sees = tl.maximum(start_m * BLOCK_M + causal_offset + 1, 0)
+            full_end = tl.minimum((first_row_sees // BLOCK_N) * BLOCK_N,
+                                  (N_CTX_K // BLOCK_N) * BLOCK_N)
+        else:
+            hi = N_CTX_K
+            full_end = (N_CTX_K // BLOCK_N) * BLOCK_N
         dq = _attn_bwd_dq_inner(dq, q, do, lse2, delta, k_base, v_base,
                                 stride_kn, stride_kd, stride_vn, stride_vd,
-                                offs_m, offs_d, full_end, hi, qk_scale, N_CTX_K,
-                                HEAD_DIM, causal_offset, BLOCK_N, True, IS_CAUSAL,
+                                offs_m, offs_d, 0, full_end, qk_scale, N_CTX_K,
+                                HEAD_DIM,
+                                causal_offset, BLOCK_N, False, SHIELD, IS_CAUSAL,
                                 EVEN_N, EVEN_D, UPCAST, DOT_PRECISION)
-    dq = dq * sm_scale  # S = scale * Q K^T  =>  dQ = scale * dS K
-    _store_tile(DQ + off_z.to(tl.int64) * stride_dqz + off_h.to(tl.int64) * stride_dqh
-                + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
-                dq.to(DQ.dtype.element_ty), offs_m, offs_d, N_CTX_Q, HEAD_DIM,
-                EVEN_M, EVEN_D)
+        if IS_CAUSAL or not EVEN_N:
+            dq = _attn_bwd_dq_inner(dq, q, do, lse2, delta, k_base, v_base,
+                                    stride_kn, stride_kd, stride_vn, stride_vd,
+                                    offs_m, offs_d, full_end, hi, qk_scale, N_CTX_K,
+                                    HEAD_DIM, causal_offset, BLOCK_N, True, SHIELD,
+                                    IS_CAUSAL, EVEN_N, EVEN_D, UPCAST, DOT_PRECISION)
+        dq = dq * sm_scale  # S = scale * Q K^T  =>  dQ = scale * dS K
+        _store_tile(DQ + off_z.to(tl.int64) * stride_dqz
+                    + off_h.to(tl.int64) * stride_dqh
+                    + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
+                    dq.to(DQ.dtype.element_ty), offs_m, offs_d, N_CTX_Q, HEAD_DIM,
+                    EVEN_M, EVEN_D)
 
 
 def forward_with_tiles(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_m: int,
@@ -895,18 +1069,34 @@ def _backward(do, q, k, v, o, lse2, causal: bool, scale: float, dlse=None):
         # the lse adds dL_i * P_ij to dS_ij = P_ij (dP_ij - delta_i):
         # delta_i <- delta_i - dL_i
         delta = (delta - dlse.to(torch.float32)).contiguous()
+    # NaN/inf in an input (computed on the device, no host sync): read by the causal
+    # backward's second launch only
+    bad = _nonfinite_flag(causal, q, k, v, do,
+                          *(() if dlse is None else (dlse,)), nan_only=(lse2,))
+    dkdv_args = (q, k, v, do, lse2, delta, dk, dv, bad, scale,
+                 *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(),
+                 H_kv, group, N_q, N_k, d)
+    dq_args = (q, k, v, do, lse2, delta, dq, bad, scale,
+               *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(),
+               H, group, N_q, N_k, d)
+    flags = dict(IS_CAUSAL=causal, BLOCK_D=bd, UPCAST=upcast, DOT_PRECISION=precision)
     grid_kv = lambda META: (triton.cdiv(N_k, META["BLOCK_N"]), B * H_kv)
-    _attn_bwd_dkdv[grid_kv](
-        q, k, v, do, lse2, delta, dk, dv, scale,
-        *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(),
-        H_kv, group, N_q, N_k, d,
-        IS_CAUSAL=causal, BLOCK_D=bd, UPCAST=upcast, DOT_PRECISION=precision)
     grid_q = lambda META: (triton.cdiv(N_q, META["BLOCK_M"]), B * H)
-    _attn_bwd_dq[grid_q](
-        q, k, v, do, lse2, delta, dq, scale,
-        *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(),
-        H, group, N_q, N_k, d,
-        IS_CAUSAL=causal, BLOCK_D=bd, UPCAST=upcast, DOT_PRECISION=precision)
+    _attn_bwd_dkdv[grid_kv](*dkdv_args, **flags, SHIELD=False)
+    _attn_bwd_dq[grid_q](*dq_args, **flags, SHIELD=False)
+    if causal:
+        # A hidden pair weighs 0 in the tiles above, and 0 * NaN = NaN. If an input
+        # holds NaN/inf, these launches recompute dK, dV and dQ keeping the hidden pairs
+        # out of every sum (and overwrite them); otherwise each program reads the flag
+        # and stops.
+        bm, bn, w, st = (INTERPRET_CONFIG if runtime.INTERPRET else configs(
+            "dq-shield", torch.cuda.get_device_capability(q.device), d, q.dtype)[0])
+        tiles = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st)
+        # .fn: the @heuristics-wrapped kernel under the @autotune
+        _attn_bwd_dkdv.fn[(triton.cdiv(N_k, bn), B * H_kv)](
+            *dkdv_args, **flags, SHIELD=True, **tiles)
+        _attn_bwd_dq.fn[(triton.cdiv(N_q, bm), B * H)](
+            *dq_args, **flags, SHIELD=True, **tiles)
     return dq, dk, dv
 
 
@@ -920,10 +1110,17 @@ class _FlashAttention(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, sm_scale, return_lse):
-        o, lse2 = _forward(q, k, v, causal, sm_scale)
+    def forward(ctx, q, k, v, causal, sm_scale, return_lse, forward_path,
+                deterministic):
+        if forward_path == "pointer":
+            o, lse2 = _forward(q, k, v, causal, sm_scale)
+        else:  # TMA descriptors (sm_90), kernels.flash_tma
+            from .flash_tma import forward_tma
+
+            o, lse2 = forward_tma(q, k, v, causal, sm_scale,
+                                  warp_specialize=forward_path == "tma-ws")
         ctx.save_for_backward(q, k, v, o, lse2)
-        ctx.causal, ctx.sm_scale = causal, sm_scale
+        ctx.causal, ctx.sm_scale, ctx.deterministic = causal, sm_scale, deterministic
         if not return_lse:
             return o
         lse = lse2 * LN2  # (B, H, N_q) natural log; -inf stays -inf
@@ -932,13 +1129,25 @@ class _FlashAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do, dlse=None):
         q, k, v, o, lse2 = ctx.saved_tensors
-        dq, dk, dv = _backward(do, q, k, v, o, lse2, ctx.causal, ctx.sm_scale, dlse)
-        return dq, dk, dv, None, None, None
+        from . import flash_bwd_fused as fused
+
+        if ctx.deterministic or not (runtime.INTERPRET or fused.configs(
+                torch.cuda.get_device_capability(q.device), q.shape[-1], q.dtype)):
+            # (the fused kernel has no tile for this GPU and head dim: the two-kernel
+            # backward, deterministic as well)
+            dq, dk, dv = _backward(do, q, k, v, o, lse2, ctx.causal, ctx.sm_scale, dlse)
+        else:  # one fused kernel, dQ by fp32 atomics: kernels.flash_bwd_fused
+            bad = _nonfinite_flag(ctx.causal, q, k, v, do,
+                                  *(() if dlse is None else (dlse,)), nan_only=(lse2,))
+            dq, dk, dv = fused.backward_fused(do, q, k, v, o, lse2, ctx.causal,
+                                              ctx.sm_scale, dlse=dlse, bad=bad)
+        return dq, dk, dv, None, None, None, None, None
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     causal: bool = False, sm_scale: float | None = None,
-                    return_lse: bool = False):
+                    return_lse: bool = False, forward_path: str = "pointer",
+                    deterministic: bool = True):
     """softmax(q k^T * sm_scale) v without ever storing the N_q x N_k scores.
 
     Args:
@@ -947,6 +1156,16 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         causal: mask aligned bottom-right: query i sees key j iff j <= i + N_k - N_q.
         sm_scale: softmax scale, default 1 / sqrt(d).
         return_lse: also return the natural log-sum-exp of each row.
+        forward_path: "pointer" (the default), or "tma" / "tma-ws" (sm_90 only: the
+            forward of :mod:`kernels.flash_tma`, K/V tiles by TMA descriptors, the
+            second with a warp-specialised key loop). Not the default until a GPU run
+            has checked them (``make bench`` records which paths passed).
+        deterministic: True (the default): the two-kernel FlashAttention-2 backward,
+            the same bits on every run. False: one fused kernel
+            (:mod:`kernels.flash_bwd_fused`, five matmuls per tile) that accumulates dQ
+            with fp32 atomics, so dQ's rounding varies from run to run. Where it has
+            no tile (sm_75; see ``kernels.flash_bwd_fused.configs``) the two-kernel
+            backward runs instead.
 
     Returns:
         o: (B, H, N_q, d) in q's dtype (0 for a row with no visible key), and with
@@ -956,9 +1175,14 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """
     scale = _validate(q, k, v, sm_scale)
     check_causal(causal)
-    if not isinstance(return_lse, bool):
-        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
-    return _FlashAttention.apply(q, k, v, causal, scale, return_lse)
+    for name, flag in (("return_lse", return_lse), ("deterministic", deterministic)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+    if forward_path not in FORWARD_PATHS:
+        raise ValueError(f"forward_path must be one of {FORWARD_PATHS}, "
+                         f"got {forward_path!r}")
+    return _FlashAttention.apply(q, k, v, causal, scale, return_lse, forward_path,
+                                 deterministic)
 
 
 def attention_probs(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor,

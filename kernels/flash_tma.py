@@ -55,8 +55,11 @@ from . import runtime
 from .flash import (
     _HEURISTICS,
     _LOG2E,
+    FORWARD_PATHS,
     INTERPRET_CONFIG,
     _dot_precision,
+    _finish_rows,
+    _masked_row_max,
     _select_pv,
     _upcast,
     _v_bad,
@@ -68,9 +71,6 @@ from .flash import (
 )
 from .naive import check_causal
 
-#: The forward paths: kernels.flash's pointer loads (the default), TMA descriptors, and
-#: TMA descriptors with a warp-specialised key loop.
-FORWARD_PATHS = ("pointer", "tma", "tma-ws")
 #: The path flash_attention uses unless told otherwise; a GPU run's correctness check
 #: (benchmarks/run.py, ``forward_paths`` in the results file) is the evidence to change
 #: it.
@@ -224,8 +224,8 @@ def _tma_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, off_z, off_hkv, v_base,
             if IS_CAUSAL:
                 visible = visible & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
             s = tl.where(visible, s, float("-inf"))
-            m_ij = tl.maximum(m_i, tl.max(s, 1))
-            m_ij_safe = tl.where(m_ij == float("-inf"), 0.0, m_ij)
+            m_ij, m_ij_safe = _masked_row_max(m_i, s, start_n, offs_m, N_CTX_K,
+                                              causal_offset, IS_CAUSAL)
             p = tl.exp2(s - m_ij_safe[:, None])
         else:
             if NEG_SCALE:
@@ -309,10 +309,7 @@ def _attn_fwd_tma(desc_q, desc_k, desc_v, desc_o, V, LSE2, V_BAD, sm_scale,
             HEAD_DIM, causal_offset, v_bad, BLOCK_N, BLOCK_D, True, IS_CAUSAL, UPCAST,
             DOT_PRECISION, NEG_SCALE, False)
 
-    empty = l_i == 0.0
-    l_safe = tl.where(empty, 1.0, l_i)
-    acc = acc / l_safe[:, None]
-    lse2 = tl.where(empty, float("-inf"), m_i + tl.log2(l_safe))
+    acc, lse2 = _finish_rows(acc, l_i, m_i)
     lse_ptrs = LSE2 + off_hz.to(tl.int64) * N_CTX_Q + offs_m
     if EVEN_M:
         tl.store(lse_ptrs, lse2)

@@ -487,3 +487,152 @@ def test_n_bucket_separates_short_and_long_sequences():
     assert flash.n_bucket(1) == flash.n_bucket(256) == 256
     assert flash.n_bucket(512) == 512 and flash.n_bucket(513) == 1024
     assert flash.n_bucket(65536) == flash.n_bucket(10**6) == 65536
+
+
+def _selected_reference(q, k, v, do, causal, sm_scale=None):
+    """float64 o, lse and gradients written with every sum over the VISIBLE pairs only
+    (selected before multiplying): a NaN reaches exactly the outputs that depend on it.
+    autograd cannot give this: the gradient of where(mask, p * v, 0) still multiplies
+    a hidden NaN by 0."""
+    q, k, v, do = (t.detach().double() for t in (q, k, v, do))
+    group = q.shape[1] // k.shape[1]
+    k, v = (t.repeat_interleave(group, dim=1) for t in (k, v))
+    N_q, N_k, d = q.shape[2], k.shape[2], q.shape[3]
+    scale = 1 / math.sqrt(d) if sm_scale is None else sm_scale
+    vis = torch.ones(N_q, N_k, dtype=torch.bool)
+    if causal:  # bottom-right: query i sees key j <= i + N_k - N_q
+        vis = torch.arange(N_k)[None, :] <= torch.arange(N_q)[:, None] + (N_k - N_q)
+    vis = vis.to(q.device)
+    s = torch.where(vis, q @ k.transpose(-2, -1) * scale, float("-inf"))
+    lse = torch.logsumexp(s, -1)  # NaN if a visible score is NaN, -inf if none
+    p = torch.where(vis & ~torch.isneginf(lse)[..., None],
+                    torch.exp(s - lse[..., None]), 0.0)
+
+    def vsum(coef, rows, axis):  # sum over visible pairs of coef_ij * rows
+        if axis == "j":  # (.., N_q, N_k) x (.., N_k, d) -> (.., N_q, d)
+            t = coef[..., None] * rows[..., None, :, :]
+            return torch.where(vis[..., None], t, 0.0).sum(-2)
+        t = coef[..., None] * rows[..., :, None, :]  # over i: -> (.., N_k, d)
+        return torch.where(vis[..., None], t, 0.0).sum(-3)
+
+    o = vsum(p, v, "j")
+    dv = vsum(p, do, "i")
+    dp = torch.where(vis, do @ v.transpose(-2, -1), 0.0)
+    ds = torch.where(vis, p * (dp - (do * o).sum(-1)[..., None]), 0.0)
+    dq, dk = vsum(ds, k, "j") * scale, vsum(ds, q, "i") * scale
+    B, H_kv = k.shape[0], k.shape[1] // group
+    dk, dv = (t.view(B, H_kv, group, N_k, d).sum(2) for t in (dk, dv))
+    return o, lse, (dq, dk, dv)
+
+
+def _assert_same_nans_and_close(got, ref, rtol):
+    got, ref = got.double(), ref.double()
+    assert torch.equal(torch.isnan(got), torch.isnan(ref))
+    fin = ~torch.isnan(ref)
+    assert torch.equal(torch.isfinite(got[fin]), torch.isfinite(ref[fin]))
+    ok = torch.isfinite(ref)
+    if ok.any():
+        assert _max_err(got[ok], ref[ok]) < rtol * max(1.0, ref[ok].abs().max().item())
+
+
+@pytest.mark.parametrize("which,pos", [("do", 70), ("q", 70), ("v", 80), ("k", 80),
+                                       ("do", 5)])
+@pytest.mark.parametrize("n_q,n_k,h,h_kv", [(100, 100, 2, 2), (90, 100, 2, 1),
+                                            (100, 40, 1, 1)])
+def test_causal_backward_keeps_nan_out_of_hidden_pairs(which, pos, n_q, n_k, h, h_kv):
+    # A NaN in row `pos` of q or dO (a query) or k or v (a key) reaches only the
+    # gradients of pairs that see it; in the causal masked tiles a hidden pair weighs 0,
+    # and 0 * NaN = NaN through tl.dot, so those tiles select pair by pair when an input
+    # holds NaN/inf. (100, 40): 60 query rows see no key; ("do", 5) puts the NaN in one.
+    q, k, v = _qkv(1, h, h_kv, n_q, n_k, 16, seed=11, grad=True)
+    do = torch.randn(1, h, n_q, 16, generator=torch.Generator().manual_seed(2))
+    do = do.to(DEVICE)
+    t = {"q": q, "k": k, "v": v, "do": do}[which]
+    with torch.no_grad():
+        t[0, 0, min(pos, t.shape[2] - 1), 3] = float("nan")
+    o, lse = flash_attention(q, k, v, causal=True, return_lse=True)
+    grads = torch.autograd.grad(o, (q, k, v), do)
+    o_ref, lse_ref, refs = _selected_reference(q, k, v, do, True)
+    _assert_same_nans_and_close(o, o_ref, 2e-5)
+    _assert_same_nans_and_close(lse, lse_ref, 2e-5)
+    for g, r in zip(grads, refs):
+        _assert_same_nans_and_close(g, r, 1e-4)
+    if which == "do" and pos < n_q - n_k:  # a row that sees no key: nothing to reach
+        assert all(torch.isfinite(g).all() for g in grads)
+    else:  # not vacuous: the NaN reaches some gradient and spares another
+        assert any(torch.isnan(r).any() for r in refs)
+        assert any((~torch.isnan(r)).any() for r in refs)
+
+
+def test_selected_reference_matches_autograd_without_nan():
+    q, k, v = _qkv(1, 2, 1, 37, 53, 16, seed=4, grad=True)
+    do = torch.randn(1, 2, 37, 16, generator=torch.Generator().manual_seed(1))
+    o_r, lse_r, grads_r = _ref_grads(q, k, v, do, True)
+    o_s, lse_s, grads_s = _selected_reference(q, k, v, do, True)
+    assert _max_err(o_s, o_r) < 1e-12 and _max_err(lse_s, lse_r) < 1e-12
+    for a, b in zip(grads_s, grads_r):
+        assert _max_err(a, b) < 1e-12
+
+
+@pytest.mark.parametrize("path", ["pointer", "tma"])
+@pytest.mark.parametrize("causal,n", [(False, 128), (True, 128), (True, 8),
+                                      (False, 77)])
+@pytest.mark.parametrize("sm_scale", [1e38, -1e38])
+def test_scores_overflowing_fp32_give_nan_rows_never_empty_rows(causal, n, sm_scale,
+                                                                path):
+    # sm_scale = 1e38 is accepted (sm_scale * log2(e) fits fp32) but q k^T * scale does
+    # not: no fp32 softmax exists. Every such row must read NaN (o and lse), never
+    # the "no visible key" answer (0, -inf) nor a finite guess. q and k point the same
+    # way, so every score is positive and overflows: to +inf with a positive scale
+    # (unmasked loop: the row max overflows), to -inf with a negative one (N = 8: only
+    # the masked tile runs, where all -inf used to read as an empty row).
+    q, k, v = _qkv(1, 1, 1, n, n, 16, seed=1)
+    q, k = q.abs() + 0.5, k.abs() + 0.5
+    o, lse = flash_attention(q, k, v, causal=causal, sm_scale=sm_scale,
+                             return_lse=True, forward_path=path)
+    assert torch.isnan(o).all() and torch.isnan(lse).all()
+
+
+@pytest.mark.parametrize("causal,n_q,n_k", [(False, 77, 77), (True, 90, 130),
+                                            (True, 100, 40)])
+def test_forward_paths_and_fused_backward_agree_with_the_defaults(causal, n_q, n_k):
+    # flash_attention(forward_path=, deterministic=): the TMA forwards give the
+    # pointer path's o and lse, and the fused one-kernel backward (dQ by atomics) the
+    # two-kernel backward's gradients within fp32 rounding, lse gradient included
+    q, k, v = _qkv(1, 2, 1, n_q, n_k, 32, seed=9, grad=True)
+    g = torch.Generator().manual_seed(3)
+    go = torch.randn(1, 2, n_q, 32, generator=g).to(DEVICE)
+    gl = torch.randn(1, 2, n_q, generator=g).to(DEVICE)
+
+    def run(**kw):
+        o, lse = flash_attention(q, k, v, causal=causal, return_lse=True, **kw)
+        loss = (o * go).sum() + (torch.where(torch.isfinite(lse), lse, 0.0) * gl).sum()
+        return (o, lse, *torch.autograd.grad(loss, (q, k, v)))
+
+    base = run()
+    for kw in ({"forward_path": "tma"}, {"forward_path": "tma-ws"},
+               {"deterministic": False}):
+        for a, b in zip(run(**kw), base):
+            assert torch.equal(torch.isfinite(a), torch.isfinite(b))
+            fin = torch.isfinite(b)
+            assert _max_err(a[fin], b[fin]) < 1e-5 * max(1.0, b[fin].abs().max().item())
+
+
+def test_fused_backward_keeps_hidden_nan_out():
+    q, k, v = _qkv(1, 2, 2, 100, 100, 16, seed=11, grad=True)
+    do = torch.randn(1, 2, 100, 16, generator=torch.Generator().manual_seed(2))
+    do = do.to(DEVICE)
+    do[0, 0, 70, 3] = float("nan")
+    o = flash_attention(q, k, v, causal=True, deterministic=False)
+    grads = torch.autograd.grad(o, (q, k, v), do)
+    _, _, refs = _selected_reference(q, k, v, do, True)
+    for g, r in zip(grads, refs):
+        _assert_same_nans_and_close(g, r, 1e-4)
+
+
+@pytest.mark.parametrize("kw,exc", [({"forward_path": "cuda"}, ValueError),
+                                    ({"deterministic": 0}, TypeError)])
+def test_path_switches_are_checked(kw, exc):
+    q, k, v = _qkv(1, 1, 1, 8, 8, 16)
+    with pytest.raises(exc, match=next(iter(kw))):
+        flash_attention(q, k, v, **kw)
