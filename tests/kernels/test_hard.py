@@ -304,11 +304,12 @@ from triton.backends.compiler import BaseBackend, GPUTarget
 from triton.compiler import ASTSource
 from kernels import compile_check, flash, hard
 
-def values(cfg, topk):
+def values(cfg, topk, sample=True):
     n, d, H = 4096, 128, 16
     t = torch.empty(16, dtype=torch.float16)
     v = {"sm_scale": 0.125, "SIGN": 1, "seed": 12345, "H": H, "N_Q": n, "N_K": n,
-         "GROUP": 1, "HEAD_DIM": d, "HEAD_DIM_PAD": 128, "CAUSAL": True, "SAMPLE": True,
+         "GROUP": 1, "HEAD_DIM": d, "HEAD_DIM_PAD": 128, "CAUSAL": True,
+         "SAMPLE": sample,
          "UPCAST": False, "DOT_PRECISION": "tf32", "BLOCK_M": cfg[0], "BLOCK_N": cfg[1],
          "TOPK": topk, "TOPK_PAD": triton.next_power_of_2(topk), "Q": t, "K": t, "V": t,
          "O": t, "IDX": torch.empty(16, dtype=torch.int64), "LSE": torch.empty(16)}
@@ -320,11 +321,16 @@ def values(cfg, topk):
 
 for target in ("sm90", "sm75"):
     cap, limit = flash.ARCHS[target]
-    jobs = [(hard._hard_attn_fwd, "hard", c, 0) for c in hard.configs("hard", cap, 128)]
-    jobs += [(hard._topk_attn_fwd, f"topk{k}", c, k) for k in (64, 128)
+    # sampling (the heavier loop) at its tiles; argmax at the tiles only it ships
+    jobs = [(hard._hard_attn_fwd, "hard", c, 0, True)
+            for c in hard.configs("hard", cap, 128, sample=True)]
+    jobs += [(hard._hard_attn_fwd, "argmax", c, 0, False)
+             for c in set(hard.configs("hard", cap, 128))
+             - set(hard.configs("hard", cap, 128, sample=True))]
+    jobs += [(hard._topk_attn_fwd, f"topk{k}", c, k, True) for k in (64, 128)
              for c in hard.configs("topk", cap, 128, topk=k)]
-    for kernel, name, cfg, topk in jobs:
-        fn, vals = compile_check._jit_function(kernel), values(cfg, topk)
+    for kernel, name, cfg, topk, sample in jobs:
+        fn, vals = compile_check._jit_function(kernel), values(cfg, topk, sample)
         sig, cex, attrs = {}, {}, {}
         for i, p in enumerate(fn.params):
             if p.is_constexpr:
@@ -360,7 +366,7 @@ def test_shipped_configs_compile_for_gpus_without_spills():
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     rows = proc.stdout.splitlines()
-    assert {r.split()[0] for r in rows} == {"hard", "topk64", "topk128"}, out
+    assert {r.split()[0] for r in rows} == {"hard", "argmax", "topk64", "topk128"}, out
     assert {r.split()[1] for r in rows} == {"sm90", "sm75"}, out
     assert all(r.endswith(" ok") for r in rows), out
 
