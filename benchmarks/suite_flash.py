@@ -91,15 +91,25 @@ DRY_CHECK_SHAPES = [
 ]
 
 
+#: Set by ``check``: did the fused backward (``flash_attention(...,
+#: deterministic=False)``) pass every check on this GPU? ``goal`` times it only then.
+FUSED_BACKWARD_OK: bool | None = None
+
+
 def check(dry: bool = False) -> list[dict]:
-    """Kernel vs fp64 reference on this GPU, forward and backward, fp16 and bf16."""
+    """Kernel vs fp64 reference on this GPU, forward and backward, fp16 and bf16; the
+    backward both ways: the default two-kernel one, and the fused one with atomics
+    (names ``fused-bwd-...``; ``FUSED_BACKWARD_OK`` says whether all of them passed)."""
+    global FUSED_BACKWARD_OK
     out = []
-    for dtype in (torch.float16, torch.bfloat16):
+    for det, dtype in [(det, dt) for det in (True, False)
+                       for dt in (torch.float16, torch.bfloat16)]:
+        prefix = "" if det else "fused-bwd-"
         atol = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
         for name, B, H, H_kv, N_q, N_k, d, causal in (DRY_CHECK_SHAPES if dry
                                                       else CHECK_SHAPES):
             q, k, v = _qkv(B, H, H_kv, N_q, N_k, d, dtype, grad=True)
-            o = flash_attention(q, k, v, causal=causal)
+            o = flash_attention(q, k, v, causal=causal, deterministic=det)
             do = torch.randn_like(o)
             grads = torch.autograd.grad(o, (q, k, v), do)
             q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
@@ -113,12 +123,14 @@ def check(dry: bool = False) -> list[dict]:
                                                        grads_ref, grads_pt)]:
                 err = _max_err(x, ref)
                 tol = 2 * _max_err(pt, ref) + atol
-                out.append({"name": f"{name}-{str(dtype)[6:]}-{what}", "max_err": err,
-                            "tol": tol, "ok": bool(math.isfinite(err) and err <= tol)})
+                out.append({"name": f"{prefix}{name}-{str(dtype)[6:]}-{what}",
+                            "max_err": err, "tol": tol,
+                            "ok": bool(math.isfinite(err) and err <= tol)})
             del q, k, v, o, grads, q64, k64, v64, o_ref, grads_ref
             del qs, ks, vs, o_pt, grads_pt
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+    FUSED_BACKWARD_OK = all(c["ok"] for c in out if c["name"].startswith("fused-bwd"))
     return out
 
 
@@ -220,7 +232,8 @@ def goal(timer=None, dry: bool = False,
     """The goal shapes, every implementation (Triton, naive, each SDPA backend), no
     deadline: ``GOAL_CASES`` in order at ``GOAL`` (``DRY_GOAL`` with ``dry``); then
     ``PATH_GOAL_CASES`` for each forward path that passed (``check_paths``'s result),
-    as impl ``triton-<path>``."""
+    as impl ``triton-<path>``, and the fused backward's fwd+bwd cases (impl
+    ``triton-fused-bwd``) if ``check`` passed it in this process."""
     g = DRY_GOAL if dry else GOAL
     impls = bench.attention_impls(sdpa_backends=True)
     records: list[Record] = []
@@ -229,6 +242,14 @@ def goal(timer=None, dry: bool = False,
             [g["N"]], impls, d=g["d"], causal=causal, dtype=g["dtype"], modes=(mode,),
             batch=g["B"], heads=g["H"], suite=SUITE, timer=timer, log=_log,
             stage="goal", device=runtime.DEVICE, **TIMING)
+    if FUSED_BACKWARD_OK:  # the fused backward, only if check() passed it here
+        fused = {"triton-fused-bwd": lambda q, k, v, causal: flash_attention(
+            q, k, v, causal=causal, deterministic=False)}
+        for causal in (False, True):
+            records += bench.time_attention(
+                [g["N"]], fused, d=g["d"], causal=causal, dtype=g["dtype"],
+                modes=("fwd+bwd",), batch=g["B"], heads=g["H"], suite=SUITE,
+                timer=timer, log=_log, stage="goal", device=runtime.DEVICE, **TIMING)
     paths = {f"triton-{p}": _path_forward(p) for p in passed_paths(forward_paths)}
     for mode, causal in PATH_GOAL_CASES if paths else []:
         records += bench.time_attention(

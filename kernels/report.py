@@ -36,27 +36,50 @@ STATIC_COLUMNS = ("kernel", "d", "mask", "tile", "regs", "spill B", "smem KB",
                   "TMA", "warp spec.")
 
 
-def static_table(rep: dict, kernels: tuple[str, ...] | None = None) -> str:
-    """One row per compiled kernel and shape of a machine-code report: tile, registers,
-    spills, shared memory and the hot loop's SASS instruction counts (per iteration,
-    and per score element), as a Markdown table. ``kernels`` filters by kernel name."""
-    lines = ["| " + " | ".join(STATIC_COLUMNS) + " |",
-             "|" + "|".join("---" if i < 4 else "--:" for i in
-                            range(len(STATIC_COLUMNS))) + "|"]
+def static_rows(rep: dict, kernels: tuple[str, ...] | None = None) -> list[tuple]:
+    """One row (cells in ``STATIC_COLUMNS`` order) per compiled kernel and shape of a
+    machine-code report: tile, registers, spills, shared memory and the hot loop's
+    SASS instruction counts (per iteration, and per score element). ``kernels``
+    filters by kernel name."""
+    rows = []
     for r in rep["kernels"]:
         if kernels and r["kernel"] not in kernels:
             continue
         hl = r.get("hot_loop") or {}
         per = r.get("instructions_per_score")
-        cells = (r["kernel"], r["head_dim"], "causal" if r["causal"] else "full",
-                 _cfg(r["config"]), r["registers"], r["spill_bytes"],
-                 f"{r['shared_bytes'] / 1024:.0f}", hl.get("instructions", "-"),
-                 "-" if per is None else f"{per:.4f}", hl.get("tensor_core", "-"),
-                 hl.get("FMUL", "-"), hl.get("FFMA", "-"), hl.get("MUFU.EX2", "-"),
-                 hl.get("integer", "-"), _yes(r.get("tma")),
-                 _yes(r.get("warp_specialized")))
-        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+        rows.append((r["kernel"], r["head_dim"], "causal" if r["causal"] else "full",
+                     _cfg(r["config"]), r["registers"], r["spill_bytes"],
+                     f"{r['shared_bytes'] / 1024:.0f}", hl.get("instructions", "-"),
+                     "-" if per is None else f"{per:.4f}", hl.get("tensor_core", "-"),
+                     hl.get("FMUL", "-"), hl.get("FFMA", "-"),
+                     hl.get("MUFU.EX2", "-"), hl.get("integer", "-"),
+                     _yes(r.get("tma")), _yes(r.get("warp_specialized"))))
+    return rows
+
+
+def static_table(rep: dict, kernels: tuple[str, ...] | None = None) -> str:
+    """``static_rows`` as a Markdown table."""
+    lines = ["| " + " | ".join(STATIC_COLUMNS) + " |",
+             "|" + "|".join("---" if i < 4 else "--:" for i in
+                            range(len(STATIC_COLUMNS))) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |"
+              for row in static_rows(rep, kernels)]
     return "\n".join(lines)
+
+
+def html_table(columns, rows) -> str:
+    """A compact HTML table that scrolls sideways on a narrow screen instead of being
+    clipped (the page's Markdown tables would be squeezed into the text column)."""
+    import html
+
+    cell = 'style="padding:2px 5px; text-align:right"'
+    head = "".join(f"<th {cell}>{html.escape(str(c))}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td {cell}>{html.escape(str(c))}</td>"
+                                    for c in row) + "</tr>" for row in rows)
+    return ('<div class="report-table" style="overflow-x:auto; max-width:100%">'
+            '<table style="font-size:0.7em; white-space:nowrap; '
+            'border-collapse:collapse">'
+            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>")
 
 
 def reference_line(rep: dict) -> str:

@@ -263,10 +263,14 @@ def test_dry_run_proves_the_order_and_the_schema(tmp_path, capsys):
         assert r["checks"] and all(c["ok"] and c["name"].startswith(p)
                                    for c in r["checks"])
         assert r["max_err"] == max(c["max_err"] for c in r["checks"])
+    # then the fused backward (its checks passed in the same run), then the TMA paths
     assert [(r["mode"], r["shape"]["causal"], r["impl"])
             for r in goal_recs[n_std:]] == [
+        ("fwd+bwd", c, "triton-fused-bwd") for c in (False, True)] + [
         (m, c, f"triton-{p}") for m, c in suite_flash.PATH_GOAL_CASES
         for p in ("tma", "tma-ws")]
+    assert any(c["name"].startswith("fused-bwd-") and c["ok"]
+               for c in data["suites"]["flash"]["correctness"])
     assert all(r["ms"] is not None for r in goal_recs[n_std:])
     path_events = [e for e in events if e["event"] == "check-paths"]
     assert [e["suite"] for e in path_events] == ["flash"]
