@@ -5,8 +5,8 @@ on a CPU.
                                              # causal flag
     python -m kernels.compile_check --quick  # the recorded peaks (make test)
 
-`make compile-check` runs the full matrix (about 1,400 compilations, 30-45 minutes on one
-core with an empty Triton cache) and records in ``kernels/compile_peaks.json`` the
+`make compile-check` runs the full matrix (about 1,400 compilations, 30-45 minutes on
+one core with an empty Triton cache) and records in ``kernels/compile_peaks.json`` the
 cases with the most registers and the most shared memory per kernel, target and dot
 path; run it whenever a tile table in ``kernels/flash.py`` changes. ``make test``
 runs ``--quick``: exactly those recorded cases (about 40 compilations, a minute cold

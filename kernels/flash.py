@@ -361,6 +361,63 @@ def _finish_rows(acc, l_i, m_i):
 
 
 @triton.jit
+def _softmax_pv_step(acc, l_i, m_i, qk, v, v_base, stride_vn, stride_vd, start_n,
+                     offs_n, offs_m, offs_d, qk_scale, N_CTX_K, HEAD_DIM, causal_offset,
+                     v_bad, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
+                     IS_CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                     NEG_SCALE: tl.constexpr):
+    """One key block of the online softmax, from the raw scores qk = q k^T of the
+    block and its value tile v: the new running max, row sum and accumulator.
+    (Shared by the pointer forward here and the TMA forward of kernels.flash_tma,
+    which differ only in how k and v reach SRAM.)
+
+    MASKED=False: every (query, key) pair in range is visible, no mask is computed, and
+    the scale is folded into one FFMA per score: m = max(m, rowmax(qk) * scale) and p =
+    exp2(qk * scale - m) (rowmin when the scale is negative, NEG_SCALE).
+    MASKED=True: the diagonal blocks (causal) and the ragged last key block; there the
+    scores are scaled first and then masked with -inf (the order the sign needs).
+    """
+    if MASKED:
+        # scores in base 2: s = q k^T * scale * log2(e), hidden pairs -inf
+        s = qk * qk_scale
+        visible = offs_n[None, :] < N_CTX_K
+        if IS_CAUSAL:
+            visible = visible & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
+        s = tl.where(visible, s, float("-inf"))
+        # -- online softmax: new running max, rescale what was accumulated so far --
+        m_ij, m_ij_safe = _masked_row_max(m_i, s, start_n, offs_m, N_CTX_K,
+                                          causal_offset, IS_CAUSAL)
+        p = tl.exp2(s - m_ij_safe[:, None])
+    else:
+        # max of qk * scale without scaling every score: the scale is one number
+        if NEG_SCALE:
+            m_ij = tl.maximum(m_i, tl.min(qk, 1) * qk_scale)
+        else:
+            m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        m_ij_safe = m_ij
+        p = tl.exp2(qk * qk_scale - m_ij[:, None])  # one FFMA per score
+    alpha = tl.exp2(m_i - m_ij_safe)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    if MASKED and IS_CAUSAL:
+        # A hidden key has p = 0, but 0 * NaN = NaN: a NaN/inf in a value row hidden
+        # from a query would reach it through the dot. When V holds a non-finite
+        # value anywhere (v_bad: one flag computed beside the launch), the causal
+        # tiles are summed key by key instead, selecting only the visible terms, so
+        # no result depends on the tiles. (The keys past N_CTX_K of a ragged tile
+        # load as 0 and need no care. Scanning each tile for non-finite values
+        # instead costs a float32 copy of it in registers: ptxas spills.)
+        if v_bad != 0:
+            acc = _select_dot(acc, p, visible, v_base, stride_vn, stride_vd,
+                              start_n, offs_n, offs_d, N_CTX_K, HEAD_DIM, BLOCK_N)
+        else:
+            acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
+    else:
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
+    return acc, l_i, m_ij
+
+
+@triton.jit
 def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base,
                     stride_kn, stride_kd, stride_vn, stride_vd,
                     offs_m, offs_n0, offs_d, lo, hi, qk_scale, N_CTX_K, HEAD_DIM,
@@ -376,11 +433,8 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base,
     BLOCK_N x BLOCK_D tensor of 64-bit pointers out of the loop saves integer work on
     sm_90 but keeps it in registers for the whole loop: on sm_80/89 and several sm_90
     configs ptxas then spills, so the full compile check refuses it.)
-    MASKED=False: every (query, key) pair in range is visible, no mask is computed, and
-    the scale is folded into one FFMA per score: m = max(m, rowmax(qk) * scale) and p =
-    exp2(qk * scale - m) (rowmin when the scale is negative, NEG_SCALE).
-    MASKED=True: the diagonal blocks (causal) and the ragged last key block; there the
-    scores are scaled first and then masked with -inf (the order the sign needs).
+    MASKED: the diagonal blocks (causal) and the ragged last key block
+    (``_softmax_pv_step``).
     """
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
@@ -397,44 +451,10 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base,
             v = v.to(tl.float32)
         # -- raw scores q k^T, (BLOCK_M, BLOCK_N), on chip --
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-        if MASKED:
-            # scores in base 2: s = q k^T * scale * log2(e), hidden pairs -inf
-            s = qk * qk_scale
-            visible = offs_n[None, :] < N_CTX_K
-            if IS_CAUSAL:
-                visible = visible & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
-            s = tl.where(visible, s, float("-inf"))
-            # -- online softmax: new running max, rescale what was accumulated so far --
-            m_ij, m_ij_safe = _masked_row_max(m_i, s, start_n, offs_m, N_CTX_K,
-                                              causal_offset, IS_CAUSAL)
-            p = tl.exp2(s - m_ij_safe[:, None])
-        else:
-            # max of qk * scale without scaling every score: the scale is one number
-            if NEG_SCALE:
-                m_ij = tl.maximum(m_i, tl.min(qk, 1) * qk_scale)
-            else:
-                m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-            m_ij_safe = m_ij
-            p = tl.exp2(qk * qk_scale - m_ij[:, None])  # one FFMA per score
-        alpha = tl.exp2(m_i - m_ij_safe)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        if MASKED and IS_CAUSAL:
-            # A hidden key has p = 0, but 0 * NaN = NaN: a NaN/inf in a value row hidden
-            # from a query would reach it through the dot. When V holds a non-finite
-            # value anywhere (v_bad: one flag computed beside the launch), the causal
-            # tiles are summed key by key instead, selecting only the visible terms, so
-            # no result depends on the tiles. (The keys past N_CTX_K of a ragged tile
-            # load as 0 and need no care. Scanning each tile for non-finite values
-            # instead costs a float32 copy of it in registers: ptxas spills.)
-            if v_bad != 0:
-                acc = _select_dot(acc, p, visible, v_base, stride_vn, stride_vd,
-                                  start_n, offs_n, offs_d, N_CTX_K, HEAD_DIM, BLOCK_N)
-            else:
-                acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
-        else:
-            acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
-        m_i = m_ij
+        acc, l_i, m_i = _softmax_pv_step(
+            acc, l_i, m_i, qk, v, v_base, stride_vn, stride_vd, start_n, offs_n,
+            offs_m, offs_d, qk_scale, N_CTX_K, HEAD_DIM, causal_offset, v_bad, BLOCK_N,
+            MASKED, IS_CAUSAL, DOT_PRECISION, NEG_SCALE)
     return acc, l_i, m_i
 
 

@@ -59,8 +59,7 @@ from .flash import (
     INTERPRET_CONFIG,
     _dot_precision,
     _finish_rows,
-    _masked_row_max,
-    _select_pv,
+    _softmax_pv_step,
     _upcast,
     _v_bad,
     _validate,
@@ -218,36 +217,10 @@ def _tma_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, off_z, off_hkv, v_base,
             k = k.to(tl.float32)
             v = v.to(tl.float32)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-        if MASKED:
-            s = qk * qk_scale
-            visible = offs_n[None, :] < N_CTX_K
-            if IS_CAUSAL:
-                visible = visible & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
-            s = tl.where(visible, s, float("-inf"))
-            m_ij, m_ij_safe = _masked_row_max(m_i, s, start_n, offs_m, N_CTX_K,
-                                              causal_offset, IS_CAUSAL)
-            p = tl.exp2(s - m_ij_safe[:, None])
-        else:
-            if NEG_SCALE:
-                m_ij = tl.maximum(m_i, tl.min(qk, 1) * qk_scale)
-            else:
-                m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-            m_ij_safe = m_ij
-            p = tl.exp2(qk * qk_scale - m_ij[:, None])  # one FFMA per score
-        alpha = tl.exp2(m_i - m_ij_safe)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        if MASKED and IS_CAUSAL:
-            # as in kernels.flash: with a NaN/inf anywhere in V, sum the visible keys
-            # one by one (pointer loads) so a hidden value row never enters a product
-            if v_bad != 0:
-                acc = _select_pv(acc, p, visible, v_base, stride_vn, stride_vd,
-                                 start_n, offs_n, offs_d, N_CTX_K, HEAD_DIM, BLOCK_N)
-            else:
-                acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
-        else:
-            acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
-        m_i = m_ij
+        acc, l_i, m_i = _softmax_pv_step(
+            acc, l_i, m_i, qk, v, v_base, stride_vn, stride_vd, start_n, offs_n,
+            offs_m, offs_d, qk_scale, N_CTX_K, HEAD_DIM, causal_offset, v_bad, BLOCK_N,
+            MASKED, IS_CAUSAL, DOT_PRECISION, NEG_SCALE)
     return acc, l_i, m_i
 
 
