@@ -82,34 +82,32 @@ _TABLE: dict[str, dict[int, list[tuple[int, int, int, int]]]] = {
     "sm90": {16: [(64, 64, 4, 2), (64, 128, 8, 2)],
              32: [(64, 64, 4, 2), (64, 128, 8, 2)],
              64: [(64, 64, 4, 2), (64, 128, 8, 2)],
-             128: [(16, 128, 8, 1)],
-             256: [(16, 64, 8, 1)]},
-    "sm80": {16: [(64, 128, 8, 1), (64, 64, 8, 1)],
-             32: [(64, 128, 8, 1), (64, 64, 8, 1)],
-             64: [(64, 128, 8, 1), (64, 64, 8, 1)],
-             128: [(64, 64, 8, 2), (32, 64, 8, 2)],
-             256: [(32, 64, 8, 1)]},
-    "sm89": {16: [(64, 128, 8, 1), (64, 64, 8, 1)],
-             32: [(64, 128, 8, 1), (64, 64, 8, 1)],
-             64: [(64, 128, 8, 1), (64, 64, 8, 1)],
-             128: [(64, 64, 8, 2), (32, 64, 8, 2)],
-             256: [(32, 64, 8, 1)]},
+             128: [(16, 64, 8, 1)],
+             256: [(16, 32, 8, 1)]},
+    "sm80": {16: [(32, 64, 8, 2), (32, 128, 8, 1)],
+             32: [(32, 64, 8, 2), (32, 128, 8, 1)],
+             64: [(32, 64, 8, 2), (32, 128, 8, 1)],
+             128: [(32, 64, 8, 2)],
+             256: [(16, 32, 8, 1)]},
+    "sm89": {16: [(32, 64, 8, 2), (32, 128, 8, 1)],
+             32: [(32, 64, 8, 2), (32, 128, 8, 1)],
+             64: [(32, 64, 8, 2), (32, 128, 8, 1)],
+             128: [(32, 64, 8, 2)],
+             256: [(16, 64, 8, 1), (16, 32, 8, 1)]},
 }
-# (Measured with `python -m kernels.flash_bwd_fused_check`, triton 3.7.1: on sm_90 at
-# d <= 64, 64 x 64 with 4 warps is the one tile whose wgmmas are all n64 (8 warps split
-# a 64-row dQ product into two n32 halves). At d = 128 every sm_90 tile with BLOCK_M
-# >= 32 spills (dK and dV alone are 128 fp32 registers a thread at 128 x 128, 8 warps;
-# 64 x 64 x 8 warps spills 164 bytes), so sm_90 ships 16 x 128 there: S^T and dP^T are
-# n16, the other three matmuls n128. d = 256 entries and the sm_89 table are not
-# compiled by the check yet.)
-# CUDA-core (FMA) dots: fp32 inputs everywhere, every dtype on sm_75. The n32 question
-# does not arise there; registers bound the tiles, as in kernels.flash's dkdv table
-# (fp32 at d = 128 needs 8 warps: 16 x 16 with 4 warps spills 8 bytes causal on sm_90).
+# (From the full `make compile-check` matrix, triton 3.7.1: sm_75/80/89/90, d = 64, 80,
+# 128, 256, fp16/bf16/fp32, causal or not, N = 4096 and 4000. The 64-row tiles first
+# shipped on sm_80/89 spill in the causal aligned (N = 4096) variant; at d = 128 on
+# sm_90 every tile with BLOCK_M >= 32 spills, and 16 x 128 spills at d = 80 (the padded
+# head dim), so sm_90 ships 16 x 64 there: S^T and dP^T are n16 wgmmas. The pair-by-pair
+# NaN path is what costs the registers.)
+# CUDA-core (FMA) dots: fp32 inputs everywhere. At BLOCK_D >= 128 no fp32 tile is free
+# of spills on every architecture, and on sm_75 none at all: there the table is empty,
+# and flash_attention(deterministic=False) runs the two-kernel backward instead.
 _FMA_TABLE: dict[str, dict[int, list[tuple[int, int, int, int]]]] = {
     "fp32": {16: [(32, 32, 8, 1)], 32: [(32, 32, 8, 1)], 64: [(32, 32, 8, 1)],
-             128: [(16, 16, 8, 1)], 256: [(16, 16, 4, 1)]},
-    "sm75": {16: [(16, 32, 8, 1)], 32: [(16, 32, 8, 1)], 64: [(16, 32, 8, 1)],
-             128: [(16, 16, 8, 1)], 256: []},
+             128: [], 256: []},
+    "sm75": {16: [], 32: [], 64: [], 128: [], 256: []},
 }
 
 
@@ -416,10 +414,11 @@ def backward_fused(do, q, k, v, o, lse2, causal: bool, scale: float, dlse=None,
     if not runtime.INTERPRET:
         cap = torch.cuda.get_device_capability(q.device)
         if not configs(cap, d, q.dtype):
-            raise ValueError(f"the fused backward does not support head dim {d} "
-                             f"(q shape {tuple(q.shape)}) on sm_{cap[0]}{cap[1]}: "
-                             f"without tensor cores every tile spills registers; "
-                             f"use d <= 128 or an sm_80+ GPU")
+            raise ValueError(f"the fused backward has no tile for head dim {d}, "
+                             f"dtype {q.dtype} (q shape {tuple(q.shape)}) on "
+                             f"sm_{cap[0]}{cap[1]}: every tile tried spills registers; "
+                             f"use the two-kernel backward (kernels.flash._backward, "
+                             f"flash_attention's default)")
     H_kv, N_k = k.shape[1], k.shape[2]
     bd = block_d(d)
     if delta is None:

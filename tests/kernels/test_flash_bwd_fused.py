@@ -293,7 +293,9 @@ def test_shipped_configs_are_wide_valid_tiles():
         for d in (16, 32, 64, 80, 128, 256):
             for dtype in (torch.float16, torch.bfloat16, torch.float32):
                 cfgs = fused.configs(cap, d, dtype)
-                if arch == "sm75" and d > 128:
+                # no spill-free tile (the full compile matrix): flash_attention falls
+                # back to the two-kernel backward there
+                if arch == "sm75" or (dtype == torch.float32 and d > 64):
                     assert cfgs == []
                     continue
                 assert cfgs, (arch, d, dtype)
@@ -302,7 +304,7 @@ def test_shipped_configs_are_wide_valid_tiles():
                         assert b >= 16 and b & (b - 1) == 0
                     assert w in (4, 8) and s in (1, 2, 3)
                     # tensor cores: dK/dV tiles of at least 64 keys
-                    if arch != "sm75" and dtype != torch.float32 and d <= 128:
+                    if dtype != torch.float32 and d <= 128:
                         assert bn >= 64, (arch, d, dtype, bm, bn)
 
 
