@@ -52,7 +52,7 @@ QUOTES = _quotes()
 
 def test_chapter_2_quotes_both_inner_loops():
     quoted = {(path, fn) for nb, path, fn, _ in QUOTES if nb.startswith("02_")}
-    assert ("kernels/flash.py", "_attn_fwd_inner") in quoted
+    assert ("kernels/flash.py", "_softmax_pv_step") in quoted
     assert ("attention/flash.py", "flash2_forward") in quoted
 
 
