@@ -326,6 +326,46 @@ _select_pv = _select_dot  # the forward's use: acc += P V over the visible keys
 
 
 @triton.jit
+def _key_range(start_m, N_CTX_Q, N_CTX_K, IS_CAUSAL: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The keys of query block ``start_m``: (hi, full_end). Causal (bottom-right): row
+    i sees keys j <= i + N_k - N_q, so the block needs keys < hi, and keys < full_end
+    (a multiple of BLOCK_N) are visible to every row of the block: no mask there.
+    Shared by the forwards, the dQ kernel and kernels.hard."""
+    if IS_CAUSAL:
+        causal_offset = N_CTX_K - N_CTX_Q
+        hi = tl.maximum(tl.minimum(N_CTX_K, (start_m + 1) * BLOCK_M + causal_offset), 0)
+        first_row_sees = tl.maximum(start_m * BLOCK_M + causal_offset + 1, 0)
+        full_end = tl.minimum((first_row_sees // BLOCK_N) * BLOCK_N,
+                              (N_CTX_K // BLOCK_N) * BLOCK_N)
+    else:
+        hi = N_CTX_K
+        full_end = (N_CTX_K // BLOCK_N) * BLOCK_N
+    return hi, full_end
+
+
+@triton.jit
+def _query_range(start_n, N_CTX_Q, N_CTX_K, IS_CAUSAL: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The query blocks of key block ``start_n``: (lo, full_start, end_m). Causal: key
+    j is seen by rows i >= j - (N_k - N_q); rows [lo, full_start) see some keys of the
+    block (masked), rows [full_start, end_m) every key. Shared by the dK/dV kernel and
+    kernels.flash_bwd_fused."""
+    end_m = tl.cdiv(N_CTX_Q, BLOCK_M) * BLOCK_M
+    if IS_CAUSAL:
+        causal_offset = N_CTX_K - N_CTX_Q
+        lo = (tl.maximum(start_n - causal_offset, 0) // BLOCK_M) * BLOCK_M
+        full_start = tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - causal_offset, 0),
+                             BLOCK_M) * BLOCK_M
+        full_start = tl.minimum(full_start, end_m)
+        lo = tl.minimum(lo, full_start)
+    else:
+        lo = 0
+        full_start = 0
+    return lo, full_start, end_m
+
+
+@triton.jit
 def _masked_row_max(m_i, s, start_n, offs_m, N_CTX_K, causal_offset,
                     IS_CAUSAL: tl.constexpr):
     """The running row max after a masked tile of base-2 scores ``s`` (hidden pairs
@@ -506,17 +546,9 @@ def _attn_fwd(Q, K, V, Out, LSE2, V_BAD, sm_scale,
     if UPCAST:
         q = q.to(tl.float32)
 
-    # Key range. Causal (bottom-right): row i sees keys j <= i + causal_offset, so this
-    # block needs keys < hi, and keys < full_end are visible to every row of the block.
+    # key range: keys < hi for this block, keys < full_end seen by every row
     causal_offset = N_CTX_K - N_CTX_Q
-    if IS_CAUSAL:
-        hi = tl.maximum(tl.minimum(N_CTX_K, (start_m + 1) * BLOCK_M + causal_offset), 0)
-        first_row_sees = tl.maximum(start_m * BLOCK_M + causal_offset + 1, 0)
-        full_end = tl.minimum((first_row_sees // BLOCK_N) * BLOCK_N,
-                              (N_CTX_K // BLOCK_N) * BLOCK_N)
-    else:
-        hi = N_CTX_K
-        full_end = (N_CTX_K // BLOCK_N) * BLOCK_N
+    hi, full_end = _key_range(start_m, N_CTX_Q, N_CTX_K, IS_CAUSAL, BLOCK_M, BLOCK_N)
     offs_n0 = tl.arange(0, BLOCK_N)  # key offsets within a block
     v_bad = tl.load(V_BAD)  # does V hold a NaN/inf anywhere? (causal launches set it)
     # stage 1: blocks every row sees in full, no masks
@@ -841,19 +873,10 @@ def _attn_bwd_dkdv(Q, K, V, DO, LSE2, Delta, DK, DV, BAD, sm_scale,
         dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
         qk_scale = sm_scale * _LOG2E
 
-        # Query range. Causal: key j is seen by rows i >= j - causal_offset; rows from
-        # full_start on see every key of this block (no mask needed).
+        # query range: rows [lo, full_start) masked, [full_start, end_m) see every key
         causal_offset = N_CTX_K - N_CTX_Q
-        end_m = tl.cdiv(N_CTX_Q, BLOCK_M) * BLOCK_M
-        if IS_CAUSAL:
-            lo = (tl.maximum(start_n - causal_offset, 0) // BLOCK_M) * BLOCK_M
-            full_start = tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - causal_offset, 0),
-                                 BLOCK_M) * BLOCK_M
-            full_start = tl.minimum(full_start, end_m)
-            lo = tl.minimum(lo, full_start)
-        else:
-            lo = 0
-            full_start = 0
+        lo, full_start, end_m = _query_range(start_n, N_CTX_Q, N_CTX_K, IS_CAUSAL,
+                                             BLOCK_M, BLOCK_N)
 
         # the q heads that share this k/v head (GQA); 1 for plain MHA
         for g in range(GROUP):
@@ -999,15 +1022,9 @@ def _attn_bwd_dq(Q, K, V, DO, LSE2, Delta, DQ, BAD, sm_scale,
         qk_scale = sm_scale * _LOG2E
 
         causal_offset = N_CTX_K - N_CTX_Q
-        if IS_CAUSAL:  # same key ranges as the forward pass
-            hi = tl.maximum(
-                tl.minimum(N_CTX_K, (start_m + 1) * BLOCK_M + causal_offset), 0)
-            first_row_sees = tl.maximum(start_m * BLOCK_M + causal_offset + 1, 0)
-            full_end = tl.minimum((first_row_sees // BLOCK_N) * BLOCK_N,
-                                  (N_CTX_K // BLOCK_N) * BLOCK_N)
-        else:
-            hi = N_CTX_K
-            full_end = (N_CTX_K // BLOCK_N) * BLOCK_N
+        # the same key ranges as the forward pass
+        hi, full_end = _key_range(start_m, N_CTX_Q, N_CTX_K, IS_CAUSAL, BLOCK_M,
+                                  BLOCK_N)
         dq = _attn_bwd_dq_inner(dq, q, do, lse2, delta, k_base, v_base,
                                 stride_kn, stride_kd, stride_vn, stride_vd,
                                 offs_m, offs_d, 0, full_end, qk_scale, N_CTX_K,

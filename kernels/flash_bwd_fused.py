@@ -62,6 +62,7 @@ from .flash import (
     _attn_bwd_preprocess,
     _dot_precision,
     _load_tile,
+    _query_range,
     _upcast,
     arch_class,
     block_d,
@@ -332,16 +333,8 @@ def _attn_bwd_fused(Q, K, V, DO, LSE2, Delta, DQ, DK, DV, BAD, sm_scale,
     # Query range, as kernels.flash's dK/dV kernel: key j is seen by rows
     # i >= j - causal_offset; rows from full_start on see every key of the block.
     causal_offset = N_CTX_K - N_CTX_Q
-    end_m = tl.cdiv(N_CTX_Q, BLOCK_M) * BLOCK_M
-    if IS_CAUSAL:
-        lo = (tl.maximum(start_n - causal_offset, 0) // BLOCK_M) * BLOCK_M
-        full_start = tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - causal_offset, 0),
-                             BLOCK_M) * BLOCK_M
-        full_start = tl.minimum(full_start, end_m)
-        lo = tl.minimum(lo, full_start)
-    else:
-        lo = 0
-        full_start = 0
+    lo, full_start, end_m = _query_range(start_n, N_CTX_Q, N_CTX_K, IS_CAUSAL, BLOCK_M,
+                                         BLOCK_N)
 
     for g in range(GROUP):  # the q heads that share this k/v head (GQA)
         off_h = off_hkv * GROUP + g

@@ -59,6 +59,7 @@ from .flash import (
     INTERPRET_CONFIG,
     _dot_precision,
     _finish_rows,
+    _key_range,
     _softmax_pv_step,
     _upcast,
     _v_bad,
@@ -258,14 +259,7 @@ def _attn_fwd_tma(desc_q, desc_k, desc_v, desc_o, V, LSE2, V_BAD, sm_scale,
         q = q.to(tl.float32)
 
     causal_offset = N_CTX_K - N_CTX_Q
-    if IS_CAUSAL:
-        hi = tl.maximum(tl.minimum(N_CTX_K, (start_m + 1) * BLOCK_M + causal_offset), 0)
-        first_row_sees = tl.maximum(start_m * BLOCK_M + causal_offset + 1, 0)
-        full_end = tl.minimum((first_row_sees // BLOCK_N) * BLOCK_N,
-                              (N_CTX_K // BLOCK_N) * BLOCK_N)
-    else:
-        hi = N_CTX_K
-        full_end = (N_CTX_K // BLOCK_N) * BLOCK_N
+    hi, full_end = _key_range(start_m, N_CTX_Q, N_CTX_K, IS_CAUSAL, BLOCK_M, BLOCK_N)
     offs_n0 = tl.arange(0, BLOCK_N)
     v_bad = tl.load(V_BAD)
     # stage 1: blocks every row sees in full, no masks (warp-specialised if asked)

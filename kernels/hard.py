@@ -61,8 +61,8 @@ import triton
 import triton.language as tl
 
 from . import runtime
+from .flash import _key_range, arch_class, block_d
 from .flash import _validate as _flash_validate
-from .flash import arch_class, block_d
 from .naive import repeat_kv
 
 LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): exp(x) = exp2(x * LOG2E)
@@ -281,14 +281,7 @@ def _hard_attn_fwd(
     j_t = tl.full([BLOCK_M, BLOCK_N], -1, dtype=tl.int32)  # its key index
     # causal, bottom-right: row i sees keys j <= i + N_K - N_Q; keys < full_end are seen
     # by every row of the block (no mask), keys < hi by some row
-    if CAUSAL:
-        hi = tl.maximum(tl.minimum(N_K, (start_m + 1) * BLOCK_M + N_K - N_Q), 0)
-        first_row_sees = tl.maximum(start_m * BLOCK_M + N_K - N_Q + 1, 0)
-        full_end = tl.minimum((first_row_sees // BLOCK_N) * BLOCK_N,
-                              (N_K // BLOCK_N) * BLOCK_N)
-    else:
-        hi = N_K
-        full_end = (N_K // BLOCK_N) * BLOCK_N
+    hi, full_end = _key_range(start_m, N_Q, N_K, CAUSAL, BLOCK_M, BLOCK_N)
     m_t, j_t = _hard_inner(m_t, j_t, q, k_ptrs, stride_kn, offs_m, offs_n, offs_d,
                            0, full_end, sm_scale, seed, rnd_row, N_Q, N_K,
                            HEAD_DIM, HEAD_DIM_PAD, False, CAUSAL, SIGN, SAMPLE, UPCAST,
