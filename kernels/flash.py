@@ -729,6 +729,32 @@ def _attn_bwd_preprocess(O, DO, Delta,
 
 
 @triton.jit
+def _load_query_rows(q_base, do_base, lse_base, delta_base, offs_m, offs_d,
+                     stride_qm, stride_qd, stride_dom, stride_dod, N_CTX_Q, HEAD_DIM,
+                     EVEN_M: tl.constexpr, EVEN_D: tl.constexpr, UPCAST: tl.constexpr):
+    """The backward's per-query-row inputs for rows ``offs_m``: q and dO tiles, the
+    base-2 lse and delta. Rows past N_q read lse = +inf (P = 0), and a row with no
+    visible key (lse = -inf) gets +inf too, so its P is 0, not inf. Shared by both
+    backward kernels and kernels.flash_bwd_fused."""
+    q = _load_tile(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                   offs_m, offs_d, N_CTX_Q, HEAD_DIM, EVEN_M, EVEN_D)
+    do = _load_tile(do_base + offs_m[:, None] * stride_dom
+                    + offs_d[None, :] * stride_dod,
+                    offs_m, offs_d, N_CTX_Q, HEAD_DIM, EVEN_M, EVEN_D)
+    if UPCAST:
+        q = q.to(tl.float32)
+        do = do.to(tl.float32)
+    if EVEN_M:
+        lse2 = tl.load(lse_base + offs_m)
+        delta = tl.load(delta_base + offs_m)
+    else:
+        lse2 = tl.load(lse_base + offs_m, mask=offs_m < N_CTX_Q, other=float("inf"))
+        delta = tl.load(delta_base + offs_m, mask=offs_m < N_CTX_Q, other=0.0)
+    lse2 = tl.where(lse2 == float("-inf"), float("inf"), lse2)
+    return q, do, lse2, delta
+
+
+@triton.jit
 def _finite_dot(acc, a, b, visible, COUNT: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """acc += a @ b, where ``a`` is 0 at the hidden pairs (``visible`` False) and no
     non-finite entry of b may reach acc through a hidden pair (in a plain dot it weighs
@@ -785,23 +811,10 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
     for start_m in range(lo, hi, BLOCK_M):
         start_m = tl.multiple_of(start_m, BLOCK_M)
         offs_m = start_m + tl.arange(0, BLOCK_M)
-        q = _load_tile(q_base + offs_m[:, None] * stride_qm
-                       + offs_d[None, :] * stride_qd,
-                       offs_m, offs_d, N_CTX_Q, HEAD_DIM, EVEN_M, EVEN_D)
-        do = _load_tile(do_base + offs_m[:, None] * stride_dom
-                        + offs_d[None, :] * stride_dod,
-                        offs_m, offs_d, N_CTX_Q, HEAD_DIM, EVEN_M, EVEN_D)
-        if UPCAST:
-            q = q.to(tl.float32)
-            do = do.to(tl.float32)
-        if EVEN_M:
-            lse2 = tl.load(lse_base + offs_m)
-            delta = tl.load(delta_base + offs_m)
-        else:
-            lse2 = tl.load(lse_base + offs_m, mask=offs_m < N_CTX_Q, other=float("inf"))
-            delta = tl.load(delta_base + offs_m, mask=offs_m < N_CTX_Q, other=0.0)
-        # a row with no visible key has lse = -inf: use +inf so its P is 0, not inf
-        lse2 = tl.where(lse2 == float("-inf"), float("inf"), lse2)
+        q, do, lse2, delta = _load_query_rows(
+            q_base, do_base, lse_base, delta_base, offs_m, offs_d, stride_qm,
+            stride_qd, stride_dom, stride_dod, N_CTX_Q, HEAD_DIM, EVEN_M, EVEN_D,
+            UPCAST)
         # recompute P^T = exp2(K Q^T * scale * log2(e) - lse2),
         # (BLOCK_N, BLOCK_M), on chip
         sT = tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION) * qk_scale
@@ -999,25 +1012,11 @@ def _attn_bwd_dq(Q, K, V, DO, LSE2, Delta, DQ, BAD, sm_scale,
         k_base = K + off_z.to(tl.int64) * stride_kz + off_hkv.to(tl.int64) * stride_kh
         v_base = V + off_z.to(tl.int64) * stride_vz + off_hkv.to(tl.int64) * stride_vh
         # q, dO, lse and delta stay on chip while the key blocks stream by
-        q = _load_tile(q_base + offs_m[:, None] * stride_qm
-                       + offs_d[None, :] * stride_qd,
-                       offs_m, offs_d, N_CTX_Q, HEAD_DIM, EVEN_M, EVEN_D)
-        do = _load_tile(do_base + offs_m[:, None] * stride_dom
-                        + offs_d[None, :] * stride_dod,
-                        offs_m, offs_d, N_CTX_Q, HEAD_DIM, EVEN_M, EVEN_D)
-        if UPCAST:
-            q = q.to(tl.float32)
-            do = do.to(tl.float32)
         row_base = off_hz.to(tl.int64) * N_CTX_Q
-        if EVEN_M:
-            lse2 = tl.load(LSE2 + row_base + offs_m)
-            delta = tl.load(Delta + row_base + offs_m)
-        else:
-            lse2 = tl.load(LSE2 + row_base + offs_m, mask=offs_m < N_CTX_Q,
-                           other=float("inf"))
-            delta = tl.load(Delta + row_base + offs_m, mask=offs_m < N_CTX_Q, other=0.0)
-        # no visible key: P = 0
-        lse2 = tl.where(lse2 == float("-inf"), float("inf"), lse2)
+        q, do, lse2, delta = _load_query_rows(
+            q_base, do_base, LSE2 + row_base, Delta + row_base, offs_m, offs_d,
+            stride_qm, stride_qd, stride_dom, stride_dod, N_CTX_Q, HEAD_DIM, EVEN_M,
+            EVEN_D, UPCAST)
         dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
         qk_scale = sm_scale * _LOG2E
 

@@ -61,6 +61,7 @@ from .flash import (
     PREPROCESS_NUM_WARPS,
     _attn_bwd_preprocess,
     _dot_precision,
+    _load_query_rows,
     _load_tile,
     _query_range,
     _upcast,
@@ -207,22 +208,9 @@ def _tile_updates(dk, dv, k, v, q_base, do_base, dq_base, lse_base, delta_base,
     N_k get s = -inf before exp2.
     """
     offs_m = start_m + tl.arange(0, BLOCK_M)
-    q = _load_tile(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
-                   offs_m, offs_d, N_CTX_Q, HEAD_DIM, EVEN_M, EVEN_D)
-    do = _load_tile(do_base + offs_m[:, None] * stride_dom
-                    + offs_d[None, :] * stride_dod,
-                    offs_m, offs_d, N_CTX_Q, HEAD_DIM, EVEN_M, EVEN_D)
-    if UPCAST:
-        q = q.to(tl.float32)
-        do = do.to(tl.float32)
-    if EVEN_M:
-        lse2 = tl.load(lse_base + offs_m)
-        delta = tl.load(delta_base + offs_m)
-    else:
-        lse2 = tl.load(lse_base + offs_m, mask=offs_m < N_CTX_Q, other=float("inf"))
-        delta = tl.load(delta_base + offs_m, mask=offs_m < N_CTX_Q, other=0.0)
-    # a row with no visible key has lse = -inf: use +inf so its P is 0, not inf
-    lse2 = tl.where(lse2 == float("-inf"), float("inf"), lse2)
+    q, do, lse2, delta = _load_query_rows(
+        q_base, do_base, lse_base, delta_base, offs_m, offs_d, stride_qm, stride_qd,
+        stride_dom, stride_dod, N_CTX_Q, HEAD_DIM, EVEN_M, EVEN_D, UPCAST)
     # S^T = K Q^T, (BLOCK_N, BLOCK_M), in base 2
     sT = tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION) * qk_scale
     if MASKED:
