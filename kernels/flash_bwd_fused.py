@@ -103,12 +103,13 @@ _TABLE: dict[str, dict[int, list[tuple[int, int, int, int]]]] = {
 # sm_90 every tile with BLOCK_M >= 32 spills, and 16 x 128 spills at d = 80 (the padded
 # head dim), so sm_90 ships 16 x 64 there: S^T and dP^T are n16 wgmmas. The pair-by-pair
 # NaN path is what costs the registers.)
-# CUDA-core (FMA) dots: fp32 inputs everywhere. At BLOCK_D >= 128 no fp32 tile is free
-# of spills on every architecture, and on sm_75 none at all: there the table is empty,
-# and flash_attention(deterministic=False) runs the two-kernel backward instead.
+# CUDA-core (FMA) dots: fp32 inputs everywhere, every dtype on sm_75. No tile is free of
+# spills on every architecture under both triton 3.7.1 and 3.6 (the GPU image's): at
+# BLOCK_D >= 128 none under 3.7.1, and 32 x 32 at d = 64 spills 252 bytes on sm_90
+# under 3.6. The table is empty, and flash_attention(deterministic=False) runs the
+# two-kernel backward for fp32 and on sm_75.
 _FMA_TABLE: dict[str, dict[int, list[tuple[int, int, int, int]]]] = {
-    "fp32": {16: [(32, 32, 8, 1)], 32: [(32, 32, 8, 1)], 64: [(32, 32, 8, 1)],
-             128: [], 256: []},
+    "fp32": {16: [], 32: [], 64: [], 128: [], 256: []},
     "sm75": {16: [], 32: [], 64: [], 128: [], 256: []},
 }
 
