@@ -322,9 +322,6 @@ def _select_dot(acc, a, visible, b_base, stride_br, stride_bd, start, offs, offs
     return acc
 
 
-_select_pv = _select_dot  # the forward's use: acc += P V over the visible keys
-
-
 @triton.jit
 def _key_range(start_m, N_CTX_Q, N_CTX_K, IS_CAUSAL: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -657,6 +654,13 @@ def _nonfinite_flag(causal, *tensors, nan_only=()) -> torch.Tensor:
     for t in nan_only:  # lse: -inf marks an empty row, only NaN matters
         bad = bad | torch.isnan(t.sum(dtype=torch.float32))
     return bad.to(torch.int32).reshape(1)
+
+
+def _grad_flag(causal, q, k, v, do, lse2, dlse=None) -> torch.Tensor:
+    """The backward's flag: a NaN/inf in q, k, v, dO or dlse, or a NaN in lse (its -inf
+    marks an empty row)."""
+    return _nonfinite_flag(causal, q, k, v, do, *(() if dlse is None else (dlse,)),
+                           nan_only=(lse2,))
 
 
 def _v_bad(v: torch.Tensor, causal) -> torch.Tensor:
@@ -1107,8 +1111,7 @@ def _backward(do, q, k, v, o, lse2, causal: bool, scale: float, dlse=None):
         delta = (delta - dlse.to(torch.float32)).contiguous()
     # NaN/inf in an input (computed on the device, no host sync): read by the causal
     # backward's second launch only
-    bad = _nonfinite_flag(causal, q, k, v, do,
-                          *(() if dlse is None else (dlse,)), nan_only=(lse2,))
+    bad = _grad_flag(causal, q, k, v, do, lse2, dlse)
     dkdv_args = (q, k, v, do, lse2, delta, dk, dv, bad, scale,
                  *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(),
                  H_kv, group, N_q, N_k, d)
@@ -1173,8 +1176,7 @@ class _FlashAttention(torch.autograd.Function):
             # backward, deterministic as well)
             dq, dk, dv = _backward(do, q, k, v, o, lse2, ctx.causal, ctx.sm_scale, dlse)
         else:  # one fused kernel, dQ by fp32 atomics: kernels.flash_bwd_fused
-            bad = _nonfinite_flag(ctx.causal, q, k, v, do,
-                                  *(() if dlse is None else (dlse,)), nan_only=(lse2,))
+            bad = _grad_flag(ctx.causal, q, k, v, do, lse2, dlse)
             dq, dk, dv = fused.backward_fused(do, q, k, v, o, lse2, ctx.causal,
                                               ctx.sm_scale, dlse=dlse, bad=bad)
         return dq, dk, dv, None, None, None, None, None

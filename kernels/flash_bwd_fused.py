@@ -69,6 +69,9 @@ from .flash import (
     block_d,
     preprocess_block_m,
 )
+from .flash import (
+    _nonfinite_flag as nonfinite_flag,  # (1,) int32 NaN/inf flag: the same as flash's
+)
 
 __all__ = ["ARCHS", "backward_fused", "configs", "nonfinite_flag"]
 
@@ -365,19 +368,6 @@ def _attn_bwd_fused(Q, K, V, DO, LSE2, Delta, DQ, DK, DV, BAD, sm_scale,
 # --------------------------------------------------------------------------------------
 # Wrapper
 # --------------------------------------------------------------------------------------
-def nonfinite_flag(causal: bool, *tensors: torch.Tensor) -> torch.Tensor:
-    """(1,) int32 on the tensors' device: 1 if any of them holds a NaN or inf, for
-    causal launches (0 otherwise: without a mask every pair is visible and a NaN belongs
-    in the gradients it reaches). Computed on the device, no host sync."""
-    dev = tensors[0].device
-    if not causal:
-        return torch.zeros(1, dtype=torch.int32, device=dev)
-    bad = torch.zeros((), dtype=torch.bool, device=dev)
-    for t in tensors:
-        bad = bad | (~torch.isfinite(t)).any()
-    return bad.to(torch.int32).reshape(1)
-
-
 def backward_fused(do, q, k, v, o, lse2, causal: bool, scale: float, dlse=None,
                    delta=None, bad=None, *, tiles=None):
     """dq, dk, dv of the FlashAttention forward in one fused kernel (dQ by atomics).

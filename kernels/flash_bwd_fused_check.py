@@ -42,14 +42,9 @@ DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 def compile_fused(target: str, head_dim: int, dtype, causal: bool, config,
                   n_ctx: int = 4096):
     """``triton.compile`` of ``_attn_bwd_fused`` for ``target`` as a launch on
-    contiguous (B, 16, n_ctx, head_dim) tensors would specialise it."""
-    cap = fused.ARCHS[target][0]
-    fn = cc._jit_function(fused._attn_bwd_fused)
-    values = cc._launch_values("dkdv", dtype, head_dim, n_ctx, causal, config)
-    values["UPCAST"] = dtype == torch.bfloat16 and cap < (8, 0)
-    values["DQ"] = torch.empty(16, dtype=torch.float32)  # the fp32 dQ accumulator
-    values["BAD"] = torch.zeros(1, dtype=torch.int32)
-    return cc._compile_values(fn, values, cap, config[2], config[3])
+    contiguous (B, 16, n_ctx, head_dim) tensors would specialise it (compile_check's
+    "bwd-fused" kernel)."""
+    return cc._compile("bwd-fused", target, head_dim, dtype, causal, config, n_ctx)
 
 
 def atomics_report(cubin: bytes) -> dict:

@@ -14,7 +14,7 @@ Algorithm
     online softmax, the scale folded into one FFMA per score on unmasked blocks (rowmin
     for a negative scale), the bottom-right causal mask, GQA, ragged lengths, empty
     causal rows (o = 0, lse = -inf), NaN rows staying NaN, and the device-side
-    ``V_BAD`` flag that makes the causal masked tiles sum key by key (``_select_pv``,
+    ``V_BAD`` flag that makes the causal masked tiles sum key by key (``_select_dot``,
     through plain pointers) so a NaN/inf in a value row hidden from a query never
     reaches it.
     ``warp_specialize=True`` marks the unmasked key loop ``tl.range(...,
