@@ -11,5 +11,6 @@ hard        argmax, sampled (Gumbel-max), top-k, straight-through, REINFORCE
 deformable  reference grid, offsets, bilinear sampling, DAT, multi-scale (MSDA)
             (chapter 4)
 plots       the book's figures and its one palette
-widgets     ipywidgets explorers built on plots and memory
+explorers   the book's explorers, one call each: ipywidgets in Jupyter and Colab,
+            static twins drawn in the browser on the built site
 """

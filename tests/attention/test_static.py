@@ -1,14 +1,16 @@
-"""attention.static: the data behind the static site's explorers equals what
-attention computes."""
+"""attention.explorers: the data behind the static twins equals what attention
+computes, and each explorer is one call (the twin on the site, ipywidgets otherwise)."""
 
+import inspect
 import json
 import random
 
 import numpy as np
 import pytest
 
-from attention import hard, memory, static
+from attention import explorers, hard, memory
 from attention.core import softmax
+from attention.explorers import data, live, site, static
 
 rnd = random.Random(0)
 
@@ -19,16 +21,16 @@ def _flat(t, names):
 
 @pytest.fixture(scope="module")
 def tile_grid():
-    return static.tile_grid()
+    return data.tile_grid()
 
 
 def test_tile_grid_is_closed_form(tile_grid):
     g = tile_grid
     assert g["N"] == [256 * 2**k for k in range(9)] and g["d"] == [32, 64, 128, 256]
     assert g["B"] == [16, 32, 64, 128, 256]
-    assert set(g["counts"]) == set(static.FORWARD + static.BACKWARD)
+    assert set(g["counts"]) == set(data.FORWARD + data.BACKWARD)
     for _ in range(60):
-        alg = rnd.choice(static.FORWARD + static.BACKWARD)
+        alg = rnd.choice(data.FORWARD + data.BACKWARD)
         iN, id_, ibr, ibc = (rnd.randrange(len(g[k])) for k in ("N", "d", "B", "B"))
         k = ((iN * len(g["d"]) + id_) * len(g["B"]) + ibr) * len(g["B"]) + ibc
         t = memory.closed_form(alg, g["N"][iN], g["d"][id_], Br=g["B"][ibr],
@@ -48,10 +50,10 @@ def test_tile_grid_is_closed_form(tile_grid):
 
 
 def test_compulsory_grid_is_memory_compulsory():
-    g = static.compulsory_grid()
-    assert g["N"] == static.TILE_N and g["d"] == static.TILE_D
-    assert set(g["counts"]) == set(static.FORWARD + static.BACKWARD)
-    for alg in static.FORWARD + static.BACKWARD:
+    g = data.compulsory_grid()
+    assert g["N"] == data.TILE_N and g["d"] == data.TILE_D
+    assert set(g["counts"]) == set(data.FORWARD + data.BACKWARD)
+    for alg in data.FORWARD + data.BACKWARD:
         for iN, N in enumerate(g["N"]):
             for id_, d in enumerate(g["d"]):
                 t = memory.compulsory(alg, N, d)
@@ -64,26 +66,26 @@ def test_compulsory_grid_is_memory_compulsory():
         layers = e.config["specs"][key]["layer"]
         assert [lyr["data"]["name"] for lyr in layers] == ["bars", "compulsory"]
         color = layers[1]["encoding"]["color"]
-        assert color["scale"]["domain"] == [static.COMPULSORY_LABEL]
+        assert color["scale"]["domain"] == [data.COMPULSORY_LABEL]
 
 
 def test_sram_table():
-    tab = static.sram_table()
-    for si, (_, kib) in enumerate(static.SRAM_KIB):
-        for ti, (_, bpe) in enumerate(static._dtypes()):
+    tab = data.sram_table()
+    for si, (_, kib) in enumerate(data.SRAM_KIB):
+        for ti, (_, bpe) in enumerate(data._dtypes()):
             M = tab["M"][si][ti]
             assert M == kib * 1024 // bpe
-            for di, d in enumerate(static.TILE_D):
+            for di, d in enumerate(data.TILE_D):
                 br, bc, need = tab["rule"][f"{si},{ti},{di},0"]
                 assert (br, bc) == memory.fa1_block_sizes(M, d)
-                assert need == memory.sram_need("flash1", static.TILE_N[0], d, br, bc)
+                assert need == memory.sram_need("flash1", data.TILE_N[0], d, br, bc)
 
 
-@pytest.mark.parametrize("alg", static.FORWARD + static.BACKWARD)
+@pytest.mark.parametrize("alg", data.FORWARD + data.BACKWARD)
 def test_schedule_steps_follow_the_simulator(alg):
-    br, bc = rnd.choice(static.TILE_B), rnd.choice(static.TILE_B)
+    br, bc = rnd.choice(data.TILE_B), rnd.choice(data.TILE_B)
     t = memory.simulate(alg, 256, 64, Br=br, Bc=bc, keep_trace=True)
-    steps = static.schedule_steps(alg, 256, 64, br, bc)
+    steps = data.schedule_steps(alg, 256, 64, br, bc)
     assert len(steps) == t.steps
     for s, (i, j, _what, loads, stores) in enumerate(steps):
         ev = [e for e in t.trace if e.step == s]
@@ -94,11 +96,11 @@ def test_schedule_steps_follow_the_simulator(alg):
             names = {e.tensor for e in ev if e.op == op}
             assert {w.split("[")[0] for w in text.split()} == (names or {"-"})
     # The schedule's shape does not depend on d (the step view is drawn at one d).
-    assert static.schedule_steps(alg, 256, 32, br, bc) == steps
+    assert data.schedule_steps(alg, 256, 32, br, bc) == steps
 
 
 def test_naive_grid_is_closed_form():
-    g = static.naive_grid()
+    g = data.naive_grid()
     for _ in range(40):
         mi = rnd.randrange(-1, len(g["m"]))
         di, ni = rnd.randrange(len(g["d"])), rnd.randrange(len(g["n"]))
@@ -110,7 +112,7 @@ def test_naive_grid_is_closed_form():
 
 
 def test_topk_grid_is_closed_form():
-    g = static.topk_grid()
+    g = data.topk_grid()
     for _ in range(30):
         name = rnd.choice(["soft", "hard"] + [f"topk:{k}" for k in g["k"]])
         di, ni = rnd.randrange(len(g["d"])), rnd.randrange(len(g["N"]))
@@ -120,7 +122,7 @@ def test_topk_grid_is_closed_form():
 
 
 def test_deformable_grid_is_closed_form():
-    g = static.deformable_grid()
+    g = data.deformable_grid()
     for _ in range(30):
         di, si = rnd.randrange(len(g["d"])), rnd.randrange(len(g["side"]))
         ri, pi, li = (rnd.randrange(len(g[k])) for k in ("r", "P", "L"))
@@ -145,7 +147,7 @@ def test_temperature_grid_is_gumbel_softmax():
     rng = np.random.default_rng(1)
     s = rng.standard_normal((8, 12))
     g = hard.gumbel(s.shape, rng)
-    grid = static.temperature_grid(s, g)
+    grid = data.temperature_grid(s, g)
     for i in (0, 17, 40, 70):
         want = hard.gumbel_softmax(s, 10.0 ** grid["tau_exp"][i], noise=g)
         np.testing.assert_allclose(grid["y"][i], want, atol=1e-5)
@@ -159,19 +161,76 @@ def test_explorer_html_embeds_parseable_json():
     assert 'class="static-explorer"' in html and "static-explorer-fallback" in html
     marker = 'class="static-explorer-data">'
     start = html.index(marker) + len(marker)
-    data = json.loads(html[start:html.index("</script>", start)])
-    assert data["kind"] == "teaser"
-    assert set(data["grid"]["counts"]) == {"standard", "flash2"}
+    payload = json.loads(html[start:html.index("</script>", start)])
+    assert payload["kind"] == "teaser"
+    assert set(payload["grid"]["counts"]) == {"standard", "flash2"}
     assert "</script" not in html[start:html.index("</script>", start)]
+
+
+EXPLORERS = ["naive_traffic_explorer", "tile_size_explorer", "teaser",
+             "temperature_explorer", "topk_traffic_explorer",
+             "deformable_traffic_explorer"]
+
+
+@pytest.mark.parametrize("name", EXPLORERS)
+def test_each_explorer_is_one_call_with_one_signature(name):
+    def params(f):
+        return list(inspect.signature(f).parameters.values())
+
+    one = getattr(explorers, name)
+    assert params(one) == params(getattr(static, name)) == params(getattr(live, name))
+    assert name in explorers.__all__
+    # The twin's fallback text names the one call, which exists.
+    e = getattr(static, name)()
+    assert e.live.startswith(f"explorers.{name}(")
+    assert f"<code>explorers.{name}(" in e._repr_html_()
+
+
+def test_one_call_gives_the_twin_on_the_site_and_widgets_elsewhere(monkeypatch):
+    import ipywidgets
+
+    monkeypatch.setattr(site, "ON_SITE", True)
+    e = explorers.topk_traffic_explorer(N=1024, d=32, k=4)
+    assert isinstance(e, static.Explorer)
+    assert e.to_json() == static.topk_traffic_explorer(N=1024, d=32, k=4).to_json()
+    assert json.loads(e.to_json())["init"] == {"N": data.TOPK_N.index(1024),
+                                               "d": data.TOPK_D.index(32),
+                                               "k": data.TOPK_K.index(4)}
+    monkeypatch.setattr(site, "ON_SITE", False)
+    box = explorers.topk_traffic_explorer(N=1024, d=32, k=4)
+    assert isinstance(box, ipywidgets.VBox)
+    values = {w.description: w.value for w in _walk(box) if hasattr(w, "value")
+              and getattr(w, "description", "")}
+    assert values == {"top-k k": 4, "length N": 1024, "head dim d": 32}
+
+
+def _walk(box):
+    stack = [box]
+    while stack:
+        w = stack.pop()
+        yield w
+        stack.extend(getattr(w, "children", ()))
+
+
+def test_temperature_defaults_are_the_same_in_both_media():
+    s, g = data.temperature_inputs(seed=3)
+    assert s.shape == (8, 12) and g.shape == (8, 12)
+    grid = json.loads(static.temperature_explorer(seed=3).to_json())["grid"]
+    np.testing.assert_array_equal(grid["scores"], s)
+    np.testing.assert_array_equal(grid["noise"], g)
+    # Given inputs are used as they are.
+    s2, g2 = data.temperature_inputs(scores=s[:2], noise=g[:2])
+    assert s2.shape == (2, 12) and (s2 == s[:2]).all() and (g2 == g[:2]).all()
 
 
 def test_tqdm_is_silent_on_the_site(monkeypatch):
     import importlib
 
-    monkeypatch.setenv(static.SITE_ENV, "1")
-    mod = importlib.reload(static)
+    monkeypatch.setenv(site.SITE_ENV, "1")
+    mod = importlib.reload(site)
     try:
         assert mod.ON_SITE and mod.tqdm(range(3)).disable
     finally:
-        monkeypatch.delenv(static.SITE_ENV)
-        importlib.reload(static)
+        monkeypatch.delenv(site.SITE_ENV)
+        importlib.reload(site)
+    assert not site.ON_SITE

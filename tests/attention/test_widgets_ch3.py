@@ -9,7 +9,8 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from attention import plots, widgets  # noqa: E402
+from attention import plots  # noqa: E402
+from attention.explorers import live  # noqa: E402
 from tests.attention.widget_tools import controls as _controls  # noqa: E402
 from tests.attention.widget_tools import output as _output  # noqa: E402
 from tests.attention.widget_tools import png as _png  # noqa: E402
@@ -29,7 +30,7 @@ def test_temperature_explorer_redraws(monkeypatch):
         return real(s, g, tau=tau, row=row)
 
     monkeypatch.setattr(plots, "gumbel_softmax_figure", recording)
-    box = widgets.temperature_explorer(tau=1.0)
+    box = live.temperature_explorer(tau=1.0)
     out = _output(box)
     first = _png(out)
     assert len(calls) == 1 and calls[0][0] == pytest.approx(1.0)
@@ -51,7 +52,7 @@ def test_topk_traffic_explorer_redraws(monkeypatch):
         return real(**kw, ns=[256, 1024])
 
     monkeypatch.setattr(plots, "selection_traffic_figure", recording)
-    box = widgets.topk_traffic_explorer(N=1024, k=8)
+    box = live.topk_traffic_explorer(N=1024, k=8)
     out = _output(box)
     first = _png(out)
     assert calls == [{"N": 1024, "d": 64, "k": 8}]

@@ -17,7 +17,8 @@ import re
 
 import pytest
 
-from attention import deformable, hard, memory, plots, static  # noqa: F401  (registers)
+from attention import deformable, hard, memory, plots  # noqa: F401  (registers)
+from attention.explorers import data, site
 
 pytestmark = pytest.mark.site
 
@@ -177,7 +178,7 @@ def _expected_bars(results: dict, bpe: int) -> dict:
 
 
 def check_tile(pg: Page, eid: str) -> None:
-    s, cfg = pg.state(eid), static
+    s, cfg = pg.state(eid), data
     N, d = cfg.TILE_N[s["N"]], cfg.TILE_D[s["d"]]
     br, bc = cfg.TILE_B[s["Br"]], cfg.TILE_B[s["Bc"]]
     dtype, bpe = DTYPES[s["dtype"]]
@@ -188,7 +189,7 @@ def check_tile(pg: Page, eid: str) -> None:
     # The compulsory traffic drawn beside each bar: memory.compulsory, each tensor once.
     floor = {r["group"]: (r["what"], r["bytes"])
              for r in pg.data(eid, "bars", "compulsory")}
-    assert floor == {a: (static.COMPULSORY_LABEL, memory.compulsory(a, N, d).bytes(bpe))
+    assert floor == {a: (data.COMPULSORY_LABEL, memory.compulsory(a, N, d).bytes(bpe))
                      for a in group}
     # Fit or not, as the simulator with this SRAM says.
     M = cfg.SRAM_KIB[s["sram"]][1] * 1024 // bpe
@@ -235,7 +236,7 @@ def check_tile(pg: Page, eid: str) -> None:
 
 def check_teaser(pg: Page, eid: str) -> None:
     s = pg.state(eid)
-    N, br, bc = static.TILE_N[s["N"]], static.TILE_B[s["Br"]], static.TILE_B[s["Bc"]]
+    N, br, bc = data.TILE_N[s["N"]], data.TILE_B[s["Br"]], data.TILE_B[s["Bc"]]
     res = {"standard attention": memory.closed_form("standard", N, 64, Br=br, Bc=bc),
            "FlashAttention-2": memory.closed_form("flash2", N, 64, Br=br, Bc=bc)}
     assert _bars(pg.data(eid, "bars", "bars")) == _expected_bars(res, 2)
@@ -243,14 +244,14 @@ def check_teaser(pg: Page, eid: str) -> None:
 
 def check_naive(pg: Page, eid: str) -> None:
     s = pg.state(eid)
-    n, d = static.NAIVE_N[s["n"]], static.NAIVE_D[s["d"]]
-    m = n if s["self"] else static.NAIVE_M[s["m"]]
+    n, d = data.NAIVE_N[s["n"]], data.NAIVE_D[s["d"]]
+    m = n if s["self"] else data.NAIVE_M[s["m"]]
     _, bpe = DTYPES[s["dtype"]]
     t = memory.closed_form("standard", m, d, Br=64, Bc=64, N_k=n)
     want = {(k, k, kind): v for (_, k, kind), v in _expected_bars({"": t}, bpe).items()}
     assert _bars(pg.data(eid, "bars", "bars")) == want
     lines = {(r["x"], r["series"]): r["bytes"] for r in pg.data(eid, "lines", "lines")}
-    for nn in static.NAIVE_N:
+    for nn in data.NAIVE_N:
         tt = memory.closed_form("standard", nn if s["self"] else m, d, Br=64, Bc=64,
                                 N_k=nn)
         assert lines[(nn, "total")] == tt.bytes(bpe)
@@ -264,7 +265,7 @@ def check_temperature(pg: Page, eid: str) -> None:
 
     s = pg.state(eid)
     cfg = pg.page.evaluate("eid => window.staticExplorers[eid].cfg.grid", eid)
-    tau = 10.0 ** static.TAU_EXP[s["tau"]]
+    tau = 10.0 ** data.TAU_EXP[s["tau"]]
     y = hard.gumbel_softmax(np.array(cfg["scores"]), tau, noise=np.array(cfg["noise"]))
     got = np.zeros_like(y)
     for r in pg.data(eid, "map", "map"):
@@ -279,21 +280,21 @@ def check_temperature(pg: Page, eid: str) -> None:
 
 def check_topk(pg: Page, eid: str) -> None:
     s = pg.state(eid)
-    N, d, k = static.TOPK_N[s["N"]], static.TOPK_D[s["d"]], static.TOPK_K[s["k"]]
+    N, d, k = data.TOPK_N[s["N"]], data.TOPK_D[s["d"]], data.TOPK_K[s["k"]]
     res = {"soft": memory.closed_form("soft", N, d),
            "hard (argmax)": memory.closed_form("hard", N, d),
            f"top-k (k = {k})": memory.closed_form("topk", N, d, k=k)}
     assert _bars(pg.data(eid, "bars", "bars")) == _expected_bars(res, 2)
     lines = {(r["x"], r["series"]): r["bytes"] for r in pg.data(eid, "lines", "lines")}
-    for nn in static.TOPK_N:
+    for nn in data.TOPK_N:
         assert lines[(nn, "top-k")] == memory.closed_form("topk", nn, d, k=k).bytes(2)
         assert lines[(nn, "soft")] == memory.closed_form("soft", nn, d).bytes(2)
 
 
 def check_deformable(pg: Page, eid: str) -> None:
     s = pg.state(eid)
-    side, d = static.DEFORM_SIDE[s["side"]], static.DEFORM_D[s["d"]]
-    r, P, L = static.DEFORM_R[s["r"]], static.DEFORM_P[s["P"]], static.DEFORM_L[s["L"]]
+    side, d = data.DEFORM_SIDE[s["side"]], data.DEFORM_D[s["d"]]
+    r, P, L = data.DEFORM_R[s["r"]], data.DEFORM_P[s["P"]], data.DEFORM_L[s["L"]]
 
     def kw(alg, side):
         if alg == "msda":
@@ -302,12 +303,12 @@ def check_deformable(pg: Page, eid: str) -> None:
                     **({"r": r} if alg.startswith("dat") else {}))
 
     res = {name: memory.closed_form(alg, **kw(alg, side))
-           for name, alg in static.DEFORM_ALGS.items()}
+           for name, alg in data.DEFORM_ALGS.items()}
     assert _bars(pg.data(eid, "bars", "bars")) == _expected_bars(res, 2)
     lines = {(r_["x"], r_["series"]): r_["bytes"]
              for r_ in pg.data(eid, "lines", "lines")}
-    for name, alg in static.DEFORM_ALGS.items():
-        for sd in static.DEFORM_SIDE:
+    for name, alg in data.DEFORM_ALGS.items():
+        for sd in data.DEFORM_SIDE:
             assert lines[(sd, name)] == memory.closed_form(alg, **kw(alg, sd)).bytes(2)
 
 
@@ -444,11 +445,11 @@ def test_chapter_page_has_no_widget_noise_and_is_small(page):
 
 
 def test_vega_is_vendored_not_fetched():
-    bundle = HTML / "_static" / static.BUNDLE
+    bundle = HTML / "_static" / site.BUNDLE
     assert bundle.exists() and bundle.stat().st_size > 100_000
     for page in [HTML / "intro.html", *CHAPTER_PAGES]:
         text = page.read_text(encoding="utf-8")
         srcs = re.findall(r'<script[^>]+src="([^"]+)"', text)
-        assert any(s.split("?")[0].endswith(static.BUNDLE) for s in srcs), page.name
+        assert any(s.split("?")[0].endswith(site.BUNDLE) for s in srcs), page.name
         assert not [s for s in srcs if s.startswith(("http:", "https:", "//"))], (
             page.name, srcs)

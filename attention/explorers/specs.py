@@ -1,11 +1,11 @@
-"""Vega-Lite specs of the static site's explorers (``attention.static``): the encodings
-and the book's colours; the data (``attention.static_data``) goes into their named data
+"""Vega-Lite specs of the static site's explorers (``explorers.static``): the encodings
+and the book's colours; the data (``explorers.data``) goes into their named data
 sources in the browser.
 """
 
 from __future__ import annotations
 
-from .static_data import COMPULSORY_LABEL
+from .data import COMPULSORY_LABEL
 
 
 def _colors():

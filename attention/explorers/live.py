@@ -1,6 +1,10 @@
-"""ipywidgets explorers built on ``attention.plots`` and ``attention.memory``."""
+"""The live explorers: ipywidgets built on ``attention.plots`` and ``attention.memory``,
+redrawn by Python in Jupyter and Colab (``explorers.X()`` gives these off the site).
+"""
 
 from __future__ import annotations
+
+from .data import BACKWARD, FORWARD, temperature_inputs
 
 # ---------------------------------------------------------------------------------
 # Shared helper: show a matplotlib figure in an Output widget.
@@ -31,8 +35,8 @@ def _show_figure(out, fig) -> None:
 # ---------------------------------------------------------------------------------
 
 
-def traffic_explorer_ch1(n: int = 1024, m: int | None = None, d: int = 64,
-                         dtype: str = "float16"):
+def naive_traffic_explorer(n: int = 1024, m: int | None = None, d: int = 64,
+                           dtype: str = "float16"):
     """Sliders for n (keys), m (queries; tick "self" for m = n), d and dtype.
 
     Each change redraws ``attention.plots.naive_traffic_figure``: bytes against n per
@@ -85,8 +89,6 @@ SIMULATE_EVENTS = 1_500_000
 #: The tile explorer's schedule panel draws at most this many tiles of S (as the
 #: figure's ``max_tiles``); beyond it the step slider is switched off.
 MAX_TILES = 16384
-FORWARD = ["standard", "flash1", "flash2"]
-BACKWARD = ["standard_bwd", "flash2_bwd", "flash2_bwd_split"]
 
 
 def tile_schedule_state(N: int, d: int, M: int, Br: int, Bc: int, algorithm: str):
@@ -254,6 +256,13 @@ def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192,
     return widgets.VBox([controls, out, summary])
 
 
+def teaser(d: int = 64, dtype: str = "float16"):
+    """The landing page's explorer in Jupyter: the tile-size explorer at N = 4096,
+    Br = Bc = 64 (the static teaser's start), where standard attention and
+    FlashAttention-2 stand side by side with FlashAttention-1. Returns the box."""
+    return tile_size_explorer(N=4096, d=d, Br=64, Bc=64, dtype=dtype)
+
+
 # ---------------------------------------------------------------------------------
 # Chapter 3: soft vs hard attention (temperature, and the traffic of top-k).
 # ---------------------------------------------------------------------------------
@@ -269,15 +278,10 @@ def temperature_explorer(scores=None, noise=None, tau: float = 1.0, row: int = 0
     the box.
     """
     import ipywidgets as widgets
-    import numpy as np
 
     from attention import plots
 
-    rng = np.random.default_rng(seed)
-    s = (1.5 * rng.standard_normal((8, 12)) if scores is None
-         else np.asarray(scores, float))
-    g = (-np.log(-np.log(rng.random(s.shape))) if noise is None
-         else np.asarray(noise, float))
+    s, g = temperature_inputs(scores, noise, seed)
     style = {"description_width": "initial"}
     tau_s = widgets.FloatLogSlider(value=tau, base=10, min=-2, max=1.5, step=0.05,
                                    description="temperature τ",

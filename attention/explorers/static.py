@@ -1,34 +1,23 @@
-"""The book's explorers for the static site: data computed in Python, drawn in the page.
+"""The static twins of the book's explorers: data computed in Python, drawn in the page.
 
-On the built site no Python runs, so each explorer of ``attention.widgets`` has a twin
+On the built site no Python runs, so each explorer of ``explorers.live`` has a twin
 here. Its data is computed when the chapter executes, by the same ``attention``
 functions the notebook calls (``memory.closed_form`` grids, ``memory.simulate`` traces,
-``hard.gumbel_softmax``: the grids of ``attention.static_data``), and written into the
-page as JSON beside Vega-Lite specs (``attention.static_specs``); their names are
-reachable here too (``static.TILE_N``, ``static.tile_grid``, ...).
+``hard.gumbel_softmax``: the grids of ``explorers.data``), and written into the page as
+JSON beside Vega-Lite specs (``explorers.specs``) by an ``explorers.site.Explorer``.
 The page's own script (``_static/explorers.js``) only looks rows up in that JSON and
-hands them to Vega (vendored from ``vl-convert-python`` into the build by ``setup``):
-no number is re-derived in JavaScript, except bytes = elements x bytes per element,
-which is exactly ``Traffic.bytes``.
-
-``ON_SITE`` is true while the site is built (``setup`` sets it for the executing
-kernels), so a chapter shows ``static.X()`` there and ``widgets.X()`` in Jupyter/Colab.
-``tqdm`` is tqdm's auto progress bar in Jupyter and a silent one on the site.
+hands them to Vega (vendored from ``vl-convert-python`` into the build by
+``site.setup``): no number is re-derived in JavaScript, except bytes = elements x bytes
+per element, which is exactly ``Traffic.bytes``. Chapters call ``explorers.X()``,
+which gives these on the site.
 """
 
 from __future__ import annotations
 
-import functools
-import html
-import json
-import os
-import uuid
-
 import numpy as np
 
-from .static_data import (  # noqa: F401
+from .data import (
     BACKWARD,
-    COMPULSORY_LABEL,
     DEFORM_ALGS,
     DEFORM_D,
     DEFORM_L,
@@ -48,20 +37,19 @@ from .static_data import (  # noqa: F401
     TOPK_D,
     TOPK_K,
     TOPK_N,
-    TRACE_D,
-    TRACE_N,
     _dtypes,
     compulsory_grid,
     deformable_grid,
     naive_grid,
-    schedule_steps,
     schedule_table,
     sram_table,
     temperature_grid,
+    temperature_inputs,
     tile_grid,
     topk_grid,
 )
-from .static_specs import (  # noqa: F401
+from .site import Explorer
+from .specs import (
     _colors,
     bars_floor_spec,
     bars_spec,
@@ -71,67 +59,20 @@ from .static_specs import (  # noqa: F401
     weights_row_spec,
 )
 
-#: Set (to "1") by ``setup`` in the Sphinx process; kernels it starts inherit it.
-SITE_ENV = "ATTENTION_STATIC_SITE"
-ON_SITE = os.environ.get(SITE_ENV) == "1"
 
-if ON_SITE:
-    from tqdm.std import tqdm as _tqdm
-
-    # No widget, no stderr noise on the page.
-    tqdm = functools.partial(_tqdm, disable=True)
-else:
-    from tqdm.auto import tqdm  # noqa: F401  (a widget in Jupyter, text in a terminal)
-
-#: The Vega bundle's file name in the build's _static folder.
-BUNDLE = "vega-bundle.js"
-
-
-# ---------------------------------------------------------------------------------
-# The HTML object: a <div> with the data as JSON; _static/explorers.js draws it.
-# ---------------------------------------------------------------------------------
-
-
-class Explorer:
-    """A static explorer: ``kind`` names its drawing code in ``_static/explorers.js``,
-    ``config`` holds its controls, Vega-Lite specs and precomputed data."""
-
-    def __init__(self, kind: str, config: dict, title: str, live: str):
-        self.kind, self.config, self.title, self.live = kind, config, title, live
-
-    def to_json(self) -> str:
-        # "</" cannot end the <script> element early; JSON stays valid with "<\/".
-        return json.dumps({"kind": self.kind, **self.config},
-                          separators=(",", ":")).replace("</", "<\\/")
-
-    def _repr_html_(self) -> str:
-        eid = f"explorer-{self.kind}-{uuid.uuid4().hex[:8]}"
-        fallback = (f"This explorer draws in the web browser on the book's site. In "
-                    f"Jupyter or Colab, run <code>{html.escape(self.live)}</code> "
-                    f"instead.")
-        return (f'<div class="static-explorer" id="{eid}" data-kind="{self.kind}" '
-                f'role="group" aria-label="{html.escape(self.title)}">'
-                f'<p class="static-explorer-fallback">{fallback}</p>'
-                f'<script type="application/json" class="static-explorer-data">'
-                f"{self.to_json()}</script></div>")
-
-    def __repr__(self) -> str:
-        return f"<static explorer {self.kind!r}: {self.title}>"
-
-
-def tile_size_explorer(N: int = 1024, d: int = 64, sram: int = 192, Br: int = 64,
+def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: int = 64,
                        Bc: int = 64, dtype: str = "float16",
                        algorithm: str = "flash2") -> Explorer:
     """Chapter 2's tile-size explorer for the static site: HBM bytes of the forward (or
     backward) algorithms per tensor (simulated, no L2) with each one's compulsory
     traffic beside it (``memory.compulsory``), the chosen algorithm's SRAM need against
-    M, FA1's rule, and its schedule over the tiles of S step by step at N =
-    ``TRACE_N``."""
+    M (``sram_kib``, one of ``SRAM_KIB``), FA1's rule, and its schedule over the tiles
+    of S step by step at N = ``TRACE_N``."""
     grid = tile_grid()
     fwd_t = _tensor_names_from(grid, FORWARD)
     bwd_t = _tensor_names_from(grid, BACKWARD)
     dtypes = _dtypes()
-    sram_i = next(i for i, (_, kib) in enumerate(SRAM_KIB) if kib == sram)
+    sram_i = next(i for i, (_, kib) in enumerate(SRAM_KIB) if kib == sram_kib)
     config = {
         "grid": grid, "sram": sram_table(), "schedule": schedule_table(),
         "compulsory": compulsory_grid(),
@@ -145,7 +86,7 @@ def tile_size_explorer(N: int = 1024, d: int = 64, sram: int = 192, Br: int = 64
                   "bars_bwd": bars_floor_spec(bwd_t), "tiles": tiles_spec()},
     }
     return Explorer("tile", config, "Tile-size explorer (chapter 2)",
-                    "widgets.tile_size_explorer()")
+                    "explorers.tile_size_explorer()")
 
 
 def _tensor_names_from(grid: dict, algorithms: list[str]) -> list[str]:
@@ -164,7 +105,7 @@ def teaser(d: int = 64, dtype: str = "float16") -> Explorer:
                        "Bc": TILE_B.index(64)},
               "specs": {"bars": bars_spec(tensors, height=220)}}
     return Explorer("teaser", config, "Standard attention against FlashAttention-2",
-                    "widgets.tile_size_explorer()")
+                    "explorers.teaser()")
 
 
 # ---------------------------------------------------------------------------------
@@ -190,7 +131,7 @@ def naive_traffic_explorer(n: int = 1024, m: int | None = None, d: int = 64,
                                             "key length n"),
                         "bars": bars_spec(NAIVE_TENSORS)}}
     return Explorer("naive", config, "Traffic of standard attention (chapter 1)",
-                    "widgets.traffic_explorer_ch1()")
+                    "explorers.naive_traffic_explorer()")
 
 
 # ---------------------------------------------------------------------------------
@@ -198,13 +139,15 @@ def naive_traffic_explorer(n: int = 1024, m: int | None = None, d: int = 64,
 # ---------------------------------------------------------------------------------
 
 
-def temperature_explorer(scores, noise, tau: float = 1.0, row: int = 0) -> Explorer:
+def temperature_explorer(scores=None, noise=None, tau: float = 1.0, row: int = 0,
+                         seed: int = 0) -> Explorer:
     """Chapter 3's temperature explorer for the static site, on the chapter's
-    scores and Gumbel noise: the map of y = softmax((s + g) / tau), and one row
-    beside softmax(s)."""
+    scores and Gumbel noise (``data.temperature_inputs``: random ones from ``seed``
+    where None): the map of y = softmax((s + g) / tau), and one row beside
+    softmax(s)."""
     from attention import plots
 
-    grid = temperature_grid(scores, noise)
+    grid = temperature_grid(*temperature_inputs(scores, noise, seed))
     e = round(float(np.log10(tau)), 2)
     soft, hard_c = plots.SELECTION_COLORS["soft"], plots.SELECTION_COLORS["hard"]
     n_q, n_k = grid["shape"]
@@ -213,7 +156,7 @@ def temperature_explorer(scores, noise, tau: float = 1.0, row: int = 0) -> Explo
                         "row": weights_row_spec(soft, hard_c)},
               "shape": [n_q, n_k]}
     return Explorer("temperature", config, "Gumbel-softmax temperature (chapter 3)",
-                    "widgets.temperature_explorer(scores=S_map, noise=G_map)")
+                    "explorers.temperature_explorer(scores=S_map, noise=G_map)")
 
 
 def topk_traffic_explorer(N: int = 4096, d: int = 64, k: int = 8) -> Explorer:
@@ -233,7 +176,7 @@ def topk_traffic_explorer(N: int = 4096, d: int = 64, k: int = 8) -> Explorer:
                         "bars": bars_spec(grid["tensors"])}}
     return Explorer("topk", config,
                     "Traffic of soft, hard and top-k attention (chapter 3)",
-                    "widgets.topk_traffic_explorer()")
+                    "explorers.topk_traffic_explorer()")
 
 
 # ---------------------------------------------------------------------------------
@@ -261,38 +204,4 @@ def deformable_traffic_explorer(side: int = 64, d: int = 32, r: int = 4,
                                             "map side (H = W); queries = H·W")}}
     return Explorer("deformable", config,
                     "Traffic of deformable attention (chapter 4)",
-                    "widgets.deformable_traffic_explorer()")
-
-
-# ---------------------------------------------------------------------------------
-# The Sphinx hook: vendor Vega into the build, mark the kernels as building the site.
-# ---------------------------------------------------------------------------------
-
-
-def _write_bundle(app, exc) -> None:
-    if exc is not None or app.builder.format != "html":
-        return
-    import pathlib
-
-    import vl_convert
-
-    out = pathlib.Path(app.outdir) / "_static" / BUNDLE
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # One function scope: the bundle's top-level names (``_``, ``n``, ...) would
-    # otherwise collide with other scripts' globals; it sets window.vegaEmbed, vega,
-    # vegaLite itself.
-    bundle = vl_convert.javascript_bundle()
-    head = ("/* vega, vega-lite, vega-embed from vl-convert-python "
-            f"{vl_convert.__version__} */")
-    out.write_text(f"{head}\n(function () {{\n{bundle}\n}})();\n", encoding="utf-8")
-
-
-def setup(app):
-    """Sphinx extension (``_config.yml``: ``sphinx.extra_extensions``): executed
-    chapters see ``ON_SITE``; every page loads the Vega bundle, written from
-    ``vl-convert-python`` into the build's ``_static`` (no CDN, so the site works
-    offline from files)."""
-    os.environ[SITE_ENV] = "1"
-    app.add_js_file(BUNDLE, priority=400)
-    app.connect("build-finished", _write_bundle)
-    return {"parallel_read_safe": True, "parallel_write_safe": True}
+                    "explorers.deformable_traffic_explorer()")

@@ -1,8 +1,9 @@
-"""The data behind the static site's explorers (``attention.static`` draws them): the
+"""The data behind the static site's explorers (``explorers.static`` draws them): the
 grids the page's script looks rows up in, computed by the same ``attention`` functions
-the notebook widgets call (``memory.closed_form`` and ``memory.compulsory`` grids,
-``memory.simulate`` traces, ``hard.gumbel_softmax``). Lists and dicts of numbers only,
-ready for JSON; each explorer's slider values are the grid constants here.
+the live explorers (``explorers.live``) call (``memory.closed_form`` and
+``memory.compulsory`` grids, ``memory.simulate`` traces, ``hard.gumbel_softmax``).
+Lists and dicts of numbers only, ready for JSON; each explorer's slider values are the
+grid constants here.
 """
 
 from __future__ import annotations
@@ -188,7 +189,7 @@ def naive_grid(ns=NAIVE_N, ms=NAIVE_M, ds=NAIVE_D, Br: int = 64, Bc: int = 64) -
 # Chapter 3: the Gumbel-softmax temperature, and the traffic of top-k.
 # ---------------------------------------------------------------------------------
 
-#: The temperature slider of ``widgets.temperature_explorer``: 10^-2 .. 10^1.5 in
+#: The temperature slider of ``live.temperature_explorer``: 10^-2 .. 10^1.5 in
 #: steps of 0.05.
 TAU_EXP = [round(-2 + 0.05 * i, 2) for i in range(71)]
 
@@ -208,6 +209,17 @@ def temperature_grid(scores, noise, exps=TAU_EXP) -> dict:
             # The inputs, so a test can recompute.
             "scores": s.tolist(), "noise": g.tolist()}
 
+
+def temperature_inputs(scores=None, noise=None, seed: int = 0):
+    """The temperature explorer's (scores, noise) as float arrays: the given ones, or
+    a random (8, 12) score matrix (1.5 x standard normal) and its Gumbel noise, both
+    drawn from ``seed`` (scores first)."""
+    rng = np.random.default_rng(seed)
+    s = (1.5 * rng.standard_normal((8, 12)) if scores is None
+         else np.asarray(scores, float))
+    g = (-np.log(-np.log(rng.random(s.shape))) if noise is None
+         else np.asarray(noise, float))
+    return s, g
 
 
 TOPK_N = [2**k for k in range(8, 17)]
