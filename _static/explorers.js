@@ -1,4 +1,5 @@
-/* The book's static explorers (attention/static.py writes their data into the page).
+/* The book's static explorers (attention/explorers/static.py writes their data into
+ * the page).
  *
  * Each <div class="static-explorer"> holds JSON: the controls' grids, Vega-Lite specs and
  * the numbers attention.memory (or attention.hard) computed when the chapter executed.
