@@ -37,9 +37,9 @@ test: lint unit site
 
 # The full compile matrix of the FlashAttention tile tables (about 1,400 compilations for
 # sm_75/80/89/90, no GPU needed; `make test` runs a representative subset). Run it
-# whenever a tile table in kernels/flash.py changes.
+# whenever a tile table in kernels/flash/tiles.py changes.
 compile-check: venv
-	$(BIN)/python -m kernels.compile_check
+	$(BIN)/python -m kernels.machine_code.compile_check
 
 # On a CUDA machine: correctness then timings -> benchmarks/results/<gpu>.json
 bench: venv

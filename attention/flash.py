@@ -1,5 +1,5 @@
 """FlashAttention in NumPy: online softmax, the tiled forward (FA1 and FA2 loop orders)
-and the backward with and without recomputation. The math of ``kernels/flash.py``.
+and the backward with and without recomputation. The math of ``kernels.flash``.
 
 Every function here is exact: in float64 it equals the plain (materialising) version to
 ~1e-15 relative; the tests hold them to 1e-12. Arrays are ``(..., N, d)`` (leading axes,

@@ -9,8 +9,8 @@ results/<gpu>.json.
 Each suite is a module ``benchmarks/suite_<name>.py`` with
 ``check(dry=False) -> list[dict]`` (the kernels against fp64/PyTorch references on this
 GPU; each dict has ``name``, ``max_err``, ``tol``, ``ok``),
-``run(quick, deadline, timer=None, dry=False) -> list[kernels.bench.Record]`` (the
-sweeps, stopping cleanly at ``deadline``, a ``time.monotonic()``) and optionally
+``run(quick, deadline, timer=None, dry=False) -> list[kernels.timing.records.Record]``
+(the sweeps, stopping cleanly at ``deadline``, a ``time.monotonic()``) and optionally
 ``goal(timer=None, dry=False)`` (the goal shapes). The run goes in three phases:
 
 1. ``check``: every suite's correctness, every path, before anything is timed; a suite
@@ -21,25 +21,25 @@ sweeps, stopping cleanly at ``deadline``, a ``time.monotonic()``) and optionally
    by ``WEIGHTS``.
 
 A suite may also have ``check_paths(dry=False) -> dict`` (suite_flash: every forward
-path of ``kernels.flash_tma.FORWARD_PATHS``, pointer, tma and tma-ws, against the
-reference), run in phase 1 beside ``check``: its result goes to the suite's
+path of ``kernels.flash.forward_tma.FORWARD_PATHS``, pointer, tma and tma-ws, against
+the reference), run in phase 1 beside ``check``: its result goes to the suite's
 ``forward_paths`` in the results file (per path ``ok``, ``max_err``, ``error``,
 ``checks``) and to ``goal(..., forward_paths=...)``, which times the paths that passed.
 A failed non-default path is recorded; it does not stop the suite being timed.
 
-Every timed case goes through ``kernels.bench.time_fn`` (fixed reps, L2 flushed, CUDA
-events around the kernels only, spread recorded). The file is written after each phase
-(a crash keeps what was measured) with ``protocol``: the phases and every check and
-timing event in the order they happened. It is checked with
-``kernels.bench.validate_results`` at the end. Results merge into
+Every timed case goes through ``kernels.timing.bench.time_fn`` (fixed reps, L2 flushed,
+CUDA events around the kernels only, spread recorded). The file is written after each
+phase (a crash keeps what was measured) with ``protocol``: the phases and every check
+and timing event in the order they happened. It is checked with
+``kernels.timing.bench.validate_results`` at the end. Results merge into
 ``benchmarks/results/<gpu-slug>.json``; with ``$OUT`` set, a copy is written there too
 (the device tool brings that folder back). The whole run is designed to fit one 8-minute
 call, compilation included.
 
 ``--dry-run`` runs all of it on a CPU: the checks and kernels at tiny shapes under the
-Triton interpreter, ``kernels.bench.FakeTimer`` instead of CUDA events, and the file
-written to ``--results-dir`` (default: a new temporary folder;
-never benchmarks/results/).
+Triton interpreter, ``kernels.timing.bench.FakeTimer`` instead of CUDA events, and the
+file written to ``--results-dir`` (default: a new temporary folder; never
+benchmarks/results/).
 """
 
 from __future__ import annotations
@@ -91,7 +91,9 @@ def main(argv=None) -> int:
                     help="time each case by replaying a CUDA graph of it")
     args = ap.parse_args(argv)
 
-    from kernels import bench, runtime
+    from kernels import runtime
+    from kernels.timing import bench, results
+    from kernels.timing.records import MIN_REPS, RESULTS_DIR
 
     dry = args.dry_run
     if not dry and (not runtime.HAS_CUDA or runtime.INTERPRET):
@@ -105,7 +107,7 @@ def main(argv=None) -> int:
 
     suites = available_suites() if args.suite == "all" else [args.suite]
     start = time.monotonic()
-    prov = bench.gpu_provenance()
+    prov = results.gpu_provenance()
     events: list[dict] = []
     state = {"phase": "start", "suite": None}
 
@@ -121,7 +123,7 @@ def main(argv=None) -> int:
             tempfile.mkdtemp(prefix="bench-dry-"))
     else:
         base_timer = functools.partial(bench.time_fn, cuda_graph=args.cuda_graphs)
-        results_dir = args.results_dir or bench.RESULTS_DIR
+        results_dir = args.results_dir or RESULTS_DIR
     prov["dry_run"] = dry
     path = results_dir / f"{runtime.slug(prov['gpu'] or 'unknown')}.json"
 
@@ -133,10 +135,10 @@ def main(argv=None) -> int:
 
     protocol = {"dry_run": dry, "phases": ["check", "goal", "sweep"],
                 "budget_s": args.budget_s, "quick": args.quick, "suites": suites,
-                "timer": "fake" if dry else "kernels.bench.time_fn",
-                "cuda_graphs": args.cuda_graphs, "min_reps": bench.MIN_REPS,
+                "timer": "fake" if dry else "kernels.timing.bench.time_fn",
+                "cuda_graphs": args.cuda_graphs, "min_reps": MIN_REPS,
                 "events": events}
-    print(f"# {bench.provenance_label(prov)}", flush=True)
+    print(f"# {results.provenance_label(prov)}", flush=True)
     mods = {name: importlib.import_module(f"benchmarks.suite_{name}")
             for name in suites}
     correctness: dict[str, list[dict]] = {}
@@ -147,7 +149,7 @@ def main(argv=None) -> int:
         for name in suites:
             if name in correctness:
                 extra = {"forward_paths": paths[name]} if name in paths else None
-                bench.save_results(name, records[name], correctness[name], path=path,
+                results.save_results(name, records[name], correctness[name], path=path,
                                    provenance=prov, extra=extra,
                                    top={"protocol": protocol})
 
@@ -205,14 +207,14 @@ def main(argv=None) -> int:
         save()
     save()
 
-    problems = bench.validate_results(json.loads(path.read_text()))
+    problems = results.validate_results(json.loads(path.read_text()))
     for p in problems:
         print(f"results file: {p}", file=sys.stderr)
     status = status or (1 if problems else 0)
     for name in timed:
-        for row in bench.summarize(records[name]):
+        for row in results.summarize(records[name]):
             if row["stage"] == "goal":
-                print(bench.summary_line(row), flush=True)
+                print(results.summary_line(row), flush=True)
     print(f"results: {path}", flush=True)
     if os.environ.get("OUT") and not dry:
         out = pathlib.Path(os.environ["OUT"])

@@ -20,8 +20,8 @@ rule: error at most twice PyTorch's own error in the same dtype plus a small ato
 
 Run it with ``python benchmarks/run.py --suite deformable`` on a CUDA machine. It is
 sized to fit in about 1.5 minutes on an H200, compilation included (a budget, not yet
-measured: no GPU run of this suite is recorded in this repository); ``run`` stops at
-its deadline. The timing is ``kernels.bench.time_deformable``, the path chapter 4's
+measured: no GPU run of this suite is recorded in this repository); ``run`` stops at its
+deadline. The timing is ``kernels.timing.bench.time_deformable``, the path chapter 4's
 timing cell takes too.
 """
 
@@ -31,8 +31,7 @@ import torch
 
 from kernels import deformable as kd
 from kernels import runtime
-from kernels.bench import Record
-from kernels.bench_deformable import (
+from kernels.timing.deformable import (
     DAT_SHAPES,
     MSDA_LEVELS,
     MSDA_QUERIES,
@@ -40,6 +39,7 @@ from kernels.bench_deformable import (
     msda_inputs,
     time_deformable,
 )
+from kernels.timing.records import Record
 
 SUITE = "deformable"
 
@@ -108,9 +108,10 @@ TIMING = {"warmup": 5, "rep": 20}
 
 
 def run(quick: bool, deadline: float, timer=None, dry: bool = False) -> list[Record]:
-    """MSDA, then fused DAT, through ``kernels.bench.time_deformable``; stops cleanly at
-    ``deadline``. ``timer``: ``kernels.bench.time_fn`` unless given; ``dry``: tiny
-    shapes (the interpreter)."""
+    """MSDA, then fused DAT, through ``kernels.timing.deformable.time_deformable``;
+    stops cleanly at ``deadline``. ``timer``: ``kernels.timing.bench.time_fn`` unless
+    given;
+    ``dry``: tiny shapes (the interpreter)."""
     dtypes = [torch.float16] if quick or dry else [torch.float32, torch.float16]
     queries = DRY_MSDA_QUERIES if dry else MSDA_QUERIES[:1] if quick else MSDA_QUERIES
     dat_shapes = DRY_DAT_SHAPES if dry else DAT_SHAPES[:1] if quick else DAT_SHAPES

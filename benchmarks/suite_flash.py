@@ -5,10 +5,11 @@ not; fp16 and bf16; GQA, ragged and cross lengths) to the fp64 ``reference_atten
 on this GPU, with the flash-attn tolerance rule: error at most twice PyTorch's own error
 in the same dtype (naive attention vs fp64) plus a small atol.
 
-``check_paths()`` holds every forward path of ``kernels.flash_tma.FORWARD_PATHS``
-(``pointer``, the default; ``tma``; ``tma-ws``) to the same reference, forward only (o
-and lse, fp16 and bf16, the check shapes plus a causal case with a NaN hidden in V);
-a path that raises is recorded with its error. ``benchmarks/run.py`` writes the result
+``check_paths()`` holds every forward path of
+``kernels.flash.forward_tma.FORWARD_PATHS`` (``pointer``, the default; ``tma``;
+``tma-ws``) to the same reference, forward only (o and lse, fp16 and bf16, the check
+shapes plus a causal case with a NaN hidden in V); a path that raises is recorded with
+its error. ``benchmarks/run.py`` writes the result
 to the flash suite's ``forward_paths`` (per path: ``ok``, ``max_err``, ``error``,
 ``checks``), so the default can be changed on evidence; a failed non-default path
 is recorded, it does not stop the suite.
@@ -38,10 +39,10 @@ pinned to one backend with ``torch.nn.attention.sdpa_kernel``; a backend that re
 this GPU/shape is recorded with error "unsupported" and its reasons in ``detail``; the
 results file's summary names the best SDPA backend that ran). Shapes keep B * N = 16k
 tokens and H * d = 2048 so every point does similar work per token. Timing goes through
-``kernels.bench`` (``time_attention``, ``time_tiles``), the chapters' path too; FLOPs
-are ``kernels.bench.attention_flops``. With ``dry`` (``benchmarks/run.py --dry-run`` on
-a CPU) every step runs at tiny shapes under the Triton interpreter with the run's
-fake timer.
+``kernels.timing.bench`` (``time_attention``, ``time_tiles``), the chapters' path too;
+FLOPs are ``kernels.timing.bench.attention_flops``. With ``dry`` (``benchmarks/run.py
+--dry-run`` on a CPU) every step runs at tiny shapes under the Triton interpreter with
+the run's fake timer.
 """
 
 from __future__ import annotations
@@ -51,10 +52,11 @@ import time
 
 import torch
 
-from kernels import bench, flash_tma, runtime
-from kernels.bench import Record
-from kernels.flash import flash_attention
+from kernels import runtime
+from kernels.flash import flash_attention, forward_tma
 from kernels.naive import naive_attention, reference_attention
+from kernels.timing import bench
+from kernels.timing.records import MIN_REPS, Record
 
 SUITE = "flash"
 TOKENS = 16 * 1024  # B * N per shape
@@ -141,17 +143,17 @@ DRY_NAN_V_SHAPE = ("hidden-nan-v-causal", 1, 2, 1, 20, 20, 16, True)
 
 
 def _path_forward(path: str):
-    return lambda q, k, v, causal: flash_tma.forward(q, k, v, causal, path=path)
+    return lambda q, k, v, causal: forward_tma.forward(q, k, v, causal, path=path)
 
 
 def check_paths(dry: bool = False) -> dict:
     """Every forward path against the fp64 reference on this GPU: ``{"default": ...,
     "paths": {path: {"ok", "max_err", "error", "checks": [...]}}}``."""
-    from kernels.flash import LN2
+    from kernels.flash.tiles import LN2
 
     shapes = DRY_CHECK_SHAPES if dry else CHECK_SHAPES
-    out = {"default": flash_tma.DEFAULT_FORWARD_PATH, "paths": {}}
-    for path in flash_tma.FORWARD_PATHS:
+    out = {"default": forward_tma.DEFAULT_FORWARD_PATH, "paths": {}}
+    for path in forward_tma.FORWARD_PATHS:
         fwd, checks, error = _path_forward(path), [], None
         try:
             for dtype in (torch.float16, torch.bfloat16):
@@ -224,7 +226,7 @@ GOAL_CASES = [("fwd", False), ("fwd", True), ("fwd+bwd", False), ("fwd+bwd", Tru
 PATH_GOAL_CASES = [("fwd", False), ("fwd", True)]
 #: Timed reps per case (warm-up calls are not timed).
 TIMING = {"warmup": 10, "rep": 50}
-QUICK_TIMING = {"warmup": 5, "rep": bench.MIN_REPS}
+QUICK_TIMING = {"warmup": 5, "rep": MIN_REPS}
 
 
 def goal(timer=None, dry: bool = False,
@@ -302,7 +304,7 @@ def run(quick: bool, deadline: float, timer=None, dry: bool = False) -> list[Rec
         return bench.time_attention(
             mem_lens, {k: impls[k] for k in ("triton", "naive")}, d=16 if dry else 64,
             batch=1, heads=2 if dry else 16, op="attention-memory", **common, warmup=1,
-            rep=bench.MIN_REPS)
+            rep=MIN_REPS)
 
     def tiles():
         sh = ({"B": 1, "H": 2, "N_q": 32, "d": 16, "causal": False} if dry

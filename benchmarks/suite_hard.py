@@ -10,10 +10,10 @@ in float16, non-causal, B = 2, H = 16, d in {64, 128}, N = N_q = N_k from 1k to 
 * op "flash":       the book's ``flash_attention`` forward on the same shape
   (the yardstick)
 
-The timing is ``kernels.bench.time_hard``, the path chapter 3's timing cell takes too.
-Targets (stated in the chapter, checked against these records, never assumed): hard
->= 1.5x faster than the flash forward and >= 20x faster than naive at N = 8k; top-k
-(k <= 64) at most 2x the flash forward's time. Designed for ~1.5 minutes on an H200.
+The timing is ``kernels.timing.bench.time_hard``, the path chapter 3's timing cell takes
+too. Targets (stated in the chapter, checked against these records, never assumed): hard
+>= 1.5x faster than the flash forward and >= 20x faster than naive at N = 8k; top-k (k
+<= 64) at most 2x the flash forward's time. Designed for ~1.5 minutes on an H200.
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ import math
 import numpy as np
 import torch
 
-from kernels import bench, runtime
-from kernels.bench_hard import NAIVE_MAX_BYTES, time_hard
+from kernels import runtime
 from kernels.hard import hard_attention, topk_attention
 from kernels.naive import naive_topk_attention, reference_attention
+from kernels.timing import bench
+from kernels.timing.hard import NAIVE_MAX_BYTES, time_hard
+from kernels.timing.records import Record
 
 SUITE = "hard"
 B, H = 2, 16
@@ -100,10 +102,10 @@ def check(dry: bool = False) -> list[dict]:
 
 
 def run(quick: bool = False, deadline: float = float("inf"), timer=None,
-        dry: bool = False) -> list[bench.Record]:
-    """Time every (op, impl) at each (d, N) through ``kernels.bench.time_hard``; stops
-    cleanly at ``deadline``. ``timer``: ``kernels.bench.time_fn`` unless given; ``dry``:
-    tiny shapes (the interpreter)."""
+        dry: bool = False) -> list[Record]:
+    """Time every (op, impl) at each (d, N) through ``kernels.timing.hard.time_hard``;
+    stops cleanly at ``deadline``. ``timer``: ``kernels.timing.bench.time_fn`` unless
+    given; ``dry``: tiny shapes (the interpreter)."""
     ns = [32] if dry else [1024, 4096] if quick else [1024, 2048, 4096, 8192, 16384]
     ds = [16] if dry else [64] if quick else [64, 128]
     heads, topks = (2, (2, 4)) if dry else (H, (16, 64))

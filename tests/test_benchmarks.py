@@ -1,4 +1,4 @@
-"""benchmarks/run.py and kernels/bench.py: the suite protocol and the results files.
+"""benchmarks/run.py and kernels/timing/: the suite protocol and the results files.
 
 No GPU here, so nothing is timed: these tests check the plumbing that a GPU run uses
 (every result written goes to a temporary folder, never to benchmarks/results/).
@@ -11,7 +11,9 @@ import pytest
 import torch
 
 from benchmarks import run
-from kernels import bench, runtime
+from kernels import runtime
+from kernels.timing import bench, results
+from kernels.timing.records import MIN_REPS, RESULTS_DIR, STAT_KEYS, Record, spread
 
 
 @pytest.mark.parametrize("name", run.SUITES)
@@ -39,25 +41,25 @@ def test_results_round_trip_keeps_other_suites_and_provenance(tmp_path):
     prov = {"gpu": "Test GPU 1", "capability": [9, 0], "torch": "t", "triton": "tr",
             "cuda": "c", "date": "2026-01-02T03:04:05+00:00"}
     path = tmp_path / "test-gpu-1.json"
-    rec = bench.Record("flash", "attention", "triton", "fwd", "float16",
+    rec = Record("flash", "attention", "triton", "fwd", "float16",
                        {"B": 1, "H": 2, "N_q": 8, "N_k": 8, "d": 16, "causal": False},
                        ms=1.5)
-    bench.save_results("flash", [rec],
+    results.save_results("flash", [rec],
                        [{"name": "x", "max_err": 0.0, "tol": 1.0, "ok": True}],
                        path=path, provenance=prov)
-    bench.save_results("hard", [], [], path=path, provenance=prov)
+    results.save_results("hard", [], [], path=path, provenance=prov)
     data = json.loads(path.read_text())
     assert data["gpu_slug"] == "test-gpu-1" and set(data["suites"]) == {"flash", "hard"}
-    (loaded,) = bench.load_results(tmp_path)
-    ((p, records),) = bench.suite_records([loaded], "flash")
+    (loaded,) = results.load_results(tmp_path)
+    ((p, records),) = results.suite_records([loaded], "flash")
     assert records[0]["ms"] == 1.5 and p["gpu"] == "Test GPU 1"
-    assert bench.suite_records([loaded], "hard") == []  # no records: nothing to draw
-    assert "Test GPU 1" in bench.provenance_label(p)
-    assert "2026-01-02" in bench.provenance_label(p)
+    assert results.suite_records([loaded], "hard") == []  # no records: nothing to draw
+    assert "Test GPU 1" in results.provenance_label(p)
+    assert "2026-01-02" in results.provenance_label(p)
 
 
 def test_no_results_means_an_empty_list(tmp_path):
-    assert bench.load_results(tmp_path / "missing") == []
+    assert results.load_results(tmp_path / "missing") == []
 
 
 def test_slug():
@@ -66,8 +68,8 @@ def test_slug():
 
 
 # ---------------------------------------------------------------------------------
-# kernels.bench's timing loops, run on the CPU with a fake timer: the timer calls the
-# function once (so forward and backward really run) and reports a fixed time.
+# kernels.timing.bench's timing loops, run on the CPU with a fake timer: the timer calls
+# the function once (so forward and backward really run) and reports a fixed time.
 # ---------------------------------------------------------------------------------
 
 
@@ -169,13 +171,13 @@ def test_time_fn_is_the_default_timer_and_refuses_on_cpu():
 def test_live_or_recorded(tmp_path, monkeypatch):
     prov = {"gpu": "Test GPU", "capability": [9, 0], "torch": "t", "triton": "tr",
             "cuda": "c", "date": "2026-01-02"}
-    rec = bench.Record("flash", "attention", "triton", "fwd", "float16",
+    rec = Record("flash", "attention", "triton", "fwd", "float16",
                        {"B": 1, "H": 2, "N_q": 8, "N_k": 8, "d": 16, "causal": False},
                        ms=1.5)
     monkeypatch.setattr(runtime, "HAS_CUDA", False)
     # nothing recorded
     assert bench.live_or_recorded("flash", lambda: 1 / 0, tmp_path) == []
-    bench.save_results("flash", [rec], [], path=tmp_path / "test-gpu.json",
+    results.save_results("flash", [rec], [], path=tmp_path / "test-gpu.json",
                        provenance=prov)
     ((label, rows),) = bench.live_or_recorded("flash", lambda: 1 / 0, tmp_path)
     assert label.startswith("recorded: Test GPU") and rows[0]["ms"] == 1.5
@@ -213,7 +215,7 @@ def test_goal_shapes_are_the_issues():
         "dtype": "bfloat16", "d": 128, "N": 16384, "B": 1, "H": 16}
     assert suite_flash.GOAL_CASES == [("fwd", False), ("fwd", True), ("fwd+bwd", False),
                                       ("fwd+bwd", True)]
-    assert suite_flash.TIMING["rep"] >= bench.MIN_REPS
+    assert suite_flash.TIMING["rep"] >= MIN_REPS
     assert set(bench.SDPA_BACKENDS) == {"sdpa-cudnn", "sdpa-flash", "sdpa-efficient",
                                         "sdpa-math"}
 
@@ -221,15 +223,15 @@ def test_goal_shapes_are_the_issues():
 @pytest.mark.skipif(runtime.HAS_CUDA and not runtime.INTERPRET, reason="CPU dry run")
 def test_dry_run_proves_the_order_and_the_schema(tmp_path, capsys):
     from benchmarks import suite_flash
-    from kernels import flash_tma
+    from kernels.flash import forward_tma
 
-    before = sorted(bench.RESULTS_DIR.glob("*")) if bench.RESULTS_DIR.exists() else []
+    before = sorted(RESULTS_DIR.glob("*")) if RESULTS_DIR.exists() else []
     assert run.main(["--dry-run", "--results-dir", str(tmp_path)]) == 0
-    after = sorted(bench.RESULTS_DIR.glob("*")) if bench.RESULTS_DIR.exists() else []
+    after = sorted(RESULTS_DIR.glob("*")) if RESULTS_DIR.exists() else []
     assert before == after  # nothing written into benchmarks/results/
     (path,) = tmp_path.glob("*.json")
     data = json.loads(path.read_text())
-    assert bench.validate_results(data) == []
+    assert results.validate_results(data) == []
     proto = data["protocol"]
     assert proto["dry_run"] and proto["timer"] == "fake" and proto["min_reps"] >= 20
     events = proto["events"]
@@ -257,7 +259,7 @@ def test_dry_run_proves_the_order_and_the_schema(tmp_path, capsys):
     # timed after the goal cases, forward only
     fp = flash["forward_paths"]
     assert fp["default"] == "pointer"
-    assert list(fp["paths"]) == list(flash_tma.FORWARD_PATHS)
+    assert list(fp["paths"]) == list(forward_tma.FORWARD_PATHS)
     for p, r in fp["paths"].items():
         assert r["ok"] and r["error"] is None, (p, r)
         assert r["checks"] and all(c["ok"] and c["name"].startswith(p)
@@ -278,7 +280,7 @@ def test_dry_run_proves_the_order_and_the_schema(tmp_path, capsys):
     assert {r["dtype"] for r in goal_recs} == {suite_flash.DRY_GOAL["dtype"]}
     for r in (data["suites"]["hard"]["records"]
               + data["suites"]["deformable"]["records"]):
-        assert r["stage"] == "sweep" and r["stats"]["reps"] >= bench.MIN_REPS
+        assert r["stage"] == "sweep" and r["stats"]["reps"] >= MIN_REPS
     # every SDPA backend is a record: timed, or failed with its reason
     for r in goal_recs:
         assert (r["ms"] is not None) != (r["error"] == "unsupported"
@@ -293,7 +295,7 @@ def test_dry_run_proves_the_order_and_the_schema(tmp_path, capsys):
                                          if t is None}
     # provenance: every GPU field present, null only with its reason
     prov = flash["provenance"]
-    assert all(k in prov for k in bench.GPU_FIELDS)
+    assert all(k in prov for k in results.GPU_FIELDS)
     assert prov["sm_count"] is None and "no CUDA" in prov["missing"]["sm_count"]
     out = capsys.readouterr().out
     assert out.index("check") < out.index("goal fwd non-causal")
@@ -302,9 +304,9 @@ def test_dry_run_proves_the_order_and_the_schema(tmp_path, capsys):
 @pytest.mark.skipif(runtime.HAS_CUDA and not runtime.INTERPRET, reason="CPU dry run")
 def test_a_failing_forward_path_is_recorded_and_not_timed(monkeypatch):
     from benchmarks import suite_flash
-    from kernels import flash_tma
+    from kernels.flash import forward_tma
 
-    real = flash_tma.forward_tma
+    real = forward_tma.forward_tma
 
     def broken_ws(q, k, v, causal=False, sm_scale=None, warp_specialize=False):
         if warp_specialize:
@@ -312,7 +314,7 @@ def test_a_failing_forward_path_is_recorded_and_not_timed(monkeypatch):
         o, lse2 = real(q, k, v, causal, sm_scale)
         return o, lse2 + 1.0 if causal else lse2  # wrong lse: the check must see it
 
-    monkeypatch.setattr(flash_tma, "forward_tma", broken_ws)
+    monkeypatch.setattr(forward_tma, "forward_tma", broken_ws)
     res = suite_flash.check_paths(dry=True)["paths"]
     assert res["pointer"]["ok"] and res["pointer"]["error"] is None
     assert not res["tma"]["ok"] and res["tma"]["error"] is None
@@ -326,14 +328,14 @@ def test_a_failing_forward_path_is_recorded_and_not_timed(monkeypatch):
 
 
 def _row(impl, ms, causal=False, mode="fwd", error=None):
-    return bench.Record("flash", "attention", impl, mode, "bfloat16",
+    return Record("flash", "attention", impl, mode, "bfloat16",
                         {"B": 1, "H": 16, "N_q": 64, "N_k": 64, "d": 128,
                          "causal": causal},
                         ms=ms, error=error, stage="goal").to_dict()
 
 
 def test_summary_names_the_best_sdpa_and_keeps_causal_apart():
-    rows = bench.summarize([
+    rows = results.summarize([
         _row("triton", 2.0), _row("naive", 3.0), _row("sdpa-flash", 1.8),
         _row("sdpa-cudnn", 1.5), _row("sdpa-efficient", None, error="unsupported"),
         _row("triton", 1.0, True), _row("naive", 4.0, True),
@@ -350,16 +352,16 @@ def test_summary_names_the_best_sdpa_and_keeps_causal_apart():
 
 
 def test_spread_and_fake_timer():
-    s = bench.spread([5.0, 1.0, 2.0, 3.0, 4.0])
+    s = spread([5.0, 1.0, 2.0, 3.0, 4.0])
     assert (s["reps"], s["median_ms"], s["min_ms"], s["max_ms"]) == (5, 3.0, 1.0, 5.0)
     assert s["p20_ms"] == pytest.approx(1.8) and s["p80_ms"] == pytest.approx(4.2)
     assert s["iqr_ms"] == pytest.approx(2.0)
     timer = bench.FakeTimer()
     t = timer(lambda: 7)
-    assert timer.calls == [7] and set(bench.STAT_KEYS) <= set(t["stats"])
-    assert t["stats"]["reps"] == bench.MIN_REPS and t["ms"] == t["stats"]["median_ms"]
+    assert timer.calls == [7] and set(STAT_KEYS) <= set(t["stats"])
+    assert t["stats"]["reps"] == MIN_REPS and t["ms"] == t["stats"]["median_ms"]
     with pytest.raises(ValueError, match="at least"):
-        timer(lambda: 7, rep=bench.MIN_REPS - 1)
+        timer(lambda: 7, rep=MIN_REPS - 1)
 
 
 def test_gpu_provenance_reads_nvidia_smi_and_says_why_a_field_is_missing():
@@ -368,7 +370,7 @@ def test_gpu_provenance_reads_nvidia_smi_and_says_why_a_field_is_missing():
                   "Disabled", "power.limit": "700.00", "clocks.max.mem": "[N/A]"}
         return ", ".join(values.get(f, "1") for f in fields) + "\n"
 
-    prov = bench.gpu_provenance(smi)
+    prov = results.gpu_provenance(smi)
     assert prov["driver"] == "570.86" and prov["clock_sm_mhz"] == 1980.0
     assert prov["mig_mode"] == "Disabled" and prov["power_limit_w"] == 700.0
     assert prov["clock_mem_max_mhz"] is None
@@ -377,7 +379,7 @@ def test_gpu_provenance_reads_nvidia_smi_and_says_why_a_field_is_missing():
     def broken(fields):
         raise FileNotFoundError("nvidia-smi not found on PATH")
 
-    prov = bench.gpu_provenance(broken)
+    prov = results.gpu_provenance(broken)
     assert prov["driver"] is None and "not found" in prov["missing"]["driver"]
 
 
@@ -385,7 +387,7 @@ def test_validate_results_finds_problems():
     bad = {"suites": {"flash": {"provenance": {}, "correctness": [{"name": "x"}],
                                 "summary": [],
                                 "records": [_row("triton", 1.0), _row("naive", None)]}}}
-    problems = bench.validate_results(bad)
+    problems = results.validate_results(bad)
     assert any("top level: no 'gpu'" in p for p in problems)
     assert any("stats lacks" in p for p in problems)
     assert any("neither ms nor error" in p for p in problems)

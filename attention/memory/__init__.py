@@ -15,7 +15,7 @@ for bytes (``Traffic.bytes``). Registered algorithms (``algorithms()``):
 ``flash2_bwd``        FlashAttention-2, Algorithm 2: recomputes P from Q, K and L;
                       dQ is read-modified-written in HBM for every (j, i).
 ``flash2_bwd_split``  the two-kernel backward of the Triton tutorial (and
-                      kernels/flash.py): one loop writes dK, dV; a second loop over Q
+                      kernels.flash): one loop writes dK, dV; a second loop over Q
                       blocks writes dQ once.
 
 The model, stated once (it is the same for every algorithm, so comparisons are fair):
@@ -62,7 +62,7 @@ Every public name is re-exported here.
 """
 
 # importing them registers their algorithms
-from . import backward, forward  # noqa: F401
+from . import backward, forward, selection  # noqa: F401
 from .cache import compulsory, heads_in_flight, kv_fits_in_l2
 from .roofline import (
     GPUS,

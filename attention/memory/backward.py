@@ -1,6 +1,6 @@
 """The backward algorithms, tile by tile and in closed form: the standard backward (P
 stored), FlashAttention-2's Algorithm 2 (P recomputed, dQ updated in HBM) and the
-two-kernel backward of the Triton tutorial and ``kernels/flash.py``."""
+two-kernel backward of the Triton tutorial and ``kernels.flash``."""
 
 from __future__ import annotations
 
@@ -230,7 +230,7 @@ register("flash2_bwd", _simulate_flash2_bwd, _closed_flash2_bwd)
 
 
 # ---------------------------------------------------------------------------------
-# The two-kernel backward (Triton tutorial "Fused Attention"; kernels/flash.py):
+# The two-kernel backward (Triton tutorial "Fused Attention"; kernels.flash):
 #   D = rowsum(dO o O)
 #   dK, dV: for j: keep K_j, V_j, dK_j, dV_j; for i: load Q_i, dO_i, L_i, D_i
 #   dQ:     for i: keep Q_i, dO_i, dQ_i, L_i, D_i; for j: load K_j, V_j; write dQ_i once

@@ -102,10 +102,10 @@ def recorded_timing_figure(records: list[dict], label: str, *, d: int = 64,
     """Measured speed and peak memory against sequence length N, one line per
     implementation (Triton first).
 
-    ``records`` are ``kernels.bench`` records as dicts: one GPU's rows of a suite
-    (``kernels.bench.suite_records``) or rows measured live
-    (``kernels.bench.time_attention``); ``label`` says where they were measured
-    (``kernels.bench.provenance_label``).
+    ``records`` are ``kernels.timing.bench`` records as dicts: one GPU's rows of a suite
+    (``kernels.timing.bench.suite_records``) or rows measured live
+    (``kernels.timing.bench.time_attention``); ``label`` says where they were measured
+    (``kernels.timing.bench.provenance_label``).
 
     * One timing panel per mode (``modes``; default every mode present) from rows of op
       "attention" with head dim ``d``, ``causal`` and ``dtype``; tile sweeps (BLOCK_M in
@@ -228,8 +228,8 @@ def block_sweep_figure(records: list[dict], label: str, simulated_bytes):
 
 
 def selection_timing_figure(records: list, d: int = 64, title: str | None = None):
-    """Forward times against N from suite "hard" records (``kernels.bench`` dicts) at
-    head dim d.
+    """Forward times against N from suite "hard" records (``kernels.timing.hard`` dicts)
+    at head dim d.
 
     Left: hard attention (argmax, sampled) against the naive PyTorch version and the
     flash (soft) forward on the same shape. Right: top-k attention, same comparison.

@@ -21,7 +21,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from attention.plots import recorded_timing_figure, use_book_style  # noqa: E402
-from kernels.bench import (  # noqa: E402
+from kernels.timing.results import (  # noqa: E402
     load_results,
     provenance_label,
     suite_records,

@@ -1,23 +1,20 @@
-"""kernels.bench_hard and kernels.bench_deformable: the timing that chapters 3 and 4 and
-their benchmark suites share, run on the CPU (Triton interpreter) with a fake timer that
-calls each function once and reports a fixed time."""
+"""kernels.timing.hard and kernels.timing.deformable: the timing that chapters 3 and 4
+and their benchmark suites share, run on the CPU (Triton interpreter) with a fake timer
+that calls each function once and reports a fixed time."""
 
 import pytest
 import torch
 
-from kernels import bench, bench_deformable, bench_hard, runtime
-
-
-def test_bench_reaches_the_per_mechanism_timings():
-    assert bench.time_hard is bench_hard.time_hard
-    assert bench.time_deformable is bench_deformable.time_deformable
-    with pytest.raises(AttributeError):
-        bench.time_nothing  # noqa: B018
+from kernels import runtime
+from kernels.timing import bench
+from kernels.timing import deformable as deformable_timing
+from kernels.timing import hard as hard_timing
+from kernels.timing.records import MIN_REPS, Record
 
 
 def test_time_hard_times_every_case_in_the_suite_schema():
     timer, seen = bench.FakeTimer(), []
-    recs = bench_hard.time_hard([16, 32], (16,), batch=1, heads=2, topks=(2, 4),
+    recs = hard_timing.time_hard([16, 32], (16,), batch=1, heads=2, topks=(2, 4),
                                 suite="hard", stage="sweep", timer=timer,
                                 log=seen.append)
     per_n = [("flash", "triton"), ("hard", "triton"), ("hard-sample", "triton"),
@@ -29,7 +26,7 @@ def test_time_hard_times_every_case_in_the_suite_schema():
     assert (r.suite, r.mode, r.dtype, r.stage, r.error) == (
         "hard", "fwd", "float16", "sweep", None)
     assert r.shape == {"B": 1, "H": 2, "N": 16, "d": 16, "causal": False, "topk": 2}
-    assert r.stats["reps"] >= bench.MIN_REPS
+    assert r.stats["reps"] >= MIN_REPS
     qk = 2.0 * 1 * 2 * 16 * 16 * 16
     assert recs[0].tflops == pytest.approx(2 * qk / (r.ms * 1e-3) / 1e12)
     assert recs[1].tflops == pytest.approx(qk / (r.ms * 1e-3) / 1e12)
@@ -42,10 +39,10 @@ def test_time_hard_times_every_case_in_the_suite_schema():
 
 
 def test_time_hard_skips_naive_past_the_memory_cap_and_stops_at_the_deadline():
-    recs = bench_hard.time_hard([16], (16,), batch=1, heads=1, topks=(2,),
+    recs = hard_timing.time_hard([16], (16,), batch=1, heads=1, topks=(2,),
                                 naive_max_bytes=0, timer=bench.FakeTimer())
     assert {r.impl for r in recs} == {"triton"}
-    assert bench_hard.time_hard([16], (16,), timer=bench.FakeTimer(),
+    assert hard_timing.time_hard([16], (16,), timer=bench.FakeTimer(),
                                 deadline=0.0) == []
 
 
@@ -55,9 +52,9 @@ TINY_DAT = ("tiny-4x8", 1, 2, 1, 4, 8, 16, 2)
 
 def test_time_deformable_times_msda_then_dat_in_the_suite_schema():
     timer = bench.FakeTimer()
-    impls = {k: v for k, v in bench_deformable.dat_impls().items()
+    impls = {k: v for k, v in deformable_timing.dat_impls().items()
              if k in ("triton", "naive")}
-    recs = bench_deformable.time_deformable(
+    recs = deformable_timing.time_deformable(
         [12], [TINY_DAT], levels=TINY_LEVELS, dtypes=(torch.float32,),
         suite="deformable", stage="sweep", timer=timer)[:4]
     assert [(r.op, r.impl, r.mode) for r in recs] == [
@@ -66,7 +63,7 @@ def test_time_deformable_times_msda_then_dat_in_the_suite_schema():
     assert recs[0].shape == {"B": 2, "L_q": 12, "H": 8, "D_h": 32,
                              "levels": TINY_LEVELS, "S": 60, "P": 4}
     assert {r.dtype for r in recs} == {"float32"}
-    dat = bench_deformable.time_dat([TINY_DAT], impls=impls, timer=timer,
+    dat = deformable_timing.time_dat([TINY_DAT], impls=impls, timer=timer,
                                     dtypes=("float32",))
     assert [(r.impl, r.mode) for r in dat] == [("triton", "fwd"), ("naive", "fwd"),
                                                ("triton", "fwd+bwd"),
@@ -78,11 +75,11 @@ def test_time_deformable_times_msda_then_dat_in_the_suite_schema():
 
 
 def test_time_dat_takes_a_shape_by_name_and_stops_at_the_deadline():
-    named = bench_deformable.time_dat(["detection-50x84"], deadline=0.0)
+    named = deformable_timing.time_dat(["detection-50x84"], deadline=0.0)
     assert named == []  # nothing started; a name resolves before any timing
     with pytest.raises(KeyError):
-        bench_deformable.time_dat(["no-such-shape"], timer=bench.FakeTimer())
-    assert bench_deformable.time_deformable([12], [TINY_DAT], levels=TINY_LEVELS,
+        deformable_timing.time_dat(["no-such-shape"], timer=bench.FakeTimer())
+    assert deformable_timing.time_deformable([12], [TINY_DAT], levels=TINY_LEVELS,
                                             deadline=0.0) == []
 
 
@@ -96,16 +93,16 @@ def test_the_chapter_cells_draw_recorded_rows_or_nothing(tmp_path):
 
 def test_speedups_come_from_measured_records_only():
     def rec(op, impl, n, ms):
-        return bench.Record("hard", op, impl, "fwd", "float16",
+        return Record("hard", op, impl, "fwd", "float16",
                             {"B": 2, "H": 16, "N": n, "d": 64, "causal": False},
                             ms=ms).to_dict()
 
     rows = [rec("flash", "triton", 4096, 3.0), rec("hard", "triton", 4096, 1.5),
             rec("hard", "naive", 4096, 45.0), rec("topk16", "triton", 4096, 4.5),
             rec("topk16", "naive", 4096, None), rec("flash", "triton", 8192, None)]
-    n, found = bench_hard.speedups(rows)
+    n, found = hard_timing.speedups(rows)
     assert n == 4096 and found == {"hard: flash time / hard time": 2.0,
                                    "hard: naive time / Triton time": 30.0,
                                    "top-16: its time / flash time": 1.5}
-    assert bench_hard.speedups(rows, lengths=(8192,)) == (None, {})
-    assert bench_hard.speedups([]) == (None, {})
+    assert hard_timing.speedups(rows, lengths=(8192,)) == (None, {})
+    assert hard_timing.speedups([]) == (None, {})

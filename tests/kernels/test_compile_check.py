@@ -1,15 +1,15 @@
-"""kernels.compile_check: the shipped FlashAttention configs compile for sm_75/80/89/90
-and fit.
+"""kernels.machine_code.compile_check: the shipped FlashAttention configs compile for
+sm_75/80/89/90 and fit.
 
 Compiles ahead of time on the CPU (no GPU needed), in a subprocess with TRITON_INTERPRET
-unset, the representative subset ``python -m kernels.compile_check --quick``: every
-kernel (fwd, bwd preprocess, dkdv, dq) on every target, with the cases that use the most
-registers and the most shared memory per dot path (tensor cores; CUDA-core FMA for fp32
-and sm_75), as the last full run recorded them in ``kernels/compile_peaks.json``. One
-target per test, so pytest-xdist spreads them over the cores; with an empty Triton cache
-the four take about a minute on 2 cores. The full matrix (896 compilations, about 20
-minutes) is ``make compile-check``, which rewrites the peaks file; run it whenever a
-tile table changes.
+unset, the representative subset ``python -m kernels.machine_code.compile_check
+--quick``: every kernel (fwd, bwd preprocess, dkdv, dq) on every target, with the cases
+that use the most registers and the most shared memory per dot path (tensor cores;
+CUDA-core FMA for fp32 and sm_75), as the last full run recorded them in
+``kernels/machine_code/compile_peaks.json``. One target per test, so pytest-xdist
+spreads them over the cores; with an empty Triton cache the four take about a minute on
+2 cores. The full matrix (896 compilations, about 20 minutes) is ``make compile-check``,
+which rewrites the peaks file; run it whenever a tile table changes.
 
 A config that exceeds its target's shared memory, spills registers or fails to compile
 fails the test; on sm_90 the forward's matrix products must use Hopper's ``wgmma``.
@@ -32,7 +32,8 @@ TARGETS = ["sm75", "sm80", "sm89", "sm90"]
 def test_representative_configs_fit_and_do_not_spill(target):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run(
-        [sys.executable, "-m", "kernels.compile_check", "--quick", "--target", target],
+        [sys.executable, "-m", "kernels.machine_code.compile_check", "--quick",
+         "--target", target],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     out = proc.stdout + proc.stderr
     rows = [line.split() for line in proc.stdout.splitlines()
@@ -48,7 +49,7 @@ def test_representative_configs_fit_and_do_not_spill(target):
 
 
 def test_sass_parser_finds_the_innermost_tensor_core_loop():
-    from kernels import sass
+    from kernels.machine_code import sass
 
     text = """
         /*0000*/                   MOV R1, c[0x0][0x28] ;
@@ -79,7 +80,7 @@ def test_machine_code_report_of_the_forward_on_sm90():
     tile implies and one exp2 per score element per thread."""
     script = (
         "import json, torch\n"
-        "from kernels import compile_check as cc, sass\n"
+        "from kernels.machine_code import compile_check as cc, sass\n"
         "c = cc._compile('fwd', 'sm90', 128, torch.bfloat16, False, (128, 128, 8, 2), "
         "16384)\n"
         "print(json.dumps(sass.report(c.asm['cubin'])))\n")

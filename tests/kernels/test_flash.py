@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels import flash, runtime
-from kernels.flash import attention_probs, flash_attention
+from kernels.flash import attention_probs, flash_attention, tiles
 from kernels.naive import naive_attention, reference_attention
 
 pytestmark = pytest.mark.xdist_group("flash")
@@ -294,10 +294,10 @@ def test_cpu_tensors_rejected_when_compiled(monkeypatch):
 def test_shipped_configs_are_valid_tiles():
     # every config: power-of-two tiles >= 16 (tl.dot on a real GPU), sane warps/stages
     for kernel in ("fwd", "dkdv", "dq"):
-        for target, (cap, _) in flash.ARCHS.items():
+        for target, (cap, _) in tiles.ARCHS.items():
             for d in (16, 32, 64, 80, 128, 256):
                 for dtype in (torch.float16, torch.bfloat16, torch.float32):
-                    cfgs = flash.configs(kernel, cap, d, dtype)
+                    cfgs = tiles.configs(kernel, cap, d, dtype)
                     # the one documented gap: no sm_75 backward above head dim 128
                     unsupported = target == "sm75" and kernel != "fwd" and d > 128
                     assert (len(cfgs) == 0) if unsupported else (1 <= len(cfgs) <= 2), \
@@ -307,8 +307,8 @@ def test_shipped_configs_are_valid_tiles():
                             assert b >= 16 and b & (b - 1) == 0, \
                                 (kernel, target, d, bm, bn)
                         assert warps in (2, 4, 8) and 1 <= stages <= 4
-    assert flash.arch_class((7, 5)) == "sm75" and flash.arch_class((8, 6)) == "sm89"
-    assert flash.arch_class((9, 0)) == "sm90" and flash.block_d(80) == 128
+    assert tiles.arch_class((7, 5)) == "sm75" and tiles.arch_class((8, 6)) == "sm89"
+    assert tiles.arch_class((9, 0)) == "sm90" and tiles.block_d(80) == 128
 
 
 def test_gpu_results_figures_draw_from_a_results_file(tmp_path):
@@ -316,11 +316,12 @@ def test_gpu_results_figures_draw_from_a_results_file(tmp_path):
     dir only."""
     import importlib.util
 
-    from kernels import bench
+    from kernels.timing import results
+    from kernels.timing.records import RESULTS_DIR, Record
 
     spec = importlib.util.spec_from_file_location(
         "gpu_results",
-        bench.RESULTS_DIR.parent.parent / "figures" / "src" / "gpu_results.py")
+        RESULTS_DIR.parent.parent / "figures" / "src" / "gpu_results.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     prov = {"gpu": "Test GPU", "capability": [9, 0], "torch": "t", "triton": "x",
@@ -331,18 +332,18 @@ def test_gpu_results_figures_draw_from_a_results_file(tmp_path):
             for mode in ("fwd", "fwd+bwd"):
                 for d in (64, 128):
                     for causal in (False, True):
-                        records.append(bench.Record(
+                        records.append(Record(
                             "flash", "attention", impl, mode, "float16",
                             {"B": 1, "H": 1, "N_q": n, "N_k": n, "d": d,
                              "causal": causal},
                             ms=1.0, tflops=float(n)).to_dict())
-        records.append(bench.Record("flash", "attention-memory", impl, "fwd", "float16",
+        records.append(Record("flash", "attention-memory", impl, "fwd", "float16",
                                     {"B": 1, "H": 16, "N_q": 1024, "N_k": 1024, "d": 64,
                                      "causal": False}, peak_mem_bytes=2**20,
                                     error="OOM" if impl == "naive" else None).to_dict())
-    bench.save_results("flash", records, [], path=tmp_path / "test-gpu.json",
+    results.save_results("flash", records, [], path=tmp_path / "test-gpu.json",
                        provenance=prov)
-    (found,) = bench.suite_records(bench.load_results(tmp_path), "flash")
+    (found,) = results.suite_records(results.load_results(tmp_path), "flash")
     paths = mod.draw(*found, out_dir=tmp_path)
     assert [p.name for p in paths] == ["gpu_flash_test-gpu_fwd_float16.png",
                                        "gpu_flash_test-gpu_fwd_bwd_float16.png",
@@ -484,9 +485,9 @@ def test_negative_and_zero_scale_match_fp64(sm_scale, causal, n):
 
 def test_n_bucket_separates_short_and_long_sequences():
     # the forward's autotune key: a choice tuned at N = 512 is not reused at N = 65536
-    assert flash.n_bucket(1) == flash.n_bucket(256) == 256
-    assert flash.n_bucket(512) == 512 and flash.n_bucket(513) == 1024
-    assert flash.n_bucket(65536) == flash.n_bucket(10**6) == 65536
+    assert tiles.n_bucket(1) == tiles.n_bucket(256) == 256
+    assert tiles.n_bucket(512) == 512 and tiles.n_bucket(513) == 1024
+    assert tiles.n_bucket(65536) == tiles.n_bucket(10**6) == 65536
 
 
 def _selected_reference(q, k, v, do, causal, sm_scale=None):

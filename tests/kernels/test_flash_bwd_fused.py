@@ -1,4 +1,4 @@
-"""kernels.flash_bwd_fused: the one-kernel backward (dQ by fp32 atomics) against an
+"""kernels.flash.backward_fused: the one-kernel backward (dQ by fp32 atomics) against an
 independent float64 autograd reference and against kernels.flash's two-kernel backward.
 
 Runs under the Triton interpreter on a CPU (small shapes) and on a CUDA GPU unchanged.
@@ -17,8 +17,9 @@ import sys
 import pytest
 import torch
 
-from kernels import flash, runtime
-from kernels import flash_bwd_fused as fused
+from kernels import runtime
+from kernels.flash import backward, forward, tiles
+from kernels.flash import backward_fused as fused
 from kernels.naive import naive_attention, reference_attention
 from tests.conftest import ROOT
 
@@ -35,7 +36,7 @@ def _inputs(B, H, H_kv, N_q, N_k, d, dtype=torch.float32, seed=0):
 
 
 def _forward(q, k, v, causal, scale):
-    return flash._forward(q, k, v, causal, scale)  # o, lse2 (base 2)
+    return forward._forward(q, k, v, causal, scale)  # o, lse2 (base 2)
 
 
 def _ref(q, k, v, do, causal, scale, dlse=None):
@@ -124,7 +125,7 @@ def test_fp32_matches_fp64_and_the_two_kernel_backward(case):
     _check_fp32(grads, _ref(q, k, v, do, causal, scale), bounds)
     # the deterministic two-kernel version: both within the bound of fp64, so within
     # twice it of each other (in practice a few fp32 ulps: only summation orders differ)
-    two = flash._backward(do, q, k, v, o, lse2, causal, scale)
+    two = backward._backward(do, q, k, v, o, lse2, causal, scale)
     for name, g, t, b in zip(("dq", "dk", "dv"), grads, two, bounds):
         assert torch.all((g.double() - t.double()).abs() <= 2 * b + 1e-30), name
 
@@ -176,10 +177,10 @@ def flash_delta(do, o):
     """kernels.flash's preprocess kernel, launched as its backward launches it."""
     B, H, N_q, d = o.shape
     delta = torch.empty((B, H, N_q), dtype=torch.float32, device=o.device)
-    bm = flash.preprocess_block_m(d)
-    flash._attn_bwd_preprocess[(-(-N_q // bm), B * H)](
+    bm = backward.preprocess_block_m(d)
+    backward._attn_bwd_preprocess[(-(-N_q // bm), B * H)](
         o, do, delta, *o.stride(), *do.stride(), H, N_q, d, BLOCK_M=bm,
-        BLOCK_D=flash.block_d(d), num_warps=flash.PREPROCESS_NUM_WARPS)
+        BLOCK_D=tiles.block_d(d), num_warps=backward.PREPROCESS_NUM_WARPS)
     return delta
 
 
@@ -312,13 +313,14 @@ def test_shipped_configs_are_wide_valid_tiles():
 def test_compiles_for_sm90_and_sm80_without_spills():
     # one representative case per target (the widest tiles, causal: the masked stage's
     # NaN-selection path is the register peak); the full matrix is
-    # `python -m kernels.flash_bwd_fused_check`
+    # `python -m kernels.machine_code.backward_fused_check`
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = ""
     for target in ("sm90", "sm80"):
         proc = subprocess.run(
-            [sys.executable, "-m", "kernels.flash_bwd_fused_check", "--target", target,
-             "--head-dim", "128", "--dtype", "bf16", "--causal", "yes", "--n", "4000"],
+            [sys.executable, "-m", "kernels.machine_code.backward_fused_check",
+             "--target", target, "--head-dim", "128", "--dtype", "bf16",
+             "--causal", "yes", "--n", "4000"],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
         out += proc.stdout + proc.stderr
         assert proc.returncode == 0, out

@@ -1,5 +1,5 @@
-"""kernels.flash_tma: the TMA-descriptor forward (and its warp-specialised variant)
-against the fp64 reference and against the pointer forward of kernels.flash.
+"""kernels.flash.forward_tma: the TMA-descriptor forward (and its warp-specialised
+variant) against the fp64 reference and against the pointer forward of kernels.flash.
 
 Runs under the Triton interpreter on a CPU (descriptors emulated, small shapes) and on
 an sm_90 GPU unchanged. fp32 uses the forward error bound of test_flash; fp16/bf16 the
@@ -10,14 +10,17 @@ The GPU's own check of every path is benchmarks/run.py's correctness step.
 import pytest
 import torch
 
-from kernels import flash, flash_tma, runtime
-from kernels.flash_tma import forward_tma
+from kernels import runtime
+from kernels.flash import forward_tma as flash_tma
+from kernels.flash.checks import _validate
+from kernels.flash.forward import _forward
+from kernels.flash.forward_tma import forward_tma
+from kernels.flash.tiles import LN2
 from kernels.naive import naive_attention, reference_attention
 
 pytestmark = pytest.mark.xdist_group("flash-tma")
 
 DEVICE = runtime.DEVICE
-LN2 = flash.LN2
 # fp32 is not shipped on the GPU (refused there); under the interpreter it runs
 FP32 = runtime.INTERPRET
 
@@ -80,8 +83,8 @@ def _check(q, k, v, causal, o, lse2):
 def _same_as_pointer(q, k, v, causal, o, lse2, sm_scale=None):
     """The pointer forward's output, within fp32 rounding (bitwise under the
     interpreter, where both run the same arithmetic on the same zero padding)."""
-    scale = flash._validate(q, k, v, sm_scale)
-    o_p, lse_p = flash._forward(q, k, v, causal, scale)
+    scale = _validate(q, k, v, sm_scale)
+    o_p, lse_p = _forward(q, k, v, causal, scale)
     eps = torch.finfo(q.dtype).eps
     torch.testing.assert_close(o, o_p, rtol=eps, atol=eps, equal_nan=True)
     torch.testing.assert_close(lse2, lse_p, rtol=2**-20, atol=2**-20, equal_nan=True)

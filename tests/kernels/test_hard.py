@@ -1,4 +1,4 @@
-"""kernels/hard.py against fp64 NumPy references (attention/hard.py) and PyTorch.
+"""kernels.hard against fp64 NumPy references (attention/hard.py) and PyTorch.
 
 Runs under the Triton interpreter on a CPU (CPU tensors) and on a GPU as is.
 Integer-valued inputs make every score exact in fp32 and fp64, so argmax and top-k
@@ -302,7 +302,9 @@ import torch, triton
 from triton._C.libtriton import native_specialize_impl
 from triton.backends.compiler import BaseBackend, GPUTarget
 from triton.compiler import ASTSource
-from kernels import compile_check, flash, hard
+from kernels import hard
+from kernels.flash import tiles
+from kernels.machine_code import compile_check
 
 def values(cfg, topk, sample=True):
     n, d, H = 4096, 128, 16
@@ -320,14 +322,14 @@ def values(cfg, topk, sample=True):
     return v
 
 for target in ("sm90", "sm75"):
-    cap, limit = flash.ARCHS[target]
+    cap, limit = tiles.ARCHS[target]
     # sampling (the heavier loop) at its tiles; argmax at the tiles only it ships
-    jobs = [(hard._hard_attn_fwd, "hard", c, 0, True)
+    jobs = [(hard.forward._hard_attn_fwd, "hard", c, 0, True)
             for c in hard.configs("hard", cap, 128, sample=True)]
-    jobs += [(hard._hard_attn_fwd, "argmax", c, 0, False)
+    jobs += [(hard.forward._hard_attn_fwd, "argmax", c, 0, False)
              for c in set(hard.configs("hard", cap, 128))
              - set(hard.configs("hard", cap, 128, sample=True))]
-    jobs += [(hard._topk_attn_fwd, f"topk{k}", c, k, True) for k in (64, 128)
+    jobs += [(hard.forward._topk_attn_fwd, f"topk{k}", c, k, True) for k in (64, 128)
              for c in hard.configs("topk", cap, 128, topk=k)]
     for kernel, name, cfg, topk, sample in jobs:
         fn, vals = compile_check._jit_function(kernel), values(cfg, topk, sample)

@@ -1,15 +1,16 @@
-"""kernels.report: the benchmarks page's tables come from the recorded files only."""
+"""kernels.timing.report: the Benchmarks page's tables come from recorded files only."""
 
 import subprocess
 import sys
 
-from kernels import report
+from kernels.timing import report
 
 
 def test_results_and_report_import_on_their_own():
-    # kernels.bench re-exports kernels.results: importing results first must not be a
-    # circular import (the benchmarks page imports kernels.report first)
-    for mod in ("kernels.results", "kernels.report"):
+    # kernels.timing.bench re-exports kernels.timing.results: importing results first
+    # must not be a circular import (the benchmarks page imports kernels.timing.report
+    # first)
+    for mod in ("kernels.timing.results", "kernels.timing.report"):
         subprocess.run([sys.executable, "-c", f"import {mod}"], check=True)
 
 

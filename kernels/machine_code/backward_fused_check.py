@@ -1,15 +1,17 @@
-"""Compile the fused backward (:mod:`kernels.flash_bwd_fused`) ahead of time, no GPU.
+"""Compile the fused backward (:mod:`kernels.flash.backward_fused`) ahead of time.
 
-    python -m kernels.flash_bwd_fused_check   # sm_90 and sm_80, every shipped config,
-                                              # d 64/128, fp16/bf16/fp32, causal or not
-    python -m kernels.flash_bwd_fused_check --target sm90 --head-dim 128 --dtype bf16
+    python -m kernels.machine_code.backward_fused_check
+        # sm_90 and sm_80, every shipped config, d 64/128, fp16/bf16/fp32, causal or not
+    python -m kernels.machine_code.backward_fused_check --target sm90 --head-dim 128 \
+        --dtype bf16
 
-Uses :mod:`kernels.compile_check`'s helpers (the launch specialisation, ``ptxas -v``)
-and :mod:`kernels.sass` (``nvdisasm``). Per case it prints shared memory against the
-target's limit, registers, spill bytes, whether sm_90 lowers the matmuls to ``wgmma``
-(and the wgmma N sizes in the PTX), and what the dQ atomics became in SASS: the
-``RED``/``ATOM`` opcodes, how many sit in loops, and whether any ``MEMBAR`` does
-(relaxed atomics need none). Each case compiles at N = 4096 (aligned: no masks) unless
+No GPU needed. Uses :mod:`kernels.machine_code.compile_check`'s helpers (the launch
+specialisation, ``ptxas -v``) and :mod:`kernels.machine_code.sass` (``nvdisasm``). Per
+case it prints shared memory against the target's limit, registers, spill bytes, whether
+sm_90 lowers the matmuls to ``wgmma`` (and the wgmma N sizes in the PTX), and what the
+dQ atomics became in SASS: the ``RED``/``ATOM`` opcodes, how many sit in loops, and
+whether any ``MEMBAR`` does (relaxed atomics need none). Each case compiles at N = 4096
+(aligned: no masks) unless
 ``--n`` says otherwise. Exits 1 if a case spills, exceeds shared memory or fails.
 """
 
@@ -26,15 +28,16 @@ os.environ["TRITON_INTERPRET"] = "0"  # compile, do not interpret
 
 from kernels import runtime  # noqa: E402
 
-if runtime.INTERPRET and __name__ == "__main__":  # see kernels.compile_check
+if runtime.INTERPRET and __name__ == "__main__":  # see machine_code.compile_check
     os.execv(sys.executable,
-             [sys.executable, "-m", "kernels.flash_bwd_fused_check", *sys.argv[1:]])
+             [sys.executable, "-m", "kernels.machine_code.backward_fused_check",
+              *sys.argv[1:]])
 
 import torch  # noqa: E402
 
-from kernels import compile_check as cc  # noqa: E402
-from kernels import flash_bwd_fused as fused  # noqa: E402
-from kernels import sass  # noqa: E402
+from kernels.flash import backward_fused as fused  # noqa: E402
+from kernels.machine_code import compile_check as cc  # noqa: E402
+from kernels.machine_code import sass  # noqa: E402
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 

@@ -1,6 +1,6 @@
 """Timing of the hard (argmax, sampled) and top-k kernels: chapter 3's timing cell and
 ``benchmarks/suite_hard.py`` both measure through ``time_hard`` (re-exported as
-``kernels.bench.time_hard``).
+``kernels.timing.bench.time_hard``).
 
 At each head dim d and sequence length N = N_q = N_k, forward only (no autograd graph),
 non-causal, it times the book's ``flash_attention`` forward (the yardstick, op "flash"),
@@ -18,8 +18,9 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from . import runtime
-from .bench import Record, _torch_dtype, measure, random_qkv
+from .. import runtime
+from .bench import _torch_dtype, measure, random_qkv
+from .records import Record
 
 #: Naive shapes whose S (and the top-k copies: 3 S-sized tensors) would exceed this
 #: are not timed.
@@ -32,9 +33,9 @@ def hard_cases(q, k, v, topks: Iterable[int] = (16, 64), naive: bool = True
 
     FLOPs count S = q k^T (2 B H N_q N_k d) for the selection kernels, twice that for
     the flash forward (S and P V)."""
-    from .flash import flash_attention
-    from .hard import hard_attention, topk_attention
-    from .naive import naive_hard_attention, naive_topk_attention
+    from ..flash import flash_attention
+    from ..hard import hard_attention, topk_attention
+    from ..naive import naive_hard_attention, naive_topk_attention
 
     b, h, n_q, d = q.shape
     qk = 2.0 * b * h * n_q * k.shape[-2] * d  # FLOPs of S = q k^T

@@ -53,25 +53,14 @@ import torch
 import triton
 import triton.language as tl
 
-from . import runtime
-from .flash import (
-    _HEURISTICS,
-    _LOG2E,
-    ARCHS,
-    PREPROCESS_NUM_WARPS,
-    _attn_bwd_preprocess,
-    _dot_precision,
-    _load_query_rows,
-    _load_tile,
-    _query_range,
-    _upcast,
-    arch_class,
-    block_d,
-    preprocess_block_m,
-)
-from .flash import (
+from .. import runtime
+from .backward import PREPROCESS_NUM_WARPS, _attn_bwd_preprocess, preprocess_block_m
+from .blocks import _load_query_rows, _load_tile, _query_range
+from .checks import _dot_precision, _upcast
+from .checks import (
     _nonfinite_flag as nonfinite_flag,  # (1,) int32 NaN/inf flag: the same as flash's
 )
+from .tiles import _HEURISTICS, _LOG2E, ARCHS, arch_class, block_d
 
 __all__ = ["ARCHS", "backward_fused", "configs", "nonfinite_flag"]
 

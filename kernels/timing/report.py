@@ -1,6 +1,7 @@
 """The benchmarks page's tables, as Markdown: the machine-code report of
-``python -m kernels.compile_check --report`` (``benchmarks/static/static-*.json``) and
-the recorded GPU timings (``benchmarks/results/*.json``, written by ``make bench``).
+``python -m kernels.machine_code.compile_check --report``
+(``benchmarks/static/static-*.json``) and the recorded GPU timings
+(``benchmarks/results/*.json``, written by ``make bench``).
 
 Both read files the repository records; neither measures nor invents a number. With
 no file there is nothing to show, and the page says which command records one.
@@ -13,7 +14,7 @@ import pathlib
 
 from .results import load_results, summarize
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 STATIC_DIR = ROOT / "benchmarks" / "static"
 
 

@@ -1,6 +1,6 @@
 """Timing of the deformable kernels: chapter 4's timing cell and
 ``benchmarks/suite_deformable.py`` both measure through ``time_deformable`` (re-exported
-as ``kernels.bench.time_deformable``), which is ``time_msda`` then ``time_dat``.
+as ``kernels.timing.bench.time_deformable``), which is ``time_msda`` then ``time_dat``.
 
 * op "msda": ``kernels.deformable.ms_deform_attn`` (impl "triton") against Deformable
   DETR's ``ms_deform_attn_core_pytorch`` (impl "naive": one grid_sample per level, then
@@ -25,9 +25,10 @@ from collections.abc import Callable, Iterable
 import torch
 import torch.nn.functional as F
 
-from . import deformable as kd
-from . import runtime
-from .bench import Record, _torch_dtype, measure
+from .. import deformable as kd
+from .. import runtime
+from .bench import _torch_dtype, measure
+from .records import Record
 
 # Deformable DETR: levels at strides 8, 16, 32, 64 of an ~800 x 1200 image.
 MSDA_LEVELS = [[100, 150], [50, 75], [25, 38], [13, 19]]
@@ -104,7 +105,7 @@ def dat_impls() -> dict[str, Callable]:
              "grid_sample+sdpa": _grid_sample_then(F.scaled_dot_product_attention),
              "naive": kd.deformable_attention_reference}
     try:
-        from .flash import flash_attention
+        from ..flash import flash_attention
     except ImportError:  # the flash chapter's kernel is not in this checkout
         return impls
     impls["grid_sample+flash"] = _grid_sample_then(flash_attention)

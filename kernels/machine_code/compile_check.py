@@ -1,20 +1,21 @@
 """Compile every shipped FlashAttention config for sm_75, sm_80, sm_89 and sm_90
 on a CPU.
 
-    python -m kernels.compile_check          # every kernel, config, head dim, dtype,
-                                             # causal flag
-    python -m kernels.compile_check --quick  # the recorded peaks (make test)
+    python -m kernels.machine_code.compile_check          # every kernel, config,
+                                                          # head dim, dtype, causal flag
+    python -m kernels.machine_code.compile_check --quick  # the recorded peaks
+                                                          # (make test)
 
 `make compile-check` runs the full matrix (about 1,400 compilations, 30-45 minutes on
-one core with an empty Triton cache) and records in ``kernels/compile_peaks.json`` the
-cases with the most registers and the most shared memory per kernel, target and dot
-path; run it whenever a tile table in ``kernels/flash.py`` changes. ``make test``
-runs ``--quick``: exactly those recorded cases (about 40 compilations, a minute cold
-on 2 cores).
+one core with an empty Triton cache) and records in
+``kernels/machine_code/compile_peaks.json`` the cases with the most registers and the
+most shared memory per kernel, target and dot path; run it whenever a tile table in
+``kernels/flash/tiles.py`` changes. ``make test`` runs ``--quick``: exactly those
+recorded cases (about 40 compilations, a minute cold on 2 cores).
 
-On sm_90 the matrix also compiles kernels.flash_tma's forward: ``fwd-tma`` (TMA
+On sm_90 the matrix also compiles kernels.flash.forward_tma's forward: ``fwd-tma`` (TMA
 descriptor loads and stores) and ``fwd-tma-ws`` (the same with its key loop
-warp-specialised), every tile ``flash_tma.tma_configs`` ships (``--kernel fwd-tma
+warp-specialised), every tile ``forward_tma.tma_configs`` ships (``--kernel fwd-tma
 --kernel fwd-tma-ws --target sm90``: 112 compilations, about 4 minutes).
 
 Triton compiles ahead of time for a GPU it does not have:
@@ -27,8 +28,8 @@ tiles as d = 64 on a narrower BLOCK_D), dtype (fp16, bf16, fp32), causal flag an
 shipped tile config this reports
 
 * shared memory per block (``compiled.metadata.shared``) against the target's limit
-  (``kernels.flash.ARCHS``: 64 KB on sm_75, 163 KB on sm_80, 99 KB on sm_86/89, 227 KB
-  on sm_90: the opt-in maximum per block of the CUDA programming guide);
+  (``kernels.flash.tiles.ARCHS``: 64 KB on sm_75, 163 KB on sm_80, 99 KB on sm_86/89,
+  227 KB on sm_90: the opt-in maximum per block of the CUDA programming guide);
 * registers per thread and spill stores/loads, from ``ptxas -v`` on the kernel's PTX
   with the flags Triton itself uses;
 * on sm_90, whether the matmuls were lowered to Hopper ``wgmma`` instructions.
@@ -64,11 +65,11 @@ os.environ["TRITON_INTERPRET"] = "0"
 from kernels import runtime  # noqa: E402
 
 if runtime.INTERPRET and __name__ == "__main__":
-    # `python -m kernels.compile_check` imports the package (which chose the
-    # interpreter on a CPU machine) before this line runs: start again with
+    # `python -m kernels.machine_code.compile_check` imports the package (which chose
+    # the interpreter on a CPU machine) before this line runs: start again with
     # TRITON_INTERPRET=0 inherited.
-    os.execv(sys.executable,
-             [sys.executable, "-m", "kernels.compile_check", *sys.argv[1:]])
+    os.execv(sys.executable, [sys.executable, "-m",
+                              "kernels.machine_code.compile_check", *sys.argv[1:]])
 
 import torch  # noqa: E402
 import triton  # noqa: E402
@@ -76,13 +77,13 @@ from triton._C.libtriton import native_specialize_impl  # noqa: E402
 from triton.backends.compiler import BaseBackend, GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from kernels import flash, flash_bwd_fused, flash_tma  # noqa: E402
+from kernels.flash import backward, backward_fused, forward, forward_tma, tiles  # noqa: E402
 
-#: fwd-tma / fwd-tma-ws: kernels.flash_tma's forward (TMA descriptors; the second with
-#: its key loop warp-specialised), shipped for sm_90 only.
+#: fwd-tma / fwd-tma-ws: kernels.flash.forward_tma's forward (TMA descriptors; the
+#: second with its key loop warp-specialised), shipped for sm_90 only.
 #: dkdv-shield / dq-shield: the causal backward's second launch (SHIELD=True), which
 #: recomputes the gradients only when an input holds NaN/inf. bwd-fused:
-#: kernels.flash_bwd_fused (flash_attention(..., deterministic=False)).
+#: kernels.flash.backward_fused (flash_attention(..., deterministic=False)).
 KERNELS = ("fwd", "preprocess", "dkdv", "dq", "dkdv-shield", "dq-shield", "bwd-fused",
            "fwd-tma", "fwd-tma-ws")
 TMA_KERNELS = ("fwd-tma", "fwd-tma-ws")
@@ -135,7 +136,7 @@ def _launch_values(kernel: str, dtype, head_dim: int, n_ctx: int, causal: bool,
                    config: tuple[int, int, int, int]) -> dict:
     """Argument values of a representative launch, keyed by parameter name."""
     H = 16  # heads; the batch size only enters through stride_qz
-    bd = flash.block_d(head_dim)
+    bd = tiles.block_d(head_dim)
     # only its dtype and (16-byte aligned) address matter
     t = torch.empty(16, dtype=dtype)
     lse = torch.empty(16, dtype=torch.float32)
@@ -148,7 +149,7 @@ def _launch_values(kernel: str, dtype, head_dim: int, n_ctx: int, causal: bool,
               "DOT_PRECISION": "ieee" if dtype == torch.float32 else "tf32",
               "BLOCK_M": bm, "BLOCK_N": bn, "EVEN_M": n_ctx % bm == 0,
               "EVEN_N": n_ctx % bn == 0, "EVEN_D": head_dim == bd,
-              "N_BUCKET": flash.n_bucket(n_ctx), "NEG_SCALE": False,
+              "N_BUCKET": tiles.n_bucket(n_ctx), "NEG_SCALE": False,
               "SHIELD": kernel.endswith("-shield")}
     for name in ("Q", "K", "V", "Out", "O", "DO", "DQ", "DK", "DV"):
         values[name] = t
@@ -196,9 +197,9 @@ def _compile(kernel: str, target: str, head_dim: int, dtype, causal: bool,
              config: tuple[int, int, int, int], n_ctx: int):
     """``triton.compile`` of one kernel/config for one target, as a launch would
     specialise."""
-    cap = flash.ARCHS[target][0]
-    module = {"bwd-fused": flash_bwd_fused}.get(
-        kernel, flash_tma if kernel in TMA_KERNELS else flash)
+    cap = tiles.ARCHS[target][0]
+    module = ({"fwd": forward, "bwd-fused": backward_fused}.get(kernel)
+              or (forward_tma if kernel in TMA_KERNELS else backward))
     fn = _jit_function(getattr(module, KERNEL_FNS[kernel]))
     values = _launch_values(kernel, dtype, head_dim, n_ctx, causal, config)
     values["UPCAST"] = dtype == torch.bfloat16 and cap < (8, 0)
@@ -211,7 +212,7 @@ def compile_one(kernel: str, target: str, head_dim: int, dtype, causal: bool,
                 config: tuple[int, int, int, int], n_ctx: int = 4096) -> Result:
     """Compile one kernel/config for one target; measure shared memory, registers,
     spills."""
-    limit = flash.ARCHS[target][1]
+    limit = tiles.ARCHS[target][1]
     res = Result(kernel, target, head_dim, DTYPE_NAMES[dtype], causal, config, n_ctx,
                  shared_limit=limit)
     t0 = time.perf_counter()
@@ -248,18 +249,18 @@ def ptxas_usage(ptx: str) -> tuple[int, int, int]:
 
 def shipped(kernel: str, target: str, head_dim: int, dtype,
             causal: bool = False) -> list[tuple[int, int, int, int]]:
-    """The configs kernels.flash (kernels.flash_tma) launches for this kernel/target/
+    """The configs kernels.flash (its forward_tma) launches for this kernel/target/
     head dim/dtype (and causal flag: the TMA forward's tiles depend on it)."""
     if kernel == "preprocess":
-        return [(flash.preprocess_block_m(head_dim), flash.block_d(head_dim),
-                 flash.PREPROCESS_NUM_WARPS, 1)]
+        return [(backward.preprocess_block_m(head_dim), tiles.block_d(head_dim),
+                 backward.PREPROCESS_NUM_WARPS, 1)]
     if kernel == "bwd-fused":
-        return flash_bwd_fused.configs(flash.ARCHS[target][0], head_dim, dtype)
+        return backward_fused.configs(tiles.ARCHS[target][0], head_dim, dtype)
     if kernel in TMA_KERNELS:  # TMA needs Hopper: sm_90 only
-        return (flash_tma.tma_configs(flash.ARCHS[target][0], head_dim, dtype,
+        return (forward_tma.tma_configs(tiles.ARCHS[target][0], head_dim, dtype,
                                       kernel == "fwd-tma-ws", causal)
                 if target == "sm90" else [])
-    return flash.configs(kernel, flash.ARCHS[target][0], head_dim, dtype)
+    return tiles.configs(kernel, tiles.ARCHS[target][0], head_dim, dtype)
 
 
 #: The configs with the most registers and the most shared memory, per kernel, target
@@ -327,7 +328,7 @@ def _recorded_peaks(targets, kernels) -> list[tuple] | None:
 
 def plan(quick: bool, targets=None, kernels=None) -> list[tuple]:
     """Every (kernel, target, head_dim, dtype, causal, config, n_ctx) to compile."""
-    targets = targets or list(flash.ARCHS)
+    targets = targets or list(tiles.ARCHS)
     kernels = kernels or list(KERNELS)
     if quick:  # the recorded peaks, nothing else
         jobs = _recorded_peaks(targets, kernels)
@@ -384,7 +385,7 @@ TUTORIAL_FWD_SM90 = {
 }
 #: The report's shapes: bf16 at the head dims models use, long aligned sequences.
 REPORT_SHAPES = {"head_dims": (64, 128), "dtype": torch.bfloat16, "n_ctx": 16384}
-STATIC_DIR = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "static"
+STATIC_DIR = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "static"
 
 
 def machine_code_report(target: str) -> dict:
@@ -392,7 +393,7 @@ def machine_code_report(target: str) -> dict:
     and on sm_90 of the TMA forward (fwd-tma) and its warp-specialised variant
     (fwd-tma-ws; ``warp_specialized`` and ``launch_warps`` say whether Triton split it
     into producer and consumer warp groups)."""
-    from kernels import sass
+    from kernels.machine_code import sass
 
     rows = []
     for kernel in ("fwd", "dkdv", "dq", *TMA_KERNELS):
@@ -420,7 +421,7 @@ def machine_code_report(target: str) -> dict:
         target, fwd[0]["instructions_per_score"] if fwd else None)
     return {"target": target, "triton": triton.__version__, "torch": torch.__version__,
             "date": time.strftime("%Y-%m-%d"), "command":
-            f"python -m kernels.compile_check --report --target {target}",
+            f"python -m kernels.machine_code.compile_check --report --target {target}",
             "note": "instruction counts of the compiled machine code, not time",
             "reference": TUTORIAL_FWD_SM90 if target == "sm90" else None,
             "kernels": rows}
@@ -436,9 +437,10 @@ HARD_REPORT = (("hard-argmax", "hard", False), ("hard-sample", "hard", True),
 def hard_machine_code_report(target: str, fwd_per_score: float | None) -> list[dict]:
     """Hot-loop counts of kernels/hard.py; ``vs_flash_fwd``: instructions per score over
     the flash forward's (same target, d = 128, its first shipped config, non-causal)."""
-    from kernels import hard, sass
+    from kernels import hard
+    from kernels.machine_code import sass
 
-    cap = flash.ARCHS[target][0]
+    cap = tiles.ARCHS[target][0]
     n, d, H = REPORT_SHAPES["n_ctx"], 128, 16
     rows = []
     cases = [(name, kind, sample, cfg) for name, kind, sample in HARD_REPORT
@@ -457,8 +459,8 @@ def hard_machine_code_report(target: str, fwd_per_score: float | None) -> list[d
             for suf, st in zip(("b", "h", "m" if pfx in "qo" else "n", "d"),
                                (H * n * d, n * d, d, 1)):
                 vals[f"stride_{pfx}{suf}"] = st
-        fn = _jit_function(hard._hard_attn_fwd if kind == "hard"
-                           else hard._topk_attn_fwd)
+        fn = _jit_function(hard.forward._hard_attn_fwd if kind == "hard"
+                           else hard.forward._topk_attn_fwd)
         c = _compile_values(fn, vals, cap, cfg[2], cfg[3])
         regs, st, ld = ptxas_usage(c.asm["ptx"])
         rep = sass.report(c.asm["cubin"])
@@ -504,10 +506,11 @@ def format_report(rep: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--quick", action="store_true",
-                    help="the recorded peaks (kernels/compile_peaks.json)")
-    ap.add_argument("--target", action="append", choices=list(flash.ARCHS))
+                    help="the recorded peaks (kernels/machine_code/compile_peaks.json)")
+    ap.add_argument("--target", action="append", choices=list(tiles.ARCHS))
     ap.add_argument("--kernel", action="append", choices=list(KERNELS),
-                    help="fwd-tma, fwd-tma-ws: kernels.flash_tma's forward (sm90 only)")
+                    help="fwd-tma, fwd-tma-ws: kernels.flash.forward_tma's forward "
+                         "(sm90 only)")
     ap.add_argument("--report", action="store_true",
                     help="hot-loop SASS instruction counts (sm90/sm80) "
                          "-> benchmarks/static/")
@@ -548,7 +551,8 @@ def write_peaks(results: list[Result]) -> None:
 
     PEAKS_FILE.write_text(json.dumps(
         {"triton": triton.__version__, "date": time.strftime("%Y-%m-%d"),
-         "command": "python -m kernels.compile_check", "compilations": len(results),
+         "command": "python -m kernels.machine_code.compile_check",
+         "compilations": len(results),
          "peaks": peaks(results)}, indent=1) + "\n")
 
 

@@ -4,10 +4,10 @@
 driver) to ``runtime.describe()``; ``summarize`` names the best SDPA backend that ran
 and the speed-up against naive per case (causal and not apart). ``save_results`` merges
 a suite's rows into ``benchmarks/results/<gpu-slug>.json`` and ``validate_results``
-checks such a file (the schema is in ``kernels.bench``'s docstring). ``load_results``
-reads every recorded file back for the chapters; it never invents a number: with no
-files it returns an empty list, and chapters say so. Every name here is also reachable
-as ``kernels.bench.<name>``.
+checks such a file (the schema is in ``kernels.timing.bench``'s docstring).
+``load_results`` reads every recorded file back for the chapters; it never invents a
+number: with no files it returns an empty list, and chapters say so. Every name here is
+also reachable as ``kernels.timing.bench.<name>``.
 """
 
 from __future__ import annotations
@@ -16,29 +16,18 @@ import json
 import math
 import pathlib
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
 
 import torch
 
-from . import runtime
-
-if TYPE_CHECKING:
-    from .bench import Record
-
-
-def _bench():
-    """kernels.bench, imported on use: bench re-exports this module's names, so
-    importing it at the top would make ``import kernels.results`` circular."""
-    from . import bench
-
-    return bench
+from .. import runtime
+from .records import MIN_REPS, RESULTS_DIR, STAT_KEYS, Record, _clip
 
 
 def results_path(gpu: str | None = None) -> pathlib.Path:
     gpu = gpu or runtime.gpu_name()
     if gpu is None:
         raise RuntimeError("no GPU: nothing to name a results file after")
-    return _bench().RESULTS_DIR / f"{runtime.slug(gpu)}.json"
+    return RESULTS_DIR / f"{runtime.slug(gpu)}.json"
 
 
 # ---------------------------------------------------------------------------------
@@ -120,7 +109,7 @@ def gpu_provenance(smi: Callable[[list[str]], str] | None = None) -> dict:
                 except ValueError:
                     prov[key] = value
     except Exception as e:  # noqa: BLE001 - recorded as the reason
-        why = f"{type(e).__name__}: {_bench()._clip(str(e), 200)}"
+        why = f"{type(e).__name__}: {_clip(str(e), 200)}"
         for key in keys:
             prov[key], missing[key] = None, why
     prov["missing"] = missing
@@ -146,7 +135,7 @@ def summarize(records: Iterable) -> list[dict]:
     left out."""
     groups: dict = {}
     for r in records:
-        r = r.to_dict() if isinstance(r, _bench().Record) else r
+        r = r.to_dict() if isinstance(r, Record) else r
         sh = r.get("shape") or {}
         if not str(r.get("op", "")).startswith("attention") or "BLOCK_M" in sh:
             continue
@@ -216,7 +205,7 @@ def save_results(suite: str, records: list[Record], correctness: list[dict],
                  for k in ("gpu", "capability", "torch", "triton", "cuda", "date")})
     data["gpu_slug"] = runtime.slug(prov.get("gpu") or "unknown")
     data.update(top or {})
-    rows = [r.to_dict() if isinstance(r, _bench().Record) else r for r in records]
+    rows = [r.to_dict() if isinstance(r, Record) else r for r in records]
     data.setdefault("suites", {})[suite] = {
         "provenance": prov,
         "correctness": correctness,
@@ -243,7 +232,6 @@ def validate_results(data: dict, *, full_provenance: bool = True) -> list[str]:
     each record's fields and types (a timed record has ``stats`` with every
     ``STAT_KEYS`` key and at least ``MIN_REPS`` reps; a failed one an ``error``), and
     the summary rows."""
-    STAT_KEYS, MIN_REPS = _bench().STAT_KEYS, _bench().MIN_REPS  # noqa: N806
     bad: list[str] = []
     for k in ("gpu", "gpu_slug", "capability", "torch", "triton", "cuda", "date",
               "suites"):
@@ -320,7 +308,7 @@ def _json_default(x):
 
 def load_results(results_dir: pathlib.Path | None = None) -> list[dict]:
     """Every recorded results file, newest first (empty when none are recorded)."""
-    d = results_dir or _bench().RESULTS_DIR
+    d = results_dir or RESULTS_DIR
     files = sorted(d.glob("*.json")) if d.exists() else []
     out = [json.loads(f.read_text()) for f in files]
     return sorted(out, key=lambda r: r.get("date") or "", reverse=True)

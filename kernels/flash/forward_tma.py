@@ -51,25 +51,20 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from . import runtime
-from .flash import (
+from .. import runtime
+from ..naive import check_causal
+from .blocks import _finish_rows, _key_range, _softmax_pv_step
+from .checks import _dot_precision, _upcast, _v_bad, _validate
+from .tiles import (
     _HEURISTICS,
     _LOG2E,
     FORWARD_PATHS,
     INTERPRET_CONFIG,
-    _dot_precision,
-    _finish_rows,
-    _key_range,
-    _softmax_pv_step,
-    _upcast,
-    _v_bad,
-    _validate,
     arch_class,
     block_d,
     configs,
     n_bucket,
 )
-from .naive import check_causal
 
 #: The path flash_attention uses unless told otherwise; a GPU run's correctness check
 #: (benchmarks/run.py, ``forward_paths`` in the results file) is the evidence to change
@@ -122,11 +117,12 @@ def _set_block_shapes(nargs) -> None:
 
 
 #: sm_90 fp16/bf16 tiles (BLOCK_M, BLOCK_N, num_warps, num_stages) by BLOCK_D, each
-#: checked by ``python -m kernels.compile_check --target sm90 --kernel fwd-tma
-#: --kernel fwd-tma-ws`` (fits shared memory, no spills). Non-causal: kernels.flash's
-#: sm_90 forward tiles. Causal: the masked stage with its key-by-key path for a V
-#: holding NaN/inf costs registers, and with descriptor loads the pointer forward's
-#: 128 x 128 (d = 128) and 128 x 64 (d = 256) tiles spill, so these replace them.
+#: checked by ``python -m kernels.machine_code.compile_check --target sm90 --kernel
+#: fwd-tma --kernel fwd-tma-ws`` (fits shared memory, no spills). Non-causal:
+#: kernels.flash's sm_90 forward tiles. Causal: the masked stage with its key-by-key
+#: path for a V holding NaN/inf costs registers, and with descriptor loads the pointer
+#: forward's 128 x 128 (d = 128) and 128 x 64 (d = 256) tiles spill, so these replace
+#: them.
 _CAUSAL_TILES: dict[int, list[tuple[int, int, int, int]]] = {
     16: [(128, 64, 4, 3)], 32: [(128, 64, 4, 3)],
     64: [(128, 64, 8, 3), (64, 64, 4, 3)], 128: [(128, 64, 8, 2), (128, 64, 8, 3)],
@@ -361,7 +357,7 @@ def forward(q, k, v, causal: bool = False, sm_scale: float | None = None,
             path: str = DEFAULT_FORWARD_PATH):
     """``(o, lse2)`` by the named forward path (one of ``FORWARD_PATHS``)."""
     if path == "pointer":
-        from .flash import _forward
+        from .forward import _forward
 
         scale = _validate(q, k, v, sm_scale)
         check_causal(causal)

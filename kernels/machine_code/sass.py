@@ -1,10 +1,10 @@
 """Read a kernel's SASS machine code without a GPU: the hot loop and what it is made of.
 
-``kernels.compile_check --report`` compiles a kernel ahead of time for sm_90 or sm_80,
-then this module disassembles the cubin with the ``nvdisasm`` that Triton bundles and
-finds the kernel's hot loop: the loop (a backward branch to a label) that holds the
-tensor-core instructions, the innermost one if several do. It counts per iteration of
-that loop
+``kernels.machine_code.compile_check --report`` compiles a kernel ahead of time for
+sm_90 or sm_80, then this module disassembles the cubin with the ``nvdisasm`` that
+Triton bundles and finds the kernel's hot loop: the loop (a backward branch to a label)
+that holds the tensor-core instructions, the innermost one if several do. It counts per
+iteration of that loop
 
 * all instructions, and tensor-core ones (``HGMMA`` on Hopper, ``HMMA`` before it);
 * the softmax's floating point: ``FMUL``, ``FFMA``, ``FADD``, ``FMNMX`` and

@@ -1,22 +1,24 @@
 """Timing on a CUDA GPU: the book's one timing path (chapters and ``benchmarks/`` both
 time through here). The recorded-results files it writes and the chapters read are
-``kernels.results``, whose names are reachable here too (``bench.load_results``, ...).
+``kernels.timing.results``; the record and its statistics,
+``kernels.timing.records``.
 
 ``time_fn`` times a call with a fixed protocol: the first call (compile, autotune) and a
 peak-memory / host-sync probe apart, then at least ``MIN_REPS`` timed reps, each after
 the same L2 flush and a GPU spin that lets the host queue the call first, between CUDA
 events around the call only; it reports the median and the spread (min, max, p20, p80,
 IQR). ``FakeTimer`` stands in for it on a CPU (``benchmarks/run.py --dry-run``).
-``Record`` is one measured row and ``measure`` fills one. ``time_attention`` times
+``measure`` fills one measured row (a ``Record``). ``time_attention`` times
 attention implementations over sequence lengths (each SDPA backend on its own with
 ``attention_impls(sdpa_backends=True)``; a backend that refuses is recorded with its
 reasons) and ``time_tiles`` the forward kernel over BLOCK_M x BLOCK_N;
-``time_hard`` (``kernels.bench_hard``) and ``time_deformable``
-(``kernels.bench_deformable``) time the chapter 3 and 4 kernels, reachable here too;
+``time_hard`` (``kernels.timing.hard``) and ``time_deformable``
+(``kernels.timing.deformable``) time the chapter 3 and 4 kernels;
 ``live_or_recorded`` is what a chapter's timing cell draws: live rows on a GPU, recorded
 ones elsewhere. ``gpu_provenance`` adds the GPU's state (SM count, clocks, power limit,
 MIG mode, driver) to ``runtime.describe()``; ``summarize`` names the best SDPA backend
-that ran and the speed-up against naive per case (causal and not apart).
+that ran and the speed-up against naive per case (causal and not apart); both are in
+``kernels.timing.results``.
 ``save_results`` merges a suite's rows into ``benchmarks/results/<gpu-slug>.json`` and
 ``validate_results`` checks such a file. ``load_results`` reads every recorded file back
 for the chapters; it never invents a number: with no files it returns an empty list, and
@@ -41,8 +43,6 @@ key; ``stage`` is "goal" or "sweep" in a ``benchmarks/run.py`` file.
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import pathlib
 import time
 import warnings
@@ -50,55 +50,9 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from . import runtime
-
-RESULTS_DIR = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "results"
-
-
-@dataclasses.dataclass
-class Record:
-    suite: str
-    op: str  # e.g. "attention"
-    impl: str  # "triton", "naive", "sdpa-flash", ...
-    mode: str  # "fwd" or "fwd+bwd"
-    dtype: str
-    shape: dict
-    ms: float | None = None  # median of the timed reps
-    tflops: float | None = None
-    gbps: float | None = None
-    peak_mem_bytes: int | None = None
-    error: str | None = None  # None, "OOM" or "unsupported" (``detail`` says why)
-    stats: dict | None = None  # the timer's spread and protocol (see ``time_fn``)
-    stage: str | None = None  # "goal" or "sweep" in a benchmarks/run.py file
-    detail: str | None = None  # why a case failed (e.g. an SDPA backend's own words)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-#: Timed repetitions a benchmark file must have per case (``time_fn`` refuses fewer).
-MIN_REPS = 20
-#: Keys of ``Record.stats`` (and of ``time_fn``'s "stats"), every one always present.
-STAT_KEYS = ("reps", "warmup", "median_ms", "min_ms", "max_ms", "mean_ms", "p20_ms",
-             "p80_ms", "iqr_ms", "first_call_ms", "host_ms", "head_start_ms",
-             "l2_flush", "cuda_graph", "host_sync", "timer")
-
-
-def spread(samples_ms: list[float]) -> dict:
-    """Median, min, max, mean, 20th/80th percentiles and IQR of ``samples_ms``."""
-    if not samples_ms:
-        raise ValueError("spread: no samples")
-    xs = sorted(float(x) for x in samples_ms)
-
-    def pct(p):  # linear interpolation between closest ranks (NumPy's default)
-        pos = (len(xs) - 1) * p / 100
-        lo, hi = math.floor(pos), math.ceil(pos)
-        return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-    return {"reps": len(xs), "median_ms": pct(50), "min_ms": xs[0], "max_ms": xs[-1],
-            "mean_ms": sum(xs) / len(xs), "p20_ms": pct(20), "p80_ms": pct(80),
-            "iqr_ms": pct(75) - pct(25)}
-
+from .. import runtime
+from .records import MIN_REPS, Record, _clip, spread
+from .results import load_results, provenance_label, suite_records
 
 _L2_FLUSH: dict = {}
 _SLEEP_CYCLES_PER_MS: list = []
@@ -312,8 +266,8 @@ def attention_impls(sdpa_backends: bool = False) -> dict[str, Callable]:
     """
     import torch.nn.functional as F
 
-    from .flash import flash_attention
-    from .naive import naive_attention
+    from ..flash import flash_attention
+    from ..naive import naive_attention
 
     impls = {"triton": lambda q, k, v, causal: flash_attention(q, k, v, causal=causal),
              "naive": lambda q, k, v, causal: naive_attention(q, k, v, causal=causal)}
@@ -333,11 +287,6 @@ def attention_impls(sdpa_backends: bool = False) -> dict[str, Callable]:
         if hasattr(SDPBackend, attr):
             impls[name] = pinned(getattr(SDPBackend, attr))
     return impls
-
-
-def _clip(text: str, n: int = 600) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= n else text[:n - 3] + "..."
 
 
 def _torch_dtype(dtype) -> tuple[torch.dtype, str]:
@@ -469,7 +418,7 @@ def time_tiles(blocks: Iterable[int] = (16, 32, 64, 128), *, batch: int = 4,
     One Record per tile pair, the tiles and warps in its shape (8 warps from 128 x 64
     up, else 4). A tile that does not fit this GPU is a result: its error names why.
     """
-    from .flash import forward_with_tiles
+    from ..flash import forward_with_tiles
 
     _, dt_name = _torch_dtype(dtype)
     q, k, v = random_qkv(batch, heads, N, d, dtype=dtype, device=device, seed=seed)
@@ -511,35 +460,3 @@ def live_or_recorded(suite: str, live: Callable[[], list[Record]],
         return [("measured live: " + provenance_label(runtime.describe()), rows)]
     return [("recorded: " + provenance_label(prov), records)
             for prov, records in suite_records(load_results(results_dir), suite)]
-
-
-# The results files live in kernels.results; their names stay reachable here (imported
-# last: kernels.results uses Record and the constants above).
-from .results import (  # noqa: E402, F401  (re-exported: kernels.bench.<name>)
-    GPU_FIELDS,
-    PROP_FIELDS,
-    SMI_FIELDS,
-    gpu_provenance,
-    load_results,
-    provenance_label,
-    results_path,
-    save_results,
-    suite_records,
-    summarize,
-    summary_line,
-    validate_results,
-)
-
-#: The other mechanisms' timings, each in its own module, reachable here
-#: (``bench.time_hard``): loaded on first use, since they import their kernels.
-_ELSEWHERE = {"time_hard": "bench_hard", "time_msda": "bench_deformable",
-              "time_dat": "bench_deformable", "time_deformable": "bench_deformable"}
-
-
-def __getattr__(name: str):
-    if name in _ELSEWHERE:
-        import importlib
-
-        module = importlib.import_module(f".{_ELSEWHERE[name]}", __package__)
-        return getattr(module, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
