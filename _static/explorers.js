@@ -417,4 +417,42 @@
       return { charts: linesAndBars(lines, side, rows), text };
     },
   };
+  // ------------------------------------------------------------------ chapter 5
+  KINDS.decode = {
+    charts: ["time", "waste"],
+    controls: ({ grid: g, init }) => [
+      select("B", "batch B", g.B, init.B), select("N", "context N", g.N, init.N, fmtInt),
+      select("H_q", "query heads H_q", [...new Set(g.combos.map((c) => c[0]))], init.H_q),
+      select("H_kv", "KV heads H_kv", [1, 2, 4, 8, 16, 32, 64], init.H_kv),
+      select("d", "head dim d", g.d, init.d), select("dtype", "dtype", g.dtypes, init.dtype, dtypeName),
+      select("S", "splits", g.S, init.S), select("page", "page size", g.page, init.page),
+      select("gpu", "GPU", g.gpus, init.gpu)],
+    update(cfg, s, h) {
+      const g = cfg.grid;
+      const hq = h.controls.H_q.spec.options[s.H_q], hkv = h.controls.H_kv.spec.options[s.H_kv];
+      const ic = g.combos.findIndex((c) => String(c[0]) === String(hq) && String(c[1]) === String(hkv));
+      if (ic < 0) {
+        return { charts: {}, text: `<p>H_kv = ${hkv} does not divide H_q = ${hq}: choose fewer KV heads.</p>` };
+      }
+      const ib = g.bpe.indexOf(g.dtypes[s.dtype][1]);
+      const kern = g.lines[2];
+      // bytes of one step: the kernel's table has splits and pages, the others do not
+      const at = (line, iN) => (line === kern ? g.bytes[line][s.B][iN][ic][s.d][ib][s.S][s.page]
+        : g.bytes[line][s.B][iN][ic][s.d][ib]);
+      const bw = g.bw[s.gpu];  // the one unit conversion: bytes / peak bandwidth = an estimate
+      const lines = [];
+      g.lines.forEach((line) => g.N.forEach((n, iN) => lines.push({ x: n, series: line, us: (at(line, iN) / bw) * 1e6 })));
+      const w = g.waste[s.B][s.N];
+      const waste = [{ layout: "pre-allocated", percent: w[0][0], chosen: "other" }]
+        .concat(g.page.map((p, ip) => ({ layout: `pages of ${p}`, percent: w[ip][1], chosen: ip === s.page ? "chosen" : "other" })));
+      const us = (at(kern, s.N) / bw) * 1e6;
+      const text = `<p>KV cache per token and layer: <b>${human(g.token[ic][s.d][ib])}</b>; cache of the batch: ` +
+        `<b>${human(g.cache[s.B][s.N][ic][s.d][ib])}</b>. Programs per SM: <b>${g.pps[s.B][ic][s.S][s.gpu]}</b> ` +
+        `(FA2 grid: ${g.pps_fa2[s.B][ic][s.gpu]}). Step time at peak bandwidth (ESTIMATE): <b>${us.toPrecision(3)} µs</b> ` +
+        `on ${esc(g.gpu_names[s.gpu])}. Cache wasted: ${w[s.page][0].toFixed(1)}% pre-allocated, ` +
+        `${w[s.page][1].toFixed(1)}% in pages of ${g.page[s.page]}.</p>`;
+      return { charts: { time: { spec: "time", data: { lines, marker: [{ x: g.N[s.N] }] } },
+                         waste: { spec: "waste", data: { waste } } }, text };
+    },
+  };
 })();

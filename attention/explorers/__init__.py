@@ -8,6 +8,8 @@ static   their static twins: data computed when the chapter executes, drawn in t
          browser by ``_static/explorers.js``
 data     the grids behind the twins (``memory.closed_form``, ``simulate``, ...)
 specs    the twins' Vega-Lite specs
+decode   chapter 5's explorer (decoding with a KV cache), its data, twin and widget in
+         one module
 
 A chapter calls ``explorers.tile_size_explorer(...)``; the switch between the two
 media lives here (``site.ON_SITE``, read at each call), not in the chapter. Each call
@@ -18,9 +20,11 @@ takes the same arguments in both; on the site they must be points of the twin's 
 from __future__ import annotations
 
 from . import live, site, static
+from .decode import decode_explorer
 from .site import ON_SITE, tqdm
 
-__all__ = ["ON_SITE", "deformable_traffic_explorer", "naive_traffic_explorer",
+__all__ = ["ON_SITE", "decode_explorer", "deformable_traffic_explorer",
+           "naive_traffic_explorer",
            "teaser", "temperature_explorer", "tile_size_explorer",
            "topk_traffic_explorer", "tqdm"]
 

@@ -17,6 +17,8 @@ for bytes (``Traffic.bytes``). Registered algorithms (``algorithms()``):
 ``flash2_bwd_split``  the two-kernel backward of the Triton tutorial (and
                       kernels.flash): one loop writes dK, dV; a second loop over Q
                       blocks writes dQ once.
+``decode_naive``, ``decode_fa2``, ``decode_split``, ``decode_paged``
+                      one decode step of a batch against a KV cache (``decode``).
 
 The model, stated once (it is the same for every algorithm, so comparisons are fair):
 
@@ -56,14 +58,26 @@ ESTIMATES from published peak numbers; they measure nothing.
 
 The package: ``sim`` (HBMSim, Traffic, the registry, shared checks), ``forward``
 (standard, flash1, flash2), ``backward`` (standard_bwd, flash2_bwd, flash2_bwd_split),
-``roofline`` (block sizes, FLOPs, GPU specs), ``cache`` (what the model leaves out: the
+``roofline`` (block sizes, FLOPs, GPU specs), ``decode`` (chapter 5: one decode step
+of a batch, naive, FlashAttention-2's grid, split-KV and paged; real models' caches),
+``cache`` (what the model leaves out: the
 compulsory traffic, each tensor once, and the L2 policy under which a GPU gets near it).
 Every public name is re-exported here.
 """
 
 # importing them registers their algorithms
-from . import backward, forward, selection  # noqa: F401
+from . import backward, decode, forward, selection  # noqa: F401
 from .cache import compulsory, heads_in_flight, kv_fits_in_l2
+from .decode import (
+    DECODE,
+    MODELS,
+    ModelConfig,
+    decode_bytes,
+    decode_flops,
+    grid_fill,
+    split_tiles,
+    splits_to_fill,
+)
 from .roofline import (
     GPUS,
     GPUSpec,
@@ -91,10 +105,11 @@ from .sim import (
 )
 
 __all__ = [
-    "GPUS", "MAX_EVENTS", "MAX_TRACE_EVENTS", "GPUSpec", "HBMSim", "Traffic",
-    "Transfer",
+    "DECODE", "GPUS", "MAX_EVENTS", "MAX_TRACE_EVENTS", "MODELS", "GPUSpec", "HBMSim",
+    "ModelConfig", "Traffic", "Transfer",
     "algorithms", "arithmetic_intensity", "blocks", "cdiv", "check_count",
-    "closed_form", "compulsory", "heads_in_flight", "kv_fits_in_l2",
-    "fa1_block_sizes", "fit_tiles", "matmul_flops", "register", "roofline_ms",
-    "simulate", "sram_need", "traffic",
+    "closed_form", "compulsory", "decode_bytes", "decode_flops", "fa1_block_sizes",
+    "fit_tiles", "grid_fill", "heads_in_flight", "kv_fits_in_l2", "matmul_flops",
+    "register", "roofline_ms", "simulate", "split_tiles", "splits_to_fill",
+    "sram_need", "traffic",
 ]

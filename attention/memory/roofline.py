@@ -78,6 +78,8 @@ class GPUSpec:
 
 
 #: Spec-sheet numbers (SXM parts). A100: 40 GB HBM2 as in the FlashAttention paper.
+#: Cited in the book as nvidia2020a100, nvidia2022h100, nvidia2024h200, nvidia2018t4,
+#: nvidia2023l4 (references.bib).
 GPUS: dict[str, GPUSpec] = {
     "A100": GPUSpec("A100 SXM4 40GB", 312.0, 1.555, 40, 108, 164, 192, 1.41,
                     "NVIDIA A100 datasheet; Ampere tuning guide (192 KB L1/shared per "
@@ -89,6 +91,16 @@ GPUS: dict[str, GPUSpec] = {
                     "NVIDIA H200 datasheet (the H100's GH100 compute with HBM3e; 50 MB "
                     "L2)",
                     l2_mb=50.0),
+    # Chapter 5's inference GPUs. "hbm_tbps" is their DRAM bandwidth (GDDR6 on both).
+    "T4": GPUSpec("T4 16GB", 65.0, 0.320, 16, 40, 64, 96, 1.59,
+                  "NVIDIA T4 datasheet (65 TFLOPS fp16 mixed precision, 320 GB/s "
+                  "GDDR6, 16 GB); Turing whitepaper (40 SMs, 96 KB L1/shared per SM, "
+                  "up to 64 KB shared; 4 MB L2; 1.59 GHz boost)", l2_mb=4.0),
+    "L4": GPUSpec("L4 24GB", 121.0, 0.300, 24, 58, 100, 128, 2.04,
+                  "NVIDIA L4 datasheet (242 TFLOPS fp16 tensor with sparsity, so "
+                  "121 dense; 300 GB/s GDDR6, 24 GB); Ada tuning guide and "
+                  "whitepaper (58 SMs, 128 KB L1/shared per SM, up to 100 KB "
+                  "shared; 48 MB L2; 2.04 GHz boost)", l2_mb=48.0),
 }
 
 

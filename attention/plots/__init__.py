@@ -6,11 +6,18 @@ maps       attention and mask heatmaps, Gumbel-softmax weights, deformable sampl
            points
 traffic    HBM traffic per tensor and per algorithm (simulated beside closed forms)
 schedule   the memory hierarchy, tile schedules, roofline ESTIMATES, the tile explorer
+decode     chapter 5: prefill vs decode roofline, grid fill, paging waste
 timing     measured scaling with its power-law fit, recorded and live GPU timings
 
 Every name is re-exported here, so chapters write ``plots.attention_heatmap(...)``.
 """
 
+from .decode import (
+    decode_explorer_figure,
+    decode_roofline_figure,
+    grid_fill_figure,
+    paging_waste_figure,
+)
 from .maps import (
     attention_heatmap,
     deformable_points_plot,
@@ -59,7 +66,9 @@ from .traffic import (
 __all__ = [
     "ATTENTION_CMAP", "DTYPE_BYTES", "IMPL_COLORS", "MASK_COLORS", "MEMORY_COLORS",
     "QUADRATIC_TENSORS", "SELECTION_COLORS", "TENSOR_COLORS", "attention_heatmap",
-    "block_sweep_figure", "deformable_points_plot", "deformable_timing_figure",
+    "block_sweep_figure", "decode_explorer_figure", "decode_roofline_figure",
+    "grid_fill_figure", "paging_waste_figure", "deformable_points_plot",
+    "deformable_timing_figure",
     "deformable_traffic_figure", "gumbel_softmax_figure", "human_bytes",
     "mask_heatmap", "memory_hierarchy_plot", "msda_points_figure",
     "naive_traffic_figure", "naive_traffic_vs_length", "power_law_fit",

@@ -1,4 +1,4 @@
-"""Every registered algorithm (the core six and the seven chapter ones) goes
+"""Every registered algorithm (the core six and the eleven chapter ones) goes
 through one validation path; closed_form == simulate in every field it promises;
 sram_need and M behave the same everywhere; simulate refuses work above its budget
 (issue 10, items 9-10)."""
@@ -16,7 +16,8 @@ from attention.memory import sim as memsim
 
 pytestmark = pytest.mark.xdist_group("memory_flash")
 
-CHAPTER = ["soft", "hard", "topk", "dense-image", "dat", "dat-unfused", "msda"]
+CHAPTER = ["soft", "hard", "topk", "dense-image", "dat", "dat-unfused", "msda",
+           "decode_naive", "decode_fa2", "decode_split", "decode_paged"]
 CORE = ["standard", "flash1", "flash2", "standard_bwd", "flash2_bwd",
         "flash2_bwd_split"]
 ALL = memory.algorithms()
@@ -28,6 +29,8 @@ DRAW = {
     "Br": (4, 80), "Bc": (4, 80), "Bq": (1, 80), "k": (1, 12),
     "height": (1, 20), "width": (1, 20), "r": (1, 6), "n_levels": (1, 4),
     "n_points": (1, 4),
+    "B": (1, 3), "H_kv": (1, 3), "group": (1, 6), "N_q": (1, 8), "n_splits": (1, 9),
+    "page_size": (1, 40),
 }
 
 

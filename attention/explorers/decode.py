@@ -1,0 +1,292 @@
+"""Chapter 5's decode explorer: batch, context, heads, head dim, dtype, splits, page
+size and GPU preset -> KV bytes per token, programs per SM, an estimated step time,
+cache memory and paging waste. One call, ``decode_explorer``: the static twin on the
+site (data computed here, drawn by ``_static/explorers.js``), ipywidgets in Jupyter.
+
+Every number comes from ``decode_point``, which reads ``attention.memory``'s decode
+closed forms and ``attention.decode``'s waste counts; the static grid is
+``decode_point`` at every setting a control can reach. The page's script only looks
+rows up, and makes one unit conversion (as it turns elements into bytes elsewhere):
+step time = bytes / the preset's peak bandwidth, an ESTIMATE, labelled as one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attention import decode, memory
+
+from . import site
+from .site import Explorer
+from .specs import _FONT, _frame
+
+#: The controls' values (the static grid covers exactly these).
+BATCH = [1, 8, 64]
+CONTEXT = [1024, 4096, 8192, 32768, 131072]
+HEADS_Q = [32, 64]
+HEADS_KV = [1, 2, 4, 8, 16, 32, 64]
+HEAD_DIM = [64, 128, 256]
+DTYPES = [("float32", 4), ("float16", 2), ("bfloat16", 2), ("float8", 1)]
+SPLITS = [1, 2, 4, 8, 16, 32]
+PAGES = [16, 32, 128]
+GPUS = ["T4", "A100", "L4", "H100", "H200"]
+#: The traffic lines of the explorer, and the algorithms behind them.
+LINES = {"naive (S, P in HBM)": "decode_naive",
+         "FA2 grid (per query head)": "decode_fa2",
+         "split-KV, paged (the kernel)": "decode_paged"}
+#: Requests per batch in the waste count (lengths uniform in 1..context, seeded).
+WASTE_SEED = 0
+
+
+def _combos():
+    """(H_q, H_kv) pairs the controls reach: H_kv divides H_q."""
+    return [(hq, hkv) for hq in HEADS_Q for hkv in HEADS_KV if hkv <= hq]
+
+
+def step_bytes(algorithm: str, B: int, N: int, H_q: int, H_kv: int, d: int,
+               bytes_per_elem: int, n_splits: int = 1, page_size: int = 16) -> int:
+    """HBM bytes of one decode step of one layer (N_q = 1) by ``algorithm``."""
+    group = decode.kv_group(H_q, H_kv)
+    extra = {"decode_paged": {"page_size": page_size, "n_splits": n_splits},
+             "decode_split": {"n_splits": n_splits}}.get(algorithm, {})
+    t = memory.closed_form(algorithm, B, H_kv, N, d, group=group, **extra)
+    return memory.decode_bytes(t, bytes_per_elem)
+
+
+def waste(B: int, N: int, page_size: int) -> dict:
+    """Percent of reserved cache slots wasted by B requests with lengths uniform in
+    1..N (seeded): pre-allocated to N, and in pages of ``page_size``."""
+    lens = decode.request_lengths(np.random.default_rng(WASTE_SEED), B, N)
+    c, p = decode.contiguous_waste(lens, N), decode.paged_waste(lens, page_size)
+    return {"contiguous": 100 * c["wasted"] / c["reserved"],
+            "paged": 100 * p["wasted"] / p["reserved"]}
+
+
+def decode_point(B: int = 8, N: int = 8192, H_q: int = 32, H_kv: int = 8,
+                 d: int = 128, dtype: str = "float16", n_splits: int = 4,
+                 page_size: int = 16, gpu: str = "H100") -> dict:
+    """Every number the explorer shows at one setting (one layer, one new token)."""
+    bpe = dict(DTYPES)[dtype]
+    spec = memory.GPUS[gpu]
+    group = decode.kv_group(H_q, H_kv)
+    by = {name: step_bytes(alg, B, N, H_q, H_kv, d, bpe, n_splits, page_size)
+          for name, alg in LINES.items()}
+    flops = memory.decode_flops(B, H_kv, N, d, group=group)
+    return {
+        "kv_bytes_per_token": 2 * H_kv * d * bpe,
+        "cache_bytes": B * N * 2 * H_kv * d * bpe,
+        "step_bytes": by,
+        "bytes_per_token": {k: v // B for k, v in by.items()},
+        "intensity": flops / by["split-KV, paged (the kernel)"],
+        "step_us_estimate": {k: v / (spec.hbm_tbps * 1e12) * 1e6
+                             for k, v in by.items()},
+        "programs_per_sm": B * H_kv * n_splits / spec.sms,
+        "fa2_programs_per_sm": B * H_q / spec.sms,
+        "waste_percent": waste(B, N, page_size),
+    }
+
+
+def decode_grid() -> dict:
+    """``decode_point``'s numbers at every setting of the controls, as lookup tables.
+
+    ``bytes[line][iB][iN][ic][id][ib][iS][ip]`` (ic indexes ``combos``; ib the distinct
+    bytes per element ``bpe``; naive and FA2 ignore iS, ip but are stored alike);
+    ``cache[iB][iN][ic][id][ib]``; ``token[ic][id][ib]``; ``pps[iB][ic][iS][ig]``
+    (programs per SM, split kernel) and ``pps_fa2[iB][ic][ig]``; ``waste[iB][iN][ip]``
+    = [contiguous %, paged %]; ``bw[ig]`` in bytes/s.
+    """
+    combos = _combos()
+    bpes = sorted({b for _, b in DTYPES}, reverse=True)
+    sms = [memory.GPUS[g].sms for g in GPUS]
+    out = {"B": BATCH, "N": CONTEXT, "combos": combos, "d": HEAD_DIM, "bpe": bpes,
+           "dtypes": DTYPES, "S": SPLITS, "page": PAGES, "gpus": GPUS,
+           "bw": [memory.GPUS[g].hbm_tbps * 1e12 for g in GPUS],
+           "gpu_names": [memory.GPUS[g].name for g in GPUS], "lines": list(LINES)}
+    table = {}
+    for name, alg in LINES.items():
+        def at(B, N, hq, hkv, d, b, S, P, alg=alg):
+            return step_bytes(alg, B, N, hq, hkv, d, b, S, P)
+        if alg == "decode_paged":
+            table[name] = [[[[[[[at(B, N, hq, hkv, d, b, S, P) for P in PAGES]
+                                for S in SPLITS] for b in bpes] for d in HEAD_DIM]
+                             for hq, hkv in combos] for N in CONTEXT] for B in BATCH]
+        else:  # no splits, no pages: one value per (B, N, combo, d, bpe)
+            table[name] = [[[[[at(B, N, hq, hkv, d, b, 1, 16) for b in bpes]
+                              for d in HEAD_DIM] for hq, hkv in combos]
+                            for N in CONTEXT] for B in BATCH]
+    out["bytes"] = table
+    out["cache"] = [[[[[B * N * 2 * hkv * d * b for b in bpes] for d in HEAD_DIM]
+                      for _, hkv in combos] for N in CONTEXT] for B in BATCH]
+    out["token"] = [[[2 * hkv * d * b for b in bpes] for d in HEAD_DIM]
+                    for _, hkv in combos]
+    out["pps"] = [[[[round(B * hkv * S / s, 4) for s in sms] for S in SPLITS]
+                   for _, hkv in combos] for B in BATCH]
+    out["pps_fa2"] = [[[round(B * hq / s, 4) for s in sms] for hq, _ in combos]
+                      for B in BATCH]
+    out["waste"] = [[[[round(v, 2) for v in waste(B, N, P).values()] for P in PAGES]
+                     for N in CONTEXT] for B in BATCH]
+    return out
+
+
+# ---------------------------------------------------------------------------------
+# Vega-Lite specs
+# ---------------------------------------------------------------------------------
+
+_LINE_COLORS = {"naive (S, P in HBM)": "#C44E52", "FA2 grid (per query head)":
+                "#8172B3", "split-KV, paged (the kernel)": "#4C72B0"}
+
+
+def time_spec(height: int = 240) -> dict:
+    """Log-log estimated step time against the context, one line per algorithm, a rule
+    at the chosen context. Data "lines": {x, series, us}; "marker": {x}."""
+    series = list(LINES)
+    return {
+        **_frame(height),
+        "layer": [
+            {"data": {"name": "lines"},
+             "mark": {"type": "line", "point": {"size": 18}, "strokeWidth": 2},
+             "encoding": {
+                 "x": {"field": "x", "type": "quantitative", "title": "context N",
+                       "scale": {"type": "log", "base": 2},
+                       "axis": {"format": "~s", "tickCount": 5}},
+                 "y": {"field": "us", "type": "quantitative",
+                       "title": "step time, µs (ESTIMATE at peak)",
+                       "scale": {"type": "log"}, "axis": {"format": "~s"}},
+                 "color": {"field": "series", "type": "nominal", "sort": series,
+                           "scale": {"domain": series,
+                                     "range": [_LINE_COLORS[s] for s in series]},
+                           "legend": {"orient": "bottom", "columns": 1, "title": None,
+                                      "labelLimit": 300}},
+                 "tooltip": [{"field": "series"}, {"field": "x", "type":
+                                                   "quantitative"},
+                             {"field": "us", "type": "quantitative",
+                              "format": ".3~s"}]}},
+            {"data": {"name": "marker"},
+             "mark": {"type": "rule", "color": "#8C8C8C", "strokeDash": [4, 3]},
+             "encoding": {"x": {"field": "x", "type": "quantitative"}}},
+        ],
+        **_FONT,
+    }
+
+
+def waste_spec(height: int = 200) -> dict:
+    """Bars of the percent of reserved cache wasted: pre-allocated, then each page
+    size. Data "waste": {layout, percent, chosen}."""
+    return {
+        **_frame(height),
+        "data": {"name": "waste"},
+        "mark": {"type": "bar", "stroke": "#222", "strokeWidth": 0.4},
+        "encoding": {
+            "x": {"field": "layout", "type": "nominal", "sort": None, "title": None,
+                  "axis": {"labelAngle": 0}},
+            "y": {"field": "percent", "type": "quantitative",
+                  "title": "reserved cache wasted (%)"},
+            "color": {"field": "chosen", "type": "nominal",
+                      "scale": {"domain": ["chosen", "other"],
+                                "range": ["#2F4B7C", "#A6A6A6"]}, "legend": None},
+            "tooltip": [{"field": "layout"},
+                        {"field": "percent", "type": "quantitative", "format": ".1f"}],
+        },
+        **_FONT,
+    }
+
+
+# ---------------------------------------------------------------------------------
+# The two faces and the one call
+# ---------------------------------------------------------------------------------
+
+
+def _check(B, N, H_q, H_kv, d, dtype, n_splits, page_size, gpu):
+    for name, value, options in (("B", B, BATCH), ("N", N, CONTEXT),
+                                 ("H_q", H_q, HEADS_Q), ("H_kv", H_kv, HEADS_KV),
+                                 ("d", d, HEAD_DIM), ("dtype", dtype, dict(DTYPES)),
+                                 ("n_splits", n_splits, SPLITS),
+                                 ("page_size", page_size, PAGES), ("gpu", gpu, GPUS)):
+        if value not in options:
+            raise ValueError(f"{name} must be one of {list(options)}, got {value!r}")
+    decode.kv_group(H_q, H_kv)
+
+
+def static_decode_explorer(B=8, N=8192, H_q=32, H_kv=8, d=128, dtype="float16",
+                           n_splits=4, page_size=16, gpu="H100") -> Explorer:
+    """The static site's twin: ``decode_grid`` and the specs, drawn in the browser."""
+    _check(B, N, H_q, H_kv, d, dtype, n_splits, page_size, gpu)
+    grid = decode_grid()
+    init = {"B": BATCH.index(B), "N": CONTEXT.index(N), "H_q": HEADS_Q.index(H_q),
+            "H_kv": HEADS_KV.index(H_kv), "d": HEAD_DIM.index(d),
+            "dtype": [n for n, _ in DTYPES].index(dtype), "S": SPLITS.index(n_splits),
+            "page": PAGES.index(page_size), "gpu": GPUS.index(gpu)}
+    config = {"grid": grid, "init": init,
+              "specs": {"time": time_spec(), "waste": waste_spec()}}
+    return Explorer("decode", config, "Decode explorer (chapter 5)",
+                    "attention.explorers.decode.decode_explorer()")
+
+
+def readout(p: dict, B, N, H_q, H_kv, d, dtype, n_splits, page_size, gpu) -> str:
+    """The explorer's text, from ``decode_point``'s numbers."""
+    from attention.plots import human_bytes
+
+    kern = "split-KV, paged (the kernel)"
+    return (f"B = {B}, N = {N:,}, H_q = {H_q}, H_kv = {H_kv}, d = {d}, {dtype}, "
+            f"{n_splits} splits, pages of {page_size}, {gpu}. "
+            f"KV cache per token and layer: {human_bytes(p['kv_bytes_per_token'])}; "
+            f"cache of the batch: {human_bytes(p['cache_bytes'])}. "
+            f"Programs per SM: {p['programs_per_sm']:.2f} "
+            f"(FA2 grid: {p['fa2_programs_per_sm']:.2f}). "
+            f"Step time at peak bandwidth (ESTIMATE): "
+            f"{p['step_us_estimate'][kern]:.3g} µs. "
+            f"Cache wasted: {p['waste_percent']['contiguous']:.1f}% pre-allocated, "
+            f"{p['waste_percent']['paged']:.1f}% paged.")
+
+
+def live_decode_explorer(B=8, N=8192, H_q=32, H_kv=8, d=128, dtype="float16",
+                         n_splits=4, page_size=16, gpu="H100"):
+    """ipywidgets: each change redraws ``plots.decode_explorer_figure`` and the text."""
+    import ipywidgets as widgets
+
+    from attention import plots
+
+    from .live import _show_figure
+
+    _check(B, N, H_q, H_kv, d, dtype, n_splits, page_size, gpu)
+    style = {"description_width": "initial"}
+
+    def menu(options, value, desc):
+        return widgets.Dropdown(options=options, value=value, description=desc,
+                                style=style)
+
+    ctl = {"B": menu(BATCH, B, "batch B"), "N": menu(CONTEXT, N, "context N"),
+           "H_q": menu(HEADS_Q, H_q, "query heads H_q"),
+           "H_kv": menu(HEADS_KV, H_kv, "KV heads H_kv"),
+           "d": menu(HEAD_DIM, d, "head dim d"),
+           "dtype": menu([n for n, _ in DTYPES], dtype, "dtype"),
+           "n_splits": menu(SPLITS, n_splits, "splits"),
+           "page_size": menu(PAGES, page_size, "page size"),
+           "gpu": menu(GPUS, gpu, "GPU")}
+    text, out = widgets.HTML(), widgets.Output()
+
+    def redraw(change=None):
+        kw = {k: w.value for k, w in ctl.items()}
+        if kw["H_kv"] > kw["H_q"]:
+            text.value = "<p>H_kv must divide H_q: choose fewer KV heads.</p>"
+            return
+        text.value = "<p>" + readout(decode_point(**kw), **kw) + "</p>"
+        _show_figure(out, plots.decode_explorer_figure(**kw))
+
+    for w in ctl.values():
+        w.observe(redraw, names="value")
+    redraw()
+    rows = [widgets.HBox(list(ctl.values())[i:i + 3]) for i in range(0, 9, 3)]
+    return widgets.VBox([*rows, text, out])
+
+
+def decode_explorer(**settings):
+    """Chapter 5's explorer: the static twin on the built site, ipywidgets elsewhere.
+    Settings: B, N, H_q, H_kv, d, dtype, n_splits, page_size, gpu."""
+    if site.ON_SITE:
+        return static_decode_explorer(**settings)
+    return live_decode_explorer(**settings)
+
+
+__all__ = ["decode_explorer", "decode_grid", "decode_point", "live_decode_explorer",
+           "static_decode_explorer", "step_bytes", "waste"]
