@@ -187,9 +187,9 @@ def merge_partials(o1, lse1, o2, lse2):
     """
     o1, o2 = np.asarray(o1), np.asarray(o2)
     lse1, lse2 = np.asarray(lse1), np.asarray(lse2)
-    lse = np.logaddexp(lse1, lse2)  # -inf, -inf -> -inf; NaN -> NaN
-    lse_safe = np.where(np.isneginf(lse), 0.0, lse)
     with np.errstate(invalid="ignore"):
+        lse = np.logaddexp(lse1, lse2)  # -inf, -inf -> -inf; NaN -> NaN
+        lse_safe = np.where(np.isneginf(lse), 0.0, lse)
         w1 = np.exp(lse1 - lse_safe)[..., None]  # (..., n_q, 1)
         w2 = np.exp(lse2 - lse_safe)[..., None]
         o = (np.where(np.isneginf(lse1)[..., None], 0.0, w1 * o1)

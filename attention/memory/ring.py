@@ -32,6 +32,7 @@ model's thresholds move by those factors.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -177,6 +178,17 @@ def pairs_closed_form(N: int, P: int, layout: str, q_rank: int, k_rank: int,
     return int(sum(interval_pairs(a0, a1, b0, b1) for a0, a1 in qi for b0, b1 in ki))
 
 
+@functools.lru_cache(maxsize=256)
+def pairs_matrix(N: int, P: int, layout: str, causal: bool) -> np.ndarray:
+    """pairs[t, r] = ``pairs_closed_form`` of device r against the shard it holds at
+    step t (cached; read-only). Equals ``attention.ring.work_matrix``."""
+    holds = _ring.ring_holds(P)
+    out = np.array([[pairs_closed_form(N, P, layout, r, int(holds[t, r]), causal)
+                     for r in range(P)] for t in range(P)], dtype=np.int64)
+    out.flags.writeable = False
+    return out
+
+
 def ring_closed_form(N: int, P: int, H: int, d: int, H_kv: int | None = None,
                      B: int = 1, causal: bool = False,
                      layout: str = "contiguous") -> RingCounts:
@@ -187,8 +199,7 @@ def ring_closed_form(N: int, P: int, H: int, d: int, H_kv: int | None = None,
     causal = check_bool("causal", causal)
     n = shard_lengths(N, P, layout)
     holds = _ring.ring_holds(P)  # (t, r) -> source shard
-    pairs = np.array([[pairs_closed_form(N, P, layout, r, int(holds[t, r]), causal)
-                       for r in range(P)] for t in range(P)], dtype=np.int64)
+    pairs = pairs_matrix(N, P, layout, causal)
     moving = (np.arange(P) < P - 1)[:, None]  # steps with a transfer
     sent = np.where(moving, 2 * n[holds] * H_kv * d * B, 0)
     received = np.where(moving, 2 * n[np.roll(holds, -1, axis=0)] * H_kv * d * B, 0)

@@ -70,7 +70,7 @@ def ring_schedule_figure(P: int = 4, N: int | None = None, causal: bool = False,
 
 
 def load_balance_figure(N: int = 64, P: int = 4, layouts=("contiguous", "zigzag"),
-                        axes=None):
+                        causal: bool = True, axes=None):
     """Work (visible pairs, as a share of a full shard x shard block) per device and
     step, one panel per layout; idle device-steps hatched; the idle fraction (every
     step lasting as long as its busiest device) in each title."""
@@ -79,7 +79,7 @@ def load_balance_figure(N: int = 64, P: int = 4, layouts=("contiguous", "zigzag"
                                sharey=True)
     axes = np.atleast_1d(axes)
     for ax, layout in zip(axes, layouts):
-        work = _ring.work_matrix(N, P, layout, True)  # (t, r)
+        work = _ring.work_matrix(N, P, layout, causal)  # (t, r)
         full = _mring.shard_lengths(N, P, layout).max() ** 2
         step_len = work.max(axis=1)  # the busiest device sets each step's length
         for t in range(P):
