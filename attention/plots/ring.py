@@ -100,11 +100,12 @@ def load_balance_figure(N: int = 64, P: int = 4, layouts=("contiguous", "zigzag"
         ax.set_title(f"{layout}: idle {100 * idle:.0f}%")
         ax.tick_params(length=0)
     axes[0].set_ylabel("ring step t (down)")
-    axes[0].legend(handles=[Patch(facecolor=COMPUTE, label="computing"),
-                            Patch(facecolor=IDLE, edgecolor="#999999", hatch="///",
-                                  label="idle (waiting)")],
-                   loc="upper center", bbox_to_anchor=(0.5 * len(axes) + 0.05, -0.2),
-                   ncol=2, fontsize=8)
+    # below the panels, outside the figure: inline and saved figures use a tight bbox
+    axes[0].figure.legend(handles=[Patch(facecolor=COMPUTE, label="computing"),
+                                   Patch(facecolor=IDLE, edgecolor="#999999",
+                                         hatch="///", label="idle (waiting)")],
+                          loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2,
+                          fontsize=8)
     return axes
 
 
