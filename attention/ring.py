@@ -26,9 +26,8 @@ positions of the tokens (self-attention, N_q = N_k), so every layout gives the s
 result as one device would.
 
 NaN rules as in ``attention.flash``: a fully masked query row gives o = 0 and
-lse = -inf;
-a NaN in a row's visible inputs gives NaN in that row only; a hidden key never reaches a
-query, whatever its values (the mask selects).
+lse = -inf; a NaN in a row's visible inputs gives NaN in that row only; a hidden key
+never reaches a query, whatever its values (the mask selects).
 """
 
 from __future__ import annotations

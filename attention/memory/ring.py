@@ -312,7 +312,9 @@ def memory_per_device(N: int, P: int, H: int, d: int, H_kv: int | None = None,
     ring: Q and O shards, the own K/V shard (kept for the backward) and two K/V buffers
     (one computed on, one being received), plus the fp32 lse. ulysses: the local q, k,
     v, o shards plus q, k, v, o for all N tokens of H/P heads, plus the fp32 lse.
-    Weights, other layers' activations and framework workspace are not counted.
+    Weights, other layers' activations and framework workspace are not counted. The
+    shard is the largest contiguous one (zig-zag shards differ from it by at most one
+    token).
     """
     N, P, H, H_kv, d, B = _check_dims(N, P, H, H_kv, d, B)
     b = DTYPE_BYTES[dtype]
