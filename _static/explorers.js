@@ -455,4 +455,47 @@
                          waste: { spec: "waste", data: { waste } } }, text };
     },
   };
+
+  // ------------------------------------------------------------------ chapter 6
+  KINDS.ring = {
+    charts: ["work", "times"],
+    controls: ({ grid: g, init }) => [
+      slider("N", "sequence length N", g.N, init.N, fmtInt), slider("P", "devices P", g.P, init.P),
+      select("heads", "heads", g.heads, init.heads), select("d", "head dim d", g.d, init.d),
+      select("dtype", "dtype", g.dtype, init.dtype), checkbox("causal", "causal", init.causal),
+      select("layout", "layout", g.layout, init.layout), select("link", "link", g.link, init.link),
+      select("gpu", "GPU", g.gpu, init.gpu)],
+    update(cfg, s) {
+      // Rows were computed in Python (attention.explorers.ring.ring_grid); only look-ups here.
+      const g = cfg.grid, c = cfg.colors, causal = s.causal ? 1 : 0;
+      const mi = (((s.N * g.P.length + s.P) * g.heads.length + s.heads) * g.d.length + s.d) * g.dtype.length + s.dtype;
+      const ri = (((mi * 2 + causal) * g.layout.length + s.layout) * g.gpu.length + s.gpu) * g.link.length + s.link;
+      const wi = ((s.N * g.P.length + s.P) * 2 + causal) * g.layout.length + s.layout;
+      const row = Object.fromEntries(g.fields.map((f, k) => [f, g.rows[ri][k]]));
+      const [ringMem, ulyMem] = g.memory[mi];
+      const shares = g.work[g.work_index[wi]];
+      const work = [];
+      shares.forEach((r, t) => r.forEach((share, dev) => work.push({ device: dev, step: t, share })));
+      const times = [
+        { what: "compute, busiest step", ms: row.compute_ms, color: c.compute },
+        { what: "K/V transfer, one step", ms: row.transfer_ms, color: c.send },
+        { what: "ring, overlapped", ms: row.total_ms, color: c.total },
+        { what: "ring, no overlap", ms: row.serial_ms, color: "#8C8C8C" }];
+      if (row.ulysses_ms !== null) times.push({ what: "Ulysses (all-to-all + compute)", ms: row.ulysses_ms, color: c.ulysses });
+      const N = g.N[s.N], P = g.P[s.P];
+      const uly = row.ulysses_ms === null ? "not possible: P must divide the heads"
+        : `${row.ulysses_ms} ms (${row.ulysses_a2a_ms} ms of all-to-all), ${human(ulyMem)} per device`;
+      const text = `<p>N = ${fmtInt(N)}, P = ${P} (${fmtInt(N / P)} tokens per device), heads ${esc(g.heads[s.heads])}, ` +
+        `d = ${g.d[s.d]}, ${g.dtype[s.dtype]}, ${s.causal ? "causal" : "not causal"}, ${g.layout[s.layout]}; ` +
+        `${g.gpu[s.gpu]}, ${esc(g.link_names[s.link])}. ESTIMATES at peak rates.</p><ul>` +
+        `<li>busiest step: compute ${row.compute_ms} ms, K/V transfer ${row.transfer_ms} ms: ` +
+        `${Math.round(row.hidden_pct)}% of the transfer hidden</li>` +
+        `<li>ring total ${row.total_ms} ms overlapped, ${row.serial_ms} ms without overlap; ` +
+        `idle ${Math.round(100 * g.idle[wi])}% of device-steps</li>` +
+        `<li>memory per device (one layer's attention tensors): ${human(ringMem)}</li>` +
+        `<li>DeepSpeed-Ulysses: ${uly}</li></ul>`;
+      return { charts: { work: { spec: "work", data: { work } },
+                         times: { spec: "times", data: { times } } }, text };
+    },
+  };
 })();

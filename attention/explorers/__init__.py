@@ -10,6 +10,7 @@ data     the grids behind the twins (``memory.closed_form``, ``simulate``, ...)
 specs    the twins' Vega-Lite specs
 decode   chapter 5's explorer (decoding with a KV cache), its data, twin and widget in
          one module
+ring     chapter 6's explorer (context parallelism across GPUs), the same way
 
 A chapter calls ``explorers.tile_size_explorer(...)``; the switch between the two
 media lives here (``site.ON_SITE``, read at each call), not in the chapter. Each call
@@ -21,9 +22,11 @@ from __future__ import annotations
 
 from . import live, site, static
 from .decode import decode_explorer
+from .ring import context_parallel_explorer
 from .site import ON_SITE, tqdm
 
-__all__ = ["ON_SITE", "decode_explorer", "deformable_traffic_explorer",
+__all__ = ["ON_SITE", "context_parallel_explorer", "decode_explorer",
+           "deformable_traffic_explorer",
            "naive_traffic_explorer",
            "teaser", "temperature_explorer", "tile_size_explorer",
            "topk_traffic_explorer", "tqdm"]

@@ -239,12 +239,37 @@ def readout(p: dict, B, N, H_q, H_kv, d, dtype, n_splits, page_size, gpu) -> str
             f"{p['waste_percent']['paged']:.1f}% paged.")
 
 
-def live_decode_explorer(B=8, N=8192, H_q=32, H_kv=8, d=128, dtype="float16",
-                         n_splits=4, page_size=16, gpu="H100"):
-    """ipywidgets: each change redraws ``plots.decode_explorer_figure`` and the text."""
-    import ipywidgets as widgets
+def decode_explorer_figure(B=8, N=8192, H_q=32, H_kv=8, d=128, dtype="float16",
+                           n_splits=4, page_size=16, gpu="H100"):
+    """The live explorer's figure: estimated step time against the context (naive, FA2
+    grid, split-KV paged) and the cache wasted against the page size."""
+    import matplotlib.pyplot as plt
 
     from attention import plots
+
+    bpe = dict(DTYPES)[dtype]
+    bw = memory.GPUS[gpu].hbm_tbps * 1e12
+    fig, (a0, a1) = plt.subplots(1, 2, figsize=(9, 3.6),
+                                 gridspec_kw={"width_ratios": [1.4, 1]})
+    for name, alg in LINES.items():
+        us = [step_bytes(alg, B, n, H_q, H_kv, d, bpe, n_splits, page_size) / bw
+              * 1e6 for n in CONTEXT]
+        a0.plot(CONTEXT, us, "o-", label=name, color=_LINE_COLORS[name])
+    a0.axvline(N, color="#8C8C8C", ls="--")
+    a0.set(xscale="log", yscale="log", xlabel="context N",
+           ylabel="step µs (ESTIMATE at peak)", title=f"{gpu}, B = {B}, one layer")
+    a0.legend(fontsize=7)
+    lens = decode.request_lengths(np.random.default_rng(WASTE_SEED), B, N)
+    plots.paging_waste_figure(lens, N, page_sizes=PAGES, ax=a1)
+    a1.set_title(f"B = {B} requests, lengths 1..{N:,}")
+    fig.tight_layout()
+    return fig
+
+
+def live_decode_explorer(B=8, N=8192, H_q=32, H_kv=8, d=128, dtype="float16",
+                         n_splits=4, page_size=16, gpu="H100"):
+    """ipywidgets: each change redraws ``decode_explorer_figure`` and the text."""
+    import ipywidgets as widgets
 
     from .live import _show_figure
 
@@ -271,7 +296,7 @@ def live_decode_explorer(B=8, N=8192, H_q=32, H_kv=8, d=128, dtype="float16",
             text.value = "<p>H_kv must divide H_q: choose fewer KV heads.</p>"
             return
         text.value = "<p>" + readout(decode_point(**kw), **kw) + "</p>"
-        _show_figure(out, plots.decode_explorer_figure(**kw))
+        _show_figure(out, decode_explorer_figure(**kw))
 
     for w in ctl.values():
         w.observe(redraw, names="value")

@@ -13,7 +13,6 @@ Every name is re-exported here, so chapters write ``plots.attention_heatmap(...)
 """
 
 from .decode import (
-    decode_explorer_figure,
     decode_roofline_figure,
     grid_fill_figure,
     paging_waste_figure,
@@ -66,7 +65,7 @@ from .traffic import (
 __all__ = [
     "ATTENTION_CMAP", "DTYPE_BYTES", "IMPL_COLORS", "MASK_COLORS", "MEMORY_COLORS",
     "QUADRATIC_TENSORS", "SELECTION_COLORS", "TENSOR_COLORS", "attention_heatmap",
-    "block_sweep_figure", "decode_explorer_figure", "decode_roofline_figure",
+    "block_sweep_figure", "decode_roofline_figure",
     "grid_fill_figure", "paging_waste_figure", "deformable_points_plot",
     "deformable_timing_figure",
     "deformable_traffic_figure", "gumbel_softmax_figure", "human_bytes",

@@ -70,28 +70,3 @@ def paging_waste_figure(lengths, max_len: int, page_sizes=(16, 32, 128), ax=None
     ax.set_xticks(range(len(rows)), labels=[n for n, _ in rows], fontsize=8)
     ax.set_ylabel("reserved cache wasted (%)")
     return ax
-
-
-def decode_explorer_figure(B=8, N=8192, H_q=32, H_kv=8, d=128, dtype="float16",
-                           n_splits=4, page_size=16, gpu="H100"):
-    """The live explorer's figure: estimated step time against the context (naive, FA2
-    grid, split-KV paged) and the cache wasted against the page size."""
-    from attention.explorers import decode as ex
-
-    bpe = dict(ex.DTYPES)[dtype]
-    bw = memory.GPUS[gpu].hbm_tbps * 1e12
-    fig, (a0, a1) = plt.subplots(1, 2, figsize=(9, 3.6),
-                                 gridspec_kw={"width_ratios": [1.4, 1]})
-    for name, alg in ex.LINES.items():
-        us = [ex.step_bytes(alg, B, n, H_q, H_kv, d, bpe, n_splits, page_size) / bw
-              * 1e6 for n in ex.CONTEXT]
-        a0.plot(ex.CONTEXT, us, "o-", label=name, color=ex._LINE_COLORS[name])
-    a0.axvline(N, color="#8C8C8C", ls="--")
-    a0.set(xscale="log", yscale="log", xlabel="context N",
-           ylabel="step µs (ESTIMATE at peak)", title=f"{gpu}, B = {B}, one layer")
-    a0.legend(fontsize=7)
-    lens = decode.request_lengths(np.random.default_rng(ex.WASTE_SEED), B, N)
-    paging_waste_figure(lens, N, page_sizes=ex.PAGES, ax=a1)
-    a1.set_title(f"B = {B} requests, lengths 1..{N:,}")
-    fig.tight_layout()
-    return fig

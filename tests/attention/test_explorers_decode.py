@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from attention import memory, plots  # noqa: E402
+from attention import memory  # noqa: E402
 from attention.explorers import decode as ex  # noqa: E402
 from tests.attention.widget_tools import controls as _controls  # noqa: E402
 from tests.attention.widget_tools import output as _output  # noqa: E402
@@ -105,7 +105,7 @@ def test_sliders_pass_their_values_to_the_figure(monkeypatch):
         calls.append(kw)
         return plt.figure(figsize=(1, 1))
 
-    monkeypatch.setattr(plots, "decode_explorer_figure", fake)
+    monkeypatch.setattr(ex, "decode_explorer_figure", fake)
     box = ex.live_decode_explorer()
     c = _controls(box)
     for desc, key, value in (("batch B", "B", 64), ("context N", "N", 131072),
@@ -116,9 +116,13 @@ def test_sliders_pass_their_values_to_the_figure(monkeypatch):
 
 
 def test_one_call_picks_the_face(monkeypatch):
-    monkeypatch.setattr(ex, "ON_SITE", True)
+    from attention import explorers
+    from attention.explorers import site
+
+    monkeypatch.setattr(site, "ON_SITE", True)
     assert ex.decode_explorer(B=1).kind == "decode"
-    monkeypatch.setattr(ex, "ON_SITE", False)
+    assert explorers.decode_explorer(B=1).kind == "decode"
+    monkeypatch.setattr(site, "ON_SITE", False)
     assert ex.decode_explorer(B=1).__class__.__name__ == "VBox"
 
 

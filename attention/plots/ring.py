@@ -1,0 +1,173 @@
+"""Chapter 6's figures: the ring schedule (device x step), causal load balance, the
+overlap threshold per link, and a measured timeline of ring attention's ranks.
+
+Colours from ``attention.plots.style``: K/V shards in K's orange, compute in O's brown,
+transfers in HBM's dark blue (data leaving the chip), waiting in light grey. Sized to
+stay readable on a 390 px phone screen (few labels, large marks).
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.patches import Patch, Rectangle
+
+from attention import ring as _ring
+from attention.memory import ring as _mring
+
+from .style import MEMORY_COLORS, TENSOR_COLORS
+
+COMPUTE = TENSOR_COLORS["O"]
+SHARD = TENSOR_COLORS["K"]
+SEND = MEMORY_COLORS["HBM"]
+WAIT = "#D9D9D9"
+IDLE = "#F2F2F2"
+
+
+def ring_schedule_figure(P: int = 4, N: int | None = None, causal: bool = False,
+                         layout: str = "contiguous", ax=None):
+    """Device x step grid: in each cell, the compute on the K/V shard the device holds
+    (left, labelled with the shard, shaded by its share of a full block) and the
+    transfer of that shard to the next device (right); the last step sends nothing."""
+    N = 8 * P if N is None else N
+    work = _ring.work_matrix(N, P, layout, causal)
+    full = _mring.shard_lengths(N, P, layout).max() ** 2
+    holds = _ring.ring_holds(P)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1.25 * P + 1.6, 0.62 * P + 1.3))
+    for t in range(P):
+        for r in range(P):
+            frac = work[t, r] / full
+            ax.add_patch(Rectangle((t, r + 0.1), 0.55, 0.8, facecolor=COMPUTE,
+                                   alpha=0.15 + 0.85 * frac if frac else 1.0,
+                                   edgecolor="#333333", lw=0.6,
+                                   hatch=None if frac else "//",
+                                   fill=bool(frac)))
+            ax.text(t + 0.275, r + 0.5, f"KV{holds[t, r]}", ha="center", va="center",
+                    fontsize=8, color="white" if frac > 0.55 else "black")
+            if t < P - 1:
+                ax.add_patch(Rectangle((t + 0.6, r + 0.25), 0.33, 0.5,
+                                       facecolor=SEND, edgecolor="none"))
+                ax.annotate("", xy=(t + 0.97, r + 0.5 + 0.35),
+                            xytext=(t + 0.78, r + 0.5), annotation_clip=False,
+                            arrowprops={"arrowstyle": "->", "color": SEND, "lw": 1})
+    ax.set_xlim(-0.05, P)
+    ax.set_ylim(P, 0)
+    ax.set_xticks(np.arange(P) + 0.5, [str(t) for t in range(P)])
+    ax.set_yticks(np.arange(P) + 0.5, [f"dev {r}" for r in range(P)])
+    ax.set_xlabel("ring step t")
+    ax.tick_params(length=0)
+    for side in ("left", "bottom"):
+        ax.spines[side].set_visible(False)
+    handles = [Patch(facecolor=COMPUTE, label="compute on held K/V"),
+               Patch(facecolor=SEND, label="send it to dev r+1")]
+    if causal:
+        handles.append(Patch(facecolor="white", edgecolor="#333333", hatch="//",
+                             label="masked: nothing to do"))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.14),
+              ncol=2 if len(handles) < 3 else 3, fontsize=8, handlelength=1.2)
+    return ax
+
+
+def load_balance_figure(N: int = 64, P: int = 4, layouts=("contiguous", "zigzag"),
+                        causal: bool = True, axes=None):
+    """Work (visible pairs, as a share of a full shard x shard block) per device and
+    step, one panel per layout; idle device-steps hatched; the idle fraction (every
+    step lasting as long as its busiest device) in each title."""
+    if axes is None:
+        _, axes = plt.subplots(1, len(layouts), figsize=(3.1 * len(layouts), 3.2),
+                               sharey=True)
+    axes = np.atleast_1d(axes)
+    for ax, layout in zip(axes, layouts):
+        work = _ring.work_matrix(N, P, layout, causal)  # (t, r)
+        full = _mring.shard_lengths(N, P, layout).max() ** 2
+        step_len = work.max(axis=1)  # the busiest device sets each step's length
+        for t in range(P):
+            for r in range(P):
+                frac = work[t, r] / full
+                busy = work[t, r] / step_len[t] if step_len[t] else 0.0
+                ax.add_patch(Rectangle((r, t), 0.9, 0.9 * busy, facecolor=COMPUTE,
+                                       alpha=0.3 + 0.7 * frac, edgecolor="none"))
+                ax.add_patch(Rectangle((r, t + 0.9 * busy), 0.9, 0.9 * (1 - busy),
+                                       facecolor=IDLE, edgecolor="#999999",
+                                       hatch="///", lw=0.3))
+        ax.set_xlim(0, P)
+        ax.set_ylim(P, 0)
+        ax.set_xticks(np.arange(P) + 0.45, [str(r) for r in range(P)])
+        ax.set_yticks(np.arange(P) + 0.45, [str(t) for t in range(P)])
+        ax.set_xlabel("device r")
+        idle = _ring.idle_fraction(work)
+        ax.set_title(f"{layout}: idle {100 * idle:.0f}%")
+        ax.tick_params(length=0)
+    axes[0].set_ylabel("ring step t (down)")
+    # below the panels, outside the figure: inline and saved figures use a tight bbox
+    axes[0].figure.legend(handles=[Patch(facecolor=COMPUTE, label="computing"),
+                                   Patch(facecolor=IDLE, edgecolor="#999999",
+                                         hatch="///", label="idle (waiting)")],
+                          loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2,
+                          fontsize=8)
+    return axes
+
+
+def overlap_figure(gpu: str = "H100", dtype: str = "bfloat16", H: int = 32,
+                   H_kv: int | None = None, d: int = 128, links=None, ax=None):
+    """ESTIMATED time of one non-causal ring step against the shard length n (log-log):
+    compute on ``gpu`` at its peak (one line) and the K/V transfer over each link (one
+    line each); dots mark each link's threshold n* where compute starts to hide it."""
+    H_kv = H if H_kv is None else H_kv
+    links = list(_mring.LINKS) if links is None else list(links)
+    ax = plt.subplots(figsize=(6.0, 3.6))[1] if ax is None else ax
+    n = np.geomspace(256, 2**18, 200)
+    b = _mring.DTYPE_BYTES[dtype]
+    F = _mring.peak_flops(gpu, dtype)
+    compute = 4 * n**2 * H * d / F * 1e3  # ms
+    ax.plot(n, compute, color=COMPUTE, lw=2.5, label=f"compute ({gpu}, peak)")
+    greys = ["#2F4B7C", "#665191", "#A05195", "#D45087", "#F95D6A"]
+    for link, c in zip(links, greys):
+        spec = _mring.LINKS[link]
+        x = 2 * n * H_kv * d * b / (spec.gbps * 1e9) * 1e3
+        ax.plot(n, x, color=c, lw=1.6, ls="--", label=f"send K/V: {link}")
+        n_star = _mring.overlap_threshold(gpu, link, dtype, H, H_kv)
+        y = 2 * n_star * H_kv * d * b / (spec.gbps * 1e9) * 1e3
+        ax.plot([n_star], [y], "o", color=c, ms=6)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("shard length n = N / P (tokens)")
+    ax.set_ylabel("time per step (ms, estimate)")
+    ax.legend(fontsize=8, loc="upper left")
+    return ax
+
+
+def timeline_figure(spans, ax=None, title: str | None = None):
+    """Measured spans of a ring run, one row per rank: ``spans`` is a list of dicts
+    {rank, step, kind ("compute", "wait" or "send"), start, end} (seconds, any common
+    origin), as ``kernels.ring.ring_timeline`` returns them. Compute spans carry their
+    step number."""
+    spans = list(spans)
+    if not spans:
+        raise ValueError("spans is empty: nothing to draw")
+    t0 = min(s["start"] for s in spans)
+    ranks = sorted({int(s["rank"]) for s in spans})
+    colors = {"compute": COMPUTE, "wait": WAIT, "send": SEND}
+    rows = {"compute": (0.15, 0.5), "wait": (0.15, 0.5), "send": (0.68, 0.2)}
+    ax = plt.subplots(figsize=(6.4, 0.55 * len(ranks) + 1.4))[1] if ax is None else ax
+    for s in spans:
+        kind = s["kind"]
+        if kind not in colors:
+            raise ValueError(f"span kind must be compute, wait or send, got {kind!r}")
+        y0, h = rows[kind]
+        y = ranks.index(int(s["rank"]))
+        start, end = (s["start"] - t0) * 1e3, (s["end"] - t0) * 1e3
+        ax.broken_barh([(start, max(end - start, 1e-6))], (y + y0, h),
+                       facecolors=colors[kind], edgecolor="white", lw=0.3)
+        if kind == "compute" and end - start > 0:
+            ax.text((start + end) / 2, y + y0 + h / 2, str(s.get("step", "")),
+                    ha="center", va="center", fontsize=7, color="white")
+    ax.set_ylim(len(ranks), 0)
+    ax.set_yticks(np.arange(len(ranks)) + 0.45, [f"rank {r}" for r in ranks])
+    ax.set_xlabel("time since the first span (ms)")
+    ax.legend(handles=[Patch(facecolor=c, label=k) for k, c in colors.items()],
+              loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=3, fontsize=8)
+    if title:
+        ax.set_title(title)
+    return ax
