@@ -210,7 +210,7 @@ def _sync(device):
 
 
 @contextlib.contextmanager
-def _span(kind, step, phase, ring, device):
+def _span(kind, step, phase, ring, device, what="block"):
     if _RECORD is None:
         yield
         return
@@ -219,7 +219,7 @@ def _span(kind, step, phase, ring, device):
     yield
     _sync(device)
     _RECORD.append(dict(rank=ring.rank, step=step, kind=kind, phase=phase,
-                        start=start, end=time.perf_counter()))
+                        what=what, start=start, end=time.perf_counter()))
 
 
 class _Transfer:
@@ -228,19 +228,21 @@ class _Transfer:
 
     def __init__(self, ring: Ring, buf, shape, tag: int, step: int, phase: str):
         self.ring, self.step, self.phase = ring, step, phase
+        self.what = "kv" if tag == _TAG_KV else "dkv"
         self.recv = torch.empty(shape, dtype=buf.dtype, device=buf.device)
         self.start = time.perf_counter()
         self.reqs = dist.batch_isend_irecv([
             dist.P2POp(dist.isend, buf, ring.next, ring.group, tag),
             dist.P2POp(dist.irecv, self.recv, ring.prev, ring.group, tag)])
 
-    def wait(self) -> torch.Tensor:
-        with _span("wait", self.step, self.phase, self.ring, self.recv.device):
+    def wait(self, step: int) -> torch.Tensor:
+        """Block until done (``step``: the ring step that waits, for the timeline)."""
+        with _span("wait", step, self.phase, self.ring, self.recv.device, self.what):
             for req in self.reqs:
                 req.wait()
         if _RECORD is not None:
             _RECORD.append(dict(rank=self.ring.rank, step=self.step, kind="send",
-                                phase=self.phase, start=self.start,
+                                phase=self.phase, what=self.what, start=self.start,
                                 end=time.perf_counter()))
         return self.recv
 
@@ -272,7 +274,7 @@ def ring_forward(q, k, v, ring: Ring, scale: float):
                 o[:, :, rows], lse2[:, :, rows] = merge(
                     o[:, :, rows], lse2[:, :, rows], o_b.float(), l_b, base2=True)
         if transfer is not None:
-            kv = transfer.wait()
+            kv = transfer.wait(step)
     return o.to(q.dtype), lse2
 
 
@@ -309,7 +311,7 @@ def ring_backward(do, dlse, q, k, v, o, lse2, ring: Ring, scale: float):
         # the accumulator of shard `src`: fresh at step 0, else from the previous rank
         dkv = (torch.zeros((2, B, H_kv, ring.length(src), d), dtype=torch.float32,
                            device=q.device) if dkv_transfer is None
-               else dkv_transfer.wait())
+               else dkv_transfer.wait(step))
         if grads is not None:
             dkv[0, :, :, keys] += grads[1].float()
             dkv[1, :, :, keys] += grads[2].float()
@@ -317,8 +319,8 @@ def ring_backward(do, dlse, q, k, v, o, lse2, ring: Ring, scale: float):
         dkv_transfer = _Transfer(ring, dkv, (2, B, H_kv, ring.length(ring.src(
             step + 1)), d), _TAG_DKV, step, "backward")
         if kv_transfer is not None:
-            kv = kv_transfer.wait()
-    dkv = dkv_transfer.wait()  # (2, B, H_kv, n, d): this rank's own dK, dV
+            kv = kv_transfer.wait(step)
+    dkv = dkv_transfer.wait(P - 1)  # (2, B, H_kv, n, d): this rank's own dK, dV
     return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype)
 
 
