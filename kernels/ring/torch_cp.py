@@ -7,7 +7,11 @@ Its default layout for causal balance is the "head-tail" split (chunk r and chun
 2P-1-r of 2P equal chunks: this package's "zigzag"), used when N is a multiple of 2P.
 It rotates K/V by all-gather (the default) or all-to-all
 (``set_rotate_method``), not by point-to-point sends, and it dispatches to the fused
-SDPA backends of CUDA (flash, memory-efficient, cuDNN); a CPU SDPA op has no rule.
+SDPA backends of CUDA (flash, memory-efficient, cuDNN); the CPU SDPA op has no
+ring rule. Measured on torch 2.13 CPU with gloo: causal raises NotImplementedError
+(no sharding strategy for ``aten._scaled_dot_product_flash_attention_for_cpu``);
+non-causal runs through DTensor's generic sharding propagation over the op's
+decomposition (correct, not a ring; its first call takes about a minute on 2 cores).
 
 :func:`compare_context_parallel` runs both on a local gloo group and reports what
 happened: the largest difference between the two outputs and against an fp64
