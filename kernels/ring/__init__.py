@@ -53,9 +53,11 @@ Process groups
     interpreter computes the blocks) and NCCL (CUDA tensors, one GPU per rank). One
     small all_gather per call agrees on shapes, dtype, scale, causal and layout across
     the ranks (ValueError on every rank on a mismatch, so no rank is left waiting) and
-    on the shard lengths. Transfers wait under the group's timeout
-    (``init_process_group(timeout=...)``); :func:`kernels.ring.launch.run_local` adds
-    a watchdog per rank and in the parent.
+    on the shard lengths. Transfers wait at most the group's timeout
+    (``init_process_group(timeout=...)``): on the CPU each wait is given it
+    explicitly (gloo's bare ``Work.wait()`` is not bounded by it), on CUDA NCCL's
+    watchdog enforces it (a timed wait would block the host).
+    :func:`kernels.ring.launch.run_local` adds a watchdog per rank and in the parent.
 Traffic per step
     One message of 2 N_local H_kv d elements (K and V stacked) in the forward; in the
     backward K/V again plus the fp32 dK/dV accumulator (2 N_local H_kv d fp32 values).

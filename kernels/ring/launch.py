@@ -42,7 +42,8 @@ def _to_cpu(x):
     return x
 
 
-def _worker(rank, world_size, port, backend, timeout, fn, args, results):
+def _worker(rank, world_size, port, backend, timeout, group_timeout, fn, args,
+            results):
     faulthandler.dump_traceback_later(timeout, exit=True)  # the rank's own watchdog
     try:
         store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False,
@@ -51,7 +52,7 @@ def _worker(rank, world_size, port, backend, timeout, fn, args, results):
             torch.cuda.set_device(rank % torch.cuda.device_count())
         dist.init_process_group(backend, store=store, rank=rank,
                                 world_size=world_size,
-                                timeout=datetime.timedelta(seconds=timeout))
+                                timeout=datetime.timedelta(seconds=group_timeout))
         out = _to_cpu(fn(rank, world_size, *args))
         buf = io.BytesIO()
         torch.save(out, buf)
@@ -77,13 +78,15 @@ def _stop(procs):
 
 
 def run_local(fn, world_size: int, *args, timeout: float = 60.0,
-              backend: str = "gloo") -> list:
+              backend: str = "gloo", collective_timeout: float | None = None) -> list:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` local processes.
 
     Args:
         fn: a module-level function (spawned processes import it by name).
         world_size: number of ranks, >= 1.
-        timeout: seconds for every collective and for ``fn`` itself on each rank.
+        timeout: seconds for ``fn`` on each rank (its watchdog), and by default for
+            every collective and transfer of the group.
+        collective_timeout: the group's timeout, if not ``timeout``.
         backend: "gloo" (CPU, loopback) or "nccl" (one GPU per rank).
     Returns:
         [fn's result on rank 0, ..., on rank world_size - 1], tensors on the CPU.
@@ -97,9 +100,12 @@ def run_local(fn, world_size: int, *args, timeout: float = 60.0,
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     if backend not in ("gloo", "nccl"):
         raise ValueError(f"backend must be 'gloo' or 'nccl', got {backend!r}")
-    if not (isinstance(timeout, (int, float)) and timeout > 0):
-        raise ValueError(f"timeout must be a positive number of seconds, got "
-                         f"{timeout!r}")
+    for name, value in (("timeout", timeout),
+                        ("collective_timeout", collective_timeout or timeout)):
+        if isinstance(value, bool) or not (isinstance(value, (int, float))
+                                           and value > 0):
+            raise ValueError(f"{name} must be a positive number of seconds, got "
+                             f"{value!r}")
     ctx = mp.get_context("spawn")
     # the rendezvous: open on a free port now, so no other process can take it
     store = dist.TCPStore("127.0.0.1", 0, world_size + 1, is_master=True,
@@ -108,7 +114,8 @@ def run_local(fn, world_size: int, *args, timeout: float = 60.0,
     results = ctx.Queue()
     procs = [ctx.Process(target=_worker, daemon=True,
                          args=(rank, world_size, store.port, backend, float(timeout),
-                               fn, args, results))
+                               float(collective_timeout or timeout), fn, args,
+                               results))
              for rank in range(world_size)]
     try:
         for p in procs:

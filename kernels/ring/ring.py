@@ -124,6 +124,7 @@ class Ring:
     prev: int  # global rank to receive from
     segs: list  # segs[r]: the global ranges rank r holds, in local order
     causal: bool
+    wait_timeout: object = None  # timedelta: a CPU wait gives up after it (gloo)
 
     def src(self, step: int) -> int:
         """Whose K/V shard this rank holds at ``step``."""
@@ -184,7 +185,20 @@ def make_ring(q, k, causal: bool, group, layout: str, scale: float) -> Ring:
     to_global = (lambda r: r) if group is None else (
         lambda r: dist.get_global_rank(group, r))
     return Ring(group, P, rank, to_global((rank + 1) % P), to_global((rank - 1) % P),
-                segs, causal)
+                segs, causal, _wait_timeout(group, q.device))
+
+
+def _wait_timeout(group, device):
+    """The group's timeout, for waits on CPU transfers (gloo): ``Work.wait()`` with no
+    argument is not bounded by it there. None on CUDA, where a timed wait would block
+    the host (NCCL's own watchdog enforces the group's timeout)."""
+    if device.type == "cuda":
+        return None
+    pg = dist.group.WORLD if group is None else group
+    try:  # private API (torch 2.x): the backend's options hold the group's timeout
+        return pg._get_backend(device).options._timeout
+    except (AttributeError, RuntimeError):
+        return None
 
 
 # --------------------------------------------------------------------------------------
@@ -229,6 +243,7 @@ class _Transfer:
     def __init__(self, ring: Ring, buf, shape, tag: int, step: int, phase: str):
         self.ring, self.step, self.phase = ring, step, phase
         self.what = "kv" if tag == _TAG_KV else "dkv"
+        self.buf = buf  # kept alive until the transfer is done
         self.recv = torch.empty(shape, dtype=buf.dtype, device=buf.device)
         self.start = time.perf_counter()
         self.reqs = dist.batch_isend_irecv([
@@ -238,8 +253,9 @@ class _Transfer:
     def wait(self, step: int) -> torch.Tensor:
         """Block until done (``step``: the ring step that waits, for the timeline)."""
         with _span("wait", step, self.phase, self.ring, self.recv.device, self.what):
+            timeout = self.ring.wait_timeout
             for req in self.reqs:
-                req.wait()
+                req.wait(timeout) if timeout is not None else req.wait()
         if _RECORD is not None:
             _RECORD.append(dict(rank=self.ring.rank, step=self.step, kind="send",
                                 phase=self.phase, what=self.what, start=self.start,

@@ -321,6 +321,24 @@ def _rank_mismatch(rank, world_size):
     return ring_attention(*parts, causal=rank == 1)
 
 
+def _rank_stalls_in_the_ring(rank, world_size):
+    q, k, v, *_ = _data(16, 2, 2, 16, seed=0)
+    parts = [shard(t, rank, world_size, "contiguous") for t in (q, k, v)]
+    if rank == 1:  # joins the shape agreement, then never sends its shard
+        ring_mod.make_ring(parts[0], parts[1], False, None, "contiguous", 0.25)
+        time.sleep(15)
+        return None
+    return ring_attention(*parts)
+
+
+@pytest.mark.slow
+def test_a_stalled_transfer_times_out():
+    start = time.perf_counter()
+    with pytest.raises(RuntimeError, match="(?s)rank 0 of 2 raised.*Timed out"):
+        run_local(_rank_stalls_in_the_ring, 2, timeout=30, collective_timeout=3)
+    assert time.perf_counter() - start < 15  # the group's timeout, not the watchdog
+
+
 @pytest.mark.slow
 def test_failing_rank_is_reported_without_hanging():
     start = time.perf_counter()
