@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import torch
 
-from kernels import bench, runtime
-from kernels.bench import Record, measure
+from kernels import runtime
 from kernels.flash import flash_attention
 from kernels.ring import ring_attention
+from kernels.timing import bench
+from kernels.timing.bench import measure
+from kernels.timing.records import Record
 
 SUITE = "ring"
 B, H, D = 2, 16, 128
@@ -75,8 +77,8 @@ def run(quick: bool = False, deadline: float = float("inf"), timer=None,
                     rec = Record(SUITE, "attention", impl, mode, "bfloat16",
                                  {"B": b, "H": heads, "N": n, "d": d,
                                   "causal": causal}, stage="sweep")
-                    fn = bench._step(_attn("flash" if impl == "flash" else "ring"),
-                                     mode, q, k, v, causal, do)
+                    attn = _attn("flash" if impl == "flash" else "ring")
+                    fn = bench.attention_step(attn, mode, q, k, v, causal, do)
                     records.append(measure(rec, fn, flops=flops, timer=timer,
                                            warmup=10, rep=40))
                     ms = f"{rec.ms:.3f} ms" if rec.ms is not None else rec.error

@@ -83,14 +83,36 @@ def ring_timeline(world_size: int, n: int = 64, causal: bool = True,
     (blocked until a transfer finished) or "send" (from posting a transfer to seeing
     it done); ``what`` is "block", "kv" (a K/V shard) or "dkv" (a dK/dV accumulator,
     backward only); ``phase`` is "forward" or "backward"; times in seconds from the
-    earliest
-    span (``time.perf_counter``, one clock for all processes of a Linux machine).
+    earliest span (``time.perf_counter``, one clock for all processes of a Linux
+    machine).
     A CPU run: the blocks run under the Triton interpreter and the ranks share this
     machine's cores, so the spans show the schedule, not GPU timings.
     """
     ranks = run_local(timeline_rank, world_size, n, causal, layout, heads, head_dim,
                       backward, seed, timeout=timeout)
+    return _gather_spans(ranks)
+
+
+def _gather_spans(ranks: list[list]) -> list[dict]:
     spans = [s for r in ranks for s in r]
     t0 = min(s["start"] for s in spans)
     return sorted(({**s, "start": s["start"] - t0, "end": s["end"] - t0}
                    for s in spans), key=lambda s: (s["rank"], s["start"]))
+
+
+def _check_then_time_rank(rank: int, world_size: int, check: dict,
+                          timeline: dict) -> tuple[dict, list]:
+    errs = check_rank(rank, world_size, **check)
+    return errs, timeline_rank(rank, world_size, **timeline)
+
+
+def check_and_timeline(world_size: int, check: dict, timeline: dict,
+                       timeout: float = 180.0) -> tuple[dict, list[dict]]:
+    """:func:`check_ring` and :func:`ring_timeline` in ONE process group (starting a
+    group of spawned processes costs seconds on a CPU): ``check`` and ``timeline``
+    hold their keyword arguments (all of ``check_rank``'s and ``timeline_rank``'s but
+    the rank and world size). Returns (largest errors, spans)."""
+    ranks = run_local(_check_then_time_rank, world_size, check, timeline,
+                      timeout=timeout)
+    errs = {name: max(r[0][name] for r in ranks) for name in ranks[0][0]}
+    return errs, _gather_spans([r[1] for r in ranks])

@@ -19,10 +19,13 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-# house-move: the flash kernel's entry points. After the move: _forward from
-# kernels.flash.forward, _backward from kernels.flash.backward, _validate, LN2,
-# flash_attention from kernels.flash (api). The ring uses nothing else of it.
-from ..flash import _DTYPES, LN2, _backward, _forward, _validate, flash_attention
+# The flash kernel's entry points, and nothing else of it: each block's forward returns
+# (o, base-2 lse); the backward takes the final o and lse.
+from ..flash import flash_attention
+from ..flash.backward import _backward
+from ..flash.checks import _DTYPES, _validate
+from ..flash.forward import _forward
+from ..flash.tiles import LN2
 from ..naive import check_causal
 from .layout import check_layout, segments
 
