@@ -6,6 +6,7 @@ maps       attention and mask heatmaps, Gumbel-softmax weights, deformable sampl
            points
 traffic    HBM traffic per tensor and per algorithm (simulated beside closed forms)
 schedule   the memory hierarchy, tile schedules, roofline ESTIMATES, the tile explorer
+basics     chapter 1's soft dictionary lookup and positional encodings (sin, RoPE)
 roofline   chapter 2's roofline: three GPUs' roofs, attention placed by the memory model
 online     chapter 2's online softmax of one row: the max jumping, the sums rescaled
 hopper     chapter 2's FlashAttention-3 timeline: a schedule model, drawn (a schematic)
@@ -15,6 +16,7 @@ timing     measured scaling with its power-law fit, recorded and live GPU timing
 Every name is re-exported here, so chapters write ``plots.attention_heatmap(...)``.
 """
 
+from .basics import positions_figure, soft_lookup_figure
 from .decode import (
     decode_roofline_figure,
     grid_fill_figure,
@@ -78,10 +80,11 @@ __all__ = [
     "gumbel_softmax_figure", "human_bytes",
     "mask_heatmap", "memory_hierarchy_plot", "msda_points_figure",
     "naive_traffic_figure", "naive_traffic_vs_length", "online_softmax_figure",
-    "online_softmax_trace", "power_law_fit",
+    "online_softmax_trace", "positions_figure", "power_law_fit",
     "recorded_timing_figure", "roofline_bars", "roofline_figure", "roofline_points",
     "sampled_attention_plot", "scaling_plot", "selection_timing_figure",
-    "selection_traffic_figure", "tensor_color", "tensor_core_busy",
+    "selection_traffic_figure", "soft_lookup_figure", "tensor_color",
+    "tensor_core_busy",
     "tile_explorer_figure",
     "tile_explorer_summary", "tile_schedule_plot",
     "traffic_bars", "traffic_by_algorithm", "use_book_style",
