@@ -9,6 +9,7 @@ schedule   the memory hierarchy, tile schedules, roofline ESTIMATES, the tile ex
 basics     chapter 1's soft dictionary lookup and positional encodings (sin, RoPE)
 roofline   chapter 2's roofline: three GPUs' roofs, attention placed by the memory model
 online     chapter 2's online softmax of one row: the max jumping, the sums rescaled
+explain    chapters 3 and 4: straight-through's two passes, DAT's bias-table lookup
 hopper     chapter 2's FlashAttention-3 timeline: a schedule model, drawn (a schematic)
 decode     chapter 5: prefill vs decode roofline, grid fill, paging waste
 timing     measured scaling with its power-law fit, recorded and live GPU timings
@@ -22,6 +23,7 @@ from .decode import (
     grid_fill_figure,
     paging_waste_figure,
 )
+from .explain import rpb_lookup_figure, straight_through_figure
 from .hopper import fa3_timeline, fa3_timeline_figure, tensor_core_busy
 from .maps import (
     attention_heatmap,
@@ -82,8 +84,10 @@ __all__ = [
     "naive_traffic_figure", "naive_traffic_vs_length", "online_softmax_figure",
     "online_softmax_trace", "positions_figure", "power_law_fit",
     "recorded_timing_figure", "roofline_bars", "roofline_figure", "roofline_points",
+    "rpb_lookup_figure",
     "sampled_attention_plot", "scaling_plot", "selection_timing_figure",
-    "selection_traffic_figure", "soft_lookup_figure", "tensor_color",
+    "selection_traffic_figure", "soft_lookup_figure", "straight_through_figure",
+    "tensor_color",
     "tensor_core_busy",
     "tile_explorer_figure",
     "tile_explorer_summary", "tile_schedule_plot",

@@ -110,3 +110,58 @@ def test_ping_pong_fills_the_softmax_holes():
         plots.fa3_timeline(t_softmax=0)
     with pytest.raises(ValueError, match="warpgroups"):
         plots.fa3_timeline(warpgroups=0)
+
+
+# ------------------------------------------- chapters 1, 3 and 4: explanatory figures
+
+
+def test_soft_lookup_returns_the_dictionary_and_the_attention_outputs():
+    keys = np.array([[1.0, 0.2], [0.2, 1.0], [-0.9, 0.4]])
+    q, vals = np.array([1.5, 0.9]), np.array([10.0, 20.0, 30.0])
+    _, (hard_out, soft_out) = plots.soft_lookup_figure(q, keys, vals, scale=2.0)
+    assert hard_out == 10.0  # the best-matching key's value
+    assert soft_out == pytest.approx(core.softmax(2.0 * keys @ q) @ vals, rel=1e-14)
+    with pytest.raises(ValueError, match="query"):
+        plots.soft_lookup_figure(np.ones(3), keys, vals)
+
+
+def test_positions_figure_draws_the_table_and_one_offset_curve():
+    axes = plots.positions_figure(n_positions=16, d=16, rope_d=4, max_offset=12)
+    from attention import positions
+    np.testing.assert_array_equal(axes[0].get_images()[0].get_array(),
+                                  positions.sinusoidal_table(16, 16))
+    line, dots = axes[2].get_lines()[:2]  # query at 0 and at 100: one curve
+    xs = line.get_xdata()
+    np.testing.assert_allclose(dots.get_ydata(),
+                               np.interp(dots.get_xdata(), xs, line.get_ydata()),
+                               rtol=1e-9)
+
+
+def test_straight_through_figure_draws_the_estimators_pieces():
+    from attention import hard
+    s, g = np.array([0.3, -0.5, 1.2, 0.0]), np.array([0.1, 2.0, -0.3, 0.4])
+    f = np.array([1.0, 4.0, 2.5, 3.0])
+    axes = plots.straight_through_figure(s, g, f, tau=0.7)
+    heights = [np.array([p.get_height() for p in ax.patches]) for ax in axes]
+    y = core.softmax((s + g) / 0.7)
+    np.testing.assert_array_equal(heights[0], np.eye(4)[np.argmax(s + g)])
+    np.testing.assert_allclose(heights[1], y, rtol=1e-14)
+    np.testing.assert_allclose(heights[2], hard.straight_through_grad(y, f, 0.7))
+    assert heights[2].sum() == pytest.approx(0, abs=1e-12)  # a softmax's gradient
+
+
+@pytest.mark.parametrize("query_ij,point_px",
+                         [((4, 1), (3.3, 1.6)), ((0, 5), (2.0, 3.0))])
+def test_rpb_lookup_reads_the_table_at_the_displacement(query_ij, point_px):
+    H = W = 6
+    tab = np.random.default_rng(1).normal(0, 1, (2 * H - 1, 2 * W - 1))
+    _, bias = plots.rpb_lookup_figure(tab, query_ij, point_px)
+    # by hand: bilinear read at (row, col) = (H - 1 + dy, W - 1 + dx)
+    r = H - 1 + query_ij[0] - point_px[1]
+    c = W - 1 + query_ij[1] - point_px[0]
+    r0, c0 = int(np.floor(r)), int(np.floor(c))
+    fr, fc = r - r0, c - c0
+    at = lambda i, j: tab[i, j] if 0 <= i < 2 * H - 1 and 0 <= j < 2 * W - 1 else 0.0
+    expect = ((1 - fr) * (1 - fc) * at(r0, c0) + (1 - fr) * fc * at(r0, c0 + 1)
+              + fr * (1 - fc) * at(r0 + 1, c0) + fr * fc * at(r0 + 1, c0 + 1))
+    assert bias == pytest.approx(expect, rel=1e-12, abs=1e-12)
