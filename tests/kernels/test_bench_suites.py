@@ -129,11 +129,13 @@ def test_msda_is_timed_at_encoder_scale_with_every_pixel_a_query():
             deformable_timing.msda_query_count(bad, TINY_LEVELS)
 
 
-def test_the_dry_run_of_the_deformable_suite_includes_encoder_scale():
+def test_the_deformable_suite_times_encoder_scale_in_every_run(monkeypatch):
     from benchmarks import suite_deformable
-    recs = suite_deformable.run(quick=False, deadline=float("inf"),
-                                timer=bench.FakeTimer(), dry=True)
-    msda = [r for r in recs if r.op == "msda"]
-    s = sum(h * w for h, w in suite_deformable.DRY_MSDA_LEVELS)
-    assert {r.shape["L_q"] for r in msda} == {12, s}
-    assert all(r.ms is not None for r in recs)
+    seen = []
+    monkeypatch.setattr(suite_deformable, "time_deformable",
+                        lambda queries, *a, **kw: seen.append(list(queries)) or [])
+    for quick, dry in ((False, True), (False, False), (True, False)):
+        suite_deformable.run(quick=quick, deadline=float("inf"), dry=dry)
+    dry_q, full_q, quick_q = seen
+    assert deformable_timing.ENCODER in dry_q  # benchmarks/run.py --dry-run runs it
+    assert full_q == [300, deformable_timing.ENCODER] and quick_q == [300]
