@@ -64,7 +64,8 @@ def code_literals(nb: dict) -> set[str]:
 def measured_in_captions(built_nb: dict) -> list[tuple[str, str]]:
     """(number, caption) pairs where a caption number was printed but not written."""
     printed = printed_numbers(built_nb) - code_literals(built_nb)
-    return [(n, cap) for cap in captions(built_nb) for n in _numbers(cap) if n in printed]
+    return [(n, cap) for cap in captions(built_nb) for n in _numbers(cap)
+            if n in printed]
 
 
 def test_the_rules_catch_a_measured_slope():
