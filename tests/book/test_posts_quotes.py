@@ -78,3 +78,18 @@ def test_quoted_phrases_occur_in_the_posts(nb_path):
             found = posts.find(piece, at)
             assert found >= 0, f"{nb_path.name}: not in the posts (in order): {piece!r}"
             at = found + len(piece)
+
+
+def test_references_page_lists_the_posts_reading_list():
+    """Every link in the posts (their eight recommended resources) is on the References
+    page, which credits the posts."""
+    path = _posts_path()
+    if path is None:
+        pytest.skip(f"the posts' text ({POSTS_REL}) is not beside this copy of the "
+                    "book (e.g. on Colab): the reading list cannot be checked here")
+    links = re.findall(r"https?://\S+", path.read_text())
+    assert len(links) == 8, links
+    page = (ROOT / "references.md").read_text()
+    assert "Vijayasri Iyer" in page
+    missing = [u for u in links if f"<{u}>" not in page]
+    assert not missing, f"references.md lacks the posts' links {missing}"
