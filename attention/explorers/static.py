@@ -96,14 +96,18 @@ def _tensor_names_from(grid: dict, algorithms: list[str]) -> list[str]:
 def teaser(d: int = 64, dtype: str = "float16") -> Explorer:
     """The landing page's explorer: standard attention against FlashAttention-2
     (forward), HBM bytes per tensor as N and the tiles change (from
-    ``memory.closed_form``)."""
-    grid = tile_grid(ds=[d], algorithms=["standard", "flash2"])
+    ``memory.closed_form``), each bar with its compulsory traffic as a tick
+    (``memory.compulsory``: what HBM sees when L2 holds the re-reads), as chapter 2's
+    tile-size explorer, its live twin, draws them."""
+    algorithms = ["standard", "flash2"]
+    grid = tile_grid(ds=[d], algorithms=algorithms)
     bpe = dict(_dtypes())[dtype]
-    tensors = _tensor_names_from(grid, ["standard", "flash2"])
+    tensors = _tensor_names_from(grid, algorithms)
     config = {"grid": grid, "bpe": bpe, "dtype": dtype,
+              "compulsory": compulsory_grid(ds=[d], algorithms=algorithms),
               "init": {"N": TILE_N.index(4096), "Br": TILE_B.index(64),
                        "Bc": TILE_B.index(64)},
-              "specs": {"bars": bars_spec(tensors, height=220)}}
+              "specs": {"bars": bars_floor_spec(tensors, height=220)}}
     return Explorer("teaser", config, "Standard attention against FlashAttention-2",
                     "explorers.teaser()")
 

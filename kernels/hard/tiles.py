@@ -35,10 +35,10 @@ _HARD_TABLE: dict[str, dict[int, list[tuple[int, int, int, int]]]] = {
     "sm75": {64: [(64, 64, 4, 2), (128, 64, 8, 2)], 128: [(32, 32, 4, 2)]},
 }
 # Argmax only (SAMPLE=False): no Philox draws or logs in the loop, so its registers
-# leave room for 128 x 128 tiles, which halve the per-score loop overhead of 128 x 64 on
-# sm_90 (0.0187 vs 0.0228 SASS instructions per score at d = 128, bf16). Sampling at
-# 128 x 128 spills (about 1 KB per thread), so those tiles are argmax's alone; on sm_80
-# at d = 128 the causal argmax spills too.
+# leave room for 128 x 128 tiles, which issue about a fifth fewer instructions per
+# score than 128 x 64 on sm_90 (4.78 vs 5.84 per thread, machine_code.sass.per_score,
+# d = 128, bf16). Sampling at 128 x 128 spills (about 1 KB per thread), so those tiles
+# are argmax's alone; on sm_80 at d = 128 the causal argmax spills too.
 _ARGMAX_EXTRA: dict[str, dict[int, list[tuple[int, int, int, int]]]] = {
     "sm90": {64: [(128, 128, 8, 2)], 128: [(128, 128, 8, 2)]},
     "sm80": {64: [(128, 128, 8, 2)], 128: []},
