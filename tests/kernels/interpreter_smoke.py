@@ -19,7 +19,6 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import kernels  # noqa: E402, F401  (first: the interpreter)
-import triton  # noqa: E402
 from kernels import deformable as kd  # noqa: E402
 from kernels.flash import flash_attention  # noqa: E402
 from kernels.hard import hard_attention, topk_attention  # noqa: E402
@@ -80,6 +79,8 @@ def main() -> dict:
     out = kd.deformable_attention(*(t.float() for t in (qd, k_map, v_map, pts)))
     ref = kd.deformable_attention_reference(qd, k_map, v_map, pts)
     errs["dat"] = _max_err(out, ref)
+    import triton  # after kernels: see kernels.runtime
+
     return {"torch": torch.__version__, "triton": triton.__version__,
             "numpy": numpy.__version__, "errors": errs}
 

@@ -34,8 +34,9 @@ def test_kernels_under_interpreter(tmp_path, triton, numpy):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = str(venv / "bin" / "python")
-    subprocess.run([py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                    _torch_pin(), f"triton=={triton}", f"numpy=={numpy}"],
+    subprocess.run([py, "-m", "pip", "install", "--quiet",
+                    "--disable-pip-version-check", _torch_pin(), f"triton=={triton}",
+                    f"numpy=={numpy}"],
                    check=True, timeout=1200)
     env = {k: v for k, v in os.environ.items()
            if k not in ("TRITON_INTERPRET", "VIRTUAL_ENV")}
