@@ -18,7 +18,9 @@ $(STAMP): requirements.txt pyproject.toml
 
 venv: $(STAMP)
 
+# The Colab editions (colab/) are regenerated first: the site's Colab button opens them.
 book: venv
+	$(BIN)/python -m colab.edition
 	$(BIN)/jupyter-book build . $(BOOK_FLAGS)
 	@echo "Open file://$(CURDIR)/_build/html/index.html"
 
@@ -47,6 +49,10 @@ compile-check: venv
 # several minutes, most of it pip. Run it when Triton or NumPy pins change.
 interpreter-matrix: venv
 	$(BIN)/pytest -m interpreter_matrix -p no:randomly
+
+# The Colab edition of every notebook page (colab/), from the pages (make book does it).
+colab-edition: venv
+	$(BIN)/python -m colab.edition
 
 # On a CUDA machine: correctness then timings -> benchmarks/results/<gpu>.json
 bench: venv
