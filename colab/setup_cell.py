@@ -21,12 +21,13 @@ import sys
 
 import torch
 
-REPO_URL = os.environ.get(
-    "ATTENTION_BOOK_REPO_URL",
-    "https://github.com/paying-attention/paying-attention-to-attention")
-BOOK_REF = os.environ.get("ATTENTION_BOOK_REF", "main")  # a branch or a commit
-BOOK_DIR = os.environ.get("ATTENTION_BOOK_DIR",
-                          "/content/paying-attention-to-attention")
+REPO_URL = "https://github.com/paying-attention/paying-attention-to-attention"
+BOOK_REF = "main"  # the branch (or commit) of that repository this notebook belongs to
+BOOK_DIR = "/content/paying-attention-to-attention"
+# A fork or another copy of the repository can be named with environment variables.
+REPO_URL = os.environ.get("ATTENTION_BOOK_REPO_URL", REPO_URL)
+BOOK_REF = os.environ.get("ATTENTION_BOOK_REF", BOOK_REF)
+BOOK_DIR = os.environ.get("ATTENTION_BOOK_DIR", BOOK_DIR)
 
 
 def git(*args, check=True):
