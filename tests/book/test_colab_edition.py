@@ -4,7 +4,10 @@ code, number figures as the site does; one setup cell for every chapter; every p
 command names a real file, module or make target."""
 
 import json
+import pathlib
 import re
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -145,3 +148,36 @@ def test_printed_commands_exist():
             if "--suite" in words:
                 suite = words[words.index("--suite") + 1]
                 assert (ROOT / "benchmarks" / f"suite_{suite}.py").exists(), cmd
+
+
+def test_jupyter_book_build_points_colab_at_the_edition(tmp_path):
+    """A two-page Jupyter Book (no execution) built with this _config.yml's repository,
+    launch buttons and colab.launch: a page with an edition gets the edition's Colab
+    link; a page without one keeps the theme's."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    book = {"title": "t", "execute": {"execute_notebooks": "off"},
+            "repository": config["repository"],
+            "launch_buttons": config["launch_buttons"],
+            "sphinx": {"local_extensions": {"colab.launch": str(ROOT)}}}
+    (tmp_path / "_config.yml").write_text(yaml.safe_dump(book))
+    page, other = "chapters/" + CHAPTERS[0].stem, "chapters/zz_no_edition"
+    (tmp_path / "_toc.yml").write_text(yaml.safe_dump(
+        {"format": "jb-book", "root": "intro",
+         "chapters": [{"file": page}, {"file": other}]}))
+    (tmp_path / "intro.md").write_text("# Intro\n")
+    (tmp_path / "chapters").mkdir()
+    for name in (page, other):
+        nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": "# T"}],
+              "metadata": {"kernelspec": {"name": "python3", "language": "python",
+                                          "display_name": "Python 3"}},
+              "nbformat": 4, "nbformat_minor": 5}
+        (tmp_path / f"{name}.ipynb").write_text(json.dumps(nb))
+    jb = pathlib.Path(sys.executable).with_name("jupyter-book")
+    subprocess.run([str(jb), "build", str(tmp_path)], check=True, capture_output=True,
+                   timeout=300)
+    repo = config["repository"]["url"].removeprefix("https://github.com/")
+    base = (f"https://colab.research.google.com/github/{repo}/blob/"
+            f"{config['repository']['branch']}/")
+    html = tmp_path / "_build" / "html"
+    assert f'href="{base}colab/{page}.ipynb"' in (html / f"{page}.html").read_text()
+    assert f'href="{base}{other}.ipynb"' in (html / f"{other}.html").read_text()
