@@ -407,8 +407,8 @@ def edition(path: pathlib.Path) -> dict:
             cells.append(cell)
             if re.match(r"^# ", _source(cell)) and not any(
                     c.get("id") == "colab-edition" for c in cells):
-                where = "chapter" if number else "page"
-                title = f"{where} {number}" if number else f"the {where}"
+                heading = re.match(r"^# (.+)", _source(cell)).group(1).strip()
+                title = f"chapter {number}" if number else f"the page “{heading}”"
                 cells.append({"cell_type": "markdown", "id": "colab-edition",
                               "metadata": {}, "source": _cell_lines(
                     f"> The Colab edition of {title} of *{CONFIG['title']}*. "
