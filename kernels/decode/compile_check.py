@@ -209,12 +209,28 @@ def main(argv=None) -> int:
         print("needs TRITON_INTERPRET unset", file=sys.stderr)
         return 2
     if args.report:
+        import json
+
+        # house-move: kernels.compile_check -> kernels.machine_code.compile_check
+        from kernels.compile_check import STATIC_DIR
+
+        STATIC_DIR.mkdir(parents=True, exist_ok=True)
         for t in args.target or ["sm90", "sm80"]:
-            for r in machine_code_report(t):
+            rows = machine_code_report(t)
+            for r in rows:
                 c, hl = r["case"], r.get("hot_loop") or {}
                 print(f"{t} BM={c['block_m']} tile={c['tile']} regs={c['registers']} "
                       f"kv_bytes/iter={r.get('kv_bytes_per_iteration')} hot loop: "
                       f"{hl}", flush=True)
+            path = STATIC_DIR / f"decode-{t}.json"
+            path.write_text(json.dumps(
+                {"target": t, "triton": triton.__version__,
+                 "date": time.strftime("%Y-%m-%d"),
+                 "command": f"python -m kernels.decode.compile_check --report "
+                            f"--target {t}",
+                 "note": "instruction counts of the compiled machine code, not time",
+                 "kernels": rows}, indent=1) + "\n")
+            print(f"# written to {path}", flush=True)
         return 0
     cases = plan(args.quick, tuple(args.target or TARGETS))
     print(f"# triton {triton.__version__}, {len(cases)} compilations", flush=True)
