@@ -184,7 +184,7 @@ def prepare(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=True,
     paged = block_table is not None
     page = k_cache.shape[1] if paged else 0
     cap = None if runtime.INTERPRET else torch.cuda.get_device_capability(q.device)
-    bm = K.block_m(group, n_q)
+    bm = K.block_m(group, n_q, K.max_block_m(cap, d, q.dtype))
     bn = K.block_n(cap, d, bm, q.dtype, page if paged else None)
     _, warps, stages = K.tiles(cap, d, bm, q.dtype)
     m_blocks = triton.cdiv(group * n_q, bm)
@@ -200,8 +200,8 @@ def prepare(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=True,
     common = dict(PAGED=paged, PAGE_SIZE=page, IS_CAUSAL=causal,
                   UPCAST=_upcast(q.dtype, q.device),
                   DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-                  BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, num_warps=warps,
-                  num_stages=stages)
+                  BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, EVEN_D=d == bd,
+                  num_warps=warps, num_stages=stages)
     grid = (h_kv * m_blocks, splits, B)
 
     def launch():

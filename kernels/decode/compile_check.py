@@ -110,11 +110,12 @@ def _split_values(case: Case, cap) -> tuple[dict, int, int]:
     kv = (rows * H_KV * d, H_KV * d, d, 1)
     vals = {"Q": t, "K": t, "V": t, "BT": i32, "SEQLENS": i32, "Out": f32, "LSE": f32,
             "sm_scale": 0.125, "N_Q": n_q, "GROUP": group, "HEAD_DIM": d,
-            "N_SPLITS": 4, "M_BLOCKS": 1, "PAGED": page is not None,
+            "N_SPLITS": 4, "M_BLOCKS": max(1, group * n_q // bm),
+            "PAGED": page is not None,
             "PAGE_SIZE": page or 0, "IS_CAUSAL": case.causal, "SPLIT": True,
             "UPCAST": dt == torch.bfloat16 and cap < (8, 0),
             "DOT_PRECISION": "tf32", "BLOCK_M": bm, "BLOCK_N": bn,
-            "BLOCK_D": K.block_d(d), "stride_btb": 512}
+            "BLOCK_D": K.block_d(d), "EVEN_D": d == K.block_d(d), "stride_btb": 512}
     for pfx, st in (("q", (n_q * h_q * d, h_q * d, d, 1)), ("k", kv), ("v", kv)):
         names = ("b", "t", "h", "d") if pfx == "q" else ("p", "n", "h", "d")
         vals.update({f"stride_{pfx}{n}": s for n, s in zip(names, st)})
@@ -163,17 +164,18 @@ def compile_case(case: Case):
     return compiled
 
 
-def plan(quick: bool, targets=TARGETS) -> list[Case]:
+def plan(quick: bool, targets=TARGETS, dims=None) -> list[Case]:
     """The cases: ``quick`` = d 64 and 128, fp16 and bf16, BLOCK_M 16 and 64, the
     table's tile (paged256) and 16-token pages, causal, plus the merge."""
-    dims = (64, 128) if quick else HEAD_DIMS
+    dims = dims or ((64, 128) if quick else HEAD_DIMS)
     layouts = ("paged256", "paged16") if quick else LAYOUTS
     cases = []
     for t in targets:
         for d in dims:
             for dt in DTYPES:
-                cases += [Case("split", t, d, dt, bm, lay) for bm in BLOCK_MS
-                          for lay in layouts]
+                most = K.max_block_m(K.ARCHS[t][0], d, DTYPES[dt])
+                cases += [Case("split", t, d, dt, min(bm, most), lay)
+                          for bm in BLOCK_MS for lay in layouts]
                 cases.append(Case("merge", t, d, dt, 0, "-"))
     return cases
 
@@ -203,6 +205,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--target", action="append", choices=TARGETS)
+    ap.add_argument("--head-dim", action="append", type=int, choices=HEAD_DIMS)
     ap.add_argument("--report", action="store_true")
     args = ap.parse_args(argv)
     if runtime.INTERPRET:
@@ -232,7 +235,7 @@ def main(argv=None) -> int:
                  "kernels": rows}, indent=1) + "\n")
             print(f"# written to {path}", flush=True)
         return 0
-    cases = plan(args.quick, tuple(args.target or TARGETS))
+    cases = plan(args.quick, tuple(args.target or TARGETS), args.head_dim)
     print(f"# triton {triton.__version__}, {len(cases)} compilations", flush=True)
     print(HEADER, flush=True)
     for c in cases:

@@ -18,18 +18,16 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import runtime
-
 # house-move: kernels.flash -> kernels.flash.blocks (the shared jit blocks) and
 # kernels.flash.tiles (ARCHS, arch_class, block_d)
 from ..flash import ARCHS, _finish_rows, _masked_row_max, arch_class, block_d
 
+__all__ = ["ARCHS", "MAX_BLOCK_M", "block_d", "block_m", "block_n", "max_block_m",
+           "tiles"]
+
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 _LN2: tl.constexpr = tl.constexpr(LN2)
-
-__all__ = ["ARCHS", "block_d", "tiles", "block_m", "block_n", "MAX_BLOCK_M",
-           "INTERPRET_TILES"]
 
 #: At most this many query rows (GQA group x new tokens) per program: more rows are
 #: split over programs that read the same K/V tiles (L2 serves the repeats).
@@ -50,16 +48,31 @@ _TABLE: dict[str, dict[int, tuple[int, int, int]]] = {
 }
 #: CUDA-core (FMA) dots: every dtype on sm_75 (Triton >= 3.2 has no tensor-core path
 #: there) and float32 inputs everywhere. FMA dots hold operand rows in registers.
+# (At BLOCK_D = 128, 4 warps spill on sm_75; at BLOCK_D = 256 a 64-row block needs
+# more than sm_75's 64 KB of shared memory and spills: such blocks are 32 rows.)
 _FMA_TABLE: dict[int, tuple[int, int, int]] = {
-    16: (32, 4, 2), 32: (32, 4, 2), 64: (32, 4, 2), 128: (16, 4, 2), 256: (16, 8, 1)}
+    16: (32, 4, 2), 32: (32, 4, 2), 64: (32, 4, 2), 128: (16, 8, 2), 256: (16, 8, 1)}
 #: Under the Triton interpreter: one small tile (the interpreter's cost is per op).
 INTERPRET_TILES = (16, 4, 1)
 
 
-def block_m(group: int, n_q: int) -> int:
+def _fma(capability, dtype) -> bool:
+    return arch_class(capability) == "sm75" or dtype == torch.float32
+
+
+def max_block_m(capability: tuple[int, int] | None, head_dim: int,
+                dtype: torch.dtype = torch.float16) -> int:
+    """The most query rows a program holds: ``MAX_BLOCK_M``, or 32 for CUDA-core dots
+    at BLOCK_D = 256."""
+    if capability is not None and _fma(capability, dtype) and block_d(head_dim) >= 256:
+        return 32
+    return MAX_BLOCK_M
+
+
+def block_m(group: int, n_q: int, most: int = MAX_BLOCK_M) -> int:
     """Query rows per program: the group's G x N_q rows padded to a power of two, at
-    least 16 (the smallest tl.dot tile), at most ``MAX_BLOCK_M``."""
-    return min(max(16, triton.next_power_of_2(group * n_q)), MAX_BLOCK_M)
+    least 16 (the smallest tl.dot tile), at most ``most``."""
+    return min(max(16, triton.next_power_of_2(group * n_q)), most)
 
 
 def tiles(capability: tuple[int, int] | None, head_dim: int, bm: int,
@@ -69,11 +82,10 @@ def tiles(capability: tuple[int, int] | None, head_dim: int, bm: int,
     if capability is None:
         return INTERPRET_TILES
     bd = block_d(head_dim)
-    arch = arch_class(capability)
-    if arch == "sm75" or dtype == torch.float32:
+    if _fma(capability, dtype):
         bn, w, s = _FMA_TABLE[bd]
     else:
-        bn, w, s = _TABLE[arch][bd]
+        bn, w, s = _TABLE[arch_class(capability)][bd]
     if bm >= 64:
         w = 8
     return bn, w, s
@@ -119,7 +131,7 @@ def _decode_tiles(acc, l_i, m_i, q, k_base, v_base, bt_row, lo, hi, seqlen, n_q,
                   row_t, qk_scale, offs_n0, offs_d, stride_kp, stride_kn, stride_kd,
                   stride_vd, HEAD_DIM,
                   PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_D: tl.constexpr, MASKED: tl.constexpr,
+                  BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr, MASKED: tl.constexpr,
                   IS_CAUSAL: tl.constexpr, UPCAST: tl.constexpr,
                   DOT_PRECISION: tl.constexpr):
     """Stream the key tiles [lo, hi) past the resident query tile (online softmax).
@@ -144,7 +156,7 @@ def _decode_tiles(acc, l_i, m_i, q, k_base, v_base, bt_row, lo, hi, seqlen, n_q,
             kv_mask = (offs_n[:, None] < seqlen) & d_ok
             k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
             v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
-        elif HEAD_DIM == BLOCK_D:
+        elif EVEN_D:
             k = tl.load(k_ptrs)
             v = tl.load(v_ptrs)
         else:
@@ -192,7 +204,8 @@ def _decode_split(Q, K, V, BT, SEQLENS, Out, LSE, sm_scale,
                   PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr,
                   IS_CAUSAL: tl.constexpr, SPLIT: tl.constexpr,
                   UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                  EVEN_D: tl.constexpr):
     """One split of one sequence's keys for one KV head's query rows.
 
     SPLIT=True: Out is the fp32 partial output (B, H_q, N_q, N_SPLITS, d), normalised
@@ -248,12 +261,12 @@ def _decode_split(Q, K, V, BT, SEQLENS, Out, LSE, sm_scale,
     acc, l_i, m_i = _decode_tiles(
         acc, l_i, m_i, q, k_base, v_base, bt_row, lo, mid, seqlen, N_Q, row_t,
         qk_scale, offs_n0, offs_d, stride_kp, stride_kn, stride_kd, stride_vd,
-        HEAD_DIM, PAGED, PAGE_SIZE, BLOCK_N, BLOCK_D, False, IS_CAUSAL, UPCAST,
+        HEAD_DIM, PAGED, PAGE_SIZE, BLOCK_N, BLOCK_D, EVEN_D, False, IS_CAUSAL, UPCAST,
         DOT_PRECISION)
     acc, l_i, m_i = _decode_tiles(
         acc, l_i, m_i, q, k_base, v_base, bt_row, mid, hi, seqlen, N_Q, row_t,
         qk_scale, offs_n0, offs_d, stride_kp, stride_kn, stride_kd, stride_vd,
-        HEAD_DIM, PAGED, PAGE_SIZE, BLOCK_N, BLOCK_D, True, IS_CAUSAL, UPCAST,
+        HEAD_DIM, PAGED, PAGE_SIZE, BLOCK_N, BLOCK_D, EVEN_D, True, IS_CAUSAL, UPCAST,
         DOT_PRECISION)
     acc, lse2 = _finish_rows(acc, l_i, m_i)
 
@@ -311,6 +324,3 @@ def _decode_merge(OP, LSEP, Out, LSE, N_Q, H_Q, N_SPLITS, HEAD_DIM,
     tl.store(LSE + b.to(tl.int64) * stride_lb + h.to(tl.int64) * stride_lh
              + t.to(tl.int64) * stride_lt, lse * _LN2)
 
-
-def interpret() -> bool:
-    return runtime.INTERPRET
