@@ -18,7 +18,8 @@ Algorithm
     Kernel 1 (``kernel._decode_split``), grid (H_kv x row blocks, num_splits, B): a
     program holds every query row that reads one KV head, the G = H_q / H_kv heads of
     the group times the N_q tokens, as one tile of BLOCK_M = next power of two of
-    G N_q (16 ... 64 rows; more rows take more programs), so each K/V tile crosses
+    G N_q (16 ... 64 rows, 32 for CUDA-core dots at d > 128; more rows take more
+    programs that read the same tiles, from L2), so each K/V tile crosses
     HBM once per group, not once per head (GQA packing). It streams its split of the
     sequence's keys in BLOCK_N tiles, each found through the block table (one entry
     per tile when BLOCK_N divides the page size, else one per key), with the online

@@ -105,14 +105,16 @@ def block_n(capability, head_dim: int, bm: int, dtype, page_size: int | None) ->
 def _kv_offsets(bt_row, start_n, offs_n, seqlen, stride_kp, stride_kn,
                 PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
                 MASKED: tl.constexpr):
-    """Element offsets (BLOCK_N,) of the key rows ``start_n + offs_n`` of one sequence
-    in the cache: through the block table when PAGED (one entry per tile when a tile
-    lies within a page, else one per key), else rows of the sequence's own slab."""
+    """Where the key rows ``start_n + offs_n`` of one sequence lie in the cache: a
+    scalar int64 element offset and per-row offsets (BLOCK_N,). Through the block table
+    when PAGED (one entry per tile when a tile lies within a page: the per-row offsets
+    then stay 32-bit; else one entry per key), else rows of the sequence's own slab.
+    """
     if PAGED:
         if PAGE_SIZE % BLOCK_N == 0:  # the tile lies in one page
             page = tl.load(bt_row + start_n // PAGE_SIZE).to(tl.int64)
-            rows = (start_n % PAGE_SIZE) + offs_n
-            return page * stride_kp + rows.to(tl.int64) * stride_kn
+            base = page * stride_kp + (start_n % PAGE_SIZE).to(tl.int64) * stride_kn
+            return base, offs_n * stride_kn
         else:
             keys = start_n + offs_n
             if MASKED:
@@ -120,10 +122,10 @@ def _kv_offsets(bt_row, start_n, offs_n, seqlen, stride_kp, stride_kn,
                                 other=0)
             else:
                 pages = tl.load(bt_row + keys // PAGE_SIZE)
-            return (pages.to(tl.int64) * stride_kp
-                    + (keys % PAGE_SIZE).to(tl.int64) * stride_kn)
+            return 0, (pages.to(tl.int64) * stride_kp
+                       + (keys % PAGE_SIZE).to(tl.int64) * stride_kn)
     else:
-        return (start_n + offs_n).to(tl.int64) * stride_kn
+        return start_n.to(tl.int64) * stride_kn, offs_n * stride_kn
 
 
 @triton.jit
@@ -148,10 +150,10 @@ def _decode_tiles(acc, l_i, m_i, q, k_base, v_base, bt_row, lo, hi, seqlen, n_q,
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         offs_n = start_n + offs_n0
-        rows = _kv_offsets(bt_row, start_n, offs_n0, seqlen, stride_kp, stride_kn,
-                           PAGED, PAGE_SIZE, BLOCK_N, MASKED)
-        k_ptrs = k_base + rows[:, None] + offs_d[None, :] * stride_kd
-        v_ptrs = v_base + rows[:, None] + offs_d[None, :] * stride_vd
+        base, rows = _kv_offsets(bt_row, start_n, offs_n0, seqlen, stride_kp,
+                                 stride_kn, PAGED, PAGE_SIZE, BLOCK_N, MASKED)
+        k_ptrs = (k_base + base) + rows[:, None] + offs_d[None, :] * stride_kd
+        v_ptrs = (v_base + base) + rows[:, None] + offs_d[None, :] * stride_vd
         if MASKED:
             kv_mask = (offs_n[:, None] < seqlen) & d_ok
             k = tl.load(k_ptrs, mask=kv_mask, other=0.0)

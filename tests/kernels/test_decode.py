@@ -278,8 +278,6 @@ def test_every_bad_argument_is_named():
     for change, exc, match in cases:
         with pytest.raises(exc, match=match):
             attention_with_kvcache(**{**base, **change})
-    if DEVICE.type == "cpu" and runtime.HAS_CUDA:  # pragma: no cover
-        return
     meta = torch.empty(2, 2, 4, 16, dtype=base["q"].dtype, device="meta")
     with pytest.raises(ValueError, match="one device"):
         attention_with_kvcache(**{**base, "q": meta})
