@@ -1,7 +1,7 @@
 """Compile the decode kernels' shipped tiles for sm_75, sm_80, sm_89 and sm_90 on a CPU.
 
     python -m kernels.decode.compile_check            # the full matrix below
-    python -m kernels.decode.compile_check --quick    # d = 64, 128; fp16, bf16; causal
+    python -m kernels.decode.compile_check --quick    # d = 64, 128; fp16, bf16
     python -m kernels.decode.compile_check --report   # hot-loop SASS, sm90 + sm80
 
 Each case is ``triton.compile`` of ``_decode_split`` (or ``_decode_merge``) for
@@ -166,9 +166,11 @@ def compile_case(case: Case):
 
 def plan(quick: bool, targets=TARGETS, dims=None) -> list[Case]:
     """The cases: ``quick`` = d 64 and 128, fp16 and bf16, BLOCK_M 16 and 64, the
-    table's tile (paged256) and 16-token pages, causal, plus the merge."""
+    table's tile (paged256) and the contiguous cache, causal, plus the merge."""
     dims = dims or ((64, 128) if quick else HEAD_DIMS)
-    layouts = ("paged256", "paged16") if quick else LAYOUTS
+    # the heaviest layouts of the full matrix (the contiguous cache's per-row offsets
+    # and the table's key tile; 16-token pages use a 16-key tile, lighter)
+    layouts = ("paged256", "contiguous") if quick else LAYOUTS
     cases = []
     for t in targets:
         for d in dims:

@@ -4,9 +4,10 @@ sm_75/80/89/90 without register spills and within shared memory.
 Each test compiles, in a subprocess with TRITON_INTERPRET unset (ahead of time, no GPU),
 ``python -m kernels.decode.compile_check --quick --target <t>``: the split kernel at
 d = 64 and 128, fp16 and bf16, query-row blocks of 16 and 64, the table's key tile
-(256-token pages) and 16-token pages, causal, and the merge kernel: 20 compilations,
-about 30 s per target on one free core (slow: one target per test, so pytest-xdist
-spreads them). ``python -m kernels.decode.compile_check`` runs the full matrix (head
+(256-token pages) and the contiguous cache (the heaviest layouts of the full matrix),
+causal, and the merge kernel: 20 compilations, 20-60 s per target with an empty Triton
+cache on a busy 2-core machine (slow: one target per test, so pytest-xdist spreads
+them). ``python -m kernels.decode.compile_check`` runs the full matrix (head
 dims 64/80/128/256, four cache layouts; 288 compilations).
 """
 
