@@ -64,13 +64,15 @@ Head dims
 Devices and tiles
     CUDA sm_75/80/86/89/90 (``kernel.tiles``: BLOCK_N, warps, stages per architecture
     class and padded head dim; CUDA-core dots on sm_75 and for fp32), checked ahead of
-    time by ``kernels.decode.compile`` (no spills on sm_75/80/89/90). On a CPU the
+    time by ``kernels.decode.compile_check`` (no spills on sm_75/80/89/90). On a CPU the
     kernels run under the Triton interpreter with 16-key tiles.
 Known limits
     No appending of new keys into the cache, no rotary embedding, no sliding window,
     ALiBi or softcap, no fp8 cache, no backward. ``attention_with_kvcache`` validates
     on the host (one synchronisation per call); ``api.prepare`` validates once and
-    returns a launcher that only launches.
+    returns a launcher that only launches. No GPU run is recorded yet: the tiles are
+    chosen to fit (compile check) and to keep K/V bytes in flight, not tuned on
+    hardware; the fp32 (CUDA-core) tiles are checked under the interpreter only.
 """
 
 from __future__ import annotations

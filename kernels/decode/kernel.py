@@ -35,7 +35,7 @@ MAX_BLOCK_M = 64
 
 #: (BLOCK_N, num_warps, num_stages) per architecture class and padded head dim, for
 #: fp16/bf16 tiles of BLOCK_M <= 32 query rows; BLOCK_M = 64 uses 8 warps. Every entry
-#: is compiled for its target by ``kernels.decode.compile.check`` (no spills). Decode
+#: is compiled for its target by ``kernels.decode.compile_check`` (no spills). Decode
 #: is bound by HBM bandwidth: the tiles aim at keeping enough K/V bytes in flight per
 #: SM (BLOCK_N x BLOCK_D x 2 tensors x (num_stages - 1)), within shared memory.
 _TABLE: dict[str, dict[int, tuple[int, int, int]]] = {
