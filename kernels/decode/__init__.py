@@ -72,7 +72,7 @@ Known limits
     on the host (one synchronisation per call); ``api.prepare`` validates once and
     returns a launcher that only launches. No GPU run is recorded yet: the tiles are
     chosen to fit (compile check) and to keep K/V bytes in flight, not tuned on
-    hardware; the fp32 (CUDA-core) tiles are checked under the interpreter only.
+    hardware.
 """
 
 from __future__ import annotations

@@ -10,13 +10,14 @@ that target, head dim, dtype and query-row block, specialised as a launch is (th
 helpers of ``kernels.compile_check``: ``native_specialize_impl`` on representative
 arguments, ``ptxas -v`` with Triton's flags). Reported: registers per thread, spill
 bytes, shared memory against the target's limit. The full matrix: head dims 64, 80
-(padded to 128), 128, 256; fp16, bf16; BLOCK_M 16 (MHA/GQA at N_q = 1) and 64 (G x
-N_q >= 64); cache layouts ``paged16`` (16-token pages: BLOCK_N = 16), ``paged256``
-(the table's BLOCK_N, one block-table entry per tile), ``paged48`` (a page size that
-is not a power of two: one entry per key) and ``contiguous``; causal; the split
-(partial) store. Exits 1 on a spill, a shared-memory overflow or a compile failure.
-Runs with ``TRITON_INTERPRET=0`` (re-executes itself when kernels was imported
-under the interpreter).
+(padded to 128), 128, 256; fp16, bf16, fp32 (CUDA-core dots); BLOCK_M 16 (MHA/GQA
+at N_q = 1) and 64 (G x N_q >= 64; 32 for CUDA-core dots at d = 256); cache layouts
+``paged16`` (16-token pages: BLOCK_N = 16), ``paged256`` (the table's BLOCK_N, one
+block-table entry per tile), ``paged48`` (a page size that is not a power of two: one
+entry per key) and ``contiguous``; causal; the split (partial) store. Exits 1 on a
+spill, a shared-memory overflow or a compile failure. Runs with
+``TRITON_INTERPRET=0`` (re-executes itself when kernels was imported under the
+interpreter).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from kernels.decode import kernel as K  # noqa: E402
 
 TARGETS = ("sm75", "sm80", "sm89", "sm90")
 HEAD_DIMS = (64, 80, 128, 256)
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 LAYOUTS = ("paged16", "paged256", "paged48", "contiguous")
 BLOCK_MS = (16, 64)
 #: A launch the cases stand for: 8 KV heads, B = 8; N_q x group = BLOCK_M rows.
@@ -114,7 +115,8 @@ def _split_values(case: Case, cap) -> tuple[dict, int, int]:
             "PAGED": page is not None,
             "PAGE_SIZE": page or 0, "IS_CAUSAL": case.causal, "SPLIT": True,
             "UPCAST": dt == torch.bfloat16 and cap < (8, 0),
-            "DOT_PRECISION": "tf32", "BLOCK_M": bm, "BLOCK_N": bn,
+            "DOT_PRECISION": "ieee" if dt == torch.float32 else "tf32",
+            "BLOCK_M": bm, "BLOCK_N": bn,
             "BLOCK_D": K.block_d(d), "EVEN_D": d == K.block_d(d), "stride_btb": 512}
     for pfx, st in (("q", (n_q * h_q * d, h_q * d, d, 1)), ("k", kv), ("v", kv)):
         names = ("b", "t", "h", "d") if pfx == "q" else ("p", "n", "h", "d")
@@ -164,17 +166,18 @@ def compile_case(case: Case):
     return compiled
 
 
-def plan(quick: bool, targets=TARGETS, dims=None) -> list[Case]:
+def plan(quick: bool, targets=TARGETS, dims=None, dtypes=None) -> list[Case]:
     """The cases: ``quick`` = d 64 and 128, fp16 and bf16, BLOCK_M 16 and 64, the
     table's tile (paged256) and the contiguous cache, causal, plus the merge."""
     dims = dims or ((64, 128) if quick else HEAD_DIMS)
     # the heaviest layouts of the full matrix (the contiguous cache's per-row offsets
     # and the table's key tile; 16-token pages use a 16-key tile, lighter)
     layouts = ("paged256", "contiguous") if quick else LAYOUTS
+    dtypes = dtypes or (("fp16", "bf16") if quick else tuple(DTYPES))
     cases = []
     for t in targets:
         for d in dims:
-            for dt in DTYPES:
+            for dt in dtypes:
                 most = K.max_block_m(K.ARCHS[t][0], d, DTYPES[dt])
                 cases += [Case("split", t, d, dt, min(bm, most), lay)
                           for bm in BLOCK_MS for lay in layouts]
@@ -208,6 +211,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--target", action="append", choices=TARGETS)
     ap.add_argument("--head-dim", action="append", type=int, choices=HEAD_DIMS)
+    ap.add_argument("--dtype", action="append", choices=list(DTYPES))
     ap.add_argument("--report", action="store_true")
     args = ap.parse_args(argv)
     if runtime.INTERPRET:
@@ -237,7 +241,8 @@ def main(argv=None) -> int:
                  "kernels": rows}, indent=1) + "\n")
             print(f"# written to {path}", flush=True)
         return 0
-    cases = plan(args.quick, tuple(args.target or TARGETS), args.head_dim)
+    cases = plan(args.quick, tuple(args.target or TARGETS), args.head_dim,
+                 args.dtype)
     print(f"# triton {triton.__version__}, {len(cases)} compilations", flush=True)
     print(HEADER, flush=True)
     for c in cases:

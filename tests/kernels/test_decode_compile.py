@@ -8,7 +8,7 @@ d = 64 and 128, fp16 and bf16, query-row blocks of 16 and 64, the table's key ti
 causal, and the merge kernel: 20 compilations, 20-60 s per target with an empty Triton
 cache on a busy 2-core machine (slow: one target per test, so pytest-xdist spreads
 them). ``python -m kernels.decode.compile_check`` runs the full matrix (head
-dims 64/80/128/256, four cache layouts; 288 compilations).
+dims 64/80/128/256, fp16/bf16/fp32, four cache layouts; 432 compilations).
 """
 
 import os
