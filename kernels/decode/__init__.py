@@ -56,11 +56,13 @@ NaN and inf
     NaN, never the empty-row answer.
 Dtypes
     float16, bfloat16, float32 (q and caches alike); fp32 accumulation and partials;
-    out in q's dtype. Under the interpreter and on sm_75 bf16 tiles are upcast to fp32.
+    out in q's dtype. float32 runs on CUDA cores (IEEE dots) with 16-row blocks and,
+    on a GPU, head dims up to 128 (ValueError above: its tiles spill there). Under
+    the interpreter and on sm_75 bf16 tiles are upcast to fp32.
     No fp8 cache.
 Head dims
-    1 ... 256; the tile is padded to BLOCK_D = next power of two (at least 16) and the
-    tail masked (d = 80 runs at d = 128's cost).
+    1 ... 256 (float32 on a GPU: 1 ... 128); the tile is padded to BLOCK_D = next
+    power of two (at least 16) and the tail masked (d = 80 runs at d = 128's cost).
 Devices and tiles
     CUDA sm_75/80/86/89/90 (``kernel.tiles``: BLOCK_N, warps, stages per architecture
     class and padded head dim; CUDA-core dots on sm_75 and for fp32), checked ahead of

@@ -184,6 +184,9 @@ def prepare(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=True,
     paged = block_table is not None
     page = k_cache.shape[1] if paged else 0
     cap = None if runtime.INTERPRET else torch.cuda.get_device_capability(q.device)
+    if not K.supported(cap, d, q.dtype):
+        raise ValueError(f"float32 q/k_cache/v_cache support head dims up to 128 on a "
+                         f"GPU, got d = {d} (use float16 or bfloat16)")
     bm = K.block_m(group, n_q, K.max_block_m(cap, d, q.dtype))
     bn = K.block_n(cap, d, bm, q.dtype, page if paged else None)
     _, warps, stages = K.tiles(cap, d, bm, q.dtype)

@@ -178,9 +178,11 @@ def plan(quick: bool, targets=TARGETS, dims=None, dtypes=None) -> list[Case]:
     for t in targets:
         for d in dims:
             for dt in dtypes:
+                if not K.supported(K.ARCHS[t][0], d, DTYPES[dt]):
+                    continue
                 most = K.max_block_m(K.ARCHS[t][0], d, DTYPES[dt])
-                cases += [Case("split", t, d, dt, min(bm, most), lay)
-                          for bm in BLOCK_MS for lay in layouts]
+                for bm in sorted({min(bm, most) for bm in BLOCK_MS}):
+                    cases += [Case("split", t, d, dt, bm, lay) for lay in layouts]
                 cases.append(Case("merge", t, d, dt, 0, "-"))
     return cases
 

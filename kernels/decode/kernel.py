@@ -23,7 +23,7 @@ import triton.language as tl
 from ..flash import ARCHS, _finish_rows, _masked_row_max, arch_class, block_d
 
 __all__ = ["ARCHS", "MAX_BLOCK_M", "block_d", "block_m", "block_n", "max_block_m",
-           "tiles"]
+           "supported", "tiles"]
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -62,11 +62,24 @@ def _fma(capability, dtype) -> bool:
 
 def max_block_m(capability: tuple[int, int] | None, head_dim: int,
                 dtype: torch.dtype = torch.float16) -> int:
-    """The most query rows a program holds: ``MAX_BLOCK_M``, or 32 for CUDA-core dots
-    at BLOCK_D = 256."""
-    if capability is not None and _fma(capability, dtype) and block_d(head_dim) >= 256:
+    """The most query rows a program holds: ``MAX_BLOCK_M``; 16 for float32 (its
+    CUDA-core dots spill with more rows); 32 for fp16/bf16 on sm_75 at BLOCK_D = 256.
+    """
+    if capability is None:
+        return MAX_BLOCK_M
+    if dtype == torch.float32:
+        return 16
+    if _fma(capability, dtype) and block_d(head_dim) >= 256:
         return 32
     return MAX_BLOCK_M
+
+
+def supported(capability: tuple[int, int] | None, head_dim: int,
+              dtype: torch.dtype) -> bool:
+    """Whether a compiled tile is shipped: not float32 at head dims above 128 on a GPU
+    (every CUDA-core tile spills registers there on sm_80/89/90)."""
+    return (capability is None or dtype != torch.float32
+            or block_d(head_dim) <= 128)
 
 
 def block_m(group: int, n_q: int, most: int = MAX_BLOCK_M) -> int:

@@ -291,3 +291,20 @@ def test_split_heuristic_fills_the_sms():
     assert choose_splits(8, 1000, 132) == 4  # at least 256 keys per split
     assert choose_splits(1, 10**7, 132) == api.MAX_SPLITS
     assert choose_splits(8, 0, 132) == 1
+
+
+def test_tile_rules():
+    from kernels.decode import kernel as K
+
+    assert K.block_m(1, 1) == 16 and K.block_m(4, 3) == 16 and K.block_m(8, 4) == 32
+    assert K.block_m(8, 16) == K.MAX_BLOCK_M == 64
+    assert K.max_block_m((9, 0), 128, torch.float16) == 64
+    assert K.max_block_m((9, 0), 128, torch.float32) == 16
+    assert K.max_block_m((7, 5), 256, torch.bfloat16) == 32
+    assert not K.supported((9, 0), 256, torch.float32)
+    assert K.supported((9, 0), 256, torch.bfloat16) and K.supported(None, 256,
+                                                                    torch.float32)
+    # a key tile never straddles two pages of a power-of-two size >= 16
+    assert K.block_n((9, 0), 128, 16, torch.float16, 16) == 16
+    assert K.block_n((9, 0), 128, 16, torch.float16, 256) == 64
+    assert K.block_n((9, 0), 128, 16, torch.float16, 48) == 64  # one entry per key
