@@ -308,3 +308,33 @@ def test_tile_rules():
     assert K.block_n((9, 0), 128, 16, torch.float16, 16) == 16
     assert K.block_n((9, 0), 128, 16, torch.float16, 256) == 64
     assert K.block_n((9, 0), 128, 16, torch.float16, 48) == 64  # one entry per key
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_matches_the_numpy_twin(causal):
+    """kernels.decode against attention.decode.attention_with_kvcache (the chapter's
+    NumPy version, float64) on one paged GQA case with N_q = 3 and an empty slot."""
+    import numpy as np
+
+    from attention import decode as npd
+
+    g = torch.Generator().manual_seed(7)
+    B, n_q, h_q, h_kv, d, page, n_pages = 3, 3, 4, 2, 32, 16, 10
+    lens = torch.tensor([37, 0, 20], dtype=torch.int32)
+    q = torch.randn(B, n_q, h_q, d, generator=g)  # (B, N_q, H_q, d)
+    k, v = (torch.randn(n_pages, page, h_kv, d, generator=g) for _ in range(2))
+    table = torch.randperm(n_pages, generator=g)[:9].reshape(3, 3).to(torch.int32)
+    want, want_lse = npd.attention_with_kvcache(
+        q.double().numpy(), k.double().numpy(), v.double().numpy(), lens.numpy(),
+        table.numpy(), causal=causal, return_lse=True)
+    dev = runtime.DEVICE
+    got, got_lse = attention_with_kvcache(q.to(dev), k.to(dev), v.to(dev),
+                                          lens.to(dev), block_table=table.to(dev),
+                                          causal=causal, return_lse=True)
+    # float32 inputs: a few ulp of fp32 per accumulated term, at most 37 keys
+    np.testing.assert_allclose(got.cpu().double().numpy(), want, atol=2e-5, rtol=0)
+    np.testing.assert_array_equal(np.isneginf(got_lse.cpu().numpy()),
+                                  np.isneginf(want_lse))
+    fin = np.isfinite(want_lse)
+    np.testing.assert_allclose(got_lse.cpu().double().numpy()[fin], want_lse[fin],
+                               atol=2e-5, rtol=0)
