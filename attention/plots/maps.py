@@ -133,6 +133,17 @@ def gumbel_softmax_figure(scores: np.ndarray, noise: np.ndarray, tau: float = 1.
     Gumbel-max sample argmax(s + g) that y tends to as tau -> 0. Returns the figure.
     """
     s, g = np.asarray(scores, dtype=float), np.asarray(noise, dtype=float)
+    if s.ndim != 2 or s.size == 0:
+        raise ValueError(f"scores must be a non-empty (N_q, N_k) matrix, got shape "
+                         f"{s.shape}")
+    if g.shape != s.shape:
+        raise ValueError(f"noise must have the scores' shape {s.shape}, got {g.shape}")
+    if (isinstance(tau, bool) or not isinstance(tau, (int, float, np.floating))
+            or not np.isfinite(tau) or tau <= 0):
+        raise ValueError(f"tau must be a finite number > 0, got {tau!r}")
+    if isinstance(row, bool) or not isinstance(row, (int, np.integer)) \
+            or not 0 <= row < s.shape[0]:
+        raise ValueError(f"row must be an int in 0..{s.shape[0] - 1}, got {row!r}")
     z = (s + g) / tau
     y = np.exp(z - z.max(-1, keepdims=True))
     y /= y.sum(-1, keepdims=True)  # (N_q, N_k)
