@@ -224,6 +224,7 @@ def naive_hard_attention(q, k, v, causal=False, sm_scale=None):
     gets torch.argmax's answer for an all -inf row (index 0), where the kernel returns
     -1 and o = 0.
     """
+    _check(q, k, v)
     s = naive_scores(q, k, causal, sm_scale)  # (B, H, N_q, N_k)
     idx = s.argmax(-1)  # (B, H, N_q)
     v = repeat_kv(v, q.shape[1] // k.shape[1])  # (B, H, N_k, d)
@@ -238,6 +239,7 @@ def naive_topk_attention(q, k, v, topk, causal=False, sm_scale=None):
     than ``topk`` visible keys) weigh 0 and are not read; a row with no visible key
     gives 0, a row with a NaN score gives NaN.
     """
+    _check(q, k, v)
     if isinstance(topk, bool) or not isinstance(topk, int):
         raise TypeError(f"topk must be an int, got {type(topk).__name__}")
     if topk < 1:

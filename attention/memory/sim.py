@@ -57,11 +57,6 @@ class Traffic:
     events: int | None = None  # loads, stores and compute marks (len(trace) when kept)
 
     def __post_init__(self):
-        for name in ("reads", "writes"):
-            _check_elems(name, getattr(self, name))
-        for name in ("sram_peak", "steps", "events"):
-            if getattr(self, name) is not None:
-                _check_elems(name, getattr(self, name))
         if not isinstance(self.per_tensor, dict):
             raise TypeError("per_tensor must be a dict name -> (reads, writes), got "
                             f"{type(self.per_tensor).__name__}")
@@ -71,6 +66,11 @@ class Traffic:
                                  f"pair, got {rw!r}")
             _check_elems(f"per_tensor[{tensor!r}] reads", rw[0])
             _check_elems(f"per_tensor[{tensor!r}] writes", rw[1])
+        for name in ("reads", "writes"):
+            _check_elems(name, getattr(self, name))
+        for name in ("sram_peak", "steps", "events"):
+            if getattr(self, name) is not None:
+                _check_elems(name, getattr(self, name))
 
     @property
     def total(self) -> int:
