@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from attention import deformable as adf
 from attention import hard as ahard
-from attention import memory
+from attention import memory, plots
 from attention.explorers import live, static
 from attention.plots import maps
 from kernels import naive, runtime
@@ -208,6 +208,15 @@ BAD = [
     (lambda: adf.msda_sampling(np.zeros((1, 2, 8)), np.zeros((1, 2, 2)),
                                adf.init_msda_params(8, 2, 3, 2, RNG), [[4, 4]] * 2,
                                2, 2), "levels"),
+    (lambda: plots.traffic_bars({}), "per_tensor"),
+    (lambda: plots.traffic_by_algorithm({}), "results"),
+    (lambda: plots.naive_traffic_vs_length([]), "ns"),
+    (lambda: plots.roofline_bars({}), "estimates"),
+    (lambda: plots.memory_hierarchy_plot([]), "levels"),
+    (lambda: plots.attention_heatmap(np.zeros((0, 3))), "weights"),
+    (lambda: plots.mask_heatmap(np.ones(3, bool)), "mask"),
+    (lambda: plots.human_bytes(-1), "n"),
+    (lambda: plots.power_law_fit([1, 2, 3], [1, 2]), "x and y"),
     (lambda: static.tile_size_explorer(N=1000), "N"),
     (lambda: static.tile_size_explorer(dtype="int4"), "dtype"),
     (lambda: static.topk_traffic_explorer(k=7), "k"),

@@ -27,10 +27,11 @@ def attention_heatmap(
     cells are drawn grey and hatched, as ``mask_heatmap`` draws them, so a masked zero
     never looks like a small weight; a legend entry says "masked".
     """
-    ax = _ax(ax)
     w = np.asarray(weights)
-    if w.ndim != 2:
-        raise ValueError(f"weights must be 2-D (N_q, N_k), got shape {w.shape}")
+    if w.ndim != 2 or w.size == 0:
+        raise ValueError(f"weights must be a non-empty 2-D (N_q, N_k) matrix, got "
+                         f"shape {w.shape}")
+    ax = _ax(ax)
     im = ax.imshow(w, cmap=ATTENTION_CMAP, vmin=0.0,
                    vmax=vmax or max(float(w.max()), 1e-12),
                    aspect="auto", interpolation="nearest")
@@ -90,6 +91,9 @@ def mask_heatmap(mask: np.ndarray, ax=None, title: str | None = None, q_labels=N
     ``diagonal=True`` draws the line j = i + N_k - N_q through the last key each query
     sees under the bottom-right aligned causal mask (the main diagonal when N_q == N_k).
     """
+    if np.ndim(mask) != 2 or np.size(mask) == 0:
+        raise ValueError(f"mask must be a non-empty (N_q, N_k) matrix, got shape "
+                         f"{np.shape(mask)}")
     ax = _ax(ax)
     m = np.asarray(mask)
     if m.ndim != 2 or m.dtype != bool:

@@ -115,8 +115,16 @@ def _ax(ax):
     return ax
 
 
+def _nonempty(name: str, x) -> None:
+    """A figure needs something to draw: ValueError naming the empty argument."""
+    if x is None or len(x) == 0:
+        raise ValueError(f"{name} must not be empty (nothing to draw), got {x!r}")
+
+
 def human_bytes(n: float) -> str:
-    """1536 -> '1.5 KiB'."""
+    """1536 -> '1.5 KiB' (n >= 0: a byte count)."""
+    if not n >= 0:
+        raise ValueError(f"n must be a byte count >= 0, got {n!r}")
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
             return f"{n:.3g} {unit}" if unit != "B" else f"{int(n)} B"
