@@ -130,9 +130,17 @@ def _sig3(x: float) -> str:
     return format(q.normalize(), "f")
 
 
+def _nonempty(name: str, x) -> None:
+    """A figure needs something to draw: ValueError naming the empty argument."""
+    if x is None or len(x) == 0:
+        raise ValueError(f"{name} must not be empty (nothing to draw), got {x!r}")
+
+
 def human_bytes(n: float) -> str:
-    """1536 -> '1.5 KiB' (binary units, three significant digits: ``_sig3``, the same
-    rule as ``human`` in _static/explorers.js)."""
+    """1536 -> '1.5 KiB' (n >= 0, a byte count; binary units, three significant
+    digits: ``_sig3``, the same rule as ``human`` in _static/explorers.js)."""
+    if not n >= 0:
+        raise ValueError(f"n must be a byte count >= 0, got {n!r}")
     for div, unit in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
         if abs(n) >= div:
             return f"{_sig3(n / div)} {unit}"
