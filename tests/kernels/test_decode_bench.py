@@ -7,8 +7,10 @@ import json
 import pytest
 import torch
 
-from kernels import bench, runtime
+from kernels import runtime
+from kernels.timing import bench, results
 from kernels.timing import decode as dbench
+from kernels.timing.records import MIN_REPS, Record
 
 
 def test_time_decode_times_every_impl_and_they_agree():
@@ -46,7 +48,7 @@ def test_cases_past_the_memory_budget_are_recorded_with_their_reason():
 
 def test_summary_and_percent_of_peak_come_from_records_only():
     def rec(impl, ms, gbps):
-        return bench.Record("decode", "decode", impl, "fwd", "float16",
+        return Record("decode", "decode", impl, "fwd", "float16",
                             {"B": 8, "L": 8192}, ms=ms, gbps=gbps).to_dict()
 
     rows = dbench.decode_summary([rec("triton", 1.0, 3840.0), rec("naive", 5.0, 768.0),
@@ -67,12 +69,12 @@ def test_dry_run_of_the_decode_suite(tmp_path, capsys):
                      str(tmp_path)]) == 0
     (path,) = tmp_path.glob("*.json")
     data = json.loads(path.read_text())
-    assert bench.validate_results(data) == []
+    assert results.validate_results(data) == []
     suite = data["suites"]["decode"]
     assert suite["correctness"] and all(c["ok"] for c in suite["correctness"])
     recs = suite["records"]
     assert {r["impl"] for r in recs} == set(dbench.IMPLS)
-    assert all(r["stage"] == "sweep" and r["stats"]["reps"] >= bench.MIN_REPS
+    assert all(r["stage"] == "sweep" and r["stats"]["reps"] >= MIN_REPS
                for r in recs)
     events = data["protocol"]["events"]
     kinds = [(e["phase"], e["event"]) for e in events]
