@@ -564,7 +564,7 @@
       });
       let text = `<p>${esc(kind)}, N_q = ${nq}, N_k = ${nk}` + (pad ? `, ${len} real keys` : "") +
         `: ${kept} of ${nq * nk} cells may attend`;
-      if (kind.includes("causal")) text += `; query i sees keys j ≤ i + ${nk - nq} (bottom-right)`;
+      if (kind.includes("causal")) text += `; query i sees keys j ≤ i ${nk >= nq ? "+" : "−"} ${Math.abs(nk - nq)} (bottom-right)`;
       if (empty) text += `; <b>${empty}</b> rows see no key: weights 0, output 0`;
       return { charts: { mask: { spec: "mask", data: { cells } } },
                text: text + ". Numbers: softmax of fixed random scores under the mask.</p>" };
@@ -574,7 +574,8 @@
   KINDS.online = {
     charts: ["scores", "weights", "state"],
     controls: ({ grid: g, init }) => [select("block", "block size", g.blocks, init.block),
-      slider("step", "block step", range(g.runs[init.block].length), init.step, (i) => String(i + 1))],
+      slider("step", "block step", range(g.runs[init.block].length), init.step,
+        (i) => `${i + 1} of ${g.runs[init.block].length}`)],
     update(cfg, s, h) {
       const g = cfg.grid, run = g.runs[s.block];
       const k = fitOptions(h.controls.step, run.length, (i) => `${i + 1} of ${run.length}`);

@@ -119,7 +119,7 @@ def _specs() -> dict:
         **_frame(230),
         "layer": [
             {"data": {"name": "hist"},
-             "mark": {"type": "bar", "color": "#8C8C8C", "stroke": "#222",
+             "mark": {"type": "rect", "color": "#8C8C8C", "stroke": "#222",
                       "strokeWidth": 0.3},
              "encoding": {
                  "x": {"field": "x0", "type": "quantitative",
@@ -127,6 +127,7 @@ def _specs() -> dict:
                  "x2": {"field": "x1"},
                  "y": {"field": "count", "type": "quantitative",
                        "title": "estimates"},
+                 "y2": {"datum": 0},
                  "tooltip": [{"field": "x0", "type": "quantitative", "format": ".3f",
                               "title": "from"},
                              {"field": "x1", "type": "quantitative", "format": ".3f",
@@ -153,7 +154,10 @@ def _specs() -> dict:
         "mark": {"type": "bar", "stroke": "#222", "strokeWidth": 0.4},
         "encoding": {
             "x": {"field": "method", "type": "nominal", "sort": METHODS, "title": None,
-                  "axis": {"labelAngle": 0, "labelLimit": 120}},
+                  "axis": {"labelAngle": 0, "labelLimit": 120,
+                           # two lines each: the three names fit at 390 px
+                           "labelExpr": "split(replace(datum.label, ' + ', ' +'), "
+                                        "' ')"}},
             "xOffset": {"field": "stat", "type": "nominal",
                         "sort": ["|bias|", "std"]},
             "y": {"field": "value", "type": "quantitative",

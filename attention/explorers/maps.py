@@ -296,9 +296,8 @@ def _mask_spec() -> dict:
                  "x": {"field": "j", "type": "ordinal"},
                  "y": {"field": "i", "type": "ordinal"},
                  "text": {"field": "label"},
-                 "color": {"field": "cell", "type": "nominal", "legend": None,
-                           "scale": {"domain": ["may attend", "masked"],
-                                     "range": ["white", "#404040"]}}}},
+                 "color": {"condition": {"test": "datum.cell === 'may attend'",
+                                         "value": "white"}, "value": "#404040"}}},
         ],
         **_FONT,
     }
@@ -330,7 +329,8 @@ def mask_readout(kind, n_q, n_k, length) -> str:
         text += f", {min(length, n_k)} real keys"
     text += f": {int(keep.sum())} of {n_q * n_k} cells may attend"
     if "causal" in kind:
-        text += f"; query i sees keys j ≤ i + {n_k - n_q}"
+        off = n_k - n_q
+        text += f"; query i sees keys j ≤ i {'+' if off >= 0 else '−'} {abs(off)}"
     if empty:
         text += f"; {empty} rows see no key: weights 0, output 0"
     return text + "."

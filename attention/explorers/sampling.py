@@ -143,11 +143,16 @@ def sampling_grid(image, x, dat_params: dict, n_heads: int, n_groups: int,
     return out
 
 
-def _image_spec(kinds: list[str], colors: list[str]) -> dict:
+def _image_spec(kinds: list[str], colors: list[str], height: int,
+                width: int) -> dict:
     """Points over an image: data "image" {url, x0, x1, y0, y1}; "links" {x, y, x2,
     y2}; "points" {x, y, kind, w, shape}; "query" {x, y}. Image units, y down."""
     axis = {"domain": False, "ticks": False, "labels": False, "grid": False,
             "title": None}
+    # the image and a margin of a quarter of it on each side (points beyond: clipped)
+    xs = {"domain": [-width / 4, 5 * width / 4], "nice": False, "zero": False}
+    ys = {"domain": [-height / 4, 5 * height / 4], "nice": False, "zero": False,
+          "reverse": True}
     return {
         "$schema": "https://vega.github.io/schema/vega-lite/v6.json",
         "width": 280, "height": 280, "autosize": {"type": "pad"},
@@ -156,19 +161,20 @@ def _image_spec(kinds: list[str], colors: list[str]) -> dict:
              "mark": {"type": "image", "aspect": False},
              "encoding": {"url": {"field": "url", "type": "nominal"},
                           "x": {"field": "x0", "type": "quantitative",
-                                "axis": axis, "scale": {"nice": False}},
+                                "axis": axis, "scale": xs},
                           "x2": {"field": "x1"},
                           "y": {"field": "y0", "type": "quantitative", "axis": axis,
-                                "scale": {"nice": False, "reverse": True}},
+                                "scale": ys},
                           "y2": {"field": "y1"}}},
             {"data": {"name": "links"},
-             "mark": {"type": "rule", "color": "#FFD43B", "strokeWidth": 1.2},
+             "mark": {"type": "rule", "color": "#FFD43B", "strokeWidth": 1.2,
+                      "clip": True},
              "encoding": {"x": {"field": "x", "type": "quantitative"},
                           "y": {"field": "y", "type": "quantitative"},
                           "x2": {"field": "x2"}, "y2": {"field": "y2"}}},
             {"data": {"name": "points"},
-             "mark": {"type": "point", "filled": True, "stroke": "white",
-                      "strokeWidth": 0.8, "opacity": 0.95},
+             "mark": {"type": "point", "filled": True, "stroke": "#333333",
+                      "strokeWidth": 0.6, "opacity": 0.95, "clip": True},
              "encoding": {
                  "x": {"field": "x", "type": "quantitative"},
                  "y": {"field": "y", "type": "quantitative"},
@@ -206,11 +212,12 @@ def static_sampling_points_explorer(image, x, dat_params, n_heads, n_groups, str
     init = {"query": query, "scale": SCALES.index(scale),
             "label": labels.index(label) if label is not None else len(labels) - 1,
             "head": head, "level": 0}
-    specs = {"dat": _image_spec(DAT_KINDS, DAT_COLORS)}
+    hw = (grid["H"], grid["W"])
+    specs = {"dat": _image_spec(DAT_KINDS, DAT_COLORS, *hw)}
     if msda is not None:
         specs["msda"] = _image_spec(
             [f"level {i} ({a} × {b})" for i, (a, b) in enumerate(grid["level_shapes"])],
-            [LEVEL_COLORS[i % 4] for i in range(len(grid["level_shapes"]))])
+            [LEVEL_COLORS[i % 4] for i in range(len(grid["level_shapes"]))], *hw)
     return Explorer("sampling", {"grid": grid, "init": init, "specs": specs},
                     "Sampling points on the photograph (chapter 4)",
                     "explorers.sampling_points_explorer(...)")

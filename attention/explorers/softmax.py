@@ -124,7 +124,7 @@ def _online_specs() -> dict:
                                          "scale": {"domain": ["running max m",
                                                               "final max"],
                                                    "range": [[1, 0], [4, 3]]},
-                                         "legend": {"orient": "top"}},
+                                         "legend": {"orient": "bottom"}},
                           "color": {"value": "#C44E52"}}},
         ],
         **_FONT,
@@ -314,7 +314,7 @@ def roofline_grid() -> dict:
 
 
 #: The intensity axis of the roof (FLOPs per byte).
-ROOF_X = [1.0, 1e4]
+ROOF_X = [1.0, 1e5]
 
 
 def roof_line(gpu: str, dtype: str) -> list[list[float]]:
@@ -347,7 +347,8 @@ def _roof_spec() -> dict:
                            "scale": {"domain": ["simulated (no L2)", "compulsory"],
                                      "range": ["circle", "diamond"]},
                            "legend": {"orient": "bottom"}},
-                 "color": {"field": "traffic", "type": "nominal", "legend": None,
+                 "color": {"field": "traffic", "type": "nominal", "title": None,
+                           "legend": {"orient": "bottom"},
                            "scale": {"domain": ["simulated (no L2)", "compulsory"],
                                      "range": ["#C44E52", "#4C72B0"]}},
                  "tooltip": [{"field": "traffic"},
