@@ -6,7 +6,8 @@ STAMP  := $(VENV)/.installed-stamp
 # -n: nitpicky, -W: warnings are errors (a failing cell fails the build).
 BOOK_FLAGS ?= -n -W --keep-going
 
-.PHONY: venv book test lint unit site bench figures compile-check clean
+.PHONY: venv book test lint unit site bench figures compile-check interpreter-matrix \
+	colab-edition clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +18,9 @@ $(STAMP): requirements.txt pyproject.toml
 
 venv: $(STAMP)
 
+# The Colab editions (colab/) are regenerated first: the site's Colab button opens them.
 book: venv
+	$(BIN)/python -m colab.edition
 	$(BIN)/jupyter-book build . $(BOOK_FLAGS)
 	@echo "Open file://$(CURDIR)/_build/html/index.html"
 
@@ -27,7 +30,7 @@ lint: venv
 # Unit tests of both packages, kernels under the Triton interpreter, and every
 # chapter executed top to bottom (2 workers: one per core).
 unit: venv
-	$(BIN)/pytest -m "not site" -n 2 --dist loadgroup
+	$(BIN)/pytest -m "not site and not interpreter_matrix" -n 2 --dist loadgroup
 
 # The built site, opened in headless Chromium.
 site: book
@@ -40,6 +43,16 @@ test: lint unit site
 # whenever a tile table in kernels/flash/tiles.py changes.
 compile-check: venv
 	$(BIN)/python -m kernels.machine_code.compile_check
+
+# The kernels under the Triton interpreter with Triton 3.4 and 3.7 and NumPy 2.0 and 2.4
+# (the extreme pairs), each in a new virtual environment with the pinned CPU torch:
+# several minutes, most of it pip. Run it when Triton or NumPy pins change.
+interpreter-matrix: venv
+	$(BIN)/pytest -m interpreter_matrix -p no:randomly
+
+# The Colab edition of every notebook page (colab/), from the pages (make book does it).
+colab-edition: venv
+	$(BIN)/python -m colab.edition
 
 # On a CUDA machine: correctness then timings -> benchmarks/results/<gpu>.json
 bench: venv

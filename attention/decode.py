@@ -393,6 +393,11 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None,
     if lens.size and (lens.min() < 0 or lens.max() > capacity):
         raise ValueError(f"cache_seqlens must be in 0..{capacity} (the cache's "
                          f"capacity per sequence), got {lens.tolist()}")
+    if ((lens > 0) & (lens < n_q)).any():
+        # the queries are the sequence's last N_q positions: as kernels.decode, a
+        # sequence holds them all or is an empty slot (0)
+        raise ValueError(f"cache_seqlens counts the N_q = {n_q} new tokens: each must "
+                         f"be 0 (an empty slot) or >= {n_q}, got {lens.tolist()}")
     out = np.empty((B, h_q, n_q, d))  # (B, H_q, N_q, d)
     lse = np.empty((B, h_q, n_q))  # (B, H_q, N_q)
     for b in range(B):

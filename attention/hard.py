@@ -4,11 +4,20 @@ Gumbel-softmax with its straight-through estimator, and the REINFORCE
 
 Shapes follow ``attention.core``: q (..., N_q, d), k (..., N_k, d), v (..., N_k, d_v);
 every function works for one head or for (B, H, N, d). Masks are boolean, True = may
-attend; causal masks align bottom-right (query i sees keys j <= i + N_k - N_q). A query
-row that sees no key gets output 0 and index -1 (never NaN), as the kernels in
-``kernels.hard`` do; a row with a NaN among its visible scores has no valid choice:
-output NaN and index -1 (top-k: all slots -1, lse NaN). A NaN in a value row reaches
-only the queries that select that row.
+attend; causal masks align bottom-right (query i sees keys j <= i + N_k - N_q).
+
+The edge rules, the same as the kernels in ``kernels.hard``:
+
+* a query row that sees no key (a mask, causal N_q > N_k, or N_k = 0) gets output 0 and
+  index -1, never NaN; -1 means exactly that and nothing else;
+* a NaN score ranks above every number, as in ``np.argmax`` and ``torch.argmax``: a row
+  whose visible scores hold a NaN gets output NaN (its choice is undefined: soft
+  attention's rule, a NaN in a row's inputs gives NaN in that row only), and its index
+  names its first NaN key (sampling too); top-k keeps the NaN keys, ranked as +inf (so
+  first, lowest index first, unless the row also holds +inf scores, which tie with
+  them), and its weights are NaN. So a NaN in q reaches only that query's row, a NaN
+  in k every row that sees that key, and a NaN in v only the rows that select (or keep)
+  that value row.
 
 The gradient estimators work on *logits* ``s`` of shape (..., N)
 and a per-category loss ``f`` of shape (..., N) (the loss if position z is chosen),
@@ -82,15 +91,25 @@ def soft_attention(q, k, v, scale=None, causal=False, mask=None, return_weights=
                                         return_weights=return_weights)
 
 
+def _check_index(idx, n: int, what: str) -> np.ndarray:
+    """idx as an integer array with every entry -1 (none) or in 0..n-1."""
+    idx = np.asarray(idx)
+    if idx.dtype == np.bool_ or not np.issubdtype(idx.dtype, np.integer):
+        raise TypeError(f"idx must be an integer array, got dtype {idx.dtype}")
+    if idx.size and (idx.min() < -1 or idx.max() >= n):
+        raise ValueError(f"idx must be -1 (none) or in 0..{n - 1} ({what}), got "
+                         f"values in {idx.min()}..{idx.max()}")
+    return idx
+
+
 def gather_rows(v, idx):
     """o[..., i, :] = v[..., idx[..., i], :],
     and 0 where idx is -1.  v (..., N_k, d_v)."""
-    v, idx = as_real_array("v", v, 2), np.asarray(idx)
-    if not np.issubdtype(idx.dtype, np.integer):
-        raise TypeError(f"idx must be an integer array, got dtype {idx.dtype}")
-    if idx.size and idx.max() >= v.shape[-2]:
-        raise ValueError(f"idx must be -1 or in 0..{v.shape[-2] - 1} (v {v.shape}), "
-                         f"got max {idx.max()}")
+    v = as_real_array("v", v, 2)
+    idx = _check_index(idx, v.shape[-2], f"v has {v.shape[-2]} rows")
+    if v.shape[-2] == 0:  # no key: every row is empty
+        return np.zeros(np.broadcast_shapes(idx.shape, v.shape[:-2] + (1,))
+                        + v.shape[-1:])
     safe = np.where(idx < 0, 0, idx)
     o = np.take_along_axis(v, safe[..., None], axis=-2)  # (..., N_q, d_v)
     return np.where(idx[..., None] < 0, 0.0, o)
@@ -98,14 +117,15 @@ def gather_rows(v, idx):
 
 def argmax_index(s):
     """Row argmax of scores (..., N); ties go to the lowest index; -1 for an all -inf
-    row and for a row with a NaN (no valid choice)."""
+    (or empty) row only. A NaN ranks above every number (``np.argmax``'s and
+    ``torch.argmax``'s rule): a row with a NaN gets the index of its first NaN."""
     s = as_real_array("s", s, 1)
     if s.shape[-1] == 0:
         return np.full(s.shape[:-1], -1, dtype=np.int64)
-    # np.argmax returns the first maximum: lowest index wins
+    # np.argmax returns the first maximum (lowest index wins), or the first NaN
     idx = np.argmax(s, axis=-1)
-    m = s.max(axis=-1)
-    return np.where(np.isneginf(m) | np.isnan(m), -1, idx)
+    m = np.take_along_axis(s, idx[..., None], -1)[..., 0]
+    return np.where(np.isneginf(m), -1, idx)
 
 
 def hard_attention(q, k, v, scale=None, causal=False, mask=None, return_index=False):
@@ -127,16 +147,16 @@ def _nan_rows(o, s):
 
 def one_hot(idx, n):
     """(..., N_q) int -> (..., N_q, n) float one-hot rows;
-    an index of -1 gives a zero row."""
-    idx = np.asarray(idx)
-    if not np.issubdtype(idx.dtype, np.integer):
-        raise TypeError(f"idx must be an integer array, got dtype {idx.dtype}")
-    return (idx[..., None] == np.arange(check_int("n", n, 0))).astype(float)
+    an index of -1 gives a zero row (any other index outside 0..n-1: ValueError)."""
+    n = check_int("n", n, 0)
+    idx = _check_index(idx, n, f"n = {n}")
+    return (idx[..., None] == np.arange(n)).astype(float)
 
 
 def sample_index(p, rng):
     """One sample per row from the categorical distribution p (..., N) by inverse CDF;
-    -1 if p=0."""
+    -1 if p = 0 (nothing to draw). A row with a NaN draws its first NaN position (the
+    Gumbel-max trick's answer: log p + g is NaN there and NaN ranks first)."""
     p = as_real_array("p", p, 1).astype(float)
     _check_rng(rng)
     if p.shape[-1] == 0:
@@ -144,7 +164,8 @@ def sample_index(p, rng):
     if np.any(p < 0):
         raise ValueError("p must be non-negative (probabilities)")
     nan_row = np.isnan(p).any(axis=-1)
-    p = np.where(nan_row[..., None], 0.0, p)  # a NaN row draws nothing: -1
+    nan_at = np.argmax(np.isnan(p), axis=-1)  # the first NaN of a NaN row
+    p = np.where(nan_row[..., None], 0.0, p)
     c = np.cumsum(p, axis=-1)  # (..., N)
     total = c[..., -1:]
     u = rng.random(p.shape[:-1] + (1,)) * total
@@ -152,7 +173,7 @@ def sample_index(p, rng):
     # never land on a zero-probability position (guards against round-off at the ends)
     idx = np.where(np.take_along_axis(p, idx[..., None], -1)[..., 0] > 0, idx,
                    np.argmax(p > 0, axis=-1))
-    return np.where(total[..., 0] > 0, idx, -1)
+    return np.where(nan_row, nan_at, np.where(total[..., 0] > 0, idx, -1))
 
 
 def stochastic_hard_attention(q, k, v, rng, scale=None, causal=False, mask=None,
@@ -162,8 +183,12 @@ def stochastic_hard_attention(q, k, v, rng, scale=None, causal=False, mask=None,
     _check_rng(rng)
     s = attention_scores(q, k, scale, causal, mask)
     v = _check_v(v, s)
-    p = softmax(s, axis=-1)  # (..., N_q, N_k); NaN rows are NaN and draw -1
-    idx = sample_index(p, rng)  # (..., N_q)
+    p = softmax(s, axis=-1)  # (..., N_q, N_k); NaN rows are NaN
+    # a NaN row draws its first NaN key (the kernel's Gumbel-max answer), read from s:
+    # softmax makes the whole row NaN, hidden keys included
+    nan_row = np.isnan(s).any(axis=-1)
+    idx = np.where(nan_row, argmax_index(s), sample_index(np.where(
+        nan_row[..., None], 0.0, p), rng))  # (..., N_q)
     o = _nan_rows(gather_rows(v, idx), s)
     return (o, idx) if check_bool("return_index", return_index) else o
 
@@ -171,17 +196,18 @@ def stochastic_hard_attention(q, k, v, rng, scale=None, causal=False, mask=None,
 def topk_index(s, topk):
     """Indices of the ``topk`` largest scores per row, by score (desc) then index (asc).
 
-    (..., N_q, N_k) -> (..., N_q, topk); slots beyond the number of visible keys are -1,
-    and every slot of a row with a NaN score.
+    (..., N_q, N_k) -> (..., N_q, topk); slots beyond the number of visible keys are -1.
+    A NaN score ranks as +inf (the kernel's rule; ``torch.topk`` also puts NaN first):
+    a row with NaN scores keeps those keys first.
     """
     s = as_real_array("s", s, 1)
     topk = check_int("topk", topk, 1)
     n_k = s.shape[-1]
     kk = min(topk, n_k)
+    rank = np.where(np.isnan(s), np.inf, s)
     # stable: ties keep lowest index
-    order = np.argsort(-s, axis=-1, kind="stable")[..., :kk]
-    visible = np.take_along_axis(s, order, -1) > -np.inf  # +inf scores are kept
-    visible &= ~np.isnan(s).any(axis=-1, keepdims=True)
+    order = np.argsort(-rank, axis=-1, kind="stable")[..., :kk]
+    visible = np.take_along_axis(rank, order, -1) > -np.inf  # +inf scores are kept
     idx = np.where(visible, order, -1)
     if kk < topk:  # pad to topk slots
         pad = -np.ones(idx.shape[:-1] + (topk - kk,), dtype=idx.dtype)
@@ -275,8 +301,9 @@ def gumbel_softmax(logits, tau, rng=None, noise=None, hard=False):
             raise ValueError(f"noise must have logits' shape {logits.shape}, got "
                              f"{g.shape}")
     y = softmax((logits + g) / tau, axis=-1)
-    if hard:
-        return one_hot(argmax_index(y), logits.shape[-1])
+    if hard:  # a NaN row stays NaN (its one-hot is undefined)
+        return np.where(np.isnan(y).any(axis=-1, keepdims=True), np.nan,
+                        one_hot(argmax_index(y), logits.shape[-1]))
     return y
 
 
@@ -451,6 +478,13 @@ def train_retrieval(method, steps=300, batch=32, lr=0.05, n_keys=16, d=16,
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     steps, batch = check_int("steps", steps, 0), check_int("batch", batch, 1)
     eval_every = check_int("eval_every", eval_every, 1)
+    lr = check_scale("lr", lr, 1)  # a NaN rate would train to chance without a word
+    if lr <= 0:
+        raise ValueError(f"lr must be > 0, got {lr}")
+    tau = check_scale("tau", tau, 1)
+    if tau <= 0:
+        raise ValueError(f"tau must be > 0, got {tau}")
+    topk = check_int("topk", topk, 1)
     rng = np.random.default_rng(seed)
     test = retrieval_task(512, n_keys, d, rng=np.random.default_rng(10_000 + seed))
     W = np.zeros((d, d))

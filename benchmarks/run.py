@@ -2,7 +2,8 @@
 results/<gpu>.json.
 
     python benchmarks/run.py                # every suite
-    python benchmarks/run.py --suite flash  # one suite (flash, hard, deformable)
+    python benchmarks/run.py --suite flash  # one suite (flash, hard, deformable,
+                                            # decode, ring)
     python benchmarks/run.py --quick        # smallest sweep, to check the script itself
     python benchmarks/run.py --dry-run      # on a CPU: the whole protocol, a fake timer
 
@@ -58,11 +59,11 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-SUITES = ["flash", "hard", "deformable"]
+SUITES = ["flash", "hard", "deformable", "decode", "ring"]
 # Share of the sweep budget per suite (time a suite leaves unused passes to the next
 # ones). The flash sweep (fwd and fwd+bwd, two dtypes, six lengths, six implementations)
 # is the largest.
-WEIGHTS = {"flash": 3.0, "hard": 1.0, "deformable": 1.0}
+WEIGHTS = {"flash": 3.0, "hard": 1.0, "deformable": 1.0, "decode": 1.0, "ring": 0.5}
 DRY_GPU = "dry run (CPU, fake timer)"
 
 

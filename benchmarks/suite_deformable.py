@@ -10,9 +10,12 @@ rule: error at most twice PyTorch's own error in the same dtype plus a small ato
 
 1. MSDA at Deformable DETR's shapes: d_model 256, 8 heads (D_h = 32), 4 levels of a
    ~800 x 1200 image at strides 8..64 (19,947 values), 4 points, batch 2, with 300
-   (decoder) and 10,000 (encoder-sized) queries; forward and forward + backward; fp32
-   and fp16. ``triton`` (kernels.deformable) against ``naive`` (Deformable DETR's
-   ``ms_deform_attn_core_pytorch``: one grid_sample per level, then a weighted sum).
+   queries (the decoder's object queries) and at encoder scale, every one of the
+   19,947 pixels a query (``ENCODER``: the shape that dominates Deformable DETR's
+   cost, since its encoder runs MSDA over the whole pyramid in each of its layers);
+   forward and forward + backward; fp32 and fp16. ``triton`` (kernels.deformable)
+   against ``naive`` (Deformable DETR's ``ms_deform_attn_core_pytorch``: one
+   grid_sample per level, then a weighted sum).
 2. Fused DAT attention at two DAT shapes (an ImageNet stage at 28 x 28 and a detection
    stage at 50 x 84, d = 32, r = 4): ``triton`` against ``grid_sample+flash``
    (grid_sample of the K and V maps, then kernels.flash), ``grid_sample+sdpa`` and
@@ -33,6 +36,7 @@ from kernels import deformable as kd
 from kernels import runtime
 from kernels.timing.deformable import (
     DAT_SHAPES,
+    ENCODER,
     MSDA_LEVELS,
     MSDA_QUERIES,
     dat_inputs,
@@ -102,7 +106,7 @@ def check(dry: bool = False) -> list[dict]:
 
 
 #: The dry run's shapes (``benchmarks/run.py --dry-run``: the interpreter on a CPU).
-DRY_MSDA_LEVELS, DRY_MSDA_QUERIES = [[6, 8], [3, 4]], [12]
+DRY_MSDA_LEVELS, DRY_MSDA_QUERIES = [[6, 8], [3, 4]], [12, ENCODER]
 DRY_DAT_SHAPES = [("dry-4x8", 1, 2, 1, 4, 8, 16, 2)]
 TIMING = {"warmup": 5, "rep": 20}
 

@@ -40,10 +40,20 @@ import torch
 
 def causal_mask(n_q: int, n_k: int, device=None) -> torch.Tensor:
     """Boolean ``(n_q, n_k)`` mask, True where query i may see
-    key j (bottom-right aligned)."""
+    key j (bottom-right aligned). n_q, n_k >= 0."""
+    n_q, n_k = _check_size("n_q", n_q), _check_size("n_k", n_k)
     i = torch.arange(n_q, device=device)[:, None]
     j = torch.arange(n_k, device=device)[None, :]
     return j <= i + (n_k - n_q)
+
+
+def _check_size(name: str, value) -> int:
+    """A size: a non-negative int (TypeError for bools and floats)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return int(value)
 
 
 FP32_MAX = 3.4028234663852886e38
@@ -96,7 +106,8 @@ def masked_matmul(p: torch.Tensor, v: torch.Tensor,
     return terms.sum(-2)  # (..., N_q, d)
 
 
-def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+           same_dtype: bool = True) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -106,6 +117,12 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         if not t.is_floating_point():
             raise TypeError(f"{name} must be a floating-point tensor, got dtype "
                             f"{t.dtype}")
+    if same_dtype and not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"q, k, v must share a dtype, got q {q.dtype}, k {k.dtype}, "
+                        f"v {v.dtype}")
+    if not q.device == k.device == v.device:
+        raise ValueError(f"q, k, v must be on one device, got q {q.device}, "
+                         f"k {k.device}, v {v.device}")
     if k.shape != v.shape:
         raise ValueError(f"k and v must have the same shape, got k {tuple(k.shape)} "
                          f"and v {tuple(v.shape)}")
@@ -120,7 +137,12 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
 
 def repeat_kv(x: torch.Tensor, group: int) -> torch.Tensor:
     """(B, H_kv, N, d) -> (B, H_kv * group, N, d):
-    each k/v head serves ``group`` q heads."""
+    each k/v head serves ``group`` q heads (an int >= 1)."""
+    if not isinstance(x, torch.Tensor) or x.ndim != 4:
+        raise TypeError(f"x must be a 4-D (B, H_kv, N, d) torch.Tensor, got "
+                        f"{type(x).__name__} {tuple(getattr(x, 'shape', ()))}")
+    if _check_size("group", group) < 1:
+        raise ValueError(f"group must be >= 1 (q heads per k/v head), got {group}")
     return x if group == 1 else x.repeat_interleave(group, dim=1)  # (B, H, N, d)
 
 
@@ -167,9 +189,10 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     returns (o (B, H, N_q, d), lse (B, H, N_q)).
 
     Differentiable (in float64) so tests can take reference gradients with autograd.
-    A row with no visible key has o = 0 and lse = -inf.
+    A row with no visible key has o = 0 and lse = -inf. Mixed input dtypes are fine
+    (everything becomes float64).
     """
-    _check(q, k, v)
+    _check(q, k, v, same_dtype=False)
     group = q.shape[1] // k.shape[1]
     scale = check_scale(sm_scale, q.shape[-1])
     q, k, v = q.double(), repeat_kv(k.double(), group), repeat_kv(v.double(), group)
@@ -201,6 +224,7 @@ def naive_hard_attention(q, k, v, causal=False, sm_scale=None):
     gets torch.argmax's answer for an all -inf row (index 0), where the kernel returns
     -1 and o = 0.
     """
+    _check(q, k, v)
     s = naive_scores(q, k, causal, sm_scale)  # (B, H, N_q, N_k)
     idx = s.argmax(-1)  # (B, H, N_q)
     v = repeat_kv(v, q.shape[1] // k.shape[1])  # (B, H, N_k, d)
@@ -215,6 +239,7 @@ def naive_topk_attention(q, k, v, topk, causal=False, sm_scale=None):
     than ``topk`` visible keys) weigh 0 and are not read; a row with no visible key
     gives 0, a row with a NaN score gives NaN.
     """
+    _check(q, k, v)
     if isinstance(topk, bool) or not isinstance(topk, int):
         raise TypeError(f"topk must be an int, got {type(topk).__name__}")
     if topk < 1:

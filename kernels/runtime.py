@@ -12,6 +12,7 @@ import datetime as _dt
 import os
 import platform
 import re
+import sys
 
 import torch
 
@@ -25,6 +26,76 @@ INTERPRET: bool = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 #: The torch device kernels expect their inputs on.
 DEVICE: torch.device = torch.device("cpu" if INTERPRET or not HAS_CUDA else "cuda")
+
+
+def _triton_imported_compiled() -> bool:
+    """True when ``triton`` was imported before this module with the interpreter off.
+
+    ``triton.jit`` decides when a function is *defined* whether it is interpreted, and
+    Triton's own library (``tl.max``, ``tl.sum``, ... in ``triton.language.standard``)
+    is defined when ``triton`` is first imported. Imported first on a machine without a
+    CUDA GPU, those helpers stay GPU functions, and every kernel that calls one fails
+    under the interpreter with "Cannot call @triton.jit'd outside of the scope of a
+    kernel".
+    """
+    standard = sys.modules.get("triton.language.standard")
+    if standard is None:
+        return False
+    from triton.runtime.jit import JITFunction
+
+    return any(type(f) is JITFunction for f in vars(standard).values())
+
+
+if INTERPRET and _triton_imported_compiled():
+    raise ImportError(
+        "triton was imported before kernels on a machine without a CUDA GPU, so "
+        "Triton's own functions were set up for a GPU and its interpreter cannot run "
+        "them. Restart the Python process (in Jupyter or Colab: restart the kernel or "
+        "session), then import kernels before triton (in a chapter: run its first "
+        "cell first), or set the environment variable TRITON_INTERPRET=1 before "
+        "anything imports triton.")
+
+
+def _mend_interpreter_index() -> None:
+    """Let Triton 3.4-3.6's interpreter take a computed loop bound under NumPy >= 2.4.
+
+    The interpreter holds a scalar as a one-element 1-d array, and those versions turn
+    it into a Python int with ``int(array)`` when it is a ``range`` bound (``range(lo,
+    hi, BLOCK_N)`` with ``lo`` or ``hi`` computed by ``tl`` ops). NumPy deprecated that
+    conversion in 1.25 and refuses it from 2.4 on ("only 0-dimensional arrays can be
+    converted to Python scalars"). Triton 3.7 squeezes the array first; here the older
+    interpreters get the same ``__index__`` each time they patch ``tl.tensor`` for a
+    kernel call. Compiled kernels are not touched.
+    """
+    try:
+        import triton
+        from triton.runtime import interpreter
+    except ImportError:  # pragma: no cover - triton is pinned on Linux
+        return
+    if tuple(int(p) for p in re.findall(r"\d+", triton.__version__)[:2]) >= (3, 7):
+        return  # squeezes by itself
+    patch = getattr(interpreter, "_patch_lang_tensor", None)
+    if patch is None or getattr(patch, "_mended", False):
+        return
+
+    def index(self) -> int:
+        return int(self.handle.data.reshape(-1)[0]) if self.handle.data.size == 1 \
+            else int(self.handle.data)  # a block: let NumPy say why it cannot
+
+    def mended(tensor, *args, **kwargs):
+        patch(tensor, *args, **kwargs)
+        scope = args[0] if args else kwargs.get("scope")
+        if scope is not None and hasattr(scope, "set_attr"):  # 3.7 restores after
+            scope.set_attr(tensor, "__index__", index)
+        else:
+            tensor.__index__ = index
+
+    mended._mended = True
+    interpreter._patch_lang_tensor = mended
+
+
+if INTERPRET:
+    _mend_interpreter_index()
 
 
 def device() -> torch.device:

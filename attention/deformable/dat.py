@@ -92,6 +92,8 @@ def init_offset_params(channels: int, kernel_size: int, rng: np.random.Generator
     With ``layer_norm`` the network gets DAT's LayerNorm between the depthwise
     convolution and the GELU (``ln_w`` = 1, ``ln_b`` = 0, torch's initialisation).
     """
+    channels = check_int("channels", channels, 1)
+    kernel_size = check_int("kernel_size", kernel_size, 1)
     fan = kernel_size * kernel_size
     p = {
         "w_dw": rng.normal(0, scale / math.sqrt(fan),
@@ -200,6 +202,11 @@ def init_dat_params(d_model: int, n_groups: int, kernel_size: int,
                     rng: np.random.Generator, layer_norm: bool = False) -> dict:
     """Projections W_q, W_k, W_v, W_o (d_model x d_model) and the shared offset
     network (with DAT's LayerNorm when ``layer_norm``)."""
+    d_model, n_groups = check_int("d_model", d_model, 1), check_int("n_groups",
+                                                                      n_groups, 1)
+    if d_model % n_groups:
+        raise ValueError(f"n_groups must divide d_model, got d_model={d_model} and "
+                         f"n_groups={n_groups}")
     s = 1.0 / math.sqrt(d_model)
     p = {n: rng.normal(0, s, (d_model, d_model)) for n in ("w_q", "w_k", "w_v", "w_o")}
     p["offset"] = init_offset_params(d_model // n_groups, kernel_size, rng,

@@ -8,14 +8,21 @@ import math
 
 import numpy as np
 
-from ..core import as_real_array, softmax
+from ..core import as_real_array, check_int, softmax
 from .sampling import bilinear_sample
 
 
 def level_start_index(spatial_shapes) -> np.ndarray:
     """Offsets of each level in the flattened value: [0, H_0 W_0, H_0 W_0 + H_1 W_1,
-    ...]."""
-    areas = np.prod(np.asarray(spatial_shapes, dtype=np.int64), axis=1)
+    ...]. ``spatial_shapes`` is (L, 2) as (H_l, W_l), L >= 1, sizes >= 1."""
+    shapes = np.asarray(spatial_shapes)
+    if shapes.ndim != 2 or shapes.shape[1] != 2 or shapes.shape[0] < 1:
+        raise ValueError("spatial_shapes must be (L, 2) rows of (H_l, W_l) with at "
+                         f"least one level, got shape {shapes.shape}")
+    if not np.issubdtype(shapes.dtype, np.integer) or np.any(shapes < 1):
+        raise ValueError("spatial_shapes must hold integer sizes >= 1, got "
+                         f"{shapes.tolist()}")
+    areas = np.prod(shapes.astype(np.int64), axis=1)
     return np.concatenate([[0], np.cumsum(areas)[:-1]]).astype(np.int64)
 
 
@@ -96,6 +103,9 @@ def init_msda_params(d_model: int, n_heads: int, n_levels: int, n_points: int,
     reference point (head h points in direction 2*pi*h/H, scaled so the larger
     coordinate is 1; point p sits p+1 times that, i.e. at max-norm distance p+1
     pixels), weights uniform."""
+    for name, value in (("d_model", d_model), ("n_heads", n_heads),
+                        ("n_levels", n_levels), ("n_points", n_points)):
+        check_int(name, value, 1)
     s = 1.0 / math.sqrt(d_model)
     theta = 2.0 * math.pi * np.arange(n_heads) / n_heads
     dirs = np.stack([np.cos(theta), np.sin(theta)], -1)  # (H, 2)
@@ -123,9 +133,21 @@ def msda_sampling(query: np.ndarray, reference_points: np.ndarray, params: dict,
     pixels of each level: loc = ref + Δ / (W_l, H_l). Returns locations
     (B, L_q, H, L, P, 2) and weights (B, L_q, H, L, P).
     """
+    level_start_index(spatial_shapes)  # checks the shapes
     shapes = np.asarray(spatial_shapes, dtype=np.float64)
     n_l = shapes.shape[0]
+    n_heads = check_int("n_heads", n_heads, 1)
+    n_points = check_int("n_points", n_points, 1)
+    query = np.asarray(query)
+    if query.ndim != 3:
+        raise ValueError(f"query must be (B, L_q, C), got shape {query.shape}")
     b, l_q, _ = query.shape
+    n_out = params["w_attn"].shape[-1]
+    if n_out != n_heads * n_l * n_points:
+        raise ValueError(f"spatial_shapes has {n_l} levels, so params must hold "
+                         f"n_heads * n_levels * n_points = {n_heads} * {n_l} * "
+                         f"{n_points} attention weights per query, but w_attn gives "
+                         f"{n_out}: the levels do not match the parameters")
     off = (query @ params["w_off"] + params["b_off"])
     off = off.reshape(b, l_q, n_heads, n_l, n_points, 2)  # (B, L_q, H, L, P, 2)
     normalizer = shapes[:, ::-1]  # (L, 2) as (W_l, H_l)

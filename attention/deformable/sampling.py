@@ -39,7 +39,10 @@ def _size(height: int, width: int) -> np.ndarray:
 
 def to_pixels(points: np.ndarray, height: int, width: int,
               align_corners: bool = False) -> np.ndarray:
-    """Normalised (x, y) in [-1, 1] -> pixel coordinates (column, row), floats."""
+    """Normalised (x, y) in [-1, 1] -> pixel coordinates (column, row), floats.
+
+    With ``align_corners`` the corners -1 and 1 are the centres of the first and last
+    pixels; on a size-1 axis both are its single pixel, at coordinate 0."""
     p = _as_points(points)
     size = _size(height, width)
     if check_bool("align_corners", align_corners):
@@ -50,11 +53,14 @@ def to_pixels(points: np.ndarray, height: int, width: int,
 def to_normalized(pixels: np.ndarray, height: int, width: int,
                   align_corners: bool = False) -> np.ndarray:
     """Pixel coordinates (column, row) -> normalised (x, y); the inverse of
-    ``to_pixels``."""
+    ``to_pixels`` (which, with ``align_corners`` on a size-1 axis, maps every point
+    to pixel 0: there the single pixel's centre is taken as coordinate 0, the middle
+    of [-1, 1], rather than dividing by zero)."""
     p = _as_points(pixels, "pixels")
     size = _size(height, width)
     if check_bool("align_corners", align_corners):
-        return 2.0 * p / (size - 1.0) - 1.0
+        span = np.where(size > 1.0, size - 1.0, 1.0)
+        return np.where(size > 1.0, 2.0 * p / span - 1.0, 0.0 * p)
     return (2.0 * p + 1.0) / size - 1.0
 
 

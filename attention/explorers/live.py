@@ -11,6 +11,22 @@ from .data import BACKWARD, FORWARD, temperature_inputs
 # ---------------------------------------------------------------------------------
 
 
+
+def _option(name: str, value, options) -> None:
+    """A control's starting value must be one of its options (a Dropdown would raise
+    a TraitError from deep inside ipywidgets): ValueError naming the argument."""
+    if value not in list(options):
+        raise ValueError(f"{name} must be one of {list(options)}, got {value!r}")
+
+
+def _within(name: str, value, lo, hi) -> None:
+    """A slider's starting value must lie on its range (ipywidgets would clamp it
+    quietly): ValueError naming the argument and the range."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not lo <= value <= hi:
+        raise ValueError(f"{name} must be a number in [{lo}, {hi}], got {value!r}")
+
+
 def _show_figure(out, fig) -> None:
     """Replace ``out``'s content with ``fig`` as a PNG, then close the figure.
 
@@ -47,6 +63,11 @@ def naive_traffic_explorer(n: int = 1024, m: int | None = None, d: int = 64,
 
     from attention import plots
 
+    _within("n", n, 64, 8192)
+    if m is not None:
+        _within("m", m, 16, 8192)
+    _option("d", d, [16, 32, 64, 128, 256])
+    _option("dtype", dtype, list(plots.DTYPE_BYTES))
     style = {"description_width": "initial"}
     n_slider = widgets.IntSlider(value=n, min=64, max=8192, step=64,
                                  description="keys n", continuous_update=False,
@@ -165,6 +186,13 @@ def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192,
 
     from attention import memory, plots
 
+    _within("N", N, 64, 16384)
+    _option("d", d, [32, 64, 128, 256])
+    _within("sram_kib", sram_kib, 16, 256)
+    _within("Br", Br, 16, 512)
+    _within("Bc", Bc, 16, 512)
+    _option("dtype", dtype, list(plots.DTYPE_BYTES))
+    _option("algorithm", algorithm, FORWARD + BACKWARD)
     style = {"description_width": "initial"}
     opts = dict(continuous_update=False, style=style)
     n_s = widgets.IntSlider(value=N, min=64, max=16384, step=64, description="N",
@@ -282,6 +310,9 @@ def temperature_explorer(scores=None, noise=None, tau: float = 1.0, row: int = 0
     from attention import plots
 
     s, g = temperature_inputs(scores, noise, seed)
+    _within("tau", tau, 10**-2, 10**1.5)
+    if isinstance(row, bool) or not isinstance(row, int) or not 0 <= row < s.shape[0]:
+        raise ValueError(f"row must be an int in 0..{s.shape[0] - 1}, got {row!r}")
     style = {"description_width": "initial"}
     tau_s = widgets.FloatLogSlider(value=tau, base=10, min=-2, max=1.5, step=0.05,
                                    description="temperature τ",
@@ -310,6 +341,9 @@ def topk_traffic_explorer(N: int = 4096, d: int = 64, k: int = 8):
 
     from attention import plots
 
+    _within("k", k, 1, 256)
+    _within("N", N, 256, 65536)
+    _option("d", d, [32, 64, 128])
     style = {"description_width": "initial"}
     k_s = widgets.IntSlider(value=k, min=1, max=256, description="top-k k",
                             continuous_update=False, style=style)
@@ -344,6 +378,11 @@ def deformable_traffic_explorer(side: int = 64, d: int = 32, r: int = 4,
 
     from attention import plots
 
+    _within("r", r, 1, 16)
+    _within("n_points", n_points, 1, 16)
+    _within("n_levels", n_levels, 1, 4)
+    _within("side", side, 16, 128)
+    _option("d", d, [16, 32, 64, 128])
     style = {"description_width": "initial"}
     r_s = widgets.IntSlider(value=r, min=1, max=16, description="DAT factor r",
                             continuous_update=False, style=style)

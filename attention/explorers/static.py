@@ -60,6 +60,16 @@ from .specs import (
 )
 
 
+def _index(name: str, value, options, shown=None) -> int:
+    """Where ``value`` sits among a control's ``options``; ValueError naming the
+    argument and listing the options (``shown``, when the options are encoded)."""
+    try:
+        return list(options).index(value)
+    except ValueError:
+        raise ValueError(f"{name} must be one of {list(shown or options)}, got "
+                         f"{value!r}") from None
+
+
 def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: int = 64,
                        Bc: int = 64, dtype: str = "float16",
                        algorithm: str = "flash2") -> Explorer:
@@ -72,16 +82,18 @@ def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: int 
     fwd_t = _tensor_names_from(grid, FORWARD)
     bwd_t = _tensor_names_from(grid, BACKWARD)
     dtypes = _dtypes()
-    sram_i = next(i for i, (_, kib) in enumerate(SRAM_KIB) if kib == sram_kib)
+    sram_i = _index("sram_kib", sram_kib, [kib for _, kib in SRAM_KIB])
     config = {
         "grid": grid, "sram": sram_table(), "schedule": schedule_table(),
         "compulsory": compulsory_grid(),
         "groups": {"fwd": FORWARD, "bwd": BACKWARD},
         "dtypes": dtypes, "srams": SRAM_KIB,
-        "init": {"N": TILE_N.index(N), "d": TILE_D.index(d), "sram": sram_i,
-                 "Br": TILE_B.index(Br), "Bc": TILE_B.index(Bc),
-                 "dtype": [n for n, _ in dtypes].index(dtype),
-                 "algorithm": (FORWARD + BACKWARD).index(algorithm), "step": 0},
+        "init": {"N": _index("N", N, TILE_N), "d": _index("d", d, TILE_D),
+                 "sram": sram_i,
+                 "Br": _index("Br", Br, TILE_B), "Bc": _index("Bc", Bc, TILE_B),
+                 "dtype": _index("dtype", dtype, [n for n, _ in dtypes]),
+                 "algorithm": _index("algorithm", algorithm, FORWARD + BACKWARD),
+                 "step": 0},
         "specs": {"bars_fwd": bars_floor_spec(fwd_t),
                   "bars_bwd": bars_floor_spec(bwd_t), "tiles": tiles_spec()},
     }
@@ -96,14 +108,18 @@ def _tensor_names_from(grid: dict, algorithms: list[str]) -> list[str]:
 def teaser(d: int = 64, dtype: str = "float16") -> Explorer:
     """The landing page's explorer: standard attention against FlashAttention-2
     (forward), HBM bytes per tensor as N and the tiles change (from
-    ``memory.closed_form``)."""
-    grid = tile_grid(ds=[d], algorithms=["standard", "flash2"])
+    ``memory.closed_form``), each bar with its compulsory traffic as a tick
+    (``memory.compulsory``: what HBM sees when L2 holds the re-reads), as chapter 2's
+    tile-size explorer, its live twin, draws them."""
+    algorithms = ["standard", "flash2"]
+    grid = tile_grid(ds=[d], algorithms=algorithms)
     bpe = dict(_dtypes())[dtype]
-    tensors = _tensor_names_from(grid, ["standard", "flash2"])
+    tensors = _tensor_names_from(grid, algorithms)
     config = {"grid": grid, "bpe": bpe, "dtype": dtype,
+              "compulsory": compulsory_grid(ds=[d], algorithms=algorithms),
               "init": {"N": TILE_N.index(4096), "Br": TILE_B.index(64),
                        "Bc": TILE_B.index(64)},
-              "specs": {"bars": bars_spec(tensors, height=220)}}
+              "specs": {"bars": bars_floor_spec(tensors, height=220)}}
     return Explorer("teaser", config, "Standard attention against FlashAttention-2",
                     "explorers.teaser()")
 
@@ -121,10 +137,10 @@ def naive_traffic_explorer(n: int = 1024, m: int | None = None, d: int = 64,
     dtypes = _dtypes()
     colors = _colors()
     config = {"grid": grid, "dtypes": dtypes,
-              "init": {"n": NAIVE_N.index(n), "self": m is None,
-                       "m": NAIVE_M.index(m if m is not None else 1024),
-                       "d": NAIVE_D.index(d),
-                       "dtype": [k for k, _ in dtypes].index(dtype)},
+              "init": {"n": _index("n", n, NAIVE_N), "self": m is None,
+                       "m": _index("m", m if m is not None else 1024, NAIVE_M),
+                       "d": _index("d", d, NAIVE_D),
+                       "dtype": _index("dtype", dtype, [k for k, _ in dtypes])},
               "specs": {"lines": lines_spec(NAIVE_TENSORS + ["total"],
                                             [colors[t] for t in NAIVE_TENSORS]
                                             + ["#000000"],
@@ -148,10 +164,17 @@ def temperature_explorer(scores=None, noise=None, tau: float = 1.0, row: int = 0
     from attention import plots
 
     grid = temperature_grid(*temperature_inputs(scores, noise, seed))
+    if (isinstance(tau, bool) or not isinstance(tau, (int, float, np.floating))
+            or not np.isfinite(tau) or tau <= 0):
+        raise ValueError(f"tau must be a finite number > 0, got {tau!r}")
     e = round(float(np.log10(tau)), 2)
     soft, hard_c = plots.SELECTION_COLORS["soft"], plots.SELECTION_COLORS["hard"]
     n_q, n_k = grid["shape"]
-    config = {"grid": grid, "init": {"tau": TAU_EXP.index(e), "row": int(row)},
+    tau_i = _index("tau", e, TAU_EXP, shown=[round(10.0**x, 4) for x in TAU_EXP])
+    if isinstance(row, bool) or not isinstance(row, (int, np.integer)) \
+            or not 0 <= row < n_q:
+        raise ValueError(f"row must be an int in 0..{n_q - 1}, got {row!r}")
+    config = {"grid": grid, "init": {"tau": tau_i, "row": int(row)},
               "specs": {"map": heatmap_spec(hard_c),
                         "row": weights_row_spec(soft, hard_c)},
               "shape": [n_q, n_k]}
@@ -168,8 +191,8 @@ def topk_traffic_explorer(N: int = 4096, d: int = 64, k: int = 8) -> Explorer:
     grid = topk_grid()
     c = plots.SELECTION_COLORS
     config = {"grid": grid, "bpe": 2,
-              "init": {"N": TOPK_N.index(N), "d": TOPK_D.index(d),
-                       "k": TOPK_K.index(k)},
+              "init": {"N": _index("N", N, TOPK_N), "d": _index("d", d, TOPK_D),
+                       "k": _index("k", k, TOPK_K)},
               "specs": {"lines": lines_spec(["soft", "hard (argmax)", "top-k"],
                                             [c["soft"], c["hard"], c["topk"]],
                                             "sequence length N (N_q = N_k)"),
@@ -196,9 +219,10 @@ def deformable_traffic_explorer(side: int = 64, d: int = 32, r: int = 4,
     # DAT unfused: the fused colour, lighter (no dashes in the legend).
     colors[2] = "#8FA9D6"
     config = {"grid": grid, "bpe": 2,
-              "init": {"side": DEFORM_SIDE.index(side), "d": DEFORM_D.index(d),
-                       "r": DEFORM_R.index(r), "P": DEFORM_P.index(n_points),
-                       "L": DEFORM_L.index(n_levels)},
+              "init": {"side": _index("side", side, DEFORM_SIDE),
+                       "d": _index("d", d, DEFORM_D), "r": _index("r", r, DEFORM_R),
+                       "P": _index("n_points", n_points, DEFORM_P),
+                       "L": _index("n_levels", n_levels, DEFORM_L)},
               "specs": {"bars": bars_spec(grid["tensors"]),
                         "lines": lines_spec(list(DEFORM_ALGS), colors,
                                             "map side (H = W); queries = H·W")}}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 
 from .sim import cdiv, check_count
 
@@ -110,11 +111,33 @@ def roofline_ms(flops: float, hbm_bytes: float, gpu: str | GPUSpec) -> float:
     An estimate, not a measurement: it assumes the kernel reaches the GPU's peak
     tensor-core throughput or its peak HBM bandwidth, whichever binds.
     """
-    spec = GPUS[gpu] if isinstance(gpu, str) else gpu
+    flops, hbm_bytes = _work("flops", flops), _work("hbm_bytes", hbm_bytes)
+    if isinstance(gpu, str):
+        if gpu not in GPUS:
+            raise ValueError(f"gpu must be one of {sorted(GPUS)} or a GPUSpec, got "
+                             f"{gpu!r}")
+        spec = GPUS[gpu]
+    elif isinstance(gpu, GPUSpec):
+        spec = gpu
+    else:
+        raise TypeError(f"gpu must be a name in {sorted(GPUS)} or a GPUSpec, got "
+                        f"{type(gpu).__name__}")
     return max(flops / (spec.peak_tflops * 1e12),
                hbm_bytes / (spec.hbm_tbps * 1e12)) * 1e3
 
 
 def arithmetic_intensity(flops: float, hbm_bytes: float) -> float:
-    """FLOPs per byte of HBM traffic."""
+    """FLOPs per byte of HBM traffic (inf when nothing moves)."""
+    flops, hbm_bytes = _work("flops", flops), _work("hbm_bytes", hbm_bytes)
     return flops / hbm_bytes if hbm_bytes else math.inf
+
+
+def _work(name: str, value) -> float:
+    """An amount of work (FLOPs or bytes): a finite real number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number >= 0, got "
+                        f"{type(value).__name__} {value!r}")
+    value = float(value)
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+    return value

@@ -13,12 +13,15 @@ from collections.abc import Callable
 import numpy as np
 
 #: Work ``simulate`` accepts, in trace events (loads, stores and compute marks; what
-#: ``Traffic.events`` counts). Python does about a million events a second, and a kept
-#: trace holds about 100 bytes an event, so these keep a call to seconds and the trace
-#: to a few hundred MB. Above them ``simulate`` refuses and points to ``closed_form``,
-#: which gives the same counts from a formula in microseconds.
+#: ``Traffic.events`` counts). Python does one to two million events a second (less on
+#: a busy machine), and a kept trace holds about 100 bytes an event, so these keep a
+#: call to about a second and the trace to a few hundred MB. Above them ``simulate``
+#: refuses at once (the count comes from the closed form, before anything runs) and
+#: points to ``closed_form``, which gives the same counts from a formula in
+#: microseconds. (Without the trace the budget was once ten times larger: a
+#: 1000 x 1000 DAT map, 10^6 pixels, then simulated for seconds to minutes.)
 MAX_TRACE_EVENTS = 2_000_000  # keep_trace=True
-MAX_EVENTS = 20_000_000  # keep_trace=False
+MAX_EVENTS = 2_000_000  # keep_trace=False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -53,12 +56,40 @@ class Traffic:
     steps: int | None = None  # steps of the schedule (the last Transfer.step + 1)
     events: int | None = None  # loads, stores and compute marks (len(trace) when kept)
 
+    def __post_init__(self):
+        if not isinstance(self.per_tensor, dict):
+            raise TypeError("per_tensor must be a dict name -> (reads, writes), got "
+                            f"{type(self.per_tensor).__name__}")
+        for tensor, rw in self.per_tensor.items():
+            if not isinstance(rw, tuple) or len(rw) != 2:
+                raise ValueError(f"per_tensor[{tensor!r}] must be a (reads, writes) "
+                                 f"pair, got {rw!r}")
+            _check_elems(f"per_tensor[{tensor!r}] reads", rw[0])
+            _check_elems(f"per_tensor[{tensor!r}] writes", rw[1])
+        for name in ("reads", "writes"):
+            _check_elems(name, getattr(self, name))
+        for name in ("sram_peak", "steps", "events"):
+            if getattr(self, name) is not None:
+                _check_elems(name, getattr(self, name))
+
     @property
     def total(self) -> int:
         return self.reads + self.writes
 
     def bytes(self, bytes_per_elem: int = 2) -> int:
-        return self.total * bytes_per_elem
+        """Total traffic in bytes at ``bytes_per_elem`` (a positive int) per element."""
+        return self.total * check_count("bytes_per_elem", bytes_per_elem)
+
+
+def _check_elems(name: str, value) -> int:
+    """An element count: a non-negative int (NumPy integers accepted)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral,
+                                                                      np.integer)):
+        raise TypeError(f"{name} must be a non-negative int (elements), got "
+                        f"{type(value).__name__} {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} must be a non-negative int (elements), got {value}")
+    return int(value)
 
 
 class HBMSim:
@@ -81,12 +112,16 @@ class HBMSim:
         self.events = 0
 
     def load(self, tensor: str, elems: int, block: tuple = ()) -> None:
+        if elems < 0:
+            raise ValueError(f"load of {tensor}: elems must be >= 0, got {elems}")
         self.reads[tensor] = self.reads.get(tensor, 0) + elems
         self.events += 1
         if self.keep_trace:
             self.trace.append(Transfer("load", tensor, elems, block, self.step))
 
     def store(self, tensor: str, elems: int, block: tuple = ()) -> None:
+        if elems < 0:
+            raise ValueError(f"store of {tensor}: elems must be >= 0, got {elems}")
         self.writes[tensor] = self.writes.get(tensor, 0) + elems
         self.events += 1
         if self.keep_trace:
@@ -103,6 +138,8 @@ class HBMSim:
         self.step += 1
 
     def hold(self, elems: int, what: str = "tiles") -> None:
+        if elems < 0:
+            raise ValueError(f"hold of {what}: elems must be >= 0, got {elems}")
         self.resident += elems
         if self.resident > self.peak:
             self.peak = self.resident
@@ -113,6 +150,10 @@ class HBMSim:
             )
 
     def release(self, elems: int) -> None:
+        """Free ``elems`` of SRAM: 0 <= elems <= what is held (ValueError otherwise)."""
+        if not 0 <= elems <= self.resident:
+            raise ValueError(f"release: elems must be in 0..{self.resident} (the "
+                             f"elements held in SRAM), got {elems}")
         self.resident -= elems
 
     def result(self) -> Traffic:
@@ -307,12 +348,14 @@ def _check_args(N, d, Br, Bc, M, N_k) -> int:
 
 def blocks(n: int, b: int) -> list[int]:
     """Sizes of the blocks of a length-n axis cut into blocks of b
-    (the last may be ragged)."""
+    (the last may be ragged). n >= 0, b >= 1."""
+    n, b = _check_elems("n", n), check_count("b", b)
     return [b] * (n // b) + ([n % b] if n % b else [])
 
 
 def cdiv(a: int, b: int) -> int:
-    """ceil(a / b) for positive ints."""
+    """ceil(a / b) for ints a >= 0 and b >= 1 (a count of blocks)."""
+    a, b = _check_elems("a", a), check_count("b", b)
     return -(-a // b)
 
 

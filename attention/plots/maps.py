@@ -27,10 +27,11 @@ def attention_heatmap(
     cells are drawn grey and hatched, as ``mask_heatmap`` draws them, so a masked zero
     never looks like a small weight; a legend entry says "masked".
     """
-    ax = _ax(ax)
     w = np.asarray(weights)
-    if w.ndim != 2:
-        raise ValueError(f"weights must be 2-D (N_q, N_k), got shape {w.shape}")
+    if w.ndim != 2 or w.size == 0:
+        raise ValueError(f"weights must be a non-empty 2-D (N_q, N_k) matrix, got "
+                         f"shape {w.shape}")
+    ax = _ax(ax)
     im = ax.imshow(w, cmap=ATTENTION_CMAP, vmin=0.0,
                    vmax=vmax or max(float(w.max()), 1e-12),
                    aspect="auto", interpolation="nearest")
@@ -90,6 +91,9 @@ def mask_heatmap(mask: np.ndarray, ax=None, title: str | None = None, q_labels=N
     ``diagonal=True`` draws the line j = i + N_k - N_q through the last key each query
     sees under the bottom-right aligned causal mask (the main diagonal when N_q == N_k).
     """
+    if np.ndim(mask) != 2 or np.size(mask) == 0:
+        raise ValueError(f"mask must be a non-empty (N_q, N_k) matrix, got shape "
+                         f"{np.shape(mask)}")
     ax = _ax(ax)
     m = np.asarray(mask)
     if m.ndim != 2 or m.dtype != bool:
@@ -133,6 +137,17 @@ def gumbel_softmax_figure(scores: np.ndarray, noise: np.ndarray, tau: float = 1.
     Gumbel-max sample argmax(s + g) that y tends to as tau -> 0. Returns the figure.
     """
     s, g = np.asarray(scores, dtype=float), np.asarray(noise, dtype=float)
+    if s.ndim != 2 or s.size == 0:
+        raise ValueError(f"scores must be a non-empty (N_q, N_k) matrix, got shape "
+                         f"{s.shape}")
+    if g.shape != s.shape:
+        raise ValueError(f"noise must have the scores' shape {s.shape}, got {g.shape}")
+    if (isinstance(tau, bool) or not isinstance(tau, (int, float, np.floating))
+            or not np.isfinite(tau) or tau <= 0):
+        raise ValueError(f"tau must be a finite number > 0, got {tau!r}")
+    if isinstance(row, bool) or not isinstance(row, (int, np.integer)) \
+            or not 0 <= row < s.shape[0]:
+        raise ValueError(f"row must be an int in 0..{s.shape[0] - 1}, got {row!r}")
     z = (s + g) / tau
     y = np.exp(z - z.max(-1, keepdims=True))
     y /= y.sum(-1, keepdims=True)  # (N_q, N_k)

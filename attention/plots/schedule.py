@@ -13,6 +13,7 @@ from .style import (
     MEMORY_COLORS,
     QUADRATIC_TENSORS,
     _ax,
+    _nonempty,
     human_bytes,
     tensor_color,
 )
@@ -30,6 +31,7 @@ def memory_hierarchy_plot(levels: list[dict], ax=None, title: str | None = None)
     (bytes/s), ``label`` and optionally ``derived=True`` (drawn hollow: computed, not
     a spec number) and ``offset`` (the label's offset in points).
     """
+    _nonempty("levels", levels)
     ax = _ax(ax)
     for lv in levels:
         color = MEMORY_COLORS[lv["kind"]]
@@ -160,6 +162,7 @@ def roofline_bars(estimates: dict, ax=None, title: str | None = None, unit: str 
     (same keys) draws a second estimate of each bar as a black tick across it: the time
     with only the compulsory traffic (``memory.compulsory``), labelled as such.
     """
+    _nonempty("estimates", estimates)
     ax = _ax(ax)
     gpus = list(estimates)
     algs = list(dict.fromkeys(a for g in gpus for a in estimates[g]))

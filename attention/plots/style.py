@@ -115,13 +115,36 @@ def _ax(ax):
     return ax
 
 
+def _sig3(x: float) -> str:
+    """``x`` to three significant digits, a tie rounded half up on its exact binary
+    value, trailing zeros dropped, never an exponent: the rule of JavaScript's
+    ``String(Number(x.toPrecision(3)))``, which the site's explorers print with
+    (12.25 -> '12.3', 1.5 -> '1.5', 1023.5 -> '1020')."""
+    import decimal
+
+    if x == 0:
+        return "0"
+    d = decimal.Decimal(x)  # exact
+    q = d.quantize(decimal.Decimal(1).scaleb(d.adjusted() - 2),
+                   rounding=decimal.ROUND_HALF_UP)
+    return format(q.normalize(), "f")
+
+
+def _nonempty(name: str, x) -> None:
+    """A figure needs something to draw: ValueError naming the empty argument."""
+    if x is None or len(x) == 0:
+        raise ValueError(f"{name} must not be empty (nothing to draw), got {x!r}")
+
+
 def human_bytes(n: float) -> str:
-    """1536 -> '1.5 KiB'."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.3g} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return f"{n} B"  # unreachable
+    """1536 -> '1.5 KiB' (n >= 0, a byte count; binary units, three significant
+    digits: ``_sig3``, the same rule as ``human`` in _static/explorers.js)."""
+    if not n >= 0:
+        raise ValueError(f"n must be a byte count >= 0, got {n!r}")
+    for div, unit in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if abs(n) >= div:
+            return f"{_sig3(n / div)} {unit}"
+    return f"{int(n)} B"
 
 
 def _unit(max_bytes: float) -> tuple[float, str]:

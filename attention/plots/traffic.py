@@ -8,7 +8,15 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from .. import memory
-from .style import DTYPE_BYTES, SELECTION_COLORS, _ax, _unit, human_bytes, tensor_color
+from .style import (
+    DTYPE_BYTES,
+    SELECTION_COLORS,
+    _ax,
+    _nonempty,
+    _unit,
+    human_bytes,
+    tensor_color,
+)
 
 
 def traffic_bars(per_tensor: dict, ax=None, title: str | None = None,
@@ -17,6 +25,7 @@ def traffic_bars(per_tensor: dict, ax=None, title: str | None = None,
 
     ``per_tensor`` maps a tensor name to ``(reads, writes)``.
     """
+    _nonempty("per_tensor", per_tensor)
     ax = _ax(ax)
     names = list(per_tensor)
     reads = np.array([per_tensor[n][0] for n in names], dtype=float)
@@ -109,6 +118,7 @@ def traffic_by_algorithm(results: dict, bytes_per_elem: int = 2, ax=None,
     (``memory.compulsory``): drawn as a black tick across the bar and labelled, so the
     simulated count (no L2) and the lower bound stand side by side.
     """
+    _nonempty("results", results)
     ax = _ax(ax)
     names = list(results)
     tensors = _by_group(dict.fromkeys(t for r in results.values()
@@ -170,6 +180,7 @@ def naive_traffic_vs_length(ns, d: int = 64, bytes_per_elem: int = 2,
     disagree). ``m`` queries attend over n keys; ``m=None`` is self-attention (m = n).
     Log-log axes.
     """
+    _nonempty("ns", ns)
     ax = _ax(ax)
     ns = sorted({int(n) for n in ns})
     d, Br, Bc = int(d), int(Br), int(Bc)

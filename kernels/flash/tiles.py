@@ -131,7 +131,16 @@ ARCHS: dict[str, tuple[tuple[int, int], int]] = {
 
 
 def arch_class(capability: tuple[int, int]) -> str:
-    """Which config table a GPU uses: (7, 5) -> 'sm75', (8, 6)/(8, 9) -> 'sm89', ..."""
+    """Which config table a GPU uses: (7, 5) -> 'sm75', (8, 6)/(8, 9) -> 'sm89', ...
+
+    ``capability`` is a (major, minor) pair of ints, as
+    ``torch.cuda.get_device_capability`` returns (not a string like "sm90").
+    """
+    if (not isinstance(capability, (tuple, list)) or len(capability) != 2
+            or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0
+                       for c in capability)):
+        raise TypeError("capability must be a (major, minor) pair of ints such as "
+                        f"(9, 0), got {type(capability).__name__} {capability!r}")
     major, minor = capability
     if major < 8:
         return "sm75"
@@ -144,8 +153,23 @@ def arch_class(capability: tuple[int, int]) -> str:
 
 def block_d(head_dim: int) -> int:
     """Padded head dim: the next power of two, at least 16 (the smallest tl.dot tile).
-    """
+    ``head_dim`` is an int >= 1."""
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int):
+        raise TypeError(f"head_dim must be an int, got {type(head_dim).__name__} "
+                        f"{head_dim!r}")
+    if head_dim < 1:
+        raise ValueError(f"head_dim must be >= 1, got {head_dim}")
     return max(16, triton.next_power_of_2(head_dim))
+
+
+def check_head_dim(head_dim, limit: int) -> int:
+    """``head_dim`` as an int in 1..limit (the tile tables' range), else TypeError or
+    ValueError naming it."""
+    bd = block_d(head_dim)  # type and >= 1
+    if head_dim > limit:
+        raise ValueError(f"head_dim must be in 1..{limit} (the largest head dim the "
+                         f"tile tables cover), got {head_dim}")
+    return bd
 
 
 def configs(kernel: str, capability: tuple[int, int], head_dim: int,
@@ -154,8 +178,13 @@ def configs(kernel: str, capability: tuple[int, int], head_dim: int,
     or dkdv-shield/dq-shield (the causal backward's NaN/inf launch).
 
     Empty when the kernel is not supported there (the sm_75 backward at head dim > 128).
+    An unknown ``kernel``, a head dim outside 1..MAX_HEAD_DIM or a ``capability`` that
+    is not a (major, minor) pair is refused naming the argument.
     """
-    bd = block_d(head_dim)
+    known = sorted(_TABLES) + [f"{k}-shield" for k in ("dkdv", "dq")]
+    if kernel not in known:
+        raise ValueError(f"kernel must be one of {known}, got {kernel!r}")
+    bd = check_head_dim(head_dim, MAX_HEAD_DIM)
     arch = arch_class(capability)
     if kernel.endswith("-shield"):
         if not configs(kernel.removesuffix("-shield"), capability, head_dim, dtype):

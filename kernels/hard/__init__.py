@@ -28,10 +28,22 @@ Ties
 Shapes
     q (B, H, N_q, d), k and v (B, H_kv, N_k, d) with H % H_kv == 0 (grouped-query
     attention); any strides. Causal masks align bottom-right (query i sees keys
-    j <= i + N_k - N_q); a query that sees no key gets o = 0 and index -1, never NaN;
-    a query whose visible scores hold a NaN has no valid choice: o = NaN and index -1
-    (top-k: every slot -1, lse NaN), never mistaken for the empty row. A scale whose
-    product with log2(e) overflows fp32 is refused (ValueError).
+    j <= i + N_k - N_q); a query that sees no key (N_k = 0 included: no launch) gets
+    o = 0 and index -1, never NaN, and -1 means nothing else. A scale whose product
+    with log2(e) overflows fp32 is refused (ValueError).
+NaN rule
+    One rule, soft attention's: a NaN in a row's inputs gives NaN in that row only.
+    A NaN score ranks above every number, as ``torch.argmax`` does: a query whose
+    visible scores hold a NaN gets o = NaN, and its index names its first NaN key
+    (``sample=True`` too: the noised score is NaN there), never -1. Top-k ranks a NaN
+    score as +inf (``torch.topk`` also puts NaN first): such a row keeps its NaN keys
+    first, lowest index first (tied with any +inf score), and gets o = NaN and lse NaN;
+    its backward sends NaN to exactly the keys it kept. So a NaN in q reaches only that
+    query's row; a NaN in k every row that sees that key (a causal mask that hides the
+    key keeps the row clean); a NaN in v only the rows that select (top-k: keep) that
+    value row. Whatever the tile sizes: the index of a NaN row comes from a second pass
+    over the keys that only a program holding such a row makes, so the main loop (and
+    its registers) are unchanged.
 dtypes / head dims
     float16, bfloat16, float32 (scores accumulate in float32; float32 inputs use IEEE
     dot products so the argmax matches an fp64 reference away from exact ties).

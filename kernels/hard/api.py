@@ -13,7 +13,12 @@ from .. import runtime
 from ..flash.checks import _validate as _flash_validate
 from ..flash.tiles import block_d
 from ..naive import repeat_kv
-from .forward import _hard_attn_fwd, _topk_attn_fwd
+from .forward import (
+    NAN_INDEX_BLOCK,
+    _hard_attn_fwd,
+    _hard_nan_index,
+    _topk_attn_fwd,
+)
 from .tiles import (
     MAX_HEAD_DIM,
     MAX_TOPK,
@@ -26,7 +31,11 @@ from .tiles import (
 
 def _validate(q, k, v, causal, sm_scale) -> float:
     """The checks of ``flash_attention`` (kernels/flash/checks.py), plus this module's
-    head-dim limit."""
+    head-dim limit. N_k = 0 is allowed (every row is empty): the other checks run on
+    a one-key stand-in."""
+    if (isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor) and k.ndim == 4
+            and k.shape == v.shape and k.shape[2] == 0):
+        k, v = (t.new_zeros(t.shape[:2] + (1,) + t.shape[3:]) for t in (k, v))
     scale = _flash_validate(q, k, v, sm_scale)
     if q.shape[-1] > MAX_HEAD_DIM:
         raise ValueError(f"head dim d must be in 1..{MAX_HEAD_DIM}, "
@@ -67,6 +76,14 @@ def _hard_forward(q, k, v, causal, sm_scale, sample, seed):
         *_strides(q), *_strides(k), *_strides(v), *_strides(o),
         CAUSAL=causal, SAMPLE=sample, **_common(q, k),
     )
+    # NaN rows (marked -2) get their first NaN key; a program without one stops at once
+    common = _common(q, k)
+    del common["HEAD_DIM_PAD"], common["N_Q"], common["N_K"], common["H"]
+    _hard_nan_index[(triton.cdiv(N_q, NAN_INDEX_BLOCK), B * H)](
+        q, k, idx, sm_scale, *_strides(q), *_strides(k), H, N_q, k.shape[2],
+        common.pop("GROUP"), HEAD_DIM_PAD=block_d(d), CAUSAL=causal,
+        BLOCK_M=NAN_INDEX_BLOCK, BLOCK_N=NAN_INDEX_BLOCK, num_warps=4, **common,
+    )
     return o, idx
 
 
@@ -83,6 +100,13 @@ def _topk_forward(q, k, v, topk, causal, sm_scale):
         **_common(q, k),
     )
     return o, idx, lse
+
+
+def _no_keys(q, T: int | None):
+    """The answer when N_k = 0: every row is empty, o = 0 and idx -1 (no launch)."""
+    o = torch.zeros_like(q)  # (B, H, N_q, d)
+    shape = q.shape[:3] if T is None else q.shape[:3] + (T,)
+    return o, torch.full(shape, -1, dtype=torch.int64, device=q.device)
 
 
 def _expand_kv(t, H):
@@ -167,6 +191,9 @@ class _TopkAttention(torch.autograd.Function):
         s = torch.einsum("bhqd,bhqtd->bhqt", qf, k_sel) * scale
         lse_safe = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
         p = torch.exp(s - lse_safe.unsqueeze(-1)) * (idx >= 0)  # (B, H, N_q, T)
+        # a NaN row (lse NaN) has NaN weights on the keys it kept, as soft attention's
+        # P: NaN reaches the gradients of exactly those keys, never a finite guess
+        p = torch.where(torch.isnan(lse).unsqueeze(-1) & (idx >= 0), float("nan"), p)
         dp = torch.einsum("bhqd,bhqtd->bhqt", dof, v_sel)
         delta = (dof * o.float()).sum(-1, keepdim=True)  # rowsum(dO * O) = <p, dp>
         ds = p * (dp - delta)  # softmax backward over the kept scores
@@ -187,7 +214,9 @@ def hard_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     defaults to 1/sqrt(d). ``sample=False``: idx = argmax_j of the scaled scores
     (lowest index on ties). ``sample=True``: idx ~ softmax(scaled scores) by the
     Gumbel-max trick in the kernel; ``seed`` (an int; drawn from torch's generator when
-    None) fixes the draw. A query that sees no key returns o = 0 and idx = -1. Returns
+    None) fixes the draw. A query that sees no key (or N_k = 0) returns o = 0 and
+    idx = -1; a query whose visible scores hold a NaN returns o = NaN and idx = its
+    first NaN key (the spec sheet's NaN rule). Returns
     o (B, H, N_q, d) and, with ``return_index``, idx (B, H, N_q) int64. Differentiable
     in v only (dq = dk = 0).
     """
@@ -196,7 +225,10 @@ def hard_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         seed = int(torch.randint(0, 2**31 - 1, ()).item()) if sample else 0
     elif not isinstance(seed, int) or not 0 <= seed < 2**63:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-    o, idx = _HardAttention.apply(q, k, v, causal, scale, bool(sample), seed)
+    if k.shape[2] == 0:
+        o, idx = _no_keys(q, None)
+    else:
+        o, idx = _HardAttention.apply(q, k, v, causal, scale, bool(sample), seed)
     return (o, idx) if return_index else o
 
 
@@ -207,7 +239,8 @@ def topk_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, topk: int,
 
     q: (B, H, N_q, d); k, v: (B, H_kv, N_k, d). When fewer than ``topk`` keys are
     visible all of them are kept (idx slots beyond them are -1); a row with none gives
-    o = 0. 1 <= topk <= MAX_TOPK (128). Differentiable in q, k and v through the kept
+    o = 0; a row with NaN scores gives o = NaN and keeps its NaN keys first (ranked as
+    +inf). 1 <= topk <= MAX_TOPK (128). Differentiable in q, k and v through the kept
     scores. Returns o (B, H, N_q, d) and, with ``return_index``, the kept key indices
     (B, H, N_q, topk) int64, in no particular order.
     """
@@ -216,5 +249,8 @@ def topk_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, topk: int,
         raise TypeError(f"topk must be an int, got {type(topk).__name__}")
     if not 1 <= topk <= MAX_TOPK:
         raise ValueError(f"topk must be in [1, {MAX_TOPK}], got {topk}")
-    o, idx = _TopkAttention.apply(q, k, v, topk, causal, scale)
+    if k.shape[2] == 0:
+        o, idx = _no_keys(q, topk)
+    else:
+        o, idx = _TopkAttention.apply(q, k, v, topk, causal, scale)
     return (o, idx) if return_index else o

@@ -159,8 +159,12 @@ def _hard_attn_fwd(
     idx_i = tl.min(tl.where((m_t == m_i[:, None]) & (j_t >= 0), j_t, 2147483647), 1)
     idx_i = tl.where((m_i == float("-inf")) | (idx_i == 2147483647), -1, idx_i)
 
+    # A row whose visible scores hold a NaN: o = NaN, and idx = -2 for now (a marker
+    # no caller sees): ``_hard_nan_index`` then writes its first NaN key, never -1
+    # (the empty row). A second pass here would keep q alive past the loop and spill.
+    idx_i = tl.where(nan_i > 0, -2, idx_i)
+
     # one row of V per query: a gather, not a stream
-    idx_i = tl.where(nan_i > 0, -1, idx_i)
     has = (idx_i >= 0) & (offs_m < N_Q)
     v_ptrs = V + off_b * stride_vb + off_hk * stride_vh \
         + idx_i[:, None] * stride_vn + offs_d[None, :] * stride_vd
@@ -172,6 +176,63 @@ def _hard_attn_fwd(
              mask=(offs_m[:, None] < N_Q) & mask_d[None, :])
     tl.store(IDX + off_bh.to(tl.int64) * N_Q + offs_m, idx_i.to(tl.int64),
              mask=offs_m < N_Q)
+
+
+NAN_INDEX_BLOCK = 32  # BLOCK_M = BLOCK_N of _hard_nan_index (small: it rarely works)
+
+
+@triton.jit
+def _hard_nan_index(
+    Q, K, IDX, sm_scale,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    H, N_Q, N_K, GROUP,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, CAUSAL: tl.constexpr,
+    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """The index of a NaN row (marked -2 by ``_hard_attn_fwd``): its first visible key
+    whose score q k^T * sm_scale is NaN, as ``torch.argmax`` answers. A program
+    whose rows hold no marker reads BLOCK_M indices and stops. The Gumbel noise of
+    ``sample=True`` is finite except where u = 0 (probability 2^-32 a key), so the
+    noised scores are NaN at these same keys; in that corner (an infinite score meets
+    u = 0) no NaN key is found and the row gets key 0."""
+    start_m = tl.program_id(0)
+    off_bh = tl.program_id(1)
+    off_b = off_bh // H
+    off_h = off_bh % H
+    off_hk = off_h // GROUP
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    mask_d = offs_d < HEAD_DIM
+    idx_ptrs = IDX + off_bh.to(tl.int64) * N_Q + offs_m
+    todo = tl.load(idx_ptrs, mask=offs_m < N_Q, other=0) == -2
+    if tl.max(todo.to(tl.int32), 0) > 0:
+        q = tl.load(Q + off_b * stride_qb + off_h * stride_qh
+                    + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                    mask=(offs_m[:, None] < N_Q) & mask_d[None, :], other=0.0)
+        if UPCAST:
+            q = q.to(tl.float32)
+        hi = N_K
+        if CAUSAL:
+            hi = tl.minimum(N_K, (start_m + 1) * BLOCK_M + N_K - N_Q)
+        first = tl.full([BLOCK_M], 2147483647, dtype=tl.int32)
+        for start_n in range(0, hi, BLOCK_N):
+            cols = start_n + offs_n
+            k = tl.load(K + off_b * stride_kb + off_hk * stride_kh
+                        + cols[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+                        mask=(cols[:, None] < N_K) & mask_d[None, :], other=0.0)
+            if UPCAST:
+                k = k.to(tl.float32)
+            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale
+            nan_s = (s != s) & (cols[None, :] < N_K)
+            if CAUSAL:
+                nan_s = nan_s & (cols[None, :] <= offs_m[:, None] + (N_K - N_Q))
+            first = tl.minimum(first, tl.min(tl.where(nan_s, cols[None, :],
+                                                      2147483647), 1))
+        first = tl.where(first < 2147483647, first, 0)
+        tl.store(idx_ptrs, first.to(tl.int64), mask=todo & (offs_m < N_Q))
 
 
 # ---------------------------------------------------------------------------------
@@ -243,8 +304,9 @@ def _topk_attn_fwd(
         if CAUSAL:
             visible = visible & (cols[None, :] <= offs_m[:, None] + (N_K - N_Q))
         nan_i = tl.maximum(nan_i, tl.max(tl.where(visible & (s != s), 1, 0), 1))
-        # NaN rows are flagged, not kept
-        s = tl.where(visible & (s == s), s, float("-inf"))
+        # a NaN score ranks as +inf (torch.topk puts NaN first): its row is flagged
+        # (o and lse NaN) and its kept slots name the NaN keys, never -1
+        s = tl.where(visible, tl.where(s == s, s, float("inf")), float("-inf"))
         # strict >: a later key that ties the k-th best loses to it (lowest index wins)
         n_cand = tl.max(tl.sum((s > thr[:, None]).to(tl.int32), 1), 0)
         # candidates enter best-first, so a block inserts at most TOPK of them
@@ -266,8 +328,9 @@ def _topk_attn_fwd(
             thr = tl.min(buf_s, 1)
 
     # softmax over the kept scores (padding and empty slots weigh 0); a NaN row
-    # keeps nothing
-    valid = real & (buf_s > float("-inf")) & (nan_i[:, None] == 0)
+    # weighs nothing (its o and lse are NaN) but reports the keys it kept
+    kept = real & (buf_s > float("-inf"))
+    valid = kept & (nan_i[:, None] == 0)
     if SIGN != 0:  # back to scaled scores: buf * |scale| = q k^T * scale
         buf_s = buf_s * tl.abs(sm_scale)
     m_i = tl.max(tl.where(valid, buf_s, float("-inf")), 1)
@@ -300,6 +363,6 @@ def _topk_attn_fwd(
     tl.store(LSE + off_bh.to(tl.int64) * N_Q + offs_m, lse, mask=row)
     idx_ptrs = (IDX + (off_bh.to(tl.int64) * N_Q + offs_m[:, None]) * TOPK
                 + slots[None, :])
-    tl.store(idx_ptrs, tl.where(valid, buf_j, -1).to(tl.int64),
+    tl.store(idx_ptrs, tl.where(kept, buf_j, -1).to(tl.int64),
              mask=row[:, None] & real)
 

@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from .. import runtime
-from ..flash.tiles import arch_class, block_d
+from ..flash.tiles import arch_class, block_d, check_head_dim
 
 LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): exp(x) = exp2(x * LOG2E)
 MAX_HEAD_DIM = 128
@@ -35,10 +35,10 @@ _HARD_TABLE: dict[str, dict[int, list[tuple[int, int, int, int]]]] = {
     "sm75": {64: [(64, 64, 4, 2), (128, 64, 8, 2)], 128: [(32, 32, 4, 2)]},
 }
 # Argmax only (SAMPLE=False): no Philox draws or logs in the loop, so its registers
-# leave room for 128 x 128 tiles, which halve the per-score loop overhead of 128 x 64 on
-# sm_90 (0.0187 vs 0.0228 SASS instructions per score at d = 128, bf16). Sampling at
-# 128 x 128 spills (about 1 KB per thread), so those tiles are argmax's alone; on sm_80
-# at d = 128 the causal argmax spills too.
+# leave room for 128 x 128 tiles, which issue about a fifth fewer instructions per
+# score than 128 x 64 on sm_90 (4.78 vs 5.84 per thread, machine_code.sass.per_score,
+# d = 128, bf16). Sampling at 128 x 128 spills (about 1 KB per thread), so those tiles
+# are argmax's alone; on sm_80 at d = 128 the causal argmax spills too.
 _ARGMAX_EXTRA: dict[str, dict[int, list[tuple[int, int, int, int]]]] = {
     "sm90": {64: [(128, 128, 8, 2)], 128: [(128, 128, 8, 2)]},
     "sm80": {64: [(128, 128, 8, 2)], 128: []},
@@ -62,7 +62,15 @@ INTERPRET_CONFIG = (64, 64, 4, 1)  # the one config used under the Triton interp
 def configs(kind: str, capability: tuple[int, int], head_dim: int, dtype=torch.float16,
             topk: int = 16, sample: bool = False) -> list[tuple[int, int, int, int]]:
     """Shipped (BLOCK_M, BLOCK_N, num_warps, num_stages) for kind "hard" (argmax, or
-    Gumbel sampling with ``sample``) or "topk"."""
+    Gumbel sampling with ``sample``) or "topk" (``topk`` in 1..MAX_TOPK). Bad arguments
+    (an unknown kind, a head dim outside 1..MAX_HEAD_DIM) are refused naming them."""
+    if kind not in ("hard", "topk"):
+        raise ValueError(f"kind must be 'hard' or 'topk', got {kind!r}")
+    check_head_dim(head_dim, MAX_HEAD_DIM)
+    if isinstance(topk, bool) or not isinstance(topk, int):
+        raise TypeError(f"topk must be an int, got {type(topk).__name__} {topk!r}")
+    if not 1 <= topk <= MAX_TOPK:
+        raise ValueError(f"topk must be in 1..{MAX_TOPK}, got {topk}")
     arch = arch_class(capability)
     # float32 tiles: float32 inputs, and bf16 on sm_75 (upcast: no bf16 tensor cores)
     fp32_tiles = dtype == torch.float32 or (dtype == torch.bfloat16

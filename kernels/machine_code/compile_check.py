@@ -405,8 +405,8 @@ def machine_code_report(target: str) -> dict:
                     regs, st, ld = ptxas_usage(c.asm["ptx"])
                     rep = sass.report(c.asm["cubin"])
                     loop = rep["hot_loop"] or {}
-                    # scores per hot-loop iteration: one BLOCK_M x BLOCK_N tile
-                    per_score = loop.get("instructions", 0) / (cfg[0] * cfg[1])
+                    # instructions per score, per thread (sass.per_score)
+                    per_score = sass.per_score(loop.get("instructions", 0), *cfg[:3])
                     rows.append({"kernel": kernel, "head_dim": d, "dtype": "bf16",
                                  "causal": causal, "n_ctx": REPORT_SHAPES["n_ctx"],
                                  "config": dict(zip(("BLOCK_M", "BLOCK_N", "num_warps",
@@ -414,11 +414,12 @@ def machine_code_report(target: str) -> dict:
                                  "registers": regs, "spill_bytes": st + ld,
                                  "shared_bytes": int(c.metadata.shared),
                                  "launch_warps": int(c.metadata.num_warps),
-                                 "instructions_per_score": round(per_score, 4), **rep})
+                                 "thread_instructions_per_score": round(per_score, 3),
+                                 **rep})
     fwd = [r for r in rows if r["kernel"] == "fwd" and r["head_dim"] == 128
            and not r["causal"]]
     rows += hard_machine_code_report(
-        target, fwd[0]["instructions_per_score"] if fwd else None)
+        target, fwd[0]["thread_instructions_per_score"] if fwd else None)
     return {"target": target, "triton": triton.__version__, "torch": torch.__version__,
             "date": time.strftime("%Y-%m-%d"), "command":
             f"python -m kernels.machine_code.compile_check --report --target {target}",
@@ -435,8 +436,9 @@ HARD_REPORT = (("hard-argmax", "hard", False), ("hard-sample", "hard", True),
 
 
 def hard_machine_code_report(target: str, fwd_per_score: float | None) -> list[dict]:
-    """Hot-loop counts of kernels/hard.py; ``vs_flash_fwd``: instructions per score over
-    the flash forward's (same target, d = 128, its first shipped config, non-causal)."""
+    """Hot-loop counts of kernels/hard.py; ``vs_flash_fwd``: instructions per score per
+    thread (``sass.per_score``) over the flash forward's (same target, d = 128, its
+    first shipped config, non-causal)."""
     from kernels import hard
     from kernels.machine_code import sass
 
@@ -464,13 +466,14 @@ def hard_machine_code_report(target: str, fwd_per_score: float | None) -> list[d
         c = _compile_values(fn, vals, cap, cfg[2], cfg[3])
         regs, st, ld = ptxas_usage(c.asm["ptx"])
         rep = sass.report(c.asm["cubin"])
-        per_score = (rep["hot_loop"] or {}).get("instructions", 0) / (cfg[0] * cfg[1])
+        per_score = sass.per_score((rep["hot_loop"] or {}).get("instructions", 0),
+                                   *cfg[:3])
         rows.append({"kernel": name, "head_dim": d, "dtype": "bf16", "causal": False,
                      "n_ctx": n, "config": dict(zip(("BLOCK_M", "BLOCK_N", "num_warps",
                                                      "num_stages"), cfg)),
                      "registers": regs, "spill_bytes": st + ld,
                      "shared_bytes": int(c.metadata.shared),
-                     "instructions_per_score": round(per_score, 4),
+                     "thread_instructions_per_score": round(per_score, 3),
                      "vs_flash_fwd": (round(per_score / fwd_per_score, 3)
                                       if fwd_per_score else None),
                      **rep})
@@ -479,9 +482,10 @@ def hard_machine_code_report(target: str, fwd_per_score: float | None) -> list[d
 
 def format_report(rep: dict) -> str:
     lines = [f"# {rep['target']}: hot loop per iteration (triton {rep['triton']}); "
-             "instruction counts, not time",
+             "instruction counts, not time;\n# thr/score: instructions "
+             "one thread issues per score (loop instr. x 32 x warps / (BM x BN))",
              f"{'kernel':<10} {'d':>4} {'mask':<6} {'BMxBN w s':<14} {'instr':>6} "
-             f"{'/score':>7} "
+             f"{'thr/score':>9} "
              f"{'mma':>4} {'FMUL':>5} {'FFMA':>5} {'EX2':>4} {'int':>4} {'cp.as':>5} "
              f"{'TMA':>4} {'WS':>3} {'regs':>4}"]
     for r in rep["kernels"]:
@@ -491,7 +495,7 @@ def format_report(rep: dict) -> str:
             f"{r['kernel']:<10} {r['head_dim']:>4} "
             f"{'causal' if r['causal'] else 'full':<6} "
             f"{cfg:<14} {hl.get('instructions', '-'):>6} "
-            f"{r['instructions_per_score']:>7.4f} "
+            f"{r['thread_instructions_per_score']:>9.3f} "
             f"{hl.get('tensor_core', '-'):>4} {hl.get('FMUL', '-'):>5} "
             f"{hl.get('FFMA', '-'):>5} "
             f"{hl.get('MUFU.EX2', '-'):>4} {hl.get('integer', '-'):>4} "

@@ -17,7 +17,8 @@ iteration of that loop
 Over the whole kernel it also records whether TMA and warp specialisation
 (``USETMAXREG``: producer and consumer warpgroups re-balancing registers) are used.
 These are instruction counts, not time: they say how much work an iteration issues, not
-how well it overlaps.
+how well it overlaps. ``per_score`` puts tiles of different sizes and warp counts on one
+scale: the instructions one thread issues per score element it computes.
 """
 
 from __future__ import annotations
@@ -136,3 +137,18 @@ def report(cubin: bytes) -> dict:
         "membar_gpu_in_loop": any(ins.opcode.startswith("MEMBAR")
                                   and "GPU" in ins.opcode for ins in body),
     }
+
+
+def per_score(instructions: float, block_m: int, block_n: int, num_warps: int) -> float:
+    """Instructions one thread issues per score element it computes: a hot-loop count
+    (per warp, per iteration) times ``32 * num_warps`` threads, over the
+    ``block_m * block_n`` scores of the iteration's tile. Each thread of the
+    ``num_warps`` warps that run the loop owns ``block_m * block_n / (32 * num_warps)``
+    scores, so a tile of 8 warps and one of 4 warps doing the same work per thread get
+    the same figure (one ``MUFU.EX2`` per score is about 1). In a warp-specialised
+    kernel ``num_warps`` is the config's, one consumer warpgroup's (the producer warps
+    run another loop)."""
+    if min(block_m, block_n, num_warps) <= 0:
+        raise ValueError(f"tile and warps must be positive, got {block_m}x{block_n} "
+                         f"w{num_warps}")
+    return instructions * 32 * num_warps / (block_m * block_n)

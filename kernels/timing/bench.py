@@ -308,7 +308,7 @@ def random_qkv(B: int, H: int, N_q: int, d: int, *, H_kv: int | None = None,
             for s in shapes]
 
 
-def _step(attn, mode: str, q, k, v, causal: bool, do) -> Callable[[], object]:
+def attention_step(attn, mode: str, q, k, v, causal: bool, do) -> Callable[[], object]:
     """One forward (no autograd graph), or one forward and its backward of ``do``."""
     if mode == "fwd":
         def fn():
@@ -382,7 +382,8 @@ def time_attention(lengths: Iterable[int], impls: dict[str, Callable] | None = N
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always")
                     try:
-                        measure(rec, _step(attn, mode, q, k, v, c, do), timer=timer,
+                        step = attention_step(attn, mode, q, k, v, c, do)
+                        measure(rec, step, timer=timer,
                                 flops=attention_flops(B, H, N, N, d, c, mode), **timing)
                     except torch.cuda.OutOfMemoryError:
                         rec.error = "OOM"

@@ -5,8 +5,11 @@ as ``kernels.timing.bench.time_deformable``), which is ``time_msda`` then ``time
 * op "msda": ``kernels.deformable.ms_deform_attn`` (impl "triton") against Deformable
   DETR's ``ms_deform_attn_core_pytorch`` (impl "naive": one grid_sample per level, then
   a weighted sum), at Deformable DETR's shapes by default: d_model 256, 8 heads
-  (D_h = 32), 4 levels of a ~800 x 1200 image at strides 8..64, 4 points, batch 2.
-  Shape ``{"B", "L_q", "H", "D_h", "levels", "S", "P"}``.
+  (D_h = 32), 4 levels of a ~800 x 1200 image at strides 8..64, 4 points, batch 2;
+  with the decoder's 300 object queries and at encoder scale (``ENCODER``: every pixel
+  of every level a query, L_q = S, the shape that dominates Deformable DETR's cost).
+  Shape ``{"B", "L_q", "H", "D_h", "levels", "S", "P"}``, plus ``"name": "encoder"``
+  at encoder scale.
 * op "dat": the fused ``deformable_attention`` (impl "triton") against
   "grid_sample+flash" (grid_sample of the K and V maps, then ``kernels.flash``),
   "grid_sample+sdpa" and "naive" (grid_sample, then S and P materialised), at the
@@ -33,7 +36,9 @@ from .records import Record
 # Deformable DETR: levels at strides 8, 16, 32, 64 of an ~800 x 1200 image.
 MSDA_LEVELS = [[100, 150], [50, 75], [25, 38], [13, 19]]
 MSDA_HEADS, MSDA_HEAD_DIM, MSDA_POINTS, MSDA_BATCH = 8, 32, 4, 2
-MSDA_QUERIES = [300, 10_000]
+#: L_q meaning "every pixel of every level is a query" (Deformable DETR's encoder).
+ENCODER = "encoder"
+MSDA_QUERIES = [300, ENCODER]
 
 # (name, B, H, G, map H_f, map W_f, d, r): every map position is a query;
 # N_s = (H_f/r)(W_f/r)
@@ -112,6 +117,17 @@ def dat_impls() -> dict[str, Callable]:
     return impls
 
 
+def msda_query_count(queries, levels) -> int:
+    """L_q of a ``queries`` entry: a count, or ``ENCODER`` = S, the pixels of
+    ``levels``."""
+    if queries == ENCODER:
+        return int(sum(h * w for h, w in levels))
+    if isinstance(queries, bool) or not isinstance(queries, int) or queries < 1:
+        raise ValueError(f"queries must be a positive count or {ENCODER!r}, got "
+                         f"{queries!r}")
+    return queries
+
+
 def _past(deadline: float | None) -> bool:
     return deadline is not None and time.monotonic() > deadline
 
@@ -122,14 +138,16 @@ def time_msda(queries: Iterable[int] = MSDA_QUERIES, *, levels=MSDA_LEVELS,
               stage: str | None = None,
               timer: Callable[..., dict] | None = None, deadline: float | None = None,
               log: Callable[[Record], None] | None = None, **timing) -> list[Record]:
-    """MSDA, triton against naive, at each (dtype, L_q in ``queries``, mode). The naive
+    """MSDA, triton against naive, at each (dtype, L_q in ``queries``, mode); an entry
+    ``ENCODER`` makes every pixel of ``levels`` a query. The naive
     version gets ``spatial_shapes`` on the host, so it never synchronises with the GPU
     per call (it reads them with ``.tolist()``); the Triton wrapper validates them on
     the host each call, and the record's ``stats["host_sync"]`` says so."""
     records: list[Record] = []
     for dtype in dtypes:
         dt, dt_name = _torch_dtype(dtype)
-        for l_q in queries:
+        for q_entry in queries:
+            l_q = msda_query_count(q_entry, levels)
             for mode in modes:
                 for impl, fn in (("triton", kd.ms_deform_attn),
                                  ("naive", kd.ms_deform_attn_reference)):
@@ -144,6 +162,8 @@ def time_msda(queries: Iterable[int] = MSDA_QUERIES, *, levels=MSDA_LEVELS,
                     shape = {"B": MSDA_BATCH, "L_q": l_q, "H": MSDA_HEADS,
                              "D_h": MSDA_HEAD_DIM, "levels": levels,
                              "S": int(sum(h * w for h, w in levels)), "P": MSDA_POINTS}
+                    if q_entry == ENCODER:
+                        shape["name"] = ENCODER
                     rec = Record(suite, "msda", impl, mode, dt_name, shape, stage=stage)
                     records.append(measure(rec, _step(call, tensors, mode), timer=timer,
                                            **timing))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import pathlib
 
+from ..machine_code.sass import per_score
 from .results import load_results, summarize
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -33,25 +34,29 @@ def _yes(flag) -> str:
 
 
 STATIC_COLUMNS = ("kernel", "d", "mask", "tile", "regs", "spill B", "smem KB",
-                  "loop instr.", "per score", "MMA", "FMUL", "FFMA", "EX2", "int",
-                  "TMA", "warp spec.")
+                  "loop instr.", "thread instr. / score", "MMA", "FMUL", "FFMA", "EX2",
+                  "int", "TMA", "warp spec.")
 
 
 def static_rows(rep: dict, kernels: tuple[str, ...] | None = None) -> list[tuple]:
     """One row (cells in ``STATIC_COLUMNS`` order) per compiled kernel and shape of a
     machine-code report: tile, registers, spills, shared memory and the hot loop's
-    SASS instruction counts (per iteration, and per score element). ``kernels``
-    filters by kernel name."""
+    SASS instruction counts: per iteration, and per score element per thread
+    (``thread_instructions_per_score``: the loop's count x 32 x warps / (BLOCK_M x
+    BLOCK_N), recomputed here from the row's fields by ``sass.per_score``, so tiles of
+    4 and 8 warps compare). ``kernels`` filters by kernel name."""
     rows = []
     for r in rep["kernels"]:
         if kernels and r["kernel"] not in kernels:
             continue
         hl = r.get("hot_loop") or {}
-        per = r.get("instructions_per_score")
+        c = r["config"]
+        per = (None if not hl else per_score(hl["instructions"], c["BLOCK_M"],
+                                             c["BLOCK_N"], c["num_warps"]))
         rows.append((r["kernel"], r["head_dim"], "causal" if r["causal"] else "full",
                      _cfg(r["config"]), r["registers"], r["spill_bytes"],
                      f"{r['shared_bytes'] / 1024:.0f}", hl.get("instructions", "-"),
-                     "-" if per is None else f"{per:.4f}", hl.get("tensor_core", "-"),
+                     "-" if per is None else f"{per:.2f}", hl.get("tensor_core", "-"),
                      hl.get("FMUL", "-"), hl.get("FFMA", "-"),
                      hl.get("MUFU.EX2", "-"), hl.get("integer", "-"),
                      _yes(r.get("tma")), _yes(r.get("warp_specialized"))))

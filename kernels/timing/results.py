@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import pathlib
+import warnings
 from collections.abc import Callable, Iterable
 
 import torch
@@ -307,11 +308,26 @@ def _json_default(x):
 
 
 def load_results(results_dir: pathlib.Path | None = None) -> list[dict]:
-    """Every recorded results file, newest first (empty when none are recorded)."""
+    """Every recorded results file, newest first (empty when none are recorded).
+
+    A file that is not readable JSON holding an object is skipped with a warning that
+    names it: one damaged file must not stop a chapter from plotting the others."""
     d = results_dir or RESULTS_DIR
     files = sorted(d.glob("*.json")) if d.exists() else []
-    out = [json.loads(f.read_text()) for f in files]
-    return sorted(out, key=lambda r: r.get("date") or "", reverse=True)
+    out = []
+    for f in files:
+        try:
+            data = json.loads(f.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            warnings.warn(f"skipping results file {f}: not readable JSON ({err})",
+                          stacklevel=2)
+            continue
+        if not isinstance(data, dict):
+            warnings.warn(f"skipping results file {f}: expected a JSON object, got "
+                          f"{type(data).__name__}", stacklevel=2)
+            continue
+        out.append(data)
+    return sorted(out, key=lambda r: str(r.get("date") or ""), reverse=True)
 
 
 def suite_records(results: list[dict], suite: str) -> list[tuple[dict, list[dict]]]:

@@ -138,6 +138,8 @@ def test_paged_equals_contiguous_equals_reference(page_size, H_q, H_kv):
     table = cache.block_table()
     for N_q in (1, 4):
         q = rng.standard_normal((B, N_q, H_q, d))  # (B, N_q, H_q, d)
+        # a sequence holds its N_q queries (length 1 is an empty slot, 0, at N_q = 4)
+        lens = [n if n >= N_q else 0 for n in lens]
         for causal in (True, False):
             flat, lse = decode.attention_with_kvcache(
                 q, k, v, np.array(lens), causal=causal, return_lse=True)
@@ -153,13 +155,16 @@ def test_paged_equals_contiguous_equals_reference(page_size, H_q, H_kv):
                 np.testing.assert_allclose(flat[b], ref, atol=TOL, rtol=0)
 
 
-def test_kvcache_lengths_shorter_than_the_queries_give_empty_rows():
+def test_kvcache_lengths_shorter_than_the_queries_are_refused_and_0_is_empty():
+    # as kernels.decode: the queries are a sequence's last N_q positions, so a length
+    # below N_q names no sequence; 0 is an empty slot (out 0, lse -inf)
     rng = np.random.default_rng(5)
     q = rng.standard_normal((1, 4, 2, 8))
     k = rng.standard_normal((1, 10, 2, 8))
-    out, lse = decode.attention_with_kvcache(q, k, k, np.array([2]), return_lse=True)
-    assert np.isneginf(lse[0, :, :2]).all() and (out[0, :2] == 0).all()
-    assert np.isfinite(lse[0, :, 2:]).all()
+    with pytest.raises(ValueError, match="cache_seqlens"):
+        decode.attention_with_kvcache(q, k, k, np.array([2]), return_lse=True)
+    out, lse = decode.attention_with_kvcache(q, k, k, np.array([4]), return_lse=True)
+    assert np.isfinite(lse).all()
     out, lse = decode.attention_with_kvcache(q, k, k, np.array([0]), return_lse=True)
     assert (out == 0).all() and np.isneginf(lse).all()
 

@@ -259,19 +259,20 @@ def test_estimator_stats_unbiased_vs_biased():
 
 
 def test_nan_rows_are_nan_and_hidden_values_never_leak():
-    # item 1: NaN score row -> o NaN, idx -1 (no valid choice),
-    # never the empty row's o = 0
+    # item 1: NaN score row -> o NaN, idx = its first NaN key (as np.argmax; never
+    # -1, the empty row's answer: issue 23), never the empty row's o = 0
     rng = np.random.default_rng(0)
     q, k, v = rng.normal(size=(10, 4)), rng.normal(size=(8, 4)), rng.normal(size=(8, 3))
     q[4, 0] = np.nan
     v[7] = np.nan  # seen only by the queries that select key 7
     o, idx = ah.hard_attention(q, k, v, causal=True, return_index=True)
-    assert idx[4] == -1 and np.isnan(o[4]).all()
+    assert idx[4] == 0 and np.isnan(o[4]).all()
     assert np.all(idx[:2] == -1) and np.all(o[:2] == 0)
     assert np.array_equal(np.isnan(o).any(-1), (idx == 7) | (np.arange(10) == 4))
     o, p = ah.topk_attention(q, k, v, 3, causal=True, return_weights=True)
     assert np.isnan(o[4]).all() and np.isnan(p[4]).all() and np.all(o[:2] == 0)
-    assert np.all(ah.topk_index(ah.attention_scores(q, k, causal=True), 3)[4] == -1)
+    assert ah.topk_index(ah.attention_scores(q, k, causal=True), 3)[4].tolist() == [
+        0, 1, 2]
     kept7 = p[:, 7] > 0
     assert np.array_equal(np.isnan(o).any(-1), kept7 | (np.arange(10) == 4))
     o = ah.stochastic_hard_attention(q, k, v, np.random.default_rng(1), causal=True)

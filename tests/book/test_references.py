@@ -61,3 +61,20 @@ def test_bibliography_page_is_built():
     assert "{bibliography}" in (ROOT / "references.md").read_text()
     toc = (ROOT / "_toc.yml").read_text()
     assert re.search(r"file:\s*references\s*$", toc, flags=re.M)
+
+
+def test_bibliography_labels_are_short_author_year_keys():
+    """The References page labels entries with pybtex's alpha style: initials or a short
+    name and a two-digit year ("VSP+17", "NVIDIA20"). An accent written as a TeX macro
+    or a multi-word author in braces leaks whole words into it ("BLeonardC13",
+    "TheTauthors24"): write accents in Unicode and organisations as one braced name."""
+    pybtex = pytest.importorskip("pybtex")
+    from pybtex.database import parse_string
+    from pybtex.style.labels.alpha import LabelStyle
+
+    assert pybtex
+    entries = parse_string(BIB, "bibtex").entries
+    labels = list(LabelStyle().format_labels(entries.values()))
+    bad = {k: lab for k, lab in zip(entries, labels)
+           if not re.fullmatch(r"[A-Za-z+]{1,7}\d\d[a-z]?", lab)}
+    assert not bad, bad

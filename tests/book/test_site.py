@@ -107,12 +107,17 @@ def test_chapter_page_renders(server, chapter):
     # Figures are present (executed at build time).
     imgs = [i for i in soup.select(".cell_output img") if i.get("src")]
     assert len(imgs) >= 3, f"only {len(imgs)} figures on {chapter}"
-    # The Colab launch link points at this notebook in the repository.
+    # The Colab launch link opens this chapter's Colab edition in the repository
+    # (colab/edition.py writes it, colab/launch.py points the theme's button at it).
     repo = CONFIG["repository"]["url"].removeprefix("https://github.com/")
+    branch = CONFIG["repository"]["branch"]
     colab = [a["href"] for a in soup.find_all("a", href=True)
              if "colab.research.google.com" in a["href"]]
     assert colab, "no Colab launch link"
-    assert any(repo in h and h.endswith(f"{chapter}.ipynb") for h in colab), colab
+    want = (f"https://colab.research.google.com/github/{repo}/blob/{branch}/"
+            f"colab/{chapter}.ipynb")
+    assert want in colab, colab
+    assert (ROOT / "colab" / f"{chapter}.ipynb").exists()
     # Kernel source is on the page (literalinclude, in a dropdown): the Triton kernels,
     # or in chapter 1, which calls the kernel chapter 2 lists, its public wrapper.
     code = "".join(block.get_text("") for block in main.select("div.highlight"))

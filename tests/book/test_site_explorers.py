@@ -240,6 +240,15 @@ def check_teaser(pg: Page, eid: str) -> None:
     res = {"standard attention": memory.closed_form("standard", N, 64, Br=br, Bc=bc),
            "FlashAttention-2": memory.closed_form("flash2", N, 64, Br=br, Bc=bc)}
     assert _bars(pg.data(eid, "bars", "bars")) == _expected_bars(res, 2)
+    # the compulsory ticks (what HBM sees when L2 holds the re-reads), as chapter 2's
+    # tile-size explorer draws them, and the readout names both totals
+    once = {"standard attention": memory.compulsory("standard", N, 64).bytes(2),
+            "FlashAttention-2": memory.compulsory("flash2", N, 64).bytes(2)}
+    floor = {r["group"]: (r["what"], r["bytes"])
+             for r in pg.data(eid, "bars", "compulsory")}
+    assert floor == {a: (data.COMPULSORY_LABEL, b) for a, b in once.items()}
+    text = pg.readout(eid)
+    assert all(plots.human_bytes(b) in text for b in once.values()), text
 
 
 def check_naive(pg: Page, eid: str) -> None:

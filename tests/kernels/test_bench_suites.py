@@ -106,3 +106,36 @@ def test_speedups_come_from_measured_records_only():
                                    "top-16: its time / flash time": 1.5}
     assert hard_timing.speedups(rows, lengths=(8192,)) == (None, {})
     assert hard_timing.speedups([]) == (None, {})
+
+
+def test_msda_is_timed_at_encoder_scale_with_every_pixel_a_query():
+    timer = bench.FakeTimer()
+    assert deformable_timing.ENCODER in deformable_timing.MSDA_QUERIES
+    recs = deformable_timing.time_msda([deformable_timing.ENCODER], levels=TINY_LEVELS,
+                                       dtypes=(torch.float32,), modes=("fwd",),
+                                       suite="deformable", timer=timer)
+    assert [(r.op, r.impl) for r in recs] == [("msda", "triton"), ("msda", "naive")]
+    s = sum(h * w for h, w in TINY_LEVELS)
+    assert recs[0].shape == {"B": 2, "L_q": s, "H": 8, "D_h": 32, "levels": TINY_LEVELS,
+                             "S": s, "P": 4, "name": "encoder"}
+    assert len(timer.calls) == 2  # each implementation really ran, once
+    # the inputs it timed: one query per pixel of the pyramid
+    (value, loc, w), _, _ = deformable_timing.msda_inputs(
+        2, recs[0].shape["L_q"], TINY_LEVELS, torch.float32)
+    assert value.shape[1] == loc.shape[1] == w.shape[1] == s
+    assert deformable_timing.msda_query_count(300, TINY_LEVELS) == 300
+    for bad in (0, -3, 2.5, True, "decoder"):
+        with pytest.raises(ValueError, match="queries"):
+            deformable_timing.msda_query_count(bad, TINY_LEVELS)
+
+
+def test_the_deformable_suite_times_encoder_scale_in_every_run(monkeypatch):
+    from benchmarks import suite_deformable
+    seen = []
+    monkeypatch.setattr(suite_deformable, "time_deformable",
+                        lambda queries, *a, **kw: seen.append(list(queries)) or [])
+    for quick, dry in ((False, True), (False, False), (True, False)):
+        suite_deformable.run(quick=quick, deadline=float("inf"), dry=dry)
+    dry_q, full_q, quick_q = seen
+    assert deformable_timing.ENCODER in dry_q  # benchmarks/run.py --dry-run runs it
+    assert full_q == [300, deformable_timing.ENCODER] and quick_q == [300]

@@ -331,6 +331,8 @@ for target in ("sm90", "sm75"):
              - set(hard.configs("hard", cap, 128, sample=True))]
     jobs += [(hard.forward._topk_attn_fwd, f"topk{k}", c, k, True) for k in (64, 128)
              for c in hard.configs("topk", cap, 128, topk=k)]
+    b = hard.forward.NAN_INDEX_BLOCK  # the NaN rows' index pass (issue 23)
+    jobs += [(hard.forward._hard_nan_index, "nan-index", (b, b, 4, 1), 0, False)]
     for kernel, name, cfg, topk, sample in jobs:
         fn, vals = compile_check._jit_function(kernel), values(cfg, topk, sample)
         sig, cex, attrs = {}, {}, {}
@@ -368,7 +370,8 @@ def test_shipped_configs_compile_for_gpus_without_spills():
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     rows = proc.stdout.splitlines()
-    assert {r.split()[0] for r in rows} == {"hard", "argmax", "topk64", "topk128"}, out
+    assert {r.split()[0] for r in rows} == {"hard", "argmax", "topk64", "topk128",
+                                            "nan-index"}, out
     assert {r.split()[1] for r in rows} == {"sm90", "sm75"}, out
     assert all(r.endswith(" ok") for r in rows), out
 
@@ -379,20 +382,21 @@ def test_shipped_configs_compile_for_gpus_without_spills():
 
 
 def test_nan_score_rows_are_nan_not_empty():
-    # item 1: a NaN in q row 3 gives o = NaN and idx = -1 (no valid choice); the empty
-    # rows of a causal N_q > N_k mask give o = 0 and idx = -1; a hidden NaN value row
-    # reaches nobody
+    # item 1: a NaN in q row 5 gives o = NaN and idx = its first NaN key (never -1,
+    # the empty row's answer, issue 23); the empty rows of a causal N_q > N_k mask give
+    # o = 0 and idx = -1; a hidden NaN value row reaches nobody
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 1, n, 16, generator=g) for n in (10, 8, 8))
     q[0, 0, 5, 0] = float("nan")
     v[0, 0, 7] = float("nan")
     o, idx = hard_attention(q, k, v, causal=True, return_index=True)
-    assert idx[0, 0, 5] == -1 and torch.isnan(o[0, 0, 5]).all()
+    assert idx[0, 0, 5] == 0 and torch.isnan(o[0, 0, 5]).all()
     assert torch.all(idx[0, 0, :2] == -1) and torch.all(o[0, 0, :2] == 0)
-    seen7 = idx[0, 0] == 7
+    seen7 = (idx[0, 0] == 7) & (torch.arange(10) != 5)
     assert torch.equal(torch.isnan(o[0, 0]).any(-1), seen7 | (torch.arange(10) == 5))
     o, idx = topk_attention(q, k, v, 3, causal=True, return_index=True)
-    assert torch.all(idx[0, 0, 5] == -1) and torch.isnan(o[0, 0, 5]).all()
+    # every score of row 5 is NaN: it keeps its first three keys
+    assert sorted(idx[0, 0, 5].tolist()) == [0, 1, 2] and torch.isnan(o[0, 0, 5]).all()
     assert torch.all(o[0, 0, :2] == 0)
     o_n = naive_topk_attention(q, k, v, 3, causal=True)
     assert torch.equal(torch.isnan(o_n), torch.isnan(o))

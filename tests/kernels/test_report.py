@@ -50,3 +50,44 @@ def test_gpu_table_names_the_best_sdpa_and_keeps_causal_apart():
     assert "| full |" in full and "| 2.000 | sdpa-cudnn 1.500 | 9.000 |" in full
     assert "| causal |" in causal and "| 1.200 |" in causal
     assert "4x16x16384x128" in full and full.startswith("| NVIDIA H200 | flash |")
+
+
+def test_per_score_column_is_per_thread_and_recomputed_from_the_fields():
+    """The "thread instr. / score" column is the hot-loop count (per warp) x 32 x warps
+    over the tile's BLOCK_M x BLOCK_N scores, recomputed from each recorded row's own
+    fields; the recorded field agrees with it. A tile of 8 warps and one of 4 doing the
+    same work per thread read alike: every flash forward issues one MUFU.EX2 per score
+    plus the row rescale's (at most half as many again on the smallest tiles), whatever
+    its tile and warps."""
+    col = report.STATIC_COLUMNS.index("thread instr. / score")
+    for target in ("sm90", "sm80"):
+        rep = report.load_static(target)
+        rows = report.static_rows(rep)
+        assert len(rows) == len(rep["kernels"])
+        for r, row in zip(rep["kernels"], rows):
+            c, hl = r["config"], r["hot_loop"]
+            want = hl["instructions"] * 32 * c["num_warps"] / (
+                c["BLOCK_M"] * c["BLOCK_N"])
+            assert row[col] == f"{want:.2f}", (target, r["kernel"], c)
+            assert r["thread_instructions_per_score"] == round(want, 3)
+            if r["kernel"].startswith("fwd"):
+                ex2 = hl["MUFU.EX2"] * 32 * c["num_warps"] / (c["BLOCK_M"]
+                                                               * c["BLOCK_N"])
+                assert 1 <= ex2 <= 1.5, (target, r["kernel"], c, ex2)
+    # the issue's example: 128x64 w8 and 64x64 w4 at d = 64 both issue 34 EX2 per thread
+    # per iteration; per score per thread they are within 5 % of each other
+    fwd64 = {(k["config"]["BLOCK_M"], k["config"]["num_warps"]):
+             k["thread_instructions_per_score"] for k in report.load_static("sm90")[
+                 "kernels"] if k["kernel"] == "fwd" and k["head_dim"] == 64
+             and not k["causal"]}
+    assert abs(fwd64[(128, 8)] / fwd64[(64, 4)] - 1) < 0.05
+
+
+def test_per_score_rejects_an_empty_tile():
+    import pytest
+
+    from kernels.machine_code import sass
+
+    assert sass.per_score(34, 128, 64, 8) == 34 * 256 / 8192
+    with pytest.raises(ValueError, match="tile and warps"):
+        sass.per_score(34, 0, 64, 8)

@@ -1,0 +1,260 @@
+"""Compile the decode kernels' shipped tiles for sm_75, sm_80, sm_89 and sm_90 on a CPU.
+
+    python -m kernels.machine_code.decode_check            # the full matrix below
+    python -m kernels.machine_code.decode_check --quick    # d = 64, 128; fp16, bf16
+    python -m kernels.machine_code.decode_check --report   # hot-loop SASS, sm90 + sm80
+
+Each case is ``triton.compile`` of ``_decode_split`` (or ``_decode_merge``) for
+``GPUTarget("cuda", cc, 32)`` with the tile ``kernels.decode.kernel.tiles`` ships for
+that target, head dim, dtype and query-row block, specialised as a launch is (the
+helpers of ``kernels.machine_code.compile_check``: ``native_specialize_impl`` on
+representative arguments, ``ptxas -v`` with Triton's flags). Reported: registers per
+thread, spill bytes, shared memory against the target's limit. The full matrix: head
+dims 64, 80 (padded to 128), 128, 256; fp16, bf16, fp32 (CUDA-core dots); BLOCK_M 16
+(MHA/GQA at N_q = 1) and 64 (G x N_q >= 64; 32 for CUDA-core dots at d = 256); cache
+layouts ``paged16`` (16-token pages: BLOCK_N = 16), ``paged256`` (the table's BLOCK_N,
+one block-table entry per tile), ``paged48`` (a page size that is not a power of two:
+one entry per key) and ``contiguous``; causal; the split (partial) store. Exits 1 on a
+spill, a shared-memory overflow or a compile failure. Runs with ``TRITON_INTERPRET=0``
+(re-executes itself when kernels was imported under the interpreter).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+
+os.environ["TRITON_INTERPRET"] = "0"  # before kernels is imported: compile
+
+from kernels import runtime  # noqa: E402
+
+if runtime.INTERPRET and __name__ == "__main__":
+    os.execv(sys.executable,
+             [sys.executable, "-m", "kernels.machine_code.decode_check", *sys.argv[1:]])
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+
+from kernels.decode import kernel as K  # noqa: E402
+from kernels.machine_code.compile_check import (  # noqa: E402
+    _compile_values,
+    _jit_function,
+    ptxas_usage,
+)
+
+TARGETS = ("sm75", "sm80", "sm89", "sm90")
+HEAD_DIMS = (64, 80, 128, 256)
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+LAYOUTS = ("paged16", "paged256", "paged48", "contiguous")
+BLOCK_MS = (16, 64)
+#: A launch the cases stand for: 8 KV heads, B = 8; N_q x group = BLOCK_M rows.
+H_KV, B = 8, 8
+
+
+@dataclasses.dataclass
+class Case:
+    kernel: str  # "split" or "merge"
+    target: str
+    head_dim: int
+    dtype: str
+    block_m: int = 16
+    layout: str = "paged256"
+    causal: bool = True
+    tile: tuple = ()  # (BLOCK_N, num_warps, num_stages)
+    shared: int | None = None
+    shared_limit: int = 0
+    registers: int | None = None
+    spills: int | None = None
+    seconds: float = 0.0
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return (self.error is None and self.shared is not None
+                and self.shared <= self.shared_limit and self.spills == 0)
+
+    def row(self) -> str:
+        tile = "x".join(map(str, self.tile[:1])) + (
+            f" w{self.tile[1]} s{self.tile[2]}" if self.tile else "")
+        smem = "-" if self.shared is None else f"{self.shared / 1024:.1f}"
+        return (f"{self.kernel:<6} {self.target:<5} {self.head_dim:>4} "
+                f"{self.dtype:<5} {self.block_m:>3} {self.layout:<10} "
+                f"{tile:<10} {smem:>6}/{self.shared_limit // 1024:<4} "
+                f"{self.registers if self.registers is not None else '-':>4} "
+                f"{self.spills if self.spills is not None else '-':>5} "
+                f"{self.seconds:5.1f}s {'ok' if self.ok else self.error or 'FAIL'}")
+
+
+HEADER = (f"{'kernel':<6} {'arch':<5} {'d':>4} {'dtype':<5} {'BM':>3} {'layout':<10} "
+          f"{'BN w s':<10} {'smem KB/lim':>11} {'regs':>4} {'spill':>5} {'time':>6}")
+
+
+def _page(layout: str) -> int | None:
+    return {"paged16": 16, "paged256": 256, "paged48": 48}.get(layout)
+
+
+def _split_values(case: Case, cap) -> tuple[dict, int, int]:
+    dt = DTYPES[case.dtype]
+    d, bm = case.head_dim, case.block_m
+    page = _page(case.layout)
+    bn = K.block_n(cap, d, bm, dt, page)
+    _, warps, stages = K.tiles(cap, d, bm, dt)
+    case.tile = (bn, warps, stages)
+    group = 4 if bm == 16 else 8
+    n_q = 1 if bm == 16 else 8
+    h_q = H_KV * group
+    t = torch.empty(16, dtype=dt)
+    f32 = torch.empty(16, dtype=torch.float32)
+    i32 = torch.empty(16, dtype=torch.int32)
+    rows = page or 32768  # tokens per page (or per sequence, contiguous)
+    kv = (rows * H_KV * d, H_KV * d, d, 1)
+    vals = {"Q": t, "K": t, "V": t, "BT": i32, "SEQLENS": i32, "Out": f32, "LSE": f32,
+            "sm_scale": 0.125, "N_Q": n_q, "GROUP": group, "HEAD_DIM": d,
+            "N_SPLITS": 4, "M_BLOCKS": max(1, group * n_q // bm),
+            "PAGED": page is not None,
+            "PAGE_SIZE": page or 0, "IS_CAUSAL": case.causal, "SPLIT": True,
+            "UPCAST": dt == torch.bfloat16 and cap < (8, 0),
+            "DOT_PRECISION": "ieee" if dt == torch.float32 else "tf32",
+            "BLOCK_M": bm, "BLOCK_N": bn,
+            "BLOCK_D": K.block_d(d), "EVEN_D": d == K.block_d(d), "stride_btb": 512}
+    for pfx, st in (("q", (n_q * h_q * d, h_q * d, d, 1)), ("k", kv), ("v", kv)):
+        names = ("b", "t", "h", "d") if pfx == "q" else ("p", "n", "h", "d")
+        vals.update({f"stride_{pfx}{n}": s for n, s in zip(names, st)})
+    # the fp32 partials (B, H_q, N_q, 4 splits, d)
+    vals.update(stride_ob=h_q * n_q * 4 * d, stride_ot=4 * d, stride_oh=n_q * 4 * d,
+                stride_od=1,
+                stride_lb=h_q * n_q * 4, stride_lh=n_q * 4, stride_lt=4)
+    return vals, warps, stages
+
+
+def _merge_values(case: Case) -> tuple[dict, int, int]:
+    d = case.head_dim
+    bd = K.block_d(d)
+    t = torch.empty(16, dtype=DTYPES[case.dtype])
+    f32 = torch.empty(16, dtype=torch.float32)
+    h_q = 32
+    case.tile = (0, 4 if bd >= 128 else 2, 1)
+    return ({"OP": f32, "LSEP": f32, "Out": t, "LSE": f32, "N_Q": 1, "H_Q": h_q,
+             "N_SPLITS": 16, "HEAD_DIM": d, "stride_ob": h_q * d, "stride_ot": h_q * d,
+             "stride_oh": d, "stride_od": 1, "stride_lb": h_q, "stride_lh": 1,
+             "stride_lt": 1, "BLOCK_S": 16, "BLOCK_D": bd}, case.tile[1], 1)
+
+
+def compile_case(case: Case):
+    """Compile one case; fill its registers, spills and shared memory. Returns the
+    compiled kernel (None on failure)."""
+    cap, limit = K.ARCHS[case.target]
+    case.shared_limit = limit
+    t0 = time.perf_counter()
+    compiled = None
+    try:
+        if case.kernel == "split":
+            vals, w, s = _split_values(case, cap)
+            fn = _jit_function(K._decode_split)
+        else:
+            vals, w, s = _merge_values(case)
+            fn = _jit_function(K._decode_merge)
+        compiled = _compile_values(fn, vals, cap, w, s)
+        case.shared = int(compiled.metadata.shared)
+        case.registers, st, ld = ptxas_usage(compiled.asm["ptx"])
+        case.spills = st + ld
+    except Exception as e:  # noqa: BLE001 - a compile failure is a reported result
+        first = str(e).strip().splitlines()[0] if str(e) else ""
+        case.error = f"{type(e).__name__}: {first}"
+    case.seconds = time.perf_counter() - t0
+    return compiled
+
+
+def plan(quick: bool, targets=TARGETS, dims=None, dtypes=None) -> list[Case]:
+    """The cases: ``quick`` = d 64 and 128, fp16 and bf16, BLOCK_M 16 and 64, the
+    table's tile (paged256) and the contiguous cache, causal, plus the merge."""
+    dims = dims or ((64, 128) if quick else HEAD_DIMS)
+    # the heaviest layouts of the full matrix (the contiguous cache's per-row offsets
+    # and the table's key tile; 16-token pages use a 16-key tile, lighter)
+    layouts = ("paged256", "contiguous") if quick else LAYOUTS
+    dtypes = dtypes or (("fp16", "bf16") if quick else tuple(DTYPES))
+    cases = []
+    for t in targets:
+        for d in dims:
+            for dt in dtypes:
+                if not K.supported(K.ARCHS[t][0], d, DTYPES[dt]):
+                    continue
+                most = K.max_block_m(K.ARCHS[t][0], d, DTYPES[dt])
+                for bm in sorted({min(bm, most) for bm in BLOCK_MS}):
+                    cases += [Case("split", t, d, dt, bm, lay) for lay in layouts]
+                cases.append(Case("merge", t, d, dt, 0, "-"))
+    return cases
+
+
+def machine_code_report(target: str, head_dim: int = 128, dtype: str = "bf16",
+                        layout: str = "paged256") -> list[dict]:
+    """Hot-loop SASS counts of the split kernel (BLOCK_M 16 and 64) on ``target``,
+    with the K/V bytes its loop loads per iteration (BLOCK_N x d x 2 tensors x the
+    element size: counted from the tile, not measured)."""
+    from kernels.machine_code import sass
+
+    out = []
+    for bm in BLOCK_MS:
+        case = Case("split", target, head_dim, dtype, bm, layout)
+        c = compile_case(case)
+        if c is None:
+            out.append({"case": dataclasses.asdict(case)})
+            continue
+        rep = sass.report(c.asm["cubin"])
+        size = DTYPES[dtype].itemsize
+        out.append({"case": dataclasses.asdict(case), **rep,
+                    "kv_bytes_per_iteration": 2 * case.tile[0] * head_dim * size})
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--target", action="append", choices=TARGETS)
+    ap.add_argument("--head-dim", action="append", type=int, choices=HEAD_DIMS)
+    ap.add_argument("--dtype", action="append", choices=list(DTYPES))
+    ap.add_argument("--report", action="store_true")
+    args = ap.parse_args(argv)
+    if runtime.INTERPRET:
+        print("needs TRITON_INTERPRET unset", file=sys.stderr)
+        return 2
+    if args.report:
+        import json
+
+        from kernels.machine_code.compile_check import STATIC_DIR
+
+        STATIC_DIR.mkdir(parents=True, exist_ok=True)
+        for t in args.target or ["sm90", "sm80"]:
+            rows = machine_code_report(t)
+            for r in rows:
+                c, hl = r["case"], r.get("hot_loop") or {}
+                print(f"{t} BM={c['block_m']} tile={c['tile']} regs={c['registers']} "
+                      f"kv_bytes/iter={r.get('kv_bytes_per_iteration')} hot loop: "
+                      f"{hl}", flush=True)
+            path = STATIC_DIR / f"decode-{t}.json"
+            path.write_text(json.dumps(
+                {"target": t, "triton": triton.__version__,
+                 "date": time.strftime("%Y-%m-%d"),
+                 "command": f"python -m kernels.machine_code.decode_check --report "
+                            f"--target {t}",
+                 "note": "instruction counts of the compiled machine code, not time",
+                 "kernels": rows}, indent=1) + "\n")
+            print(f"# written to {path}", flush=True)
+        return 0
+    cases = plan(args.quick, tuple(args.target or TARGETS), args.head_dim,
+                 args.dtype)
+    print(f"# triton {triton.__version__}, {len(cases)} compilations", flush=True)
+    print(HEADER, flush=True)
+    for c in cases:
+        compile_case(c)
+        print(c.row(), flush=True)
+    bad = [c for c in cases if not c.ok]
+    print(f"# {len(cases) - len(bad)}/{len(cases)} ok", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

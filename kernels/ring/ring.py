@@ -1,0 +1,400 @@
+"""The ring loop: forward and backward of ring attention on torch.distributed.
+
+Each rank holds a query shard and a key/value shard of one sequence. For P steps a rank
+computes its queries against the K/V shard it holds (the book's flash kernel returns
+(o, lse) for the block), merges that partial into its running result by the
+log-sum-exp rule, and meanwhile passes the shard on to the next rank with
+``torch.distributed.batch_isend_irecv`` (send to rank+1, receive from rank-1), posted
+before the block's compute so the transfer overlaps it. The backward walks the same
+ring: K/V travel again, and so do fp32 dK/dV accumulators, one step behind, so that
+after P steps every rank holds the gradients of its own K/V shard.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+# The flash kernel's entry points, and nothing else of it: each block's forward returns
+# (o, base-2 lse); the backward takes the final o and lse.
+from ..flash import flash_attention
+from ..flash.backward import _backward
+from ..flash.checks import _DTYPES, _validate
+from ..flash.forward import _forward
+from ..flash.tiles import LN2
+from ..naive import check_causal
+from .layout import check_layout, segments
+
+_TAG_KV, _TAG_DKV = 1, 2  # P2P tags: K/V shards and dK/dV accumulators
+
+
+# --------------------------------------------------------------------------------------
+# The log-sum-exp merge
+# --------------------------------------------------------------------------------------
+def merge(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor,
+          lse_b: torch.Tensor, *, base2: bool = False):
+    """Merge two partial attentions of the same query rows over disjoint key sets.
+
+    o: (..., N, d), lse: (..., N) (natural log, or base 2 with ``base2``). Returns
+    (o, lse) of attention over the union of the keys: lse = log(e^lse_a + e^lse_b),
+    o = e^(lse_a - lse) o_a + e^(lse_b - lse) o_b. A part with lse = -inf (no visible
+    key, o = 0) contributes nothing, exactly: the other part comes back bit for bit.
+    Both -inf gives (0, -inf). A NaN in either part's lse or o gives NaN.
+    """
+    lse = torch.logaddexp2(lse_a, lse_b) if base2 else torch.logaddexp(lse_a, lse_b)
+    ref = torch.where(torch.isneginf(lse), 0.0, lse)  # both empty: both weights 0
+    exp = torch.exp2 if base2 else torch.exp
+    w_a, w_b = exp(lse_a - ref), exp(lse_b - ref)  # (..., N)
+    return w_a.unsqueeze(-1) * o_a + w_b.unsqueeze(-1) * o_b, lse
+
+
+# --------------------------------------------------------------------------------------
+# Which block of a (query shard, key shard) pair is visible under the causal mask
+# --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Block:
+    """Local rows [q0, q1) of the query shard against rows [k0, k1) of the key shard;
+    ``causal``: the block is a diagonal block (top-left = bottom-right causal mask, as
+    N_q == N_k), else every pair in it is visible."""
+
+    q0: int
+    q1: int
+    k0: int
+    k1: int
+    causal: bool
+
+
+def _relation(q: tuple[int, int], k: tuple[int, int]) -> str:
+    """'all' (every query sees every key), 'none', or 'part' for two global ranges."""
+    if k[1] - 1 <= q[0]:
+        return "all"
+    if k[0] >= q[1]:
+        return "none"
+    return "part"
+
+
+def _span_of(segs, picked):
+    """Local [start, end) of the picked segments (which must be consecutive)."""
+    lengths = [e - s for s, e in segs]
+    if picked != list(range(picked[0], picked[-1] + 1)):
+        raise RuntimeError(f"ring attention: visible segments {picked} of {segs} "
+                           f"are not consecutive rows")
+    return sum(lengths[:picked[0]]), sum(lengths[:picked[-1] + 1])
+
+
+def block_plan(q_segs, k_segs, causal: bool) -> Block | None:
+    """The visible block of queries at global ranges ``q_segs`` (in local order)
+    against keys at ``k_segs``; None when no query sees any key (the block is skipped).
+
+    The mask is the global one (query i sees key j iff j <= i). For both layouts the
+    visible part of a block is a rectangle of whole segments that is either fully
+    visible or the shard against itself (a diagonal block, N_q == N_k, segments in
+    increasing order so the local top-left mask is the global mask). Anything else
+    raises RuntimeError (no layout of this module produces it; the tests check every
+    split up to P = 6 against the dense mask).
+    """
+    nq, nk = sum(e - s for s, e in q_segs), sum(e - s for s, e in k_segs)
+    if not causal:
+        return Block(0, nq, 0, nk, False)
+    rel = [[_relation(qs, ks) for ks in k_segs] for qs in q_segs]
+    rows = [i for i in range(len(q_segs)) if any(r != "none" for r in rel[i])]
+    if not rows:
+        return None
+    cols = [j for j in range(len(k_segs)) if any(rel[i][j] != "none" for i in rows)]
+    (q0, q1), (k0, k1) = _span_of(q_segs, rows), _span_of(k_segs, cols)
+    if all(rel[i][j] == "all" for i in rows for j in cols):
+        return Block(q0, q1, k0, k1, False)
+    sub_q, sub_k = [q_segs[i] for i in rows], [k_segs[j] for j in cols]
+    if sub_q == sub_k and all(a[1] <= b[0] for a, b in zip(sub_q, sub_q[1:])):
+        return Block(q0, q1, k0, k1, True)
+    raise RuntimeError(f"ring attention: no block plan for queries {q_segs} against "
+                       f"keys {k_segs}")
+
+
+# --------------------------------------------------------------------------------------
+# The ring: process group, neighbours, every rank's segments
+# --------------------------------------------------------------------------------------
+@dataclass
+class Ring:
+    group: object
+    world_size: int
+    rank: int
+    next: int  # global rank to send to
+    prev: int  # global rank to receive from
+    segs: list  # segs[r]: the global ranges rank r holds, in local order
+    causal: bool
+    wait_timeout: object = None  # timedelta: a CPU wait gives up after it (gloo)
+
+    def src(self, step: int) -> int:
+        """Whose K/V shard this rank holds at ``step``."""
+        return (self.rank - step) % self.world_size
+
+    def plan(self, step: int) -> Block | None:
+        return block_plan(self.segs[self.rank], self.segs[self.src(step)], self.causal)
+
+    def length(self, r: int) -> int:
+        return sum(e - s for s, e in self.segs[r])
+
+
+def group_size(group) -> tuple[int, int]:
+    """(world size, rank) of ``group``; (1, 0) with no process group initialised."""
+    if group is None and not (dist.is_available() and dist.is_initialized()):
+        return 1, 0
+    return dist.get_world_size(group), dist.get_rank(group)
+
+
+def make_ring(q, k, causal: bool, group, layout: str, scale: float) -> Ring:
+    """Agree on shapes across the ranks (one small all_gather) and lay out the ring.
+
+    Every rank receives the same table, so a mismatch raises the same ValueError on
+    every rank (no rank is left waiting in a transfer).
+    """
+    P, rank = group_size(group)
+    B, H, n, d = q.shape
+    meta = [B, H, k.shape[1], d, n, _DTYPES.index(q.dtype), int(causal),
+            ("contiguous", "zigzag").index(layout), scale]
+    # float64 holds every integer here exactly, and the scale bit for bit
+    mine = torch.tensor(meta, dtype=torch.float64, device=q.device)
+    table = [torch.empty_like(mine) for _ in range(P)]
+    dist.all_gather(table, mine, group=group)
+    rows = [t.tolist() for t in table]
+    names = ("B", "H", "H_kv", "d", None, "dtype", "causal", "layout", "sm_scale")
+    for r, row in enumerate(rows):
+        for name, a, b in zip(names, row, rows[0]):
+            if name is not None and a != b:
+                raise ValueError(f"q, k, v: rank {r} of the group has "
+                                 f"{name}={a:.17g} but rank 0 has {b:.17g} (every "
+                                 f"rank must pass shards of one sequence with the "
+                                 f"same arguments)")
+    lengths = [int(row[4]) for row in rows]
+    n_total = sum(lengths)
+    if layout == "contiguous":  # any positive lengths: positions follow the ranks
+        starts = [sum(lengths[:r]) for r in range(P)]
+        segs = [[(s, s + m)] for s, m in zip(starts, lengths)]
+    else:
+        if n_total < 2 * P:
+            raise ValueError(f"q: a zigzag sequence of {n_total} positions over {P} "
+                             f"ranks needs at least {2 * P} (one per chunk)")
+        segs = [segments(n_total, r, P, layout) for r in range(P)]
+        expected = [sum(e - s for s, e in sg) for sg in segs]
+        if lengths != expected:
+            raise ValueError(f"q: shard lengths {lengths} over the ranks are not the "
+                             f"zigzag split of {n_total} positions (expected "
+                             f"{expected}; use kernels.ring.shard)")
+    to_global = (lambda r: r) if group is None else (
+        lambda r: dist.get_global_rank(group, r))
+    return Ring(group, P, rank, to_global((rank + 1) % P), to_global((rank - 1) % P),
+                segs, causal, _wait_timeout(group, q.device))
+
+
+def _wait_timeout(group, device):
+    """The group's timeout, for waits on CPU transfers (gloo): ``Work.wait()`` with no
+    argument is not bounded by it there. None on CUDA, where a timed wait would block
+    the host (NCCL's own watchdog enforces the group's timeout)."""
+    if device.type == "cuda":
+        return None
+    pg = dist.group.WORLD if group is None else group
+    try:  # private API (torch 2.x): the backend's options hold the group's timeout
+        return pg._get_backend(device).options._timeout
+    except (AttributeError, RuntimeError):
+        return None
+
+
+# --------------------------------------------------------------------------------------
+# Timeline: measured spans per ring step (only while ring_timeline records)
+# --------------------------------------------------------------------------------------
+_RECORD: list | None = None
+
+
+@contextlib.contextmanager
+def recording(spans: list):
+    """Collect this process's ring spans into ``spans`` for the duration."""
+    global _RECORD
+    previous, _RECORD = _RECORD, spans
+    try:
+        yield spans
+    finally:
+        _RECORD = previous
+
+
+def _sync(device):
+    if device.type == "cuda":  # measured spans need the GPU's work finished
+        torch.cuda.synchronize(device)
+
+
+@contextlib.contextmanager
+def _span(kind, step, phase, ring, device, what="block"):
+    if _RECORD is None:
+        yield
+        return
+    _sync(device)
+    start = time.perf_counter()
+    yield
+    _sync(device)
+    _RECORD.append(dict(rank=ring.rank, step=step, kind=kind, phase=phase,
+                        what=what, start=start, end=time.perf_counter()))
+
+
+class _Transfer:
+    """One posted batch_isend_irecv: send ``buf`` to the next rank, receive a tensor
+    of ``shape`` from the previous one."""
+
+    def __init__(self, ring: Ring, buf, shape, tag: int, step: int, phase: str):
+        self.ring, self.step, self.phase = ring, step, phase
+        self.what = "kv" if tag == _TAG_KV else "dkv"
+        self.buf = buf  # kept alive until the transfer is done
+        self.recv = torch.empty(shape, dtype=buf.dtype, device=buf.device)
+        self.start = time.perf_counter()
+        self.reqs = dist.batch_isend_irecv([
+            dist.P2POp(dist.isend, buf, ring.next, ring.group, tag),
+            dist.P2POp(dist.irecv, self.recv, ring.prev, ring.group, tag)])
+
+    def wait(self, step: int) -> torch.Tensor:
+        """Block until done (``step``: the ring step that waits, for the timeline)."""
+        with _span("wait", step, self.phase, self.ring, self.recv.device, self.what):
+            timeout = self.ring.wait_timeout
+            for req in self.reqs:
+                req.wait(timeout) if timeout is not None else req.wait()
+        if _RECORD is not None:
+            _RECORD.append(dict(rank=self.ring.rank, step=self.step, kind="send",
+                                phase=self.phase, what=self.what, start=self.start,
+                                end=time.perf_counter()))
+        return self.recv
+
+
+# --------------------------------------------------------------------------------------
+# Forward and backward loops
+# --------------------------------------------------------------------------------------
+def ring_forward(q, k, v, ring: Ring, scale: float):
+    """(o in q's dtype, lse2 (B, H, N) float32 base 2) of this rank's queries against
+    the whole sequence."""
+    B, H, n, d = q.shape
+    o = torch.zeros((B, H, n, d), dtype=torch.float32, device=q.device)  # (B,H,n,d)
+    lse2 = torch.full((B, H, n), float("-inf"), device=q.device)  # (B, H, n)
+    kv = torch.stack((k, v))  # (2, B, H_kv, n_src, d): one message per step
+    P = ring.world_size
+    for step in range(P):
+        transfer = None
+        if step < P - 1:  # the next shard moves while this one computes
+            nxt = ring.length(ring.src(step + 1))
+            transfer = _Transfer(ring, kv, (2, B, k.shape[1], nxt, d), _TAG_KV, step,
+                                 "forward")
+        block = ring.plan(step)
+        if block is not None:
+            with _span("compute", step, "forward", ring, q.device):
+                rows = slice(block.q0, block.q1)
+                o_b, l_b = _forward(q[:, :, rows], kv[0, :, :, block.k0:block.k1],
+                                    kv[1, :, :, block.k0:block.k1], block.causal,
+                                    scale)
+                o[:, :, rows], lse2[:, :, rows] = merge(
+                    o[:, :, rows], lse2[:, :, rows], o_b.float(), l_b, base2=True)
+        if transfer is not None:
+            kv = transfer.wait(step)
+    return o.to(q.dtype), lse2
+
+
+def ring_backward(do, dlse, q, k, v, o, lse2, ring: Ring, scale: float):
+    """(dq, dk, dv) of this rank's shards: K/V travel the ring again; each rank adds
+    its queries' contribution to the travelling fp32 dK/dV of the shard it holds and
+    passes it on one step behind K/V, so after P steps dK/dV are home."""
+    B, H, n, d = q.shape
+    H_kv = k.shape[1]
+    dq = torch.zeros((B, H, n, d), dtype=torch.float32, device=q.device)  # (B,H,n,d)
+    kv = torch.stack((k, v))  # (2, B, H_kv, n_src, d)
+    P = ring.world_size
+    dkv_transfer = None
+    for step in range(P):
+        src = ring.src(step)
+        kv_transfer = None
+        if step < P - 1:
+            nxt = ring.length(ring.src(step + 1))
+            kv_transfer = _Transfer(ring, kv, (2, B, H_kv, nxt, d), _TAG_KV, step,
+                                    "backward")
+        block = ring.plan(step)
+        grads = None
+        if block is not None:
+            with _span("compute", step, "backward", ring, q.device):
+                rows = slice(block.q0, block.q1)
+                keys = slice(block.k0, block.k1)
+                # the kernels index lse (and delta) as contiguous (B, H, N) rows
+                grads = _backward(do[:, :, rows], q[:, :, rows], kv[0, :, :, keys],
+                                  kv[1, :, :, keys], o[:, :, rows],
+                                  lse2[:, :, rows].contiguous(), block.causal, scale,
+                                  None if dlse is None
+                                  else dlse[:, :, rows].contiguous())
+                dq[:, :, rows] += grads[0].float()
+        # the accumulator of shard `src`: fresh at step 0, else from the previous rank
+        dkv = (torch.zeros((2, B, H_kv, ring.length(src), d), dtype=torch.float32,
+                           device=q.device) if dkv_transfer is None
+               else dkv_transfer.wait(step))
+        if grads is not None:
+            dkv[0, :, :, keys] += grads[1].float()
+            dkv[1, :, :, keys] += grads[2].float()
+        # pass it on (after the last step it goes to its owner, rank + 1's shard)
+        dkv_transfer = _Transfer(ring, dkv, (2, B, H_kv, ring.length(ring.src(
+            step + 1)), d), _TAG_DKV, step, "backward")
+        if kv_transfer is not None:
+            kv = kv_transfer.wait(step)
+    dkv = dkv_transfer.wait(P - 1)  # (2, B, H_kv, n, d): this rank's own dK, dV
+    return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype)
+
+
+class _RingAttention(torch.autograd.Function):
+    """Saves this rank's q, k, v, the final o and the global lse (base 2); the
+    backward reruns the ring (no N x N tensor, no per-step state kept)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, ring, scale):
+        o, lse2 = ring_forward(q, k, v, ring, scale)
+        ctx.save_for_backward(q, k, v, o, lse2)
+        ctx.ring, ctx.scale = ring, scale
+        ctx.set_materialize_grads(False)
+        return o, lse2 * LN2  # natural-log lse; -inf stays -inf
+
+    @staticmethod
+    def backward(ctx, do, dlse):
+        q, k, v, o, lse2 = ctx.saved_tensors
+        if do is None:  # only the lse was used
+            do = torch.zeros_like(o)
+        dq, dk, dv = ring_backward(do, dlse, q, k, v, o, lse2, ctx.ring, ctx.scale)
+        return dq, dk, dv, None, None
+
+
+def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   causal: bool = False, group=None, layout: str = "contiguous",
+                   return_lse: bool = False, sm_scale: float | None = None):
+    """Attention of this rank's query shard over the whole sequence, K/V on a ring.
+
+    Args:
+        q: (B, H, N_local, d) this rank's queries (float16, bfloat16, float32).
+        k, v: (B, H_kv, N_local, d), the same positions as q; H a multiple of H_kv.
+        causal: the global causal mask (query at position i sees keys j <= i).
+        group: the process group (None: the default group; with no process group
+            initialised, a single process, P = 1).
+        layout: "contiguous" or "zigzag": which positions each rank holds
+            (:func:`kernels.ring.shard`).
+        return_lse: also return the natural-log log-sum-exp (B, H, N_local).
+        sm_scale: softmax scale, default 1 / sqrt(d).
+
+    Returns:
+        o (B, H, N_local, d) in q's dtype, and with ``return_lse`` lse (B, H, N_local)
+        float32. Differentiable in q, k, v (through o and lse).
+    """
+    scale = _validate(q, k, v, sm_scale)
+    check_causal(causal)
+    check_layout(layout)
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
+    if k.shape[2] != q.shape[2]:
+        raise ValueError(f"k and v must hold the same positions as q: q has "
+                         f"N_local={q.shape[2]}, k {k.shape[2]} (q {tuple(q.shape)}, "
+                         f"k {tuple(k.shape)})")
+    if group_size(group)[0] == 1:  # one rank: one flash call, nothing else
+        return flash_attention(q, k, v, causal, scale, return_lse)
+    ring = make_ring(q, k, causal, group, layout, scale)
+    o, lse = _RingAttention.apply(q, k, v, ring, scale)
+    return (o, lse) if return_lse else o

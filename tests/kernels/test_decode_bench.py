@@ -1,0 +1,80 @@
+"""kernels.timing.decode and benchmarks/suite_decode.py on the CPU: the timing path with
+a fake timer (every function runs once under the Triton interpreter) and the suite's
+dry run through benchmarks/run.py."""
+
+import json
+
+import pytest
+import torch
+
+from kernels import bench, runtime
+from kernels.timing import decode as dbench
+
+
+def test_time_decode_times_every_impl_and_they_agree():
+    timer = bench.FakeTimer()
+    recs = dbench.time_decode([1, 2], [48], h_q=4, h_kv=2, d=16, page_size=16,
+                              suite="decode", stage="sweep", timer=timer)
+    assert [(r.impl, r.shape["B"]) for r in recs] == [
+        (i, b) for b in (1, 2) for i in dbench.IMPLS]
+    assert all(r.error is None and r.mode == "fwd" and r.op == "decode" for r in recs)
+    r = recs[0]
+    assert r.shape["bytes"] == dbench.decode_bytes(1, 48, 4, 2, 16, 1, 2)
+    assert r.gbps == pytest.approx(r.shape["bytes"] / (r.ms * 1e-3) / 1e9)
+    assert r.shape["num_splits"] >= 1 and "num_splits" not in recs[1].shape
+    # the four implementations computed the same attention (B, 1, H_q, d) or, for
+    # SDPA and flash, (B, H_q, 1, d)
+    outs = [o if o.shape[1] == 1 else o.transpose(1, 2) for o in timer.calls[4:]]
+    for o in outs[1:]:
+        torch.testing.assert_close(o.float(), outs[0].float(), atol=2e-3, rtol=2e-3)
+
+
+def test_cases_past_the_memory_budget_are_recorded_with_their_reason():
+    recs = dbench.time_decode([2], [64], h_q=4, h_kv=2, d=16, page_size=16,
+                              mem_budget=10_000, timer=bench.FakeTimer())
+    assert {r.impl for r in recs} == set(dbench.IMPLS)
+    assert all(r.ms is None and r.error == "unsupported" and "skipped" in r.detail
+               for r in recs)
+    # the cache fits but naive's gathered copy does not
+    cache = 2 * 2 * 64 * 2 * 16 * 2
+    recs = dbench.time_decode([2], [64], h_q=4, h_kv=2, d=16, page_size=16,
+                              mem_budget=cache + 100, timer=bench.FakeTimer())
+    errs = {r.impl: r.error for r in recs}
+    assert errs["naive"] == "unsupported" and errs["triton"] is None
+    assert dbench.time_decode([1], [16], deadline=0.0) == []
+
+
+def test_summary_and_percent_of_peak_come_from_records_only():
+    def rec(impl, ms, gbps):
+        return bench.Record("decode", "decode", impl, "fwd", "float16",
+                            {"B": 8, "L": 8192}, ms=ms, gbps=gbps).to_dict()
+
+    rows = dbench.decode_summary([rec("triton", 1.0, 3840.0), rec("naive", 5.0, 768.0),
+                                  rec("sdpa", None, None)], "NVIDIA H200")
+    (row,) = rows
+    assert row["vs_naive"] == 5.0 and row["vs_sdpa"] is None
+    assert row["triton_percent_of_peak"] == pytest.approx(80.0)  # 4.8 TB/s datasheet
+    assert dbench.percent_of_peak(1000.0, "Some GPU") is None
+    assert dbench.peak_hbm_tbps("NVIDIA A100-SXM4-40GB") == 1.555
+
+
+@pytest.mark.skipif(runtime.HAS_CUDA and not runtime.INTERPRET, reason="CPU dry run")
+def test_dry_run_of_the_decode_suite(tmp_path, capsys):
+    from benchmarks import run
+
+    assert "decode" in run.SUITES and "decode" in run.WEIGHTS
+    assert run.main(["--dry-run", "--suite", "decode", "--results-dir",
+                     str(tmp_path)]) == 0
+    (path,) = tmp_path.glob("*.json")
+    data = json.loads(path.read_text())
+    assert bench.validate_results(data) == []
+    suite = data["suites"]["decode"]
+    assert suite["correctness"] and all(c["ok"] for c in suite["correctness"])
+    recs = suite["records"]
+    assert {r["impl"] for r in recs} == set(dbench.IMPLS)
+    assert all(r["stage"] == "sweep" and r["stats"]["reps"] >= bench.MIN_REPS
+               for r in recs)
+    events = data["protocol"]["events"]
+    kinds = [(e["phase"], e["event"]) for e in events]
+    assert kinds.index(("check", "check")) < kinds.index(("sweep", "time"))
+    assert "[decode] B=1 L=32 triton" in capsys.readouterr().out
