@@ -699,7 +699,7 @@
           if (lv < 0 || lv === l) mp.push({ x, y, kind: names[l], w: mw[h][l][k] / 1e4, shape: shapes[h % 4] });
         })));
         charts.msda = { spec: "msda", data: { image: img(lv < 0 ? g.photo : g.levels[lv]), links: [], points: mp, query } };
-        text += ` MSDA (right; circles head 0, squares head 1): the query's own ${mp.length} points` +
+        text += ` MSDA (the second picture; circles head 0, squares head 1): the query's own ${mp.length} points` +
           (lv < 0 ? " on every level" : ` on ${names[lv]}`) + `; weight per level, averaged over heads: ` +
           shares.map((x, i) => `${i}: ${x.toFixed(2)}`).join(", ") + ".";
       }
