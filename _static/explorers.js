@@ -506,4 +506,204 @@
                          times: { spec: "times", data: { times } } }, text };
     },
   };
+  // ================================================================== the chapters' pictures
+  // (attention/explorers/maps.py, softmax.py, estimators.py, sampling.py): rows computed
+  // in Python, looked up here.
+  const range = (n) => [...Array(n).keys()];
+  /** Give a slider the options 0..n-1 when their count changed (a new task, block). */
+  function fitOptions(ctl, n, f) {
+    if (ctl.spec.options.length !== n) ctl.setOptions(range(n).map(f || String));
+    return Math.min(ctl.get(), n - 1);
+  }
+
+  // ------------------------------------------------------------------ chapter 1: maps
+  KINDS.maps = {
+    charts: ["map", "row"],
+    controls: ({ grid: g, init }) => {
+      const t = g.tasks[init.task];
+      return [select("task", "task", g.tasks.map((x) => x.name), init.task),
+        slider("example", "example", range(t.E), init.example),
+        slider("head", "head", range(t.H), init.head),
+        slider("row", "query row", range(t.m), init.row)];
+    },
+    update(cfg, s, h) {
+      const t = cfg.grid.tasks[s.task];
+      const e = fitOptions(h.controls.example, t.E), hd = fitOptions(h.controls.head, t.H);
+      const r = fitOptions(h.controls.row, t.m);
+      const qs = t.queries ? t.queries[e] : range(t.m).map(String);
+      const ks = t.keys ? t.keys[e] : range(t.n).map(String);
+      const qname = (i) => `${i}: ${qs[i]}`, kname = (j) => `${j}: ${ks[j]}`;
+      const w = t.w[e][hd];
+      const cells = [], row = [];
+      w.forEach((wr, i) => wr.forEach((v, j) => cells.push({ i, j, query: qname(i), key: kname(j), w: v })));
+      w[r].forEach((v, j) => row.push({ j, key: kname(j), w: v }));
+      const outline = range(t.n).map((j) => ({ i: r, j, query: qname(r), key: kname(j) }));
+      let best = 0;
+      w[r].forEach((v, j) => { if (v > w[r][best]) best = j; });
+      let text = `<p>${esc(t.name)}, example ${e}, head ${hd}: query ${r} (<b>${esc(qs[r])}</b>) puts ` +
+        `<b>${w[r][best].toFixed(2)}</b> of its weight on key ${best} (<b>${esc(ks[best])}</b>)`;
+      if (t.outputs) text += `; the model outputs <b>${esc(t.outputs[e][r])}</b>`;
+      if (t.targets) text += ` (target ${esc(t.targets[e][r])})`;
+      return { charts: { map: { spec: "map", data: { cells, outline } },
+                         row: { spec: "row", data: { row } } }, text: text + ".</p>" };
+    },
+  };
+
+  KINDS.masks = {
+    charts: ["mask"],
+    controls: ({ grid: g, init }) => [select("kind", "mask", g.kinds, init.kind),
+      slider("n_q", "queries N_q", g.sizes, init.n_q), slider("n_k", "keys N_k", g.sizes, init.n_k),
+      slider("length", "real keys (padding)", g.sizes, init.length)],
+    update(cfg, s, h) {
+      const g = cfg.grid, kind = g.kinds[s.kind], nq = g.sizes[s.n_q], nk = g.sizes[s.n_k];
+      const pad = kind.includes("padding");
+      h.controls.length.input.disabled = !pad;
+      const len = pad ? Math.min(g.sizes[s.length], nk) : 0;
+      const [keep, p] = g.masks[`${s.kind},${nq},${nk},${len}`];
+      const cells = [];
+      let kept = 0, empty = 0;
+      keep.forEach((bits, i) => {
+        if (!bits.includes("1")) empty += 1;
+        [...bits].forEach((b, j) => {
+          kept += b === "1";
+          cells.push({ i, j, cell: b === "1" ? "may attend" : "masked", p: p[i][j] / 1000,
+                       label: b === "1" ? (p[i][j] / 1000).toFixed(2) : "" });
+        });
+      });
+      let text = `<p>${esc(kind)}, N_q = ${nq}, N_k = ${nk}` + (pad ? `, ${len} real keys` : "") +
+        `: ${kept} of ${nq * nk} cells may attend`;
+      if (kind.includes("causal")) text += `; query i sees keys j ≤ i ${nk >= nq ? "+" : "−"} ${Math.abs(nk - nq)} (bottom-right)`;
+      if (empty) text += `; <b>${empty}</b> rows see no key: weights 0, output 0`;
+      return { charts: { mask: { spec: "mask", data: { cells } } },
+               text: text + ". Numbers: softmax of fixed random scores under the mask.</p>" };
+    },
+  };
+  // ------------------------------------------------------------------ chapter 2: online softmax
+  KINDS.online = {
+    charts: ["scores", "weights", "state"],
+    controls: ({ grid: g, init }) => [select("block", "block size", g.blocks, init.block),
+      slider("step", "block step", range(g.runs[init.block].length), init.step,
+        (i) => `${i + 1} of ${g.runs[init.block].length}`)],
+    update(cfg, s, h) {
+      const g = cfg.grid, run = g.runs[s.block];
+      const k = fitOptions(h.controls.step, run.length, (i) => `${i + 1} of ${run.length}`);
+      const st = run[k];
+      const status = (j) => (j < st.a ? "seen" : j < st.b ? "this block" : "not yet");
+      const keys = g.s.map((sj, j) => ({ j, s: sj, status: status(j), w: st.w[j], p: g.p[j] }));
+      const max = [{ what: "running max m", y: st.m }, { what: "final max", y: run[run.length - 1].m }];
+      const state = [];
+      run.forEach((r, i) => state.push({ step: i + 1, what: "m", value: r.m },
+        { step: i + 1, what: "ℓ", value: r.l }, { step: i + 1, what: "α", value: r.alpha }));
+      const f = (xs) => "[" + xs.map((x) => x.toFixed(3)).join(", ") + "]";
+      const text = `<p>Block ${k + 1} of ${run.length} (keys ${st.a} to ${st.b - 1}): running max ` +
+        `<b>m = ${st.m.toFixed(3)}</b>, rescale factor <b>α = exp(m_old − m) = ${st.alpha.toFixed(3)}</b>, ` +
+        `sum <b>ℓ = ${st.l.toFixed(3)}</b>; accumulator acc = ${f(st.acc)}, acc / ℓ = ${f(st.acc.map((x) => x / st.l))}; ` +
+        `exact output softmax(s) V = ${f(g.o)}. Black ticks: the exact softmax.</p>`;
+      return { charts: { scores: { spec: "scores", data: { keys, max } },
+                         weights: { spec: "weights", data: { keys } },
+                         state: { spec: "state", data: { state, now: [{ step: k + 1 }] } } }, text };
+    },
+  };
+
+  // ------------------------------------------------------------------ chapter 2: roofline
+  KINDS.roofline = {
+    charts: ["roof"],
+    controls: ({ grid: g, init }) => [select("gpu", "GPU", g.gpu_names, init.gpu),
+      slider("N", "sequence length N", g.N, init.N, fmtInt), select("d", "head dim d", g.d, init.d),
+      select("dtype", "dtype", g.dtypes, init.dtype), select("alg", "algorithm", g.algs, init.alg)],
+    update(cfg, s) {
+      const g = cfg.grid, r = g.rows[s.gpu][s.N][s.d][s.dtype][s.alg];
+      const roof = g.roofs[s.gpu][s.dtype].map(([ai, tflops]) => ({ ai, tflops }));
+      const points = [{ traffic: "simulated (no L2)", ai: r[0], tflops: r[1], us: r[2] },
+                      { traffic: "compulsory", ai: r[3], tflops: r[4], us: r[5] }];
+      const text = `<p><b>${esc(g.algs[s.alg])}</b>, one head, N = ${fmtInt(g.N[s.N])}, d = ${g.d[s.d]}, ` +
+        `${g.dtypes[s.dtype]} on ${esc(g.gpu_names[s.gpu])} (roof ${roof[1].tflops} TFLOP/s, ridge at ` +
+        `${roof[1].ai.toPrecision(3)} FLOPs/byte). Simulated traffic (${g.tile} × ${g.tile} tiles, no L2): ` +
+        `<b>${r[0].toPrecision(3)}</b> FLOPs/byte, ${r[1].toPrecision(3)} TFLOP/s, ${r[2].toPrecision(3)} µs; ` +
+        `compulsory: <b>${r[3].toPrecision(3)}</b> FLOPs/byte, ${r[4].toPrecision(3)} TFLOP/s, ` +
+        `${r[5].toPrecision(3)} µs. ESTIMATES at peak rates.</p>`;
+      return { charts: { roof: { spec: "roof", data: { roof, points } } }, text };
+    },
+  };
+  // ------------------------------------------------------------------ chapter 3: estimators
+  KINDS.estimators = {
+    charts: ["hist", "bars"],
+    controls: ({ grid: g, init }) => [select("method", "estimator", g.methods, init.method),
+      slider("tau", "temperature τ (Gumbel)", g.taus, init.tau),
+      slider("samples", "samples per estimate", g.samples, init.samples),
+      slider("j", "logit j", range(g.logits.length), init.j)],
+    update(cfg, s, h) {
+      const g = cfg.grid, gumbel = (mi) => g.methods[mi].includes("Gumbel");
+      h.controls.tau.input.disabled = !gumbel(s.method);
+      const at = (mi) => g.runs[`${mi},${gumbel(mi) ? s.tau : 0},${s.samples}`][s.j];
+      const r = at(s.method), H = r.hist, n = H.counts.length, w = (H.hi - H.lo) / n;
+      const hist = H.counts.map((count, i) => ({ x0: H.lo + i * w, x1: H.lo + (i + 1) * w, count }));
+      const lines = [{ what: "mean of the estimates", x: r.mean }, { what: "true gradient", x: g.true[s.j] }];
+      const bars = [];
+      g.methods.forEach((method, mi) => {
+        const q = at(mi);
+        bars.push({ method, stat: "|bias|", value: Math.abs(q.bias) }, { method, stat: "std", value: q.std });
+      });
+      const tau = gumbel(s.method) ? ` at τ = ${g.taus[s.tau]}` : "";
+      const text = `<p>z ~ softmax(s) over ${g.logits.length} positions, loss f(z); s = [${g.logits.join(", ")}], ` +
+        `f = [${g.losses.join(", ")}]. <b>${esc(g.methods[s.method])}</b>${tau}, ${g.samples[s.samples]} samples per ` +
+        `estimate, ${fmtInt(g.draws)} estimates of ∂E[f]/∂s_${s.j}: mean <b>${r.mean.toFixed(4)}</b> against the true ` +
+        `<b>${g.true[s.j].toFixed(4)}</b>, bias ${r.bias >= 0 ? "+" : ""}${r.bias.toFixed(4)} (standard error ` +
+        `${r.se.toFixed(4)}), std <b>${r.std.toFixed(4)}</b>.</p>`;
+      return { charts: { hist: { spec: "hist", data: { hist, lines } },
+                         bars: { spec: "bars", data: { bars } } }, text };
+    },
+  };
+  // ------------------------------------------------------------------ chapter 4: sampling points
+  KINDS.sampling = {
+    charts: ["dat", "msda"],
+    controls: ({ grid: g, init }) => {
+      const side = Math.round(Math.sqrt(g.queries.length));
+      const rows = range(side).map((k) => g.queries[k * side][0]);
+      const cols = range(side).map((k) => g.queries[k][1]);
+      const out = [slider("qrow", "query row", rows, Math.floor(init.query / side)),
+        slider("qcol", "query column", cols, init.query % side),
+        slider("scale", "offset scale", g.scales, init.scale, (x) => "× " + x),
+        select("label", "offsets", g.labels, init.label),
+        slider("head", "head", range(g.n_heads), init.head)];
+      if (g.msda) out.push(select("level", "MSDA level", ["all"].concat(g.level_shapes.map((s, i) => `level ${i} (${s[0]} × ${s[1]})`)), init.level));
+      return out;
+    },
+    update(cfg, s) {
+      const g = cfg.grid, side = Math.round(Math.sqrt(g.queries.length));
+      const q = s.qrow * side + s.qcol, [r, c] = g.queries[q];
+      const run = g.dat[g.labels[s.label]][s.scale], grp = Math.floor((s.head * g.n_groups) / g.n_heads);
+      const pts = run.points[grp], wts = run.weights[s.head][q];
+      const img = (url) => [{ url, x0: 0, x1: g.W, y0: 0, y1: g.H }];
+      const query = [{ x: c + 0.5, y: r + 0.5 }];
+      const links = [], points = [];
+      let best = 0;
+      pts.forEach(([x, y], k) => {
+        const [x0, y0] = g.reference[k];
+        links.push({ x: x0, y: y0, x2: x, y2: y });
+        points.push({ x: x0, y: y0, kind: "reference points", w: 0, shape: "circle" });
+        if (wts[k] > wts[best]) best = k;
+      });
+      pts.forEach(([x, y], k) => points.push({ x, y, kind: "deformed points (size: weight)", w: wts[k] / 1e4, shape: "circle" }));
+      const charts = { dat: { spec: "dat", data: { image: img(g.photo), links, points, query } } };
+      let text = `<p>Query at row ${r}, column ${c} (+); DAT, ${esc(g.labels[s.label])} offsets × ${g.scales[s.scale]}, ` +
+        `head ${s.head} (group ${grp}): ${pts.length} sampled keys, the largest weight <b>${(wts[best] / 1e4).toFixed(3)}</b> on ` +
+        `the key sampled at (${pts[best][0].toFixed(1)}, ${pts[best][1].toFixed(1)}) (uniform: ${(1 / pts.length).toFixed(3)}).`;
+      if (g.msda) {
+        const m = g.msda[s.scale], loc = m.locations[q], mw = m.weights[q];
+        const lv = s.level - 1, mp = [], shares = g.level_shapes.map(() => 0);
+        const shapes = ["circle", "square", "triangle-up", "diamond"];
+        const names = g.level_shapes.map((sh, i) => `level ${i} (${sh[0]} × ${sh[1]})`);
+        loc.forEach((hl, h) => hl.forEach((lp, l) => lp.forEach(([x, y], k) => {
+          shares[l] += mw[h][l][k] / 1e4 / loc.length;
+          if (lv < 0 || lv === l) mp.push({ x, y, kind: names[l], w: mw[h][l][k] / 1e4, shape: shapes[h % 4] });
+        })));
+        charts.msda = { spec: "msda", data: { image: img(lv < 0 ? g.photo : g.levels[lv]), links: [], points: mp, query } };
+        text += ` MSDA (the second picture; circles head 0, squares head 1): the query's own ${mp.length} points` +
+          (lv < 0 ? " on every level" : ` on ${names[lv]}`) + `; weight per level, averaged over heads: ` +
+          shares.map((x, i) => `${i}: ${x.toFixed(2)}`).join(", ") + ".";
+      }
+      return { charts, text: text + "</p>" };
+    },
+  };
 })();

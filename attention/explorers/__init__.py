@@ -11,6 +11,10 @@ specs    the twins' Vega-Lite specs
 decode   chapter 5's explorer (decoding with a KV cache), its data, twin and widget in
          one module
 ring     chapter 6's explorer (context parallelism across GPUs), the same way
+maps     chapter 1's pictures: the trained attention maps, the masks
+softmax  chapter 2's: the online softmax block by block, the roofline
+estimators  chapter 3's: REINFORCE, with a baseline, Gumbel-softmax straight-through
+sampling chapter 4's: DAT's and MSDA's sampling points on the photograph
 
 A chapter calls ``explorers.tile_size_explorer(...)``; the switch between the two
 media lives here (``site.ON_SITE``, read at each call), not in the chapter. Each call
@@ -22,12 +26,17 @@ from __future__ import annotations
 
 from . import live, site, static
 from .decode import decode_explorer
+from .estimators import estimator_explorer
+from .maps import attention_map_explorer, map_task, mask_explorer
 from .ring import context_parallel_explorer
+from .sampling import sampling_points_explorer
 from .site import ON_SITE, tqdm
+from .softmax import online_softmax_explorer, roofline_explorer
 
-__all__ = ["ON_SITE", "context_parallel_explorer", "decode_explorer",
-           "deformable_traffic_explorer",
-           "naive_traffic_explorer",
+__all__ = ["ON_SITE", "attention_map_explorer", "context_parallel_explorer",
+           "decode_explorer", "deformable_traffic_explorer", "estimator_explorer",
+           "map_task", "mask_explorer", "naive_traffic_explorer",
+           "online_softmax_explorer", "roofline_explorer", "sampling_points_explorer",
            "teaser", "temperature_explorer", "tile_size_explorer",
            "topk_traffic_explorer", "tqdm"]
 
