@@ -148,9 +148,10 @@ def time_spec(height: int = 240) -> dict:
              "encoding": {
                  "x": {"field": "x", "type": "quantitative", "title": "context N",
                        "scale": {"type": "log", "base": 2},
-                       "axis": {"format": "~s", "tickCount": 5}},
+                       "axis": {"format": "~s", "tickCount": 5,
+                                "labelOverlap": "greedy"}},
                  "y": {"field": "us", "type": "quantitative",
-                       "title": "step time, µs (ESTIMATE at peak)",
+                       "title": "µs per step (estimate)",
                        "scale": {"type": "log"}, "axis": {"format": "~s"}},
                  "color": {"field": "series", "type": "nominal", "sort": series,
                            "scale": {"domain": series,
