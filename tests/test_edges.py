@@ -313,3 +313,22 @@ def test_corrupt_results_file_is_skipped_with_a_warning(tmp_path):
     assert out == [{"date": "2026-01-01", "x": 1}]
     text = " ".join(str(w.message) for w in caught)
     assert "broken.json" in text and "list.json" in text
+
+
+def test_nan_rows_send_nan_to_the_value_row_they_point_at():
+    # a NaN score row's output is NaN by the rule (not v[idx]): its gradient reaches
+    # v at its index (the NaN key) as NaN, as soft attention's NaN P does; the other
+    # rows' gradients stay finite and exact (dv[j] = sum of dO over rows choosing j)
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, 1, 40, 16, generator=g) for _ in range(3))
+    k[0, 0, 30, 2] = float("nan")
+    v.requires_grad_(True)
+    o, idx = hard_attention(q, k, v, causal=True, return_index=True)
+    do = torch.randn(o.shape, generator=g)
+    (dv,) = torch.autograd.grad(o, v, do)
+    assert torch.isnan(dv[0, 0, 30]).all()
+    clean = idx[0, 0, :30]  # rows 0-29 do not see key 30
+    want = torch.zeros(40, 16).index_add_(0, clean, do[0, 0, :30])
+    rows = torch.ones(40, dtype=torch.bool)
+    rows[30] = False
+    torch.testing.assert_close(dv[0, 0, rows], want[rows])

@@ -38,7 +38,8 @@ NaN rule
     (``sample=True`` too: the noised score is NaN there), never -1. Top-k ranks a NaN
     score as +inf (``torch.topk`` also puts NaN first): such a row keeps its NaN keys
     first, lowest index first (tied with any +inf score), and gets o = NaN and lse NaN;
-    its backward sends NaN to exactly the keys it kept. So a NaN in q reaches only that
+    its backward sends NaN to exactly the keys it kept (hard attention's, to the value
+    row of the NaN key it names). So a NaN in q reaches only that
     query's row; a NaN in k every row that sees that key (a causal mask that hides the
     key keeps the row clean); a NaN in v only the rows that select (top-k: keep) that
     value row. Whatever the tile sizes: the index of a NaN row comes from a second pass

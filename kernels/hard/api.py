@@ -77,6 +77,7 @@ def _hard_forward(q, k, v, causal, sm_scale, sample, seed):
         CAUSAL=causal, SAMPLE=sample, **_common(q, k),
     )
     # NaN rows (marked -2) get their first NaN key; a program without one stops at once
+    nan_rows = idx == -2  # (B, H, N_q): a NaN among the row's visible scores
     common = _common(q, k)
     del common["HEAD_DIM_PAD"], common["N_Q"], common["N_K"], common["H"]
     _hard_nan_index[(triton.cdiv(N_q, NAN_INDEX_BLOCK), B * H)](
@@ -84,7 +85,7 @@ def _hard_forward(q, k, v, causal, sm_scale, sample, seed):
         common.pop("GROUP"), HEAD_DIM_PAD=block_d(d), CAUSAL=causal,
         BLOCK_M=NAN_INDEX_BLOCK, BLOCK_N=NAN_INDEX_BLOCK, num_warps=4, **common,
     )
-    return o, idx
+    return o, idx, nan_rows
 
 
 def _topk_forward(q, k, v, topk, causal, sm_scale):
@@ -149,24 +150,28 @@ def _scatter_rows(values, idx, N_k):
 class _HardAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal, sm_scale, sample, seed):
-        o, idx = _hard_forward(q, k, v, causal, sm_scale, sample, seed)
-        ctx.save_for_backward(idx)
+        o, idx, nan_rows = _hard_forward(q, k, v, causal, sm_scale, sample, seed)
+        ctx.save_for_backward(idx, nan_rows)
         ctx.shapes = (q.shape, k.shape)
         ctx.mark_non_differentiable(idx)
         return o, idx
 
     @staticmethod
     def backward(ctx, do, _didx):
-        (idx,) = ctx.saved_tensors
+        idx, nan_rows = ctx.saved_tensors
         q_shape, k_shape = ctx.shapes
         H_kv, N_k = k_shape[1], k_shape[2]
+        # a NaN row's output is NaN by the rule, not v[idx]: as soft attention's NaN P,
+        # it sends NaN to the value row it points at (its NaN key), never a finite dO
+        dtype = do.dtype
+        do = torch.where(nan_rows.unsqueeze(-1), float("nan"), do.float())
         # (B, H, N_k, d)
-        dv = _scatter_rows(do.float().unsqueeze(3), idx.unsqueeze(3), N_k)
-        dv = _reduce_kv(dv, H_kv).to(do.dtype)
+        dv = _scatter_rows(do.unsqueeze(3), idx.unsqueeze(3), N_k)
+        dv = _reduce_kv(dv, H_kv).to(dtype)
         # o = v[argmax(q k^T)] is piecewise constant in q and k: zero gradient
         # almost everywhere
-        dq = torch.zeros(q_shape, dtype=do.dtype, device=do.device)
-        dk = torch.zeros(k_shape, dtype=do.dtype, device=do.device)
+        dq = torch.zeros(q_shape, dtype=dtype, device=do.device)
+        dk = torch.zeros(k_shape, dtype=dtype, device=do.device)
         return dq, dk, dv, None, None, None, None
 
 
