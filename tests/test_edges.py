@@ -332,3 +332,10 @@ def test_nan_rows_send_nan_to_the_value_row_they_point_at():
     rows = torch.ones(40, dtype=torch.bool)
     rows[30] = False
     torch.testing.assert_close(dv[0, 0, rows], want[rows])
+
+
+def test_tile_explorer_refuses_an_unknown_algorithm_by_name():
+    from attention.plots import schedule
+
+    with pytest.raises(ValueError, match="algorithm"):
+        schedule.tile_explorer_figure(algorithm="flash3")

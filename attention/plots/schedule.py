@@ -188,10 +188,18 @@ def roofline_bars(estimates: dict, ax=None, title: str | None = None, unit: str 
     return ax
 
 
+_EXPLORER_GROUPS = (["standard", "flash1", "flash2"],
+                    ["standard_bwd", "flash2_bwd", "flash2_bwd_split"])
+
+
 def _explorer_group(algorithm: str) -> list[str]:
-    backward = algorithm.endswith("_bwd") or algorithm.endswith("_split")
-    return (["standard_bwd", "flash2_bwd", "flash2_bwd_split"] if backward
-            else ["standard", "flash1", "flash2"])
+    """The forward or backward algorithms the tile explorer compares ``algorithm``
+    with; ValueError naming it when it is neither."""
+    for group in _EXPLORER_GROUPS:
+        if algorithm in group:
+            return list(group)
+    names = [a for g in _EXPLORER_GROUPS for a in g]
+    raise ValueError(f"algorithm must be one of {names}, got {algorithm!r}")
 
 
 def tile_explorer_figure(N: int = 1024, d: int = 64, sram_kib: int = 192,
