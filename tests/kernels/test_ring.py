@@ -13,6 +13,7 @@ import time
 import pytest
 import torch
 
+from kernels import runtime
 from kernels.flash import flash_attention
 from kernels.ring import (
     LAYOUTS,
@@ -212,7 +213,7 @@ def test_one_rank_is_flash_attention(causal, monkeypatch):
         raise AssertionError("P = 1 must not build a ring")
 
     monkeypatch.setattr(ring_mod, "make_ring", no_ring)
-    q, k, v, do, dl = _data(37, 4, 2, 16, seed=2)
+    q, k, v, do, dl = (t.to(runtime.DEVICE) for t in _data(37, 4, 2, 16, seed=2))
     leaves = [[t.clone().requires_grad_() for t in (q, k, v)] for _ in range(2)]
     o1, l1 = ring_attention(*leaves[0], causal=causal, layout="zigzag",
                             return_lse=True)
