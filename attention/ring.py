@@ -39,8 +39,12 @@ from .core import (
     check_bool,
     check_int,
     check_scale,
+    logsumexp,
+    softmax,
     weighted_sum,
 )
+from .decode import kv_group, repeat_kv
+from .decode import merge_partials as _merge_many
 
 #: The layouts ``shard`` knows; ``kernels.ring`` ships the first two.
 LAYOUTS = ("contiguous", "zigzag", "striped")
@@ -126,15 +130,12 @@ def unshard(shards, layout: str = "contiguous", axis: int = -2) -> np.ndarray:
 # ---------------------------------------------------------------------------------
 
 
-def _expand_kv(q: np.ndarray, k: np.ndarray, name: str) -> np.ndarray:
-    """GQA: repeat each of H_kv heads H/H_kv times along the head axis (-3)."""
+def _expand_kv(q: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """GQA: repeat each of H_kv heads H/H_kv times along the head axis (-3)
+    (``attention.decode.repeat_kv``); unchanged when there is nothing to repeat."""
     if q.ndim < 3 or k.ndim < 3 or k.shape[-3] == q.shape[-3] or k.shape[-3] == 1:
         return k
-    h, h_kv = q.shape[-3], k.shape[-3]
-    if h % h_kv:
-        raise ValueError(f"{name} has {h_kv} heads, which must divide q's {h} heads "
-                         "(GQA)")
-    return np.repeat(k, h // h_kv, axis=-3)
+    return repeat_kv(k, kv_group(q.shape[-3], k.shape[-3]))
 
 
 def block_attention(q, k, v, q_pos=None, k_pos=None, causal: bool = False,
@@ -149,7 +150,7 @@ def block_attention(q, k, v, q_pos=None, k_pos=None, causal: bool = False,
     merge).
     """
     q, k, v = (as_real_array(n, t, 2) for n, t in (("q", q), ("k", k), ("v", v)))
-    k, v = _expand_kv(q, k, "k"), _expand_kv(q, v, "v")
+    k, v = _expand_kv(q, k), _expand_kv(q, v)
     if k.shape[-1] != q.shape[-1] or k.shape[-2] != v.shape[-2]:
         raise ValueError(f"shapes do not match: q {q.shape}, k {k.shape}, v {v.shape}")
     causal = check_bool("causal", causal)
@@ -162,19 +163,11 @@ def block_attention(q, k, v, q_pos=None, k_pos=None, causal: bool = False,
                          f"position per query ({n_q}) and key ({n_k})")
     s = (q @ np.swapaxes(k, -1, -2)) * scale  # (..., n_q, n_k)
     keep = (k_pos[None, :] <= q_pos[:, None]) if causal else None  # (n_q, n_k)
-    if keep is not None:
-        s = np.where(keep, s, -np.inf)  # the mask selects: a hidden NaN is gone
-    m = s.max(axis=-1, keepdims=True) if n_k else np.full(s.shape[:-1] + (1,), -np.inf)
-    m_safe = np.where(np.isneginf(m) | np.isposinf(m), 0.0, m)  # (..., n_q, 1)
-    with np.errstate(invalid="ignore", over="ignore"):
-        p = np.exp(s - m_safe)  # (..., n_q, n_k); hidden keys give exactly 0
-        l = p.sum(axis=-1)  # (..., n_q)
-        o = weighted_sum(p, v, keep)  # (..., n_q, d_v)
-        o = np.divide(o, l[..., None], out=np.zeros_like(o), where=l[..., None] > 0)
-        o = np.where(np.isnan(l)[..., None], np.nan, o)
-    with np.errstate(divide="ignore"):
-        lse = np.log(l) + m_safe[..., 0]  # -inf where no key is visible
-    return o, lse
+    # as flash.standard_forward: rows that see no key give o = 0, lse = -inf; the mask
+    # selects, so a hidden NaN is gone
+    p = softmax(s, mask=keep)  # (..., n_q, n_k)
+    lse = logsumexp(s if keep is None else np.where(keep, s, -np.inf))  # (..., n_q)
+    return weighted_sum(p, v, keep), lse
 
 
 def merge_partials(o1, lse1, o2, lse2):
@@ -184,16 +177,7 @@ def merge_partials(o1, lse1, o2, lse2):
     lse = -inf (no visible key) contributes nothing, whatever its o; both -inf gives
     o = 0, lse = -inf; a NaN in either part's lse stays NaN in o and lse.
     """
-    o1, o2 = np.asarray(o1), np.asarray(o2)
-    lse1, lse2 = np.asarray(lse1), np.asarray(lse2)
-    with np.errstate(invalid="ignore"):
-        lse = np.logaddexp(lse1, lse2)  # -inf, -inf -> -inf; NaN -> NaN
-        lse_safe = np.where(np.isneginf(lse), 0.0, lse)
-        w1 = np.exp(lse1 - lse_safe)[..., None]  # (..., n_q, 1)
-        w2 = np.exp(lse2 - lse_safe)[..., None]
-        o = (np.where(np.isneginf(lse1)[..., None], 0.0, w1 * o1)
-             + np.where(np.isneginf(lse2)[..., None], 0.0, w2 * o2))
-    return o, lse
+    return _merge_many([o1, o2], [lse1, lse2])  # attention.decode's S-way merge
 
 
 # ---------------------------------------------------------------------------------

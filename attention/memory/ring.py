@@ -155,8 +155,7 @@ def shard_lengths(N: int, P: int, layout: str) -> np.ndarray:
     if layout == "striped":
         return np.array([_stripe_len(N, P, r) for r in range(P)], dtype=np.int64)
     n = 2 * P if layout == "zigzag" else P
-    q, rem = divmod(N, n)
-    size = np.array([q + (i < rem) for i in range(n)], dtype=np.int64)
+    size = np.array([e - s for s, e in _ring.chunk_bounds(N, n)], dtype=np.int64)
     return size if layout == "contiguous" else size[:P] + size[::-1][:P]
 
 
