@@ -431,7 +431,7 @@
     controls: ({ grid: g, init }) => [
       select("B", "batch B", g.B, init.B), select("N", "context N", g.N, init.N, fmtInt),
       select("H_q", "query heads H_q", [...new Set(g.combos.map((c) => c[0]))], init.H_q),
-      select("H_kv", "KV heads H_kv", [1, 2, 4, 8, 16, 32, 64], init.H_kv),
+      select("H_kv", "KV heads H_kv", [...new Set(g.combos.map((c) => c[1]))].sort((a, b) => a - b), init.H_kv),
       select("d", "head dim d", g.d, init.d), select("dtype", "dtype", g.dtypes, init.dtype, dtypeName),
       select("S", "splits", g.S, init.S), select("page", "page size", g.page, init.page),
       select("gpu", "GPU", g.gpus, init.gpu)],

@@ -149,9 +149,6 @@ def _bib_field(entry: str, field: str) -> str | None:
 
 def _tex(text: str) -> str:
     text = re.sub(r"\\['`^\"~]\{?(\w)\}?", r"\1", text)  # L{\'e}onard -> Leonard
-    accents = {"\\'e": "é", "\\'o": "ó", "\\'a": "á", '\\"o': "ö", '\\"u': "ü"}
-    for k, v in accents.items():
-        text = text.replace(k, v)
     return text.replace("{", "").replace("}", "")
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attention import decode, memory
+from attention import decode, memory, plots
 
 from . import site
 from .site import Explorer
@@ -26,7 +26,7 @@ CONTEXT = [1024, 4096, 8192, 32768, 131072]
 HEADS_Q = [32, 64]
 HEADS_KV = [1, 2, 4, 8, 16, 32, 64]
 HEAD_DIM = [64, 128, 256]
-DTYPES = [("float32", 4), ("float16", 2), ("bfloat16", 2), ("float8", 1)]
+DTYPES = list(plots.DTYPE_BYTES.items())  # the book's dtypes and element sizes
 SPLITS = [1, 2, 4, 8, 16, 32]
 PAGES = [16, 32, 128]
 GPUS = ["T4", "A100", "L4", "H100", "H200"]
@@ -203,8 +203,7 @@ def _check(B, N, H_q, H_kv, d, dtype, n_splits, page_size, gpu):
                                  ("d", d, HEAD_DIM), ("dtype", dtype, dict(DTYPES)),
                                  ("n_splits", n_splits, SPLITS),
                                  ("page_size", page_size, PAGES), ("gpu", gpu, GPUS)):
-        if value not in options:
-            raise ValueError(f"{name} must be one of {list(options)}, got {value!r}")
+        site.check_option(name, value, options)
     decode.kv_group(H_q, H_kv)
 
 

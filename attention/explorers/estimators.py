@@ -18,7 +18,7 @@ import numpy as np
 from attention import core, hard
 
 from . import site
-from .site import Explorer
+from .site import Explorer, check_option
 from .specs import _FONT, _frame
 
 METHODS = ["REINFORCE", "REINFORCE + baseline", "Gumbel-softmax ST"]
@@ -40,12 +40,9 @@ def _check(logits, losses, method, tau, n_samples):
     if s.ndim != 1 or f.shape != s.shape:
         raise ValueError(f"logits and losses must be (N,) alike, got {s.shape}, "
                          f"{f.shape}")
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    if tau not in TAUS:
-        raise ValueError(f"tau must be one of {TAUS}, got {tau!r}")
-    if n_samples not in SAMPLES:
-        raise ValueError(f"n_samples must be one of {SAMPLES}, got {n_samples!r}")
+    check_option("method", method, METHODS)
+    check_option("tau", tau, TAUS)
+    check_option("n_samples", n_samples, SAMPLES)
     return s, f
 
 

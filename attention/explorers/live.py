@@ -5,6 +5,7 @@ redrawn by Python in Jupyter and Colab (``explorers.X()`` gives these off the si
 from __future__ import annotations
 
 from .data import BACKWARD, FORWARD, temperature_inputs
+from .site import check_option
 
 # ---------------------------------------------------------------------------------
 # Shared helper: show a matplotlib figure in an Output widget.
@@ -12,11 +13,6 @@ from .data import BACKWARD, FORWARD, temperature_inputs
 
 
 
-def _option(name: str, value, options) -> None:
-    """A control's starting value must be one of its options (a Dropdown would raise
-    a TraitError from deep inside ipywidgets): ValueError naming the argument."""
-    if value not in list(options):
-        raise ValueError(f"{name} must be one of {list(options)}, got {value!r}")
 
 
 def _within(name: str, value, lo, hi) -> None:
@@ -66,8 +62,8 @@ def naive_traffic_explorer(n: int = 1024, m: int | None = None, d: int = 64,
     _within("n", n, 64, 8192)
     if m is not None:
         _within("m", m, 16, 8192)
-    _option("d", d, [16, 32, 64, 128, 256])
-    _option("dtype", dtype, list(plots.DTYPE_BYTES))
+    check_option("d", d, [16, 32, 64, 128, 256])
+    check_option("dtype", dtype, list(plots.DTYPE_BYTES))
     style = {"description_width": "initial"}
     n_slider = widgets.IntSlider(value=n, min=64, max=8192, step=64,
                                  description="keys n", continuous_update=False,
@@ -187,12 +183,12 @@ def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192,
     from attention import memory, plots
 
     _within("N", N, 64, 16384)
-    _option("d", d, [32, 64, 128, 256])
+    check_option("d", d, [32, 64, 128, 256])
     _within("sram_kib", sram_kib, 16, 256)
     _within("Br", Br, 16, 512)
     _within("Bc", Bc, 16, 512)
-    _option("dtype", dtype, list(plots.DTYPE_BYTES))
-    _option("algorithm", algorithm, FORWARD + BACKWARD)
+    check_option("dtype", dtype, list(plots.DTYPE_BYTES))
+    check_option("algorithm", algorithm, FORWARD + BACKWARD)
     style = {"description_width": "initial"}
     opts = dict(continuous_update=False, style=style)
     n_s = widgets.IntSlider(value=N, min=64, max=16384, step=64, description="N",
@@ -343,7 +339,7 @@ def topk_traffic_explorer(N: int = 4096, d: int = 64, k: int = 8):
 
     _within("k", k, 1, 256)
     _within("N", N, 256, 65536)
-    _option("d", d, [32, 64, 128])
+    check_option("d", d, [32, 64, 128])
     style = {"description_width": "initial"}
     k_s = widgets.IntSlider(value=k, min=1, max=256, description="top-k k",
                             continuous_update=False, style=style)
@@ -382,7 +378,7 @@ def deformable_traffic_explorer(side: int = 64, d: int = 32, r: int = 4,
     _within("n_points", n_points, 1, 16)
     _within("n_levels", n_levels, 1, 4)
     _within("side", side, 16, 128)
-    _option("d", d, [16, 32, 64, 128])
+    check_option("d", d, [16, 32, 64, 128])
     style = {"description_width": "initial"}
     r_s = widgets.IntSlider(value=r, min=1, max=16, description="DAT factor r",
                             continuous_update=False, style=style)

@@ -17,7 +17,7 @@ import numpy as np
 from attention import core
 
 from . import site
-from .site import Explorer
+from .site import Explorer, check_option
 from .specs import _FONT, _frame
 
 #: The mask view's controls (the static grid covers exactly these).
@@ -305,10 +305,8 @@ def _mask_spec() -> dict:
 
 def _check_mask(n_q, n_k, kind, length):
     for name, v in (("n_q", n_q), ("n_k", n_k), ("length", length)):
-        if v not in MASK_SIZES:
-            raise ValueError(f"{name} must be one of {MASK_SIZES}, got {v!r}")
-    if kind not in MASK_KINDS:
-        raise ValueError(f"kind must be one of {MASK_KINDS}, got {kind!r}")
+        check_option(name, v, MASK_SIZES)
+    check_option("kind", kind, MASK_KINDS)
 
 
 def static_mask_explorer(n_q=5, n_k=7, kind="causal", length=4) -> Explorer:

@@ -28,6 +28,13 @@ if ON_SITE:
 else:
     from tqdm.auto import tqdm  # noqa: F401  (a widget in Jupyter, text in a terminal)
 
+def check_option(name: str, value, options) -> None:
+    """A control's value must be one of its options: ValueError naming the argument and
+    listing them (not a TraitError from ipywidgets or a bare ``list.index`` error)."""
+    if value not in list(options):
+        raise ValueError(f"{name} must be one of {list(options)}, got {value!r}")
+
+
 #: The Vega bundle's file name in the build's _static folder.
 BUNDLE = "vega-bundle.js"
 

@@ -18,7 +18,7 @@ from attention import core, memory
 from attention.memory import ring as _mring
 
 from . import site
-from .site import Explorer
+from .site import Explorer, check_option
 from .specs import _FONT, _frame
 
 #: The online softmax's row: N_ROW scores and values of width D_V, from SEED.
@@ -365,8 +365,7 @@ def _check_roof(gpu, N, d, dtype, algorithm):
     for name, v, opts in (("gpu", gpu, ROOF_GPUS), ("N", N, ROOF_N), ("d", d, ROOF_D),
                           ("dtype", dtype, ROOF_DTYPES),
                           ("algorithm", algorithm, ROOF_ALGS)):
-        if v not in opts:
-            raise ValueError(f"{name} must be one of {opts}, got {v!r}")
+        check_option(name, v, opts)
 
 
 def static_roofline_explorer(gpu="H100", N=4096, d=128, dtype="float16",
