@@ -13,6 +13,7 @@ import torch
 import triton
 
 from .. import runtime
+from ..flash.checks import _dot_precision, _upcast
 from ..naive import kernel_scale
 from . import kernel as K
 
@@ -164,12 +165,6 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_s
     return scale, int(host[2])
 
 
-def _upcast(dtype, device) -> bool:
-    if dtype != torch.bfloat16:
-        return False
-    return runtime.INTERPRET or torch.cuda.get_device_capability(device) < (8, 0)
-
-
 def prepare(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=True,
             softmax_scale=None, num_splits=0, return_lse=False):
     """Validate (one host sync) and return ``launch()``: the launches only, returning
@@ -202,7 +197,7 @@ def prepare(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=True,
     bd = K.block_d(d)
     common = dict(PAGED=paged, PAGE_SIZE=page, IS_CAUSAL=causal,
                   UPCAST=_upcast(q.dtype, q.device),
-                  DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+                  DOT_PRECISION=_dot_precision(q.dtype),
                   BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, EVEN_D=d == bd,
                   num_warps=warps, num_stages=stages)
     grid = (h_kv * m_blocks, splits, B)
@@ -236,8 +231,6 @@ def prepare(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=True,
         return (out, lse) if return_lse else out
 
     launch.splits = splits
-    launch.tiles = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_D": bd, "num_warps": warps,
-                    "num_stages": stages, "m_blocks": m_blocks}
     return launch
 
 

@@ -19,14 +19,12 @@ import triton
 import triton.language as tl
 
 # the shared jit blocks of the flash kernels, and their architecture classes
-from ..flash.blocks import _finish_rows, _masked_row_max
-from ..flash.tiles import ARCHS, arch_class, block_d
+from ..flash.blocks import _finish_rows, _finite_dot, _masked_row_max
+from ..flash.tiles import _LOG2E, ARCHS, LN2, arch_class, block_d
 
 __all__ = ["ARCHS", "MAX_BLOCK_M", "block_d", "block_m", "block_n", "max_block_m",
            "supported", "tiles"]
 
-LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
 _LN2: tl.constexpr = tl.constexpr(LN2)
 
 #: At most this many query rows (GQA group x new tokens) per program: more rows are
@@ -196,12 +194,8 @@ def _decode_tiles(acc, l_i, m_i, q, k_base, v_base, bt_row, lo, hi, seqlen, n_q,
         alpha = tl.exp2(m_i - m_sub)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
-        if MASKED and IS_CAUSAL:
-            finite = tl.abs(v.to(tl.float32)) < float("inf")  # NaN compares False
-            acc = tl.dot(p.to(v.dtype), tl.where(finite, v, 0.0).to(v.dtype), acc,
-                         input_precision=DOT_PRECISION)
-            hits = tl.dot(visible.to(tl.float16), (~finite).to(tl.float16))
-            acc = tl.where(hits > 0, float("nan"), acc)
+        if MASKED and IS_CAUSAL:  # no non-finite v reaches a hidden pair
+            acc = _finite_dot(acc, p, v, visible, True, DOT_PRECISION)
         else:
             acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
         m_i = m_new
@@ -247,7 +241,7 @@ def _decode_split(Q, K, V, BT, SEQLENS, Out, LSE, sm_scale,
     q = tl.load(q_ptrs, mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0)
     if UPCAST:
         q = q.to(tl.float32)
-    qk_scale = sm_scale * 1.4426950408889634
+    qk_scale = sm_scale * _LOG2E
 
     # this split's keys: [lo, hi), chunks a multiple of BLOCK_N long
     n_tiles = tl.cdiv(seqlen, BLOCK_N)

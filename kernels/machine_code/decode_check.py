@@ -39,7 +39,9 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 from kernels.decode import kernel as K  # noqa: E402
+from kernels.flash.checks import _dot_precision  # noqa: E402
 from kernels.machine_code.compile_check import (  # noqa: E402
+    _NAME_DTYPES,
     _compile_values,
     _jit_function,
     ptxas_usage,
@@ -47,7 +49,7 @@ from kernels.machine_code.compile_check import (  # noqa: E402
 
 TARGETS = ("sm75", "sm80", "sm89", "sm90")
 HEAD_DIMS = (64, 80, 128, 256)
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+DTYPES = _NAME_DTYPES  # fp16, bf16, fp32
 LAYOUTS = ("paged16", "paged256", "paged48", "contiguous")
 BLOCK_MS = (16, 64)
 #: A launch the cases stand for: 8 KV heads, B = 8; N_q x group = BLOCK_M rows.
@@ -117,7 +119,7 @@ def _split_values(case: Case, cap) -> tuple[dict, int, int]:
             "PAGED": page is not None,
             "PAGE_SIZE": page or 0, "IS_CAUSAL": case.causal, "SPLIT": True,
             "UPCAST": dt == torch.bfloat16 and cap < (8, 0),
-            "DOT_PRECISION": "ieee" if dt == torch.float32 else "tf32",
+            "DOT_PRECISION": _dot_precision(dt),
             "BLOCK_M": bm, "BLOCK_N": bn,
             "BLOCK_D": K.block_d(d), "EVEN_D": d == K.block_d(d), "stride_btb": 512}
     for pfx, st in (("q", (n_q * h_q * d, h_q * d, d, 1)), ("k", kv), ("v", kv)):

@@ -34,11 +34,11 @@ def _cp_rank(rank: int, world_size: int, n: int, causal: bool, heads: int,
     from torch.distributed.tensor.experimental import context_parallel
 
     from ..naive import reference_attention
+    from .checks import _inputs
     from .layout import shard
     from .ring import ring_attention
 
-    g = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(1, heads, n, head_dim, generator=g) for _ in range(3))
+    q, k, v, _ = _inputs(n, heads, heads, head_dim, seed)  # (1, H, N, d) float32
     ref, _ = reference_attention(q.double(), k.double(), v.double(), causal)
     ref = shard(ref, rank, world_size, "zigzag")  # (1, H, N_local, d) float64
     mine = ring_attention(*(shard(t, rank, world_size, "zigzag") for t in (q, k, v)),

@@ -78,8 +78,7 @@ def naive_decode(q, k, v, lens, bt, causal=True):
     h_kv = k.shape[2]
     G = h_q // h_kv
     L = int(lens[0])
-    kk = k[bt.long()].reshape(B, -1, h_kv, d)[:, :L].transpose(1, 2)  # (B, H_kv, L, d)
-    vv = v[bt.long()].reshape(B, -1, h_kv, d)[:, :L].transpose(1, 2)
+    kk, vv = contiguous_cache(k, v, bt, L)  # (B, H_kv, L, d) each
     qq = q.reshape(B, n_q, h_kv, G, d).permute(0, 2, 3, 1, 4).reshape(B, h_kv, -1, d)
     s = (qq @ kk.transpose(-1, -2)).float() / math.sqrt(d)  # (B, H_kv, G N_q, L)
     if causal and n_q > 1:
