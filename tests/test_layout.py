@@ -118,6 +118,8 @@ def test_no_module_is_too_long():
                        "MAX_HEAD_DIM"]),
     ("kernels.hard", ["hard_attention", "topk_attention"]),
     ("kernels.deformable", ["ms_deform_attn", "deformable_attention"]),
+    ("kernels.decode", ["attention_with_kvcache"]),
+    ("kernels.ring", ["ring_attention", "shard", "unshard"]),
 ])
 def test_public_calls_keep_their_names(module, names):
     mod = importlib.import_module(module)

@@ -3,23 +3,12 @@ the FA3 schedule model (its invariants), each drawn once."""
 
 from __future__ import annotations
 
-import matplotlib
+import numpy as np
+import pytest
 
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-from attention import core, memory, plots  # noqa: E402
+from attention import core, memory, plots
 
 pytestmark = pytest.mark.xdist_group("ch2_depth_plots")
-
-
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    plt.close("all")
 
 
 def test_roofline_points_divide_flops_by_each_count():

@@ -11,6 +11,7 @@ import pytest
 from attention import explorers, hard, memory
 from attention.core import softmax
 from attention.explorers import data, live, site, static
+from tests.attention.widget_tools import walk
 
 rnd = random.Random(0)
 
@@ -199,17 +200,9 @@ def test_one_call_gives_the_twin_on_the_site_and_widgets_elsewhere(monkeypatch):
     monkeypatch.setattr(site, "ON_SITE", False)
     box = explorers.topk_traffic_explorer(N=1024, d=32, k=4)
     assert isinstance(box, ipywidgets.VBox)
-    values = {w.description: w.value for w in _walk(box) if hasattr(w, "value")
+    values = {w.description: w.value for w in walk(box) if hasattr(w, "value")
               and getattr(w, "description", "")}
     assert values == {"top-k k": 4, "length N": 1024, "head dim d": 32}
-
-
-def _walk(box):
-    stack = [box]
-    while stack:
-        w = stack.pop()
-        yield w
-        stack.extend(getattr(w, "children", ()))
 
 
 def test_temperature_defaults_are_the_same_in_both_media():

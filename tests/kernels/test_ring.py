@@ -15,6 +15,7 @@ import torch
 
 from kernels import runtime
 from kernels.flash import flash_attention
+from kernels.naive import reference_attention
 from kernels.ring import (
     LAYOUTS,
     block_plan,
@@ -32,20 +33,6 @@ from kernels.ring.launch import run_local
 pytestmark = pytest.mark.xdist_group("ring")
 
 
-# --------------------------------------------------------------------------------------
-# An independent fp64 reference
-# --------------------------------------------------------------------------------------
-def _attention64(q, k, v, causal):
-    """fp64 softmax(q k^T / sqrt(d)) v and its natural lse; GQA by repeating k/v."""
-    q, k, v = q.double(), k.double(), v.double()
-    group = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-    s = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5  # (B, H, N, N)
-    if causal:
-        n = q.shape[2]
-        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
-    lse = torch.logsumexp(s, -1)  # (B, H, N)
-    return torch.exp(s - lse[..., None]) @ v, lse
 
 
 def _data(n, heads, kv_heads, d, seed):
@@ -174,9 +161,9 @@ def test_block_plan_work_per_rank():
 # --------------------------------------------------------------------------------------
 def test_merge_is_exact_attention():
     q, k, v, *_ = _data(9, 2, 2, 8, seed=1)
-    o, lse = _attention64(q, k, v, False)
-    o_a, lse_a = _attention64(q, k[:, :, :4], v[:, :, :4], False)
-    o_b, lse_b = _attention64(q, k[:, :, 4:], v[:, :, 4:], False)
+    o, lse = reference_attention(q, k, v, False)
+    o_a, lse_a = reference_attention(q, k[:, :, :4], v[:, :, :4], False)
+    o_b, lse_b = reference_attention(q, k[:, :, 4:], v[:, :, 4:], False)
     o_m, lse_m = merge(o_a, lse_a, o_b, lse_b)
     assert (o_m - o).abs().max() < 1e-12 and (lse_m - lse).abs().max() < 1e-12
     o_2, lse_2 = merge(o_a, lse_a / math.log(2), o_b, lse_b / math.log(2),
@@ -286,7 +273,7 @@ def test_ring_attention_on_gloo(world_size):
     for i, (n, h, h_kv, d, causal, layout) in enumerate(cases):
         q, k, v, do, dl = _data(n, h, h_kv, d, seed=i)
         leaves = [t.double().requires_grad_() for t in (q, k, v)]
-        o_ref, lse_ref = _attention64(*leaves, causal)
+        o_ref, lse_ref = reference_attention(*leaves, causal)
         grads = torch.autograd.grad((o_ref * do.double()).sum()
                                     + (lse_ref * dl.double()).sum(), leaves)
         got = [unshard([r[i][j] for r in ranks], layout) for j in range(5)]
@@ -296,7 +283,7 @@ def test_ring_attention_on_gloo(world_size):
     if world_size == 2:  # the NaN row: NaN where k[NAN_AT] is visible, else exact
         n, h, h_kv, d, causal, layout = NAN_CASE
         q, k, v, *_ = _data(n, h, h_kv, d, seed=99)
-        o_ref, _ = _attention64(q, k, v, causal)
+        o_ref, _ = reference_attention(q, k, v, causal)
         o = unshard([r[-1] for r in ranks], layout)
         assert torch.isnan(o[:, :, NAN_AT:]).all()
         _close(o[:, :, :NAN_AT], o_ref[:, :, :NAN_AT], "rows before the NaN key")
