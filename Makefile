@@ -26,6 +26,7 @@ book: venv
 
 lint: venv
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # Unit tests of both packages, kernels under the Triton interpreter, and every
 # chapter executed top to bottom (2 workers: one per core).

@@ -41,8 +41,9 @@ def check_bool(name: str, value) -> bool:
 
 def check_int(name: str, value, minimum: int | None = None) -> int:
     """``value`` as a Python int (NumPy integers accepted; bools and floats refused)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral,
-                                                                      np.integer)):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+        value, (numbers.Integral, np.integer)
+    ):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     value = int(value)
     if minimum is not None and value < minimum:
@@ -54,13 +55,17 @@ def check_scale(name: str, scale, d: int) -> float:
     """The softmax scale as a float: 1/sqrt(d) when None, else a finite real number."""
     if scale is None:
         if d < 1:
-            raise ValueError("the head dim d must be >= 1 for the default scale "
-                             f"1/sqrt(d), got d={d}")
+            raise ValueError(
+                "the head dim d must be >= 1 for the default scale "
+                f"1/sqrt(d), got d={d}"
+            )
         return 1.0 / math.sqrt(d)
-    if (isinstance(scale, (bool, np.bool_))
-            or not isinstance(scale, (numbers.Real, np.number))):
-        raise TypeError(f"{name} must be a real number or None, got "
-                        f"{type(scale).__name__}")
+    if isinstance(scale, (bool, np.bool_)) or not isinstance(
+        scale, (numbers.Real, np.number)
+    ):
+        raise TypeError(
+            f"{name} must be a real number or None, got {type(scale).__name__}"
+        )
     scale = float(scale)
     if not math.isfinite(scale):
         raise ValueError(f"{name} must be finite, got {scale}")
@@ -71,16 +76,19 @@ def as_real_array(name: str, x, min_ndim: int = 0) -> np.ndarray:
     """``np.asarray(x)``, refusing non-numeric, boolean and complex dtypes; integers
     become float64 (every computation here is in floating point)."""
     a = np.asarray(x)
-    if a.dtype == np.bool_ or not (np.issubdtype(a.dtype, np.integer)
-                                   or np.issubdtype(a.dtype, np.floating)):
-        raise TypeError(f"{name} must be a real (integer or floating) array, got dtype "
-                        f"{a.dtype}")
+    if a.dtype == np.bool_ or not (
+        np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)
+    ):
+        raise TypeError(
+            f"{name} must be a real (integer or floating) array, got dtype {a.dtype}"
+        )
     if np.issubdtype(a.dtype, np.integer):
         a = a.astype(np.float64)
     if a.ndim < min_ndim:
         shape = " (..., N, d)" if min_ndim == 2 else ""
-        raise ValueError(f"{name} must be at least {min_ndim}-D{shape}, got shape "
-                         f"{a.shape}")
+        raise ValueError(
+            f"{name} must be at least {min_ndim}-D{shape}, got shape {a.shape}"
+        )
     return a
 
 
@@ -95,13 +103,16 @@ def as_mask(name: str, mask, shape: tuple) -> np.ndarray:
     """A boolean mask broadcast to ``shape`` (True = may attend)."""
     m = np.asarray(mask)
     if m.dtype != np.bool_:
-        raise TypeError(f"{name} must be a boolean array (True = may attend), got "
-                        f"dtype {m.dtype}")
+        raise TypeError(
+            f"{name} must be a boolean array (True = may attend), got dtype {m.dtype}"
+        )
     try:
         return np.broadcast_to(m, shape)
     except ValueError:
-        raise ValueError(f"{name} of shape {m.shape} does not broadcast to the scores' "
-                         f"shape {tuple(shape)} (..., N_q, N_k)") from None
+        raise ValueError(
+            f"{name} of shape {m.shape} does not broadcast to the scores' "
+            f"shape {tuple(shape)} (..., N_q, N_k)"
+        ) from None
 
 
 def _lead_shape(*arrays_and_names) -> tuple:
@@ -113,8 +124,9 @@ def _lead_shape(*arrays_and_names) -> tuple:
         raise ValueError(f"leading (batch, head) dims must broadcast: {desc}") from None
 
 
-def weighted_sum(p: np.ndarray, v: np.ndarray,
-                 keep: np.ndarray | None = None) -> np.ndarray:
+def weighted_sum(
+    p: np.ndarray, v: np.ndarray, keep: np.ndarray | None = None
+) -> np.ndarray:
     """o = sum_j p_ij v_j over the *kept* j only: (..., N_q, N_k) x (..., N_k, d_v).
 
     ``p @ v`` multiplies a hidden weight 0 by the hidden value, and 0 * NaN = NaN: a NaN
@@ -143,8 +155,9 @@ def naive_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return e / e.sum(axis=axis, keepdims=True)
 
 
-def softmax(x: np.ndarray, axis: int = -1,
-            mask: np.ndarray | None = None) -> np.ndarray:
+def softmax(
+    x: np.ndarray, axis: int = -1, mask: np.ndarray | None = None
+) -> np.ndarray:
     """Numerically stable softmax: subtract the row max before exponentiating.
 
     softmax(x) = softmax(x - c) for any constant c; with c = max(x) every exponent is
@@ -179,7 +192,7 @@ def logsumexp(x: np.ndarray, axis: int = -1) -> np.ndarray:
         raise ValueError("x must have at least one axis, got a scalar")
     axis = check_axis("axis", axis, x.ndim)
     if x.shape[axis] == 0:
-        return np.full(x.shape[:axis] + x.shape[axis + 1:], -np.inf, dtype=x.dtype)
+        return np.full(x.shape[:axis] + x.shape[axis + 1 :], -np.inf, dtype=x.dtype)
     m = np.max(x, axis=axis, keepdims=True)
     m_safe = np.where(np.isfinite(m), m, 0.0)
     with np.errstate(invalid="ignore"):
@@ -212,10 +225,13 @@ def padding_mask(lengths, n_k: int) -> np.ndarray:
     """
     n_k = check_int("n_k", n_k, 0)
     lengths = np.asarray(lengths)
-    if lengths.ndim != 1 or not (np.issubdtype(lengths.dtype, np.integer)
-                                 or lengths.size == 0):
-        raise TypeError("lengths must be a 1-D sequence of ints (B,), got dtype "
-                        f"{lengths.dtype} shape {lengths.shape}")
+    if lengths.ndim != 1 or not (
+        np.issubdtype(lengths.dtype, np.integer) or lengths.size == 0
+    ):
+        raise TypeError(
+            "lengths must be a 1-D sequence of ints (B,), got dtype "
+            f"{lengths.dtype} shape {lengths.shape}"
+        )
     if lengths.size and (lengths.min() < 0 or lengths.max() > n_k):
         raise ValueError(f"lengths must be in 0..n_k={n_k}, got {lengths.tolist()}")
     return (np.arange(n_k)[None, :] < lengths[:, None])[:, None, :]
@@ -228,8 +244,9 @@ def _check_qkv(q, k, v) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple]:
     if k.shape[-1] != q.shape[-1]:
         raise ValueError(f"q and k must share the head dim: q {q.shape}, k {k.shape}")
     if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"k and v must have the same length N_k: k {k.shape}, v "
-                         f"{v.shape}")
+        raise ValueError(
+            f"k and v must have the same length N_k: k {k.shape}, v {v.shape}"
+        )
     lead = _lead_shape(("q", q), ("k", k), ("v", v))
     return q, k, v, lead
 
@@ -247,8 +264,10 @@ def attention_keep(n_q: int, n_k: int, causal: bool, mask=None, shape=None):
         except ValueError:
             full = None
         if full is None or full[-2:] != shape[-2:]:
-            raise ValueError(f"mask of shape {m.shape} does not broadcast to the "
-                             f"scores' shape {shape} (..., N_q, N_k)")
+            raise ValueError(
+                f"mask of shape {m.shape} does not broadcast to the "
+                f"scores' shape {shape} (..., N_q, N_k)"
+            )
         m = as_mask("mask", m, full)
         keep = m if keep is None else (keep & m)
     return keep
@@ -300,8 +319,9 @@ def self_attention(x, w_q, w_k, w_v, causal=False, mask=None, return_weights=Fal
 def _check_weight(name, w, d_in):
     w = as_real_array(name, w)
     if w.ndim != 2 or w.shape[0] != d_in:
-        raise ValueError(f"{name} must be (d_model, d) with d_model={d_in}, got shape "
-                         f"{w.shape}")
+        raise ValueError(
+            f"{name} must be (d_model, d) with d_model={d_in}, got shape {w.shape}"
+        )
     return w
 
 
@@ -314,8 +334,9 @@ def cross_attention(x_dec, x_enc, w_q, w_k, w_v, mask=None, return_weights=False
         _check_weight(name, w, x_enc.shape[-1])
     q = x_dec @ w_q  # (m, d)
     k, v = x_enc @ w_k, x_enc @ w_v  # (n, d)
-    return scaled_dot_product_attention(q, k, v, mask=mask,
-                                        return_weights=return_weights)
+    return scaled_dot_product_attention(
+        q, k, v, mask=mask, return_weights=return_weights
+    )
 
 
 def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
@@ -340,8 +361,16 @@ def merge_heads(x: np.ndarray) -> np.ndarray:
 
 
 def multi_head_attention(
-    x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, causal=False, mask=None,
-    return_weights=False
+    x_q,
+    x_kv,
+    w_q,
+    w_k,
+    w_v,
+    w_o,
+    n_heads,
+    causal=False,
+    mask=None,
+    return_weights=False,
 ):
     """Multi-head attention: H independent heads of width d = d_model / H, then W_o.
 
@@ -355,16 +384,19 @@ def multi_head_attention(
         if x.ndim != 3:
             raise ValueError(f"{name} must be (B, N, d_model), got shape {x.shape}")
     if x_kv.shape[0] != x_q.shape[0] or x_kv.shape[2] != x_q.shape[2]:
-        raise ValueError(f"x_kv must be (B, N_k, d_model) = ({x_q.shape[0]}, N_k, "
-                         f"{x_q.shape[2]}) like x_q {x_q.shape}, got {x_kv.shape}")
+        raise ValueError(
+            f"x_kv must be (B, N_k, d_model) = ({x_q.shape[0]}, N_k, "
+            f"{x_q.shape[2]}) like x_q {x_q.shape}, got {x_kv.shape}"
+        )
     dm = x_q.shape[2]
     for name, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v), ("w_o", w_o)):
         _check_weight(name, w, dm)
     q = split_heads(x_q @ w_q, n_heads)  # (B, H, N_q, d)
     k = split_heads(x_kv @ w_k, n_heads)  # (B, H, N_k, d)
     v = split_heads(x_kv @ w_v, n_heads)  # (B, H, N_k, d)
-    o, p = scaled_dot_product_attention(q, k, v, mask=mask, causal=causal,
-                                        return_weights=True)
+    o, p = scaled_dot_product_attention(
+        q, k, v, mask=mask, causal=causal, return_weights=True
+    )
     out = merge_heads(o) @ w_o  # (B, N_q, d_model)
     return (out, p) if check_bool("return_weights", return_weights) else out
 

@@ -57,8 +57,14 @@ def repeat_kv(x, group: int, axis: int = -3) -> np.ndarray:
 # ---------------------------------------------------------------------------------
 
 
-def partial_attention(q, k, v, scale: float | None = None, causal: bool = False,
-                      q_offset: int | None = None):
+def partial_attention(
+    q,
+    k,
+    v,
+    scale: float | None = None,
+    causal: bool = False,
+    q_offset: int | None = None,
+):
     """Attention of ``q (..., N_q, d)`` over one chunk of keys ``k, v (..., n, d)``:
     returns (o, lse), o normalised within the chunk and lse its log-sum-exp (..., N_q).
 
@@ -107,8 +113,10 @@ def merge_partials(o_parts, lse_parts):
     o = as_real_array("o_parts", np.asarray(o_parts), 3)
     lse = as_real_array("lse_parts", np.asarray(lse_parts), 2)
     if o.shape[:-1] != lse.shape:
-        raise ValueError(f"o_parts (S, ..., N_q, d) and lse_parts (S, ..., N_q) "
-                         f"disagree: o_parts {o.shape}, lse_parts {lse.shape}")
+        raise ValueError(
+            f"o_parts (S, ..., N_q, d) and lse_parts (S, ..., N_q) "
+            f"disagree: o_parts {o.shape}, lse_parts {lse.shape}"
+        )
     bad = np.isnan(lse).any(axis=0) | np.isposinf(lse).any(axis=0)  # (..., N_q)
     m = np.max(np.where(np.isnan(lse), -np.inf, lse), axis=0)  # (..., N_q)
     empty = np.isneginf(m)
@@ -139,8 +147,15 @@ def split_chunks(n_k: int, num_splits: int, block: int = 1) -> list[tuple[int, i
     return [(min(i * per, n_k), min((i + 1) * per, n_k)) for i in range(s)]
 
 
-def split_kv_attention(q, k, v, num_splits: int = 1, causal: bool = False,
-                       scale: float | None = None, block: int = 1):
+def split_kv_attention(
+    q,
+    k,
+    v,
+    num_splits: int = 1,
+    causal: bool = False,
+    scale: float | None = None,
+    block: int = 1,
+):
     """FlashDecoding in NumPy: keys cut into ``num_splits`` chunks (``split_chunks``),
     one partial (o_s, lse_s) per chunk, merged by ``merge_partials``.
 
@@ -148,9 +163,17 @@ def split_kv_attention(q, k, v, num_splits: int = 1, causal: bool = False,
     """
     q, k, v = (as_real_array(n, t, 2) for n, t in (("q", q), ("k", k), ("v", v)))
     n_q, n_k = q.shape[-2], k.shape[-2]
-    parts = [partial_attention(q, k[..., a:b, :], v[..., a:b, :], scale=scale,
-                               causal=causal, q_offset=n_k - n_q - a)
-             for a, b in split_chunks(n_k, num_splits, block)]
+    parts = [
+        partial_attention(
+            q,
+            k[..., a:b, :],
+            v[..., a:b, :],
+            scale=scale,
+            causal=causal,
+            q_offset=n_k - n_q - a,
+        )
+        for a, b in split_chunks(n_k, num_splits, block)
+    ]
     return merge_partials([o for o, _ in parts], [lse for _, lse in parts])
 
 
@@ -164,8 +187,12 @@ class KVCache:
     ``k, v (B, H_kv, max_len, d)`` and the number of valid tokens of each sequence."""
 
     def __init__(self, batch: int, n_heads_kv: int, max_len: int, d: int):
-        shape = (check_int("batch", batch, 1), check_int("n_heads_kv", n_heads_kv, 1),
-                 check_int("max_len", max_len, 1), check_int("d", d, 1))
+        shape = (
+            check_int("batch", batch, 1),
+            check_int("n_heads_kv", n_heads_kv, 1),
+            check_int("max_len", max_len, 1),
+            check_int("d", d, 1),
+        )
         self.k = np.zeros(shape)  # (B, H_kv, max_len, d)
         self.v = np.zeros(shape)
         self.length = 0
@@ -176,17 +203,23 @@ class KVCache:
         for name, t in (("k_new", k_new), ("v_new", v_new)):
             t = as_real_array(name, t, 4)
             if t.ndim != 4 or t.shape[:2] + t.shape[3:] != want[:2] + want[3:]:
-                raise ValueError(f"{name} must be (B, H_kv, n, d) = "
-                                 f"({want[0]}, {want[1]}, n, {want[3]}), got {t.shape}")
+                raise ValueError(
+                    f"{name} must be (B, H_kv, n, d) = "
+                    f"({want[0]}, {want[1]}, n, {want[3]}), got {t.shape}"
+                )
         n = np.shape(k_new)[2]
         if np.shape(v_new)[2] != n:
-            raise ValueError(f"k_new and v_new must hold as many tokens: "
-                             f"{np.shape(k_new)} vs {np.shape(v_new)}")
+            raise ValueError(
+                f"k_new and v_new must hold as many tokens: "
+                f"{np.shape(k_new)} vs {np.shape(v_new)}"
+            )
         if self.length + n > self.k.shape[2]:
-            raise ValueError(f"the cache holds max_len={self.k.shape[2]} tokens; "
-                             f"{self.length} + {n} do not fit")
-        self.k[:, :, self.length:self.length + n] = k_new
-        self.v[:, :, self.length:self.length + n] = v_new
+            raise ValueError(
+                f"the cache holds max_len={self.k.shape[2]} tokens; "
+                f"{self.length} + {n} do not fit"
+            )
+        self.k[:, :, self.length : self.length + n] = k_new
+        self.v[:, :, self.length : self.length + n] = v_new
         self.length += n
 
     def attend(self, q, scale: float | None = None):
@@ -195,15 +228,18 @@ class KVCache:
         q = as_real_array("q", q, 4)
         group = kv_group(q.shape[1], self.k.shape[1])
         if q.shape[2] > self.length:
-            raise ValueError(f"q holds {q.shape[2]} new tokens but the cache only "
-                             f"{self.length}; append their keys first")
-        k = repeat_kv(self.k[:, :, :self.length], group)  # (B, H_q, L, d)
-        v = repeat_kv(self.v[:, :, :self.length], group)
+            raise ValueError(
+                f"q holds {q.shape[2]} new tokens but the cache only "
+                f"{self.length}; append their keys first"
+            )
+        k = repeat_kv(self.k[:, :, : self.length], group)  # (B, H_q, L, d)
+        v = repeat_kv(self.v[:, :, : self.length], group)
         return partial_attention(q, k, v, scale=scale, causal=True)
 
 
-def generate(q, k, v, n_prefill: int, tokens_per_step: int = 1,
-             scale: float | None = None):
+def generate(
+    q, k, v, n_prefill: int, tokens_per_step: int = 1, scale: float | None = None
+):
     """Prefill the first ``n_prefill`` tokens (causal attention over them, their K and
     V written to the cache), then decode the rest ``tokens_per_step`` at a time (1:
     ordinary decoding; 2..16: speculative decoding's verification step), each step
@@ -218,9 +254,11 @@ def generate(q, k, v, n_prefill: int, tokens_per_step: int = 1,
     n_prefill = check_int("n_prefill", n_prefill, 1)
     step = check_int("tokens_per_step", tokens_per_step, 1)
     if n_prefill > n or k.shape[2] != n or v.shape[2] != n:
-        raise ValueError(f"n_prefill must be <= N and k, v must hold N tokens: "
-                         f"n_prefill={n_prefill}, q {q.shape}, k {k.shape}, v "
-                         f"{v.shape}")
+        raise ValueError(
+            f"n_prefill must be <= N and k, v must hold N tokens: "
+            f"n_prefill={n_prefill}, q {q.shape}, k {k.shape}, v "
+            f"{v.shape}"
+        )
     cache = KVCache(k.shape[0], k.shape[1], n, k.shape[3])
     out = np.empty(q.shape[:3] + (v.shape[3],))
     for a in [0, *range(n_prefill, n, step)]:
@@ -266,8 +304,12 @@ class PagedKVCache:
     def __init__(self, num_pages: int, page_size: int, n_heads_kv: int, d: int):
         self.page_size = check_int("page_size", page_size, 1)
         self.pool = PageAllocator(num_pages)
-        shape = (num_pages, self.page_size, check_int("n_heads_kv", n_heads_kv, 1),
-                 check_int("d", d, 1))
+        shape = (
+            num_pages,
+            self.page_size,
+            check_int("n_heads_kv", n_heads_kv, 1),
+            check_int("d", d, 1),
+        )
         self.k = np.zeros(shape)  # (num_pages, page_size, H_kv, d)
         self.v = np.zeros(shape)
         self.tables: list[list[int]] = []
@@ -291,8 +333,10 @@ class PagedKVCache:
         k_new = as_real_array("k_new", k_new, 3)
         v_new = as_real_array("v_new", v_new, 3)
         if k_new.shape != v_new.shape or k_new.shape[1:] != self.k.shape[2:]:
-            raise ValueError(f"k_new and v_new must be (n, H_kv, d) with (H_kv, d) = "
-                             f"{self.k.shape[2:]}, got {k_new.shape}, {v_new.shape}")
+            raise ValueError(
+                f"k_new and v_new must be (n, H_kv, d) with (H_kv, d) = "
+                f"{self.k.shape[2:]}, got {k_new.shape}, {v_new.shape}"
+            )
         for t in range(k_new.shape[0]):
             pos = self.lengths[seq]
             if pos % self.page_size == 0:
@@ -317,7 +361,7 @@ class PagedKVCache:
             raise ValueError(f"max_pages={max_pages} < {need}, the longest table")
         out = np.zeros((len(self.tables), max_pages), dtype=np.int32)
         for b, t in enumerate(self.tables):
-            out[b, :len(t)] = t
+            out[b, : len(t)] = t
         return out
 
     def gather(self, seq: int):
@@ -334,6 +378,7 @@ class PagedKVCache:
 # The kernel's call, in NumPy
 # ---------------------------------------------------------------------------------
 
+
 def _int_array(name, x, ndim):
     a = np.asarray(x)
     if a.dtype == np.bool_ or not np.issubdtype(a.dtype, np.integer):
@@ -343,9 +388,17 @@ def _int_array(name, x, ndim):
     return a.astype(np.int64)
 
 
-def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None,
-                           causal: bool = True, softmax_scale: float | None = None,
-                           num_splits: int = 0, return_lse: bool = False):
+def attention_with_kvcache(
+    q,
+    k_cache,
+    v_cache,
+    cache_seqlens,
+    block_table=None,
+    causal: bool = True,
+    softmax_scale: float | None = None,
+    num_splits: int = 0,
+    return_lse: bool = False,
+):
     """The decode kernel's call (``kernels.decode.attention_with_kvcache``, flash-attn's
     ``flash_attn_with_kvcache``) in float64 NumPy.
 
@@ -358,21 +411,29 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None,
     with ``return_lse``.
     """
     q = as_real_array("q", q)
-    k_cache, v_cache = as_real_array("k_cache", k_cache), as_real_array("v_cache",
-                                                                        v_cache)
+    k_cache, v_cache = (
+        as_real_array("k_cache", k_cache),
+        as_real_array("v_cache", v_cache),
+    )
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if t.ndim != 4:
             raise ValueError(f"{name} must be 4-D, got shape {t.shape}")
     if k_cache.shape != v_cache.shape:
-        raise ValueError(f"k_cache and v_cache must have one shape, got "
-                         f"{k_cache.shape} and {v_cache.shape}")
+        raise ValueError(
+            f"k_cache and v_cache must have one shape, got "
+            f"{k_cache.shape} and {v_cache.shape}"
+        )
     B, n_q, h_q, d = q.shape
     if k_cache.shape[3] != d:
-        raise ValueError(f"q and k_cache must share the head dim d: q {q.shape}, "
-                         f"k_cache {k_cache.shape}")
+        raise ValueError(
+            f"q and k_cache must share the head dim d: q {q.shape}, "
+            f"k_cache {k_cache.shape}"
+        )
     group = kv_group(h_q, k_cache.shape[2])
-    causal, return_lse = check_bool("causal", causal), check_bool("return_lse",
-                                                                  return_lse)
+    causal, return_lse = (
+        check_bool("causal", causal),
+        check_bool("return_lse", return_lse),
+    )
     scale = check_scale("softmax_scale", softmax_scale, d)
     splits = max(1, check_int("num_splits", num_splits, 0))
     lens = _int_array("cache_seqlens", cache_seqlens, 1)
@@ -381,23 +442,30 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None,
     if block_table is None:
         capacity = k_cache.shape[1]
         if k_cache.shape[0] != B:
-            raise ValueError(f"without a block_table, k_cache must be (B, N_max, H_kv, "
-                             f"d) with B = {B}, got {k_cache.shape}")
+            raise ValueError(
+                f"without a block_table, k_cache must be (B, N_max, H_kv, "
+                f"d) with B = {B}, got {k_cache.shape}"
+            )
     else:
         table = _int_array("block_table", block_table, 2)
         if table.shape[0] != B:
-            raise ValueError(f"block_table must be (B, max_pages) with B = {B}, got "
-                             f"{table.shape}")
+            raise ValueError(
+                f"block_table must be (B, max_pages) with B = {B}, got {table.shape}"
+            )
         page = k_cache.shape[1]
         capacity = table.shape[1] * page
     if lens.size and (lens.min() < 0 or lens.max() > capacity):
-        raise ValueError(f"cache_seqlens must be in 0..{capacity} (the cache's "
-                         f"capacity per sequence), got {lens.tolist()}")
+        raise ValueError(
+            f"cache_seqlens must be in 0..{capacity} (the cache's "
+            f"capacity per sequence), got {lens.tolist()}"
+        )
     if ((lens > 0) & (lens < n_q)).any():
         # the queries are the sequence's last N_q positions: as kernels.decode, a
         # sequence holds them all or is an empty slot (0)
-        raise ValueError(f"cache_seqlens counts the N_q = {n_q} new tokens: each must "
-                         f"be 0 (an empty slot) or >= {n_q}, got {lens.tolist()}")
+        raise ValueError(
+            f"cache_seqlens counts the N_q = {n_q} new tokens: each must "
+            f"be 0 (an empty slot) or >= {n_q}, got {lens.tolist()}"
+        )
     out = np.empty((B, h_q, n_q, d))  # (B, H_q, N_q, d)
     lse = np.empty((B, h_q, n_q))  # (B, H_q, N_q)
     for b in range(B):
@@ -405,17 +473,20 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None,
         if block_table is None:
             k, v = k_cache[b, :n], v_cache[b, :n]  # (n, H_kv, d)
         else:
-            pages = table[b, :-(-n // page)]
+            pages = table[b, : -(-n // page)]
             if pages.size and (pages.min() < 0 or pages.max() >= k_cache.shape[0]):
-                raise ValueError(f"block_table[{b}] points outside the pool of "
-                                 f"{k_cache.shape[0]} pages: {pages.tolist()}")
+                raise ValueError(
+                    f"block_table[{b}] points outside the pool of "
+                    f"{k_cache.shape[0]} pages: {pages.tolist()}"
+                )
             k = k_cache[pages].reshape(-1, *k_cache.shape[2:])[:n]  # (n, H_kv, d)
             v = v_cache[pages].reshape(-1, *v_cache.shape[2:])[:n]
         k = repeat_kv(k.transpose(1, 0, 2), group, axis=0)  # (H_q, n, d)
         v = repeat_kv(v.transpose(1, 0, 2), group, axis=0)
         qb = q[b].transpose(1, 0, 2)  # (H_q, N_q, d)
-        out[b], lse[b] = split_kv_attention(qb, k, v, splits, causal=causal,
-                                            scale=scale)
+        out[b], lse[b] = split_kv_attention(
+            qb, k, v, splits, causal=causal, scale=scale
+        )
     out = out.transpose(0, 2, 1, 3)  # (B, N_q, H_q, d)
     return (out, lse) if return_lse else out
 
@@ -461,15 +532,23 @@ def paged_waste(lengths, page_size: int) -> dict:
     a, p = _lengths(lengths), check_int("page_size", page_size, 1)
     pages = int((-(-a // p)).sum())
     used = int(a.sum())
-    return {"reserved": pages * p, "used": used, "wasted": pages * p - used,
-            "pages": pages}
+    return {
+        "reserved": pages * p,
+        "used": used,
+        "wasted": pages * p - used,
+        "pages": pages,
+    }
 
 
-def block_table_bytes(lengths, page_size: int, index_bytes: int = 4,
-                      readers: int = 1) -> int:
+def block_table_bytes(
+    lengths, page_size: int, index_bytes: int = 4, readers: int = 1
+) -> int:
     """Bytes of block table one decode step reads: each of ``readers`` programs per
     sequence (e.g. KV heads x splits, with no L2 to share them) reads the
     ceil(length / page_size) entries of its sequence."""
     pages = paged_waste(lengths, page_size)["pages"]
-    return (pages * check_int("index_bytes", index_bytes, 1)
-            * check_int("readers", readers, 1))
+    return (
+        pages
+        * check_int("index_bytes", index_bytes, 1)
+        * check_int("readers", readers, 1)
+    )

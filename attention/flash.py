@@ -93,8 +93,9 @@ def softmax_2pass(x: np.ndarray, block: int = 1) -> np.ndarray:
         m_new = np.maximum(m, x[..., s:e].max(axis=-1))
         m_safe = _safe(m_new)  # rows that have seen only -inf so far
         with np.errstate(invalid="ignore"):
-            l = (l * np.exp(m - m_safe)
-                 + np.exp(x[..., s:e] - m_safe[..., None]).sum(axis=-1))
+            l = l * np.exp(m - m_safe) + np.exp(x[..., s:e] - m_safe[..., None]).sum(
+                axis=-1
+            )
         m = m_new
     m = _safe(m)
     y = np.empty_like(x)
@@ -116,8 +117,9 @@ def softmax_1pass_attention(s: np.ndarray, v: np.ndarray, block: int = 1) -> np.
     s, v = as_real_array("s", s, 2), as_real_array("v", v, 2)
     n = s.shape[-1]
     if v.shape[-2] != n:
-        raise ValueError(f"v must have N_k = {n} rows like s's last axis, got v "
-                         f"{v.shape}")
+        raise ValueError(
+            f"v must have N_k = {n} rows like s's last axis, got v {v.shape}"
+        )
     rows = s.shape[:-1]
     m = np.full(rows, -np.inf, dtype=s.dtype)
     l = np.zeros(rows, dtype=s.dtype)
@@ -132,8 +134,9 @@ def softmax_1pass_attention(s: np.ndarray, v: np.ndarray, block: int = 1) -> np.
         l = l * alpha + p.sum(axis=-1)
         # a -inf score hides its key: select it out rather than multiply 0
         # by its value row
-        acc = acc * alpha[..., None] + weighted_sum(p, v[..., a:b, :],
-                                                    s[..., a:b] > -np.inf)
+        acc = acc * alpha[..., None] + weighted_sum(
+            p, v[..., a:b, :], s[..., a:b] > -np.inf
+        )
         m = m_new
     empty = (l == 0)[..., None]  # a row that saw no key: 0, not 0/0
     with np.errstate(invalid="ignore"):
@@ -149,21 +152,26 @@ def _check_qkv(q, k, v, Br=1, Bc=1):
     q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.ndim < 2:
-            raise ValueError(f"{name} must be at least 2-D (..., N, d), got shape "
-                             f"{t.shape}")
+            raise ValueError(
+                f"{name} must be at least 2-D (..., N, d), got shape {t.shape}"
+            )
         if not np.issubdtype(t.dtype, np.floating):
-            raise TypeError(f"{name} must be a floating-point array, got dtype "
-                            f"{t.dtype}")
+            raise TypeError(
+                f"{name} must be a floating-point array, got dtype {t.dtype}"
+            )
     if k.shape[-1] != q.shape[-1]:
         raise ValueError(f"q and k must share the head dim: q {q.shape}, k {k.shape}")
     if v.shape[-2] != k.shape[-2]:
-        raise ValueError(f"k and v must have the same length N_k: k {k.shape}, v "
-                         f"{v.shape}")
+        raise ValueError(
+            f"k and v must have the same length N_k: k {k.shape}, v {v.shape}"
+        )
     try:
         np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     except ValueError:
-        raise ValueError(f"leading (batch, head) dims must broadcast: q {q.shape}, "
-                         f"k {k.shape}, v {v.shape}") from None
+        raise ValueError(
+            f"leading (batch, head) dims must broadcast: q {q.shape}, "
+            f"k {k.shape}, v {v.shape}"
+        ) from None
     for name, b in (("Br", Br), ("Bc", Bc)):
         check_int(name, b, 1)
     return q, k, v
@@ -186,8 +194,7 @@ def _tile_mask(r0, r1, c0, c1, n_q, n_k):
     offset = n_k - n_q
     if c1 - 1 <= r0 + offset:  # the tile's last key is visible to its first query
         return None
-    return (np.arange(c0, c1)[None, :]
-            <= np.arange(r0, r1)[:, None] + offset)  # (br, bc)
+    return np.arange(c0, c1)[None, :] <= np.arange(r0, r1)[:, None] + offset  # (br, bc)
 
 
 def _tile_hidden(r0, r1, c0, n_q, n_k):
@@ -216,8 +223,15 @@ def standard_forward(q, k, v, causal: bool = False, scale: float | None = None):
     return weighted_sum(p, v, keep), lse, p
 
 
-def flash1_forward(q, k, v, Br: int = 64, Bc: int = 64, causal: bool = False,
-                   scale: float | None = None):
+def flash1_forward(
+    q,
+    k,
+    v,
+    Br: int = 64,
+    Bc: int = 64,
+    causal: bool = False,
+    scale: float | None = None,
+):
     """FlashAttention-1's Algorithm 1: K/V blocks outside,
     Q blocks inside. Returns (o, lse).
 
@@ -262,8 +276,9 @@ def flash1_forward(q, k, v, Br: int = 64, Bc: int = 64, causal: bool = False,
             a_old = np.where(np.isfinite(m_i), a_old, 0.0)
             a_new = np.where(np.isfinite(m_t), np.exp(m_t_safe - m_new_safe), 0.0)
             l_new = a_old * l_i + a_new * l_t
-            num = ((l_i * a_old)[..., None] * o_i
-                   + a_new[..., None] * weighted_sum(p_t, v_j, keep))
+            num = (l_i * a_old)[..., None] * o_i + a_new[..., None] * weighted_sum(
+                p_t, v_j, keep
+            )
             # l_new = 0: nothing seen yet (o stays 0); NaN: a NaN row stays NaN
             inv = np.divide(1.0, l_new, out=np.zeros_like(l_new), where=l_new != 0)
             o[..., r0:r1, :] = inv[..., None] * num  # write O_i to HBM
@@ -274,8 +289,15 @@ def flash1_forward(q, k, v, Br: int = 64, Bc: int = 64, causal: bool = False,
     return o, lse
 
 
-def flash2_forward(q, k, v, Br: int = 64, Bc: int = 64, causal: bool = False,
-                   scale: float | None = None):
+def flash2_forward(
+    q,
+    k,
+    v,
+    Br: int = 64,
+    Bc: int = 64,
+    causal: bool = False,
+    scale: float | None = None,
+):
     """FlashAttention-2's forward: Q blocks outside,
     K/V blocks inside. Returns (o, lse).
 
@@ -320,11 +342,13 @@ def flash2_forward(q, k, v, Br: int = 64, Bc: int = 64, causal: bool = False,
         # (never mistaken for "no key").
         empty = l_i == 0
         with np.errstate(invalid="ignore"):
-            o[..., r0:r1, :] = np.where(empty[..., None], 0.0,
-                                        acc / np.where(empty, 1.0, l_i)[..., None])
+            o[..., r0:r1, :] = np.where(
+                empty[..., None], 0.0, acc / np.where(empty, 1.0, l_i)[..., None]
+            )
         with np.errstate(divide="ignore", invalid="ignore"):
-            lse[..., r0:r1] = np.where(empty, -np.inf,
-                                       m_i + np.log(np.where(empty, 1.0, l_i)))
+            lse[..., r0:r1] = np.where(
+                empty, -np.inf, m_i + np.log(np.where(empty, 1.0, l_i))
+            )
     return o, lse
 
 
@@ -354,8 +378,19 @@ def standard_backward(q, k, v, p, do, scale: float | None = None):
     return dq, dk, dv
 
 
-def flash2_backward(q, k, v, o, lse, do, Br: int = 64, Bc: int = 64,
-                    causal: bool = False, scale: float | None = None, dlse=None):
+def flash2_backward(
+    q,
+    k,
+    v,
+    o,
+    lse,
+    do,
+    Br: int = 64,
+    Bc: int = 64,
+    causal: bool = False,
+    scale: float | None = None,
+    dlse=None,
+):
     """FlashAttention-2's backward (Algorithm 2):
     P recomputed tile by tile from Q, K and L.
 

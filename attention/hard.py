@@ -66,29 +66,35 @@ def _check_v(v, s):
     """v (..., N_k, d_v) matching scores s (..., N_q, N_k)."""
     v = as_real_array("v", v, 2)
     if v.shape[-2] != s.shape[-1]:
-        raise ValueError(f"v must be (..., N_k, d_v) with N_k={s.shape[-1]} keys, got "
-                         f"{v.shape}")
+        raise ValueError(
+            f"v must be (..., N_k, d_v) with N_k={s.shape[-1]} keys, got {v.shape}"
+        )
     try:
         np.broadcast_shapes(v.shape[:-2], s.shape[:-2])
     except ValueError:
-        raise ValueError(f"v's leading dims {v.shape[:-2]} do not broadcast with the "
-                         f"scores' {s.shape[:-2]}") from None
+        raise ValueError(
+            f"v's leading dims {v.shape[:-2]} do not broadcast with the "
+            f"scores' {s.shape[:-2]}"
+        ) from None
     return v
 
 
 def _check_rng(rng):
     if not isinstance(rng, np.random.Generator):
-        raise TypeError("rng must be a numpy.random.Generator "
-                        "(np.random.default_rng(seed)), "
-                        f"got {type(rng).__name__}")
+        raise TypeError(
+            "rng must be a numpy.random.Generator "
+            "(np.random.default_rng(seed)), "
+            f"got {type(rng).__name__}"
+        )
     return rng
 
 
 def soft_attention(q, k, v, scale=None, causal=False, mask=None, return_weights=False):
     """o = softmax(s) v: a weighted sum over *all* visible positions
     (``core`` does the work)."""
-    return scaled_dot_product_attention(q, k, v, mask=mask, causal=causal, scale=scale,
-                                        return_weights=return_weights)
+    return scaled_dot_product_attention(
+        q, k, v, mask=mask, causal=causal, scale=scale, return_weights=return_weights
+    )
 
 
 def _check_index(idx, n: int, what: str) -> np.ndarray:
@@ -97,8 +103,10 @@ def _check_index(idx, n: int, what: str) -> np.ndarray:
     if idx.dtype == np.bool_ or not np.issubdtype(idx.dtype, np.integer):
         raise TypeError(f"idx must be an integer array, got dtype {idx.dtype}")
     if idx.size and (idx.min() < -1 or idx.max() >= n):
-        raise ValueError(f"idx must be -1 (none) or in 0..{n - 1} ({what}), got "
-                         f"values in {idx.min()}..{idx.max()}")
+        raise ValueError(
+            f"idx must be -1 (none) or in 0..{n - 1} ({what}), got "
+            f"values in {idx.min()}..{idx.max()}"
+        )
     return idx
 
 
@@ -108,8 +116,9 @@ def gather_rows(v, idx):
     v = as_real_array("v", v, 2)
     idx = _check_index(idx, v.shape[-2], f"v has {v.shape[-2]} rows")
     if v.shape[-2] == 0:  # no key: every row is empty
-        return np.zeros(np.broadcast_shapes(idx.shape, v.shape[:-2] + (1,))
-                        + v.shape[-1:])
+        return np.zeros(
+            np.broadcast_shapes(idx.shape, v.shape[:-2] + (1,)) + v.shape[-1:]
+        )
     safe = np.where(idx < 0, 0, idx)
     o = np.take_along_axis(v, safe[..., None], axis=-2)  # (..., N_q, d_v)
     return np.where(idx[..., None] < 0, 0.0, o)
@@ -171,13 +180,17 @@ def sample_index(p, rng):
     u = rng.random(p.shape[:-1] + (1,)) * total
     idx = np.minimum((c <= u).sum(axis=-1), p.shape[-1] - 1)
     # never land on a zero-probability position (guards against round-off at the ends)
-    idx = np.where(np.take_along_axis(p, idx[..., None], -1)[..., 0] > 0, idx,
-                   np.argmax(p > 0, axis=-1))
+    idx = np.where(
+        np.take_along_axis(p, idx[..., None], -1)[..., 0] > 0,
+        idx,
+        np.argmax(p > 0, axis=-1),
+    )
     return np.where(nan_row, nan_at, np.where(total[..., 0] > 0, idx, -1))
 
 
-def stochastic_hard_attention(q, k, v, rng, scale=None, causal=False, mask=None,
-                              return_index=False):
+def stochastic_hard_attention(
+    q, k, v, rng, scale=None, causal=False, mask=None, return_index=False
+):
     """Stochastic hard attention (Show, Attend and Tell):
     z_i ~ softmax(s_i), o_i = v[z_i]."""
     _check_rng(rng)
@@ -187,8 +200,11 @@ def stochastic_hard_attention(q, k, v, rng, scale=None, causal=False, mask=None,
     # a NaN row draws its first NaN key (the kernel's Gumbel-max answer), read from s:
     # softmax makes the whole row NaN, hidden keys included
     nan_row = np.isnan(s).any(axis=-1)
-    idx = np.where(nan_row, argmax_index(s), sample_index(np.where(
-        nan_row[..., None], 0.0, p), rng))  # (..., N_q)
+    idx = np.where(
+        nan_row,
+        argmax_index(s),
+        sample_index(np.where(nan_row[..., None], 0.0, p), rng),
+    )  # (..., N_q)
     o = _nan_rows(gather_rows(v, idx), s)
     return (o, idx) if check_bool("return_index", return_index) else o
 
@@ -220,13 +236,15 @@ def topk_weights(s, topk):
     0 elsewhere.  (..., N_q, N_k)."""
     s = as_real_array("s", s, 1)
     idx = topk_index(s, topk)  # (..., N_q, topk)
-    keep = (one_hot(idx, s.shape[-1]).sum(axis=-2) > 0)  # (..., N_q, N_k)
-    return np.where(np.isnan(s).any(axis=-1, keepdims=True), np.nan,
-                    softmax(s, axis=-1, mask=keep))
+    keep = one_hot(idx, s.shape[-1]).sum(axis=-2) > 0  # (..., N_q, N_k)
+    return np.where(
+        np.isnan(s).any(axis=-1, keepdims=True), np.nan, softmax(s, axis=-1, mask=keep)
+    )
 
 
-def topk_attention(q, k, v, topk, scale=None, causal=False, mask=None,
-                   return_weights=False):
+def topk_attention(
+    q, k, v, topk, scale=None, causal=False, mask=None, return_weights=False
+):
     """o = softmax over the k best scores of each row, times V:
     k rows of V per query."""
     topk = check_int("topk", topk, 1)
@@ -251,8 +269,10 @@ def softmax_jacobian(p):
     """
     p = as_real_array("p", p).astype(float)
     if p.ndim != 1:
-        raise ValueError(f"p must be one row (N,), got shape {p.shape}; use "
-                         f"softmax_backward for batches")
+        raise ValueError(
+            f"p must be one row (N,), got shape {p.shape}; use "
+            f"softmax_backward for batches"
+        )
     return np.diag(p) - np.outer(p, p)
 
 
@@ -261,8 +281,9 @@ def softmax_backward(p, grad_p):
     (dL/dp - <p, dL/dp>).  (..., N)."""
     p, grad_p = as_real_array("p", p, 1), as_real_array("grad_p", grad_p, 1)
     if p.shape != grad_p.shape:
-        raise ValueError(f"p and grad_p must have one shape, got {p.shape} and "
-                         f"{grad_p.shape}")
+        raise ValueError(
+            f"p and grad_p must have one shape, got {p.shape} and {grad_p.shape}"
+        )
     return p * (grad_p - (p * grad_p).sum(axis=-1, keepdims=True))
 
 
@@ -298,12 +319,16 @@ def gumbel_softmax(logits, tau, rng=None, noise=None, hard=False):
     else:
         g = as_real_array("noise", noise)
         if g.shape != logits.shape:
-            raise ValueError(f"noise must have logits' shape {logits.shape}, got "
-                             f"{g.shape}")
+            raise ValueError(
+                f"noise must have logits' shape {logits.shape}, got {g.shape}"
+            )
     y = softmax((logits + g) / tau, axis=-1)
     if hard:  # a NaN row stays NaN (its one-hot is undefined)
-        return np.where(np.isnan(y).any(axis=-1, keepdims=True), np.nan,
-                        one_hot(argmax_index(y), logits.shape[-1]))
+        return np.where(
+            np.isnan(y).any(axis=-1, keepdims=True),
+            np.nan,
+            one_hot(argmax_index(y), logits.shape[-1]),
+        )
     return y
 
 
@@ -331,8 +356,9 @@ def expected_loss_grad(logits, f):
     try:
         f = np.broadcast_to(as_real_array("f", f).astype(float), logits.shape)
     except ValueError:
-        raise ValueError(f"f must broadcast to logits' shape {logits.shape}, "
-                         f"got {np.shape(f)}") from None
+        raise ValueError(
+            f"f must broadcast to logits' shape {logits.shape}, got {np.shape(f)}"
+        ) from None
     return softmax_backward(p, f)
 
 
@@ -352,22 +378,25 @@ def reinforce_grad(logits, f, rng, n_samples=1, baseline=None, return_samples=Fa
     try:
         f = np.broadcast_to(as_real_array("f", f).astype(float), logits.shape)
     except ValueError:
-        raise ValueError(f"f must broadcast to logits' shape {logits.shape}, "
-                         f"got {np.shape(f)}") from None
+        raise ValueError(
+            f"f must broadcast to logits' shape {logits.shape}, got {np.shape(f)}"
+        ) from None
     n_samples = check_int("n_samples", n_samples, 1)
     _check_rng(rng)
     return_samples = check_bool("return_samples", return_samples)
     p = softmax(logits, axis=-1)  # (..., N)
     n = logits.shape[-1]
     z = np.stack([sample_index(p, rng) for _ in range(n_samples)])  # (S, ...)
-    fz = np.take_along_axis(np.broadcast_to(f, (n_samples,) + f.shape),
-                            z[..., None], -1)[..., 0]
+    fz = np.take_along_axis(
+        np.broadcast_to(f, (n_samples,) + f.shape), z[..., None], -1
+    )[..., 0]
     if baseline is None:
         b = 0.0
     elif isinstance(baseline, str):
         if baseline != "loo":
-            raise ValueError("baseline must be None, a number or 'loo', got "
-                             f"{baseline!r}")
+            raise ValueError(
+                f"baseline must be None, a number or 'loo', got {baseline!r}"
+            )
         if n_samples < 2:
             raise ValueError("the leave-one-out baseline needs n_samples >= 2")
         b = (fz.sum(axis=0, keepdims=True) - fz) / (n_samples - 1)  # (S, ...)
@@ -392,16 +421,18 @@ METHODS = ("soft", "argmax", "reinforce", "reinforce+baseline", "gumbel-st", "to
 def retrieval_task(n_examples, n_keys=16, d=16, d_v=8, noise=0.5, rng=None):
     """x (n, d), keys (n, N, d), values (n, N, d_v), target (n,) int."""
     n_examples = check_int("n_examples", n_examples, 1)
-    n_keys, d, d_v = check_int("n_keys", n_keys, 1), check_int("d", d,
-                                                               1), check_int("d_v", d_v,
-                                                                             1)
+    n_keys, d, d_v = (
+        check_int("n_keys", n_keys, 1),
+        check_int("d", d, 1),
+        check_int("d_v", d_v, 1),
+    )
     rng = np.random.default_rng(0) if rng is None else _check_rng(rng)
     keys = rng.standard_normal((n_examples, n_keys, d)) / np.sqrt(d)  # (n, N, d)
     values = rng.standard_normal((n_examples, n_keys, d_v))  # (n, N, d_v)
     target = rng.integers(0, n_keys, n_examples)
-    x = keys[np.arange(n_examples),
-             target] + noise * rng.standard_normal((n_examples, d)) \
-        / np.sqrt(d)
+    x = keys[np.arange(n_examples), target] + noise * rng.standard_normal(
+        (n_examples, d)
+    ) / np.sqrt(d)
     return {"x": x, "keys": keys, "values": values, "target": target}
 
 
@@ -466,8 +497,19 @@ def retrieval_accuracy(W, task):
     return float((argmax_index(retrieval_scores(W, task)) == task["target"]).mean())
 
 
-def train_retrieval(method, steps=300, batch=32, lr=0.05, n_keys=16, d=16,
-                    tau=1.0, topk=4, seed=0, eval_every=10, progress=None):
+def train_retrieval(
+    method,
+    steps=300,
+    batch=32,
+    lr=0.05,
+    n_keys=16,
+    d=16,
+    tau=1.0,
+    topk=4,
+    seed=0,
+    eval_every=10,
+    progress=None,
+):
     """Train W with Adam on fresh batches; returns {"step", "accuracy", "loss"} lists.
 
     ``accuracy`` is hard retrieval accuracy (argmax of the scores) on a fixed test set,
@@ -500,18 +542,17 @@ def train_retrieval(method, steps=300, batch=32, lr=0.05, n_keys=16, d=16,
         task = retrieval_task(batch, n_keys, d, rng=rng)
         s = retrieval_scores(W, task)
         b = 0.0 if baseline is None else baseline
-        grad_s, loss = retrieval_score_grad(method, s, task, rng, tau=tau,
-                                            topk=topk, baseline=b)
+        grad_s, loss = retrieval_score_grad(
+            method, s, task, rng, tau=tau, topk=topk, baseline=b
+        )
         baseline = loss if baseline is None else 0.9 * baseline + 0.1 * loss
         out["loss"].append(loss)
         gW = retrieval_W_grad(grad_s, task)
         m = beta1 * m + (1 - beta1) * gW
         u = beta2 * u + (1 - beta2) * gW**2
-        W = W - lr * (m
-                      / (1 - beta1 ** (step + 1))) / (np.sqrt(u
-                                                              / (1
-                                                                 - beta2 ** (step + 1)))
-                                                      + eps)
+        W = W - lr * (m / (1 - beta1 ** (step + 1))) / (
+            np.sqrt(u / (1 - beta2 ** (step + 1))) + eps
+        )
         if progress is not None:
             progress.update(1)
     return out
@@ -538,12 +579,17 @@ def estimator_stats(W, task, n_draws=500, rng=None, tau=1.0, topk=4, methods=MET
     out = {}
     for method in methods:
         draws = 1 if method in ("soft", "argmax", "topk") else n_draws
-        g = np.stack([
-            retrieval_W_grad(retrieval_score_grad(method, s, task, rng,
-                                                  tau=tau, topk=topk,
-                                                  baseline=b)[0], task)
-            for _ in range(draws)
-        ])  # (draws, d, d)
+        g = np.stack(
+            [
+                retrieval_W_grad(
+                    retrieval_score_grad(
+                        method, s, task, rng, tau=tau, topk=topk, baseline=b
+                    )[0],
+                    task,
+                )
+                for _ in range(draws)
+            ]
+        )  # (draws, d, d)
         mean = g.mean(axis=0)
         var = ((g - mean) ** 2).sum(axis=(1, 2)).mean() if draws > 1 else 0.0
         out[method] = {

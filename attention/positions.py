@@ -33,8 +33,9 @@ def frequencies(d: int, base: float = DEFAULT_BASE) -> np.ndarray:
     return _check_base(base) ** (-np.arange(0, d, 2) / d)  # (d / 2,)
 
 
-def sinusoidal_table(n_positions: int, d: int, base: float = DEFAULT_BASE
-                     ) -> np.ndarray:
+def sinusoidal_table(
+    n_positions: int, d: int, base: float = DEFAULT_BASE
+) -> np.ndarray:
     """The (n_positions, d) sinusoidal table: sin in even columns, cos in odd ones."""
     n_positions = check_int("n_positions", n_positions, 1)
     w = frequencies(d, base)  # (d / 2,)
@@ -51,11 +52,15 @@ def rope(x, positions=None, base: float = DEFAULT_BASE) -> np.ndarray:
     n, d = x.shape[-2], x.shape[-1]
     if d % 2:
         raise ValueError(f"x's last axis must be even (coordinate pairs), got {d}")
-    pos = (np.arange(n, dtype=float) if positions is None
-           else as_real_array("positions", positions, 1))
+    pos = (
+        np.arange(n, dtype=float)
+        if positions is None
+        else as_real_array("positions", positions, 1)
+    )
     if pos.shape != (n,):
-        raise ValueError(f"positions must have shape ({n},) like x's rows, got "
-                         f"{pos.shape}")
+        raise ValueError(
+            f"positions must have shape ({n},) like x's rows, got {pos.shape}"
+        )
     ang = pos[:, None] * frequencies(d, base)  # (N, d / 2)
     c, s = np.cos(ang), np.sin(ang)
     x1, x2 = x[..., 0::2], x[..., 1::2]  # (..., N, d / 2)
@@ -70,8 +75,9 @@ def rope_score(q, k, m, n, base: float = DEFAULT_BASE) -> np.ndarray:
     rotated to position(s) n; m and n broadcast against each other."""
     q, k = as_real_array("q", q, 1), as_real_array("k", k, 1)
     if q.ndim != 1 or q.shape != k.shape:
-        raise ValueError(f"q and k must be two vectors of one length, got {q.shape} "
-                         f"and {k.shape}")
+        raise ValueError(
+            f"q and k must be two vectors of one length, got {q.shape} and {k.shape}"
+        )
     m, n = np.broadcast_arrays(np.asarray(m, dtype=float), np.asarray(n, dtype=float))
     mf, nf = m.ravel(), n.ravel()
     qr = rope(np.broadcast_to(q, (mf.size, q.size)), mf, base)  # (P, d)

@@ -117,8 +117,10 @@ def unshard(shards, layout: str = "contiguous", axis: int = -2) -> np.ndarray:
     for r, s in enumerate(shards):
         pos = shard_positions(N, P, layout, r)
         if s.shape[axis] != len(pos):
-            raise ValueError(f"shard {r} holds {s.shape[axis]} positions; the "
-                             f"{layout} layout of N={N} over P={P} gives it {len(pos)}")
+            raise ValueError(
+                f"shard {r} holds {s.shape[axis]} positions; the "
+                f"{layout} layout of N={N} over P={P} gives it {len(pos)}"
+            )
         idx = [slice(None)] * out.ndim
         idx[axis] = pos
         out[tuple(idx)] = s
@@ -138,8 +140,9 @@ def _expand_kv(q: np.ndarray, k: np.ndarray) -> np.ndarray:
     return repeat_kv(k, kv_group(q.shape[-3], k.shape[-3]))
 
 
-def block_attention(q, k, v, q_pos=None, k_pos=None, causal: bool = False,
-                    scale: float | None = None):
+def block_attention(
+    q, k, v, q_pos=None, k_pos=None, causal: bool = False, scale: float | None = None
+):
     """Attention of queries ``q`` (..., n_q, d) against one K/V shard ``k`` (..., n_k,
     d), ``v`` (..., n_k, d_v): the partial output normalised over this shard's keys
     and its log-sum-exp.
@@ -159,8 +162,10 @@ def block_attention(q, k, v, q_pos=None, k_pos=None, causal: bool = False,
     q_pos = np.arange(n_q) if q_pos is None else np.asarray(q_pos)
     k_pos = np.arange(n_k) if k_pos is None else np.asarray(k_pos)
     if q_pos.shape != (n_q,) or k_pos.shape != (n_k,):
-        raise ValueError(f"q_pos {q_pos.shape} and k_pos {k_pos.shape} must list one "
-                         f"position per query ({n_q}) and key ({n_k})")
+        raise ValueError(
+            f"q_pos {q_pos.shape} and k_pos {k_pos.shape} must list one "
+            f"position per query ({n_q}) and key ({n_k})"
+        )
     s = (q @ np.swapaxes(k, -1, -2)) * scale  # (..., n_q, n_k)
     keep = (k_pos[None, :] <= q_pos[:, None]) if causal else None  # (n_q, n_k)
     # as flash.standard_forward: rows that see no key give o = 0, lse = -inf; the mask
@@ -197,9 +202,16 @@ def ring_holds(P: int) -> np.ndarray:
     return (r - t) % P  # (steps, devices)
 
 
-def ring_attention_numpy(q, k, v, P: int, causal: bool = False,
-                         layout: str = "contiguous", scale: float | None = None,
-                         return_lse: bool = False):
+def ring_attention_numpy(
+    q,
+    k,
+    v,
+    P: int,
+    causal: bool = False,
+    layout: str = "contiguous",
+    scale: float | None = None,
+    return_lse: bool = False,
+):
     """Exact attention computed the way P devices of a ring compute it.
 
     q: (..., N, d); k, v: (..., N, d) (GQA: k, v may have H_kv heads on axis -3 where
@@ -214,8 +226,10 @@ def ring_attention_numpy(q, k, v, P: int, causal: bool = False,
     causal = check_bool("causal", causal)
     N = q.shape[-2]
     if k.shape[-2] != N or v.shape[-2] != N:
-        raise ValueError(f"ring attention is self-attention: q, k, v need the same "
-                         f"length N, got {q.shape}, {k.shape}, {v.shape}")
+        raise ValueError(
+            f"ring attention is self-attention: q, k, v need the same "
+            f"length N, got {q.shape}, {k.shape}, {v.shape}"
+        )
     pos = [shard_positions(N, P, layout, r) for r in range(P)]
     qs = [shard(q, r, P, layout) for r in range(P)]  # P x (..., N_r, d)
     kv = [(shard(k, r, P, layout), shard(v, r, P, layout)) for r in range(P)]
@@ -224,8 +238,9 @@ def ring_attention_numpy(q, k, v, P: int, causal: bool = False,
         o = lse = None
         for t in range(P):
             src = (r - t) % P  # the shard device r holds at step t
-            o_b, lse_b = block_attention(qs[r], *kv[src], pos[r], pos[src], causal,
-                                         scale)
+            o_b, lse_b = block_attention(
+                qs[r], *kv[src], pos[r], pos[src], causal, scale
+            )
             o, lse = (o_b, lse_b) if o is None else merge_partials(o, lse, o_b, lse_b)
         out.append((o, lse))
     o = unshard([o for o, _ in out], layout)
@@ -239,8 +254,9 @@ def ring_attention_numpy(q, k, v, P: int, causal: bool = False,
 # ---------------------------------------------------------------------------------
 
 
-def block_pairs(N: int, P: int, layout: str, q_rank: int, k_rank: int,
-                causal: bool) -> int:
+def block_pairs(
+    N: int, P: int, layout: str, q_rank: int, k_rank: int, causal: bool
+) -> int:
     """(query, key) pairs device ``q_rank`` computes against shard ``k_rank``, counted
     from the positions (the simulator's count; ``attention.memory.ring`` has the closed
     form). Non-causal: n_q * n_k; causal: the pairs with key position <= query's."""
@@ -251,12 +267,18 @@ def block_pairs(N: int, P: int, layout: str, q_rank: int, k_rank: int,
     return int(np.searchsorted(kp, qp, side="right").sum())
 
 
-def work_matrix(N: int, P: int, layout: str = "contiguous",
-                causal: bool = True) -> np.ndarray:
+def work_matrix(
+    N: int, P: int, layout: str = "contiguous", causal: bool = True
+) -> np.ndarray:
     """work[t, r]: visible pairs device r computes at step t of the ring (int64)."""
     holds = ring_holds(P)
-    return np.array([[block_pairs(N, P, layout, r, int(holds[t, r]), causal)
-                      for r in range(P)] for t in range(P)], dtype=np.int64)
+    return np.array(
+        [
+            [block_pairs(N, P, layout, r, int(holds[t, r]), causal) for r in range(P)]
+            for t in range(P)
+        ],
+        dtype=np.int64,
+    )
 
 
 def idle_fraction(work) -> float:

@@ -72,24 +72,40 @@ def available_suites() -> list[str]:
 
 
 def _print_check(name: str, c: dict) -> None:
-    print(f"[{name}] check {c['name']}: max_err={c['max_err']:.3g} tol={c['tol']:.3g} "
-          f"{'ok' if c['ok'] else 'FAIL'}", flush=True)
+    print(
+        f"[{name}] check {c['name']}: max_err={c['max_err']:.3g} tol={c['tol']:.3g} "
+        f"{'ok' if c['ok'] else 'FAIL'}",
+        flush=True,
+    )
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--suite", default="all", choices=["all", *SUITES])
     ap.add_argument("--quick", action="store_true", help="smallest sweep")
-    ap.add_argument("--budget-s", type=float, default=450.0,
-                    help="total seconds for all suites "
-                         "(default 450: fits an 8-minute call)")
-    ap.add_argument("--dry-run", action="store_true",
-                    help="on a CPU: every phase at tiny shapes with a fake timer")
-    ap.add_argument("--results-dir", type=pathlib.Path, default=None,
-                    help="where the results file goes (default benchmarks/results/; "
-                         "with --dry-run a new temporary folder)")
-    ap.add_argument("--cuda-graphs", action="store_true",
-                    help="time each case by replaying a CUDA graph of it")
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=450.0,
+        help="total seconds for all suites (default 450: fits an 8-minute call)",
+    )
+    ap.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="on a CPU: every phase at tiny shapes with a fake timer",
+    )
+    ap.add_argument(
+        "--results-dir",
+        type=pathlib.Path,
+        default=None,
+        help="where the results file goes (default benchmarks/results/; "
+        "with --dry-run a new temporary folder)",
+    )
+    ap.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        help="time each case by replaying a CUDA graph of it",
+    )
     args = ap.parse_args(argv)
 
     from kernels import runtime
@@ -98,9 +114,11 @@ def main(argv=None) -> int:
 
     dry = args.dry_run
     if not dry and (not runtime.HAS_CUDA or runtime.INTERPRET):
-        print("benchmarks/run.py needs a CUDA GPU (and TRITON_INTERPRET unset); "
-              "nothing is timed on the CPU (--dry-run checks the protocol there).",
-              file=sys.stderr)
+        print(
+            "benchmarks/run.py needs a CUDA GPU (and TRITON_INTERPRET unset); "
+            "nothing is timed on the CPU (--dry-run checks the protocol there).",
+            file=sys.stderr,
+        )
         return 2
     if dry and runtime.DEVICE.type != "cpu":
         print("--dry-run runs on the CPU: set TRITON_INTERPRET=1", file=sys.stderr)
@@ -113,15 +131,23 @@ def main(argv=None) -> int:
     state = {"phase": "start", "suite": None}
 
     def note(event: str, **kw) -> None:
-        events.append({"seq": len(events), "phase": state["phase"],
-                       "suite": state["suite"], "event": event,
-                       "t_s": round(time.monotonic() - start, 3), **kw})
+        events.append(
+            {
+                "seq": len(events),
+                "phase": state["phase"],
+                "suite": state["suite"],
+                "event": event,
+                "t_s": round(time.monotonic() - start, 3),
+                **kw,
+            }
+        )
 
     if dry:
         prov["gpu"] = DRY_GPU
         base_timer = bench.FakeTimer()
         results_dir = args.results_dir or pathlib.Path(
-            tempfile.mkdtemp(prefix="bench-dry-"))
+            tempfile.mkdtemp(prefix="bench-dry-")
+        )
     else:
         base_timer = functools.partial(bench.time_fn, cuda_graph=args.cuda_graphs)
         results_dir = args.results_dir or RESULTS_DIR
@@ -134,14 +160,21 @@ def main(argv=None) -> int:
         note("time")
         return base_timer(fn, **kw)
 
-    protocol = {"dry_run": dry, "phases": ["check", "goal", "sweep"],
-                "budget_s": args.budget_s, "quick": args.quick, "suites": suites,
-                "timer": "fake" if dry else "kernels.timing.bench.time_fn",
-                "cuda_graphs": args.cuda_graphs, "min_reps": MIN_REPS,
-                "events": events}
+    protocol = {
+        "dry_run": dry,
+        "phases": ["check", "goal", "sweep"],
+        "budget_s": args.budget_s,
+        "quick": args.quick,
+        "suites": suites,
+        "timer": "fake" if dry else "kernels.timing.bench.time_fn",
+        "cuda_graphs": args.cuda_graphs,
+        "min_reps": MIN_REPS,
+        "events": events,
+    }
     print(f"# {results.provenance_label(prov)}", flush=True)
-    mods = {name: importlib.import_module(f"benchmarks.suite_{name}")
-            for name in suites}
+    mods = {
+        name: importlib.import_module(f"benchmarks.suite_{name}") for name in suites
+    }
     correctness: dict[str, list[dict]] = {}
     paths: dict[str, dict] = {}  # suite -> check_paths() result
     records: dict[str, list] = {name: [] for name in suites}
@@ -150,9 +183,15 @@ def main(argv=None) -> int:
         for name in suites:
             if name in correctness:
                 extra = {"forward_paths": paths[name]} if name in paths else None
-                results.save_results(name, records[name], correctness[name], path=path,
-                                   provenance=prov, extra=extra,
-                                   top={"protocol": protocol})
+                results.save_results(
+                    name,
+                    records[name],
+                    correctness[name],
+                    path=path,
+                    provenance=prov,
+                    extra=extra,
+                    top={"protocol": protocol},
+                )
 
     # 1. correctness of every path, before anything is timed
     state["phase"] = "check"
@@ -161,8 +200,11 @@ def main(argv=None) -> int:
         state["suite"] = name
         t0 = time.monotonic()
         correctness[name] = mod.check(dry=dry)
-        note("check", n=len(correctness[name]),
-             failed=sum(not c["ok"] for c in correctness[name]))
+        note(
+            "check",
+            n=len(correctness[name]),
+            failed=sum(not c["ok"] for c in correctness[name]),
+        )
         for c in correctness[name]:
             _print_check(name, c)
         if hasattr(mod, "check_paths"):
@@ -171,11 +213,16 @@ def main(argv=None) -> int:
             note("check-paths", paths={p: r["ok"] for p, r in res.items()})
             for p, r in res.items():
                 err = "-" if r["max_err"] is None else f"{r['max_err']:.3g}"
-                print(f"[{name}] forward path {p}: {len(r['checks'])} checks, "
-                      f"max_err={err} {'ok' if r['ok'] else 'FAIL'}"
-                      + (f" ({r['error']})" if r["error"] else ""), flush=True)
-        print(f"[{name}] {len(correctness[name])} checks in "
-              f"{time.monotonic() - t0:.0f}s", flush=True)
+                print(
+                    f"[{name}] forward path {p}: {len(r['checks'])} checks, "
+                    f"max_err={err} {'ok' if r['ok'] else 'FAIL'}"
+                    + (f" ({r['error']})" if r["error"] else ""),
+                    flush=True,
+                )
+        print(
+            f"[{name}] {len(correctness[name])} checks in {time.monotonic() - t0:.0f}s",
+            flush=True,
+        )
     timed = [n for n in suites if all(c["ok"] for c in correctness[n])]
     for name in set(suites) - set(timed):
         status = 1
@@ -200,11 +247,14 @@ def main(argv=None) -> int:
         share = WEIGHTS[name] / sum(WEIGHTS[s] for s in timed[i:])
         deadline = time.monotonic() + max(remaining, 0.0) * share
         t0 = time.monotonic()
-        records[name] += mods[name].run(quick=args.quick, deadline=deadline,
-                                        timer=timer, dry=dry)
+        records[name] += mods[name].run(
+            quick=args.quick, deadline=deadline, timer=timer, dry=dry
+        )
         note("done", n=len(records[name]))
-        print(f"[{name}] {len(records[name])} records in {time.monotonic() - t0:.0f}s",
-              flush=True)
+        print(
+            f"[{name}] {len(records[name])} records in {time.monotonic() - t0:.0f}s",
+            flush=True,
+        )
         save()
     save()
 

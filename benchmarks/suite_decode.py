@@ -56,7 +56,7 @@ def _case(lens, n_q, h_q, h_kv, d, page, dtype, seed):
     bt = torch.zeros(len(lens), max(max(need), 1), dtype=torch.int32, device=dev)
     i = 0
     for b, n in enumerate(need):
-        bt[b, :n] = perm[i:i + n]
+        bt[b, :n] = perm[i : i + n]
         i += n
     return q, k, v, torch.tensor(lens, dtype=torch.int32, device=dev), bt
 
@@ -67,10 +67,13 @@ def check(dry: bool = False) -> list[dict]:
     if dry:
         cases = [([40, 0, 17], 1, 4, 2, 16, 16), ([33, 9], 4, 4, 1, 32, 16)]
     else:
-        cases = [([3000, 0, 1, 517], 1, 32, 8, 128, 256),
-                 ([2100, 64, 700], 4, 16, 2, 128, 16),
-                 ([1000, 300], 1, 8, 8, 64, 32), ([999, 4], 3, 8, 1, 80, 48),
-                 ([1500, 2], 2, 8, 2, 256, 64)]
+        cases = [
+            ([3000, 0, 1, 517], 1, 32, 8, 128, 256),
+            ([2100, 64, 700], 4, 16, 2, 128, 16),
+            ([1000, 300], 1, 8, 8, 64, 32),
+            ([999, 4], 3, 8, 1, 80, 48),
+            ([1500, 2], 2, 8, 2, 256, 64),
+        ]
     for dtype in (torch.float16, torch.bfloat16):
         for i, (lens, n_q, h_q, h_kv, d, page) in enumerate(cases):
             q, k, v, lens_t, bt = _case(lens, n_q, h_q, h_kv, d, page, dtype, seed=i)
@@ -81,21 +84,26 @@ def check(dry: bool = False) -> list[dict]:
                 if n:
                     sl = slice(b, b + 1)
                     o_n = naive_decode(q[sl], k, v, lens_t[sl], bt[sl])
-                    naive_err = max(naive_err,
-                                    (o_n.double() - ref[sl]).abs().max().item())
+                    naive_err = max(
+                        naive_err, (o_n.double() - ref[sl]).abs().max().item()
+                    )
             tol = 2 * naive_err + 1e-3
             for splits in (1, 0):
                 o = attention_with_kvcache(q, k, v, lens_t, bt, num_splits=splits)
                 err = (o.double() - ref).abs().max().item()
-                name = (f"{str(dtype)[6:]} lens={lens} N_q={n_q} H={h_q}/{h_kv} "
-                        f"d={d} page={page} splits={splits or 'auto'}")
-                out.append({"name": name, "max_err": err, "tol": tol,
-                            "ok": bool(err <= tol)})
+                name = (
+                    f"{str(dtype)[6:]} lens={lens} N_q={n_q} H={h_q}/{h_kv} "
+                    f"d={d} page={page} splits={splits or 'auto'}"
+                )
+                out.append(
+                    {"name": name, "max_err": err, "tol": tol, "ok": bool(err <= tol)}
+                )
     return out
 
 
-def run(quick: bool = False, deadline: float = float("inf"), timer=None,
-        dry: bool = False) -> list[Record]:
+def run(
+    quick: bool = False, deadline: float = float("inf"), timer=None, dry: bool = False
+) -> list[Record]:
     """Time every impl at each (B, context) through ``time_decode``; stops cleanly at
     ``deadline``. ``dry``: tiny shapes (the interpreter)."""
     if dry:
@@ -107,19 +115,37 @@ def run(quick: bool = False, deadline: float = float("inf"), timer=None,
     gpu = None if dry else runtime.gpu_name()
 
     def log(rec):
-        ms = f"{rec.ms:.3f} ms {rec.gbps:.0f} GB/s" if rec.ms is not None else (
-            f"{rec.error}: {rec.detail}")
-        print(f"[{SUITE}] B={rec.shape['B']} L={rec.shape['L']} {rec.impl:7s} {ms}",
-              flush=True)
+        ms = (
+            f"{rec.ms:.3f} ms {rec.gbps:.0f} GB/s"
+            if rec.ms is not None
+            else (f"{rec.error}: {rec.detail}")
+        )
+        print(
+            f"[{SUITE}] B={rec.shape['B']} L={rec.shape['L']} {rec.impl:7s} {ms}",
+            flush=True,
+        )
 
-    records = time_decode(batches, contexts, **layer, dtype="float16", suite=SUITE,
-                          stage="sweep", timer=timer, deadline=deadline, log=log,
-                          warmup=10, rep=40)
+    records = time_decode(
+        batches,
+        contexts,
+        **layer,
+        dtype="float16",
+        suite=SUITE,
+        stage="sweep",
+        timer=timer,
+        deadline=deadline,
+        log=log,
+        warmup=10,
+        rep=40,
+    )
     for row in decode_summary(records, gpu):
         pct = row["triton_percent_of_peak"]
-        ratios = " ".join(f"{k}={row[k]:.2f}x" for k in ("vs_naive", "vs_sdpa",
-                                                         "vs_flash") if row[k])
-        print(f"[{SUITE}] B={row['B']} L={row['L']} triton "
-              f"{'' if pct is None else f'{pct:.0f}% of peak HBM '}{ratios}",
-              flush=True)
+        ratios = " ".join(
+            f"{k}={row[k]:.2f}x" for k in ("vs_naive", "vs_sdpa", "vs_flash") if row[k]
+        )
+        print(
+            f"[{SUITE}] B={row['B']} L={row['L']} triton "
+            f"{'' if pct is None else f'{pct:.0f}% of peak HBM '}{ratios}",
+            flush=True,
+        )
     return records

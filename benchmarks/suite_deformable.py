@@ -51,6 +51,7 @@ SUITE = "deformable"
 def _errors(fn, ref_fn, tensors, grad_seed=1):
     """Max abs error of fn (in the inputs' dtype) and of ref_fn in the same dtype, both
     against ref_fn in fp64, over the output and every input gradient."""
+
     def run(f, dtype):
         xs = [t.detach().to(dtype).requires_grad_() for t in tensors]
         out = f(*xs)
@@ -61,8 +62,14 @@ def _errors(fn, ref_fn, tensors, grad_seed=1):
 
     dtype = tensors[0].dtype
     ours, ref, pt = run(fn, dtype), run(ref_fn, torch.float64), run(ref_fn, dtype)
-    return [((o - r).abs().max().item(), (p - r).abs().max().item(),
-             max(r.abs().max().item(), 1.0)) for o, r, p in zip(ours, ref, pt)]
+    return [
+        (
+            (o - r).abs().max().item(),
+            (p - r).abs().max().item(),
+            max(r.abs().max().item(), 1.0),
+        )
+        for o, r, p in zip(ours, ref, pt)
+    ]
 
 
 def _tolerance(err_pt: float, scale: float, atol: float, cap: float) -> float:
@@ -82,26 +89,46 @@ def check(dry: bool = False) -> list[dict]:
     for dtype, atol, cap in ((torch.float32, 1e-5, 1e-3), (torch.float16, 2e-3, 2e-2)):
         tag = str(dtype).replace("torch.", "")
         tensors, shapes, starts = msda_inputs(1, l_q, levels, dtype)
-        errs = _errors(lambda v, lc, w, sh=shapes, st=starts: kd.ms_deform_attn(
-                           v, sh, st, lc, w),
-                       lambda v, lc, w, sh=shapes, st=starts:
-                           kd.ms_deform_attn_reference(v, sh, st, lc, w), tensors)
-        for part, (err, err_pt, scale) in zip(["out", "dvalue", "dloc", "dweights"],
-                                              errs):
+        errs = _errors(
+            lambda v, lc, w, sh=shapes, st=starts: kd.ms_deform_attn(v, sh, st, lc, w),
+            lambda v, lc, w, sh=shapes, st=starts: kd.ms_deform_attn_reference(
+                v, sh, st, lc, w
+            ),
+            tensors,
+        )
+        for part, (err, err_pt, scale) in zip(
+            ["out", "dvalue", "dloc", "dweights"], errs
+        ):
             tol = _tolerance(err_pt, scale, atol, cap)
-            out.append({"name": f"msda-{part}-{tag}", "max_err": err, "tol": tol,
-                        "ok": err <= tol})
+            out.append(
+                {
+                    "name": f"msda-{part}-{tag}",
+                    "max_err": err,
+                    "tol": tol,
+                    "ok": err <= tol,
+                }
+            )
         for align in (True, False):
             tensors = dat_inputs(*dat, dtype)
-            errs = _errors(lambda *a, ac=align: kd.deformable_attention(
-                               *a, align_corners=ac),
-                           lambda *a, ac=align: kd.deformable_attention_reference(
-                               *a, align_corners=ac), tensors)
-            for part, (err, err_pt, scale) in zip(["out", "dq", "dk", "dv", "dpoints"],
-                                                  errs):
+            errs = _errors(
+                lambda *a, ac=align: kd.deformable_attention(*a, align_corners=ac),
+                lambda *a, ac=align: kd.deformable_attention_reference(
+                    *a, align_corners=ac
+                ),
+                tensors,
+            )
+            for part, (err, err_pt, scale) in zip(
+                ["out", "dq", "dk", "dv", "dpoints"], errs
+            ):
                 tol = _tolerance(err_pt, scale, atol, cap)
-                out.append({"name": f"dat-{part}-{tag}-ac{int(align)}", "max_err": err,
-                            "tol": tol, "ok": err <= tol})
+                out.append(
+                    {
+                        "name": f"dat-{part}-{tag}-ac{int(align)}",
+                        "max_err": err,
+                        "tol": tol,
+                        "ok": err <= tol,
+                    }
+                )
     return out
 
 
@@ -119,7 +146,14 @@ def run(quick: bool, deadline: float, timer=None, dry: bool = False) -> list[Rec
     dtypes = [torch.float16] if quick or dry else [torch.float32, torch.float16]
     queries = DRY_MSDA_QUERIES if dry else MSDA_QUERIES[:1] if quick else MSDA_QUERIES
     dat_shapes = DRY_DAT_SHAPES if dry else DAT_SHAPES[:1] if quick else DAT_SHAPES
-    return time_deformable(queries, dat_shapes,
-                           levels=DRY_MSDA_LEVELS if dry else MSDA_LEVELS,
-                           dtypes=dtypes, suite=SUITE, stage="sweep", timer=timer,
-                           deadline=deadline, **TIMING)
+    return time_deformable(
+        queries,
+        dat_shapes,
+        levels=DRY_MSDA_LEVELS if dry else MSDA_LEVELS,
+        dtypes=dtypes,
+        suite=SUITE,
+        stage="sweep",
+        timer=timer,
+        deadline=deadline,
+        **TIMING,
+    )

@@ -67,8 +67,18 @@ HEAD_DIMS = [64, 128]
 
 
 def _qkv(B, H, H_kv, N_q, N_k, d, dtype, grad=False, seed=0):
-    return bench.random_qkv(B, H, N_q, d, H_kv=H_kv, N_k=N_k, dtype=dtype,
-                            device=runtime.DEVICE, seed=seed, grad=grad)
+    return bench.random_qkv(
+        B,
+        H,
+        N_q,
+        d,
+        H_kv=H_kv,
+        N_k=N_k,
+        dtype=dtype,
+        device=runtime.DEVICE,
+        seed=seed,
+        grad=grad,
+    )
 
 
 def _max_err(a, b) -> float:
@@ -104,12 +114,14 @@ def check(dry: bool = False) -> list[dict]:
     (names ``fused-bwd-...``; ``FUSED_BACKWARD_OK`` says whether all of them passed)."""
     global FUSED_BACKWARD_OK
     out = []
-    for det, dtype in [(det, dt) for det in (True, False)
-                       for dt in (torch.float16, torch.bfloat16)]:
+    for det, dtype in [
+        (det, dt) for det in (True, False) for dt in (torch.float16, torch.bfloat16)
+    ]:
         prefix = "" if det else "fused-bwd-"
         atol = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
-        for name, B, H, H_kv, N_q, N_k, d, causal in (DRY_CHECK_SHAPES if dry
-                                                      else CHECK_SHAPES):
+        for name, B, H, H_kv, N_q, N_k, d, causal in (
+            DRY_CHECK_SHAPES if dry else CHECK_SHAPES
+        ):
             q, k, v = _qkv(B, H, H_kv, N_q, N_k, d, dtype, grad=True)
             o = flash_attention(q, k, v, causal=causal, deterministic=det)
             do = torch.randn_like(o)
@@ -121,13 +133,19 @@ def check(dry: bool = False) -> list[dict]:
             o_pt = naive_attention(qs, ks, vs, causal)
             grads_pt = torch.autograd.grad(o_pt, (qs, ks, vs), do)
             for what, x, ref, pt in [("o", o, o_ref, o_pt)] + [
-                    (g, x, r, p) for g, x, r, p in zip(("dq", "dk", "dv"), grads,
-                                                       grads_ref, grads_pt)]:
+                (g, x, r, p)
+                for g, x, r, p in zip(("dq", "dk", "dv"), grads, grads_ref, grads_pt)
+            ]:
                 err = _max_err(x, ref)
                 tol = 2 * _max_err(pt, ref) + atol
-                out.append({"name": f"{prefix}{name}-{str(dtype)[6:]}-{what}",
-                            "max_err": err, "tol": tol,
-                            "ok": bool(math.isfinite(err) and err <= tol)})
+                out.append(
+                    {
+                        "name": f"{prefix}{name}-{str(dtype)[6:]}-{what}",
+                        "max_err": err,
+                        "tol": tol,
+                        "ok": bool(math.isfinite(err) and err <= tol),
+                    }
+                )
             del q, k, v, o, grads, q64, k64, v64, o_ref, grads_ref
             del qs, ks, vs, o_pt, grads_pt
     if torch.cuda.is_available():
@@ -161,47 +179,75 @@ def check_paths(dry: bool = False) -> dict:
                 for name, B, H, H_kv, N_q, N_k, d, causal in shapes:
                     q, k, v = _qkv(B, H, H_kv, N_q, N_k, d, dtype)
                     o, lse2 = fwd(q, k, v, causal)
-                    o_ref, lse_ref = reference_attention(q.double(), k.double(),
-                                                         v.double(), causal)
+                    o_ref, lse_ref = reference_attention(
+                        q.double(), k.double(), v.double(), causal
+                    )
                     o_pt = naive_attention(q, k, v, causal)
                     tol = 2 * _max_err(o_pt, o_ref) + atol
                     vis = torch.isfinite(lse_ref)
-                    empty_ok = bool(torch.equal(torch.isneginf(lse2), ~vis)
-                                    and (o[~vis] == 0).all())
+                    empty_ok = bool(
+                        torch.equal(torch.isneginf(lse2), ~vis) and (o[~vis] == 0).all()
+                    )
                     for what, err, t in (
-                            ("o", _max_err(o, o_ref), tol),
-                            ("lse", _max_err(lse2[vis] * LN2, lse_ref[vis]), 1e-3)):
-                        checks.append({"name": f"{path}-{name}-{str(dtype)[6:]}-{what}",
-                                       "max_err": err, "tol": t,
-                                       "ok": bool(math.isfinite(err) and err <= t
-                                                  and empty_ok)})
-                name, B, H, H_kv, N_q, N_k, d, causal = (DRY_NAN_V_SHAPE if dry
-                                                         else NAN_V_SHAPE)
+                        ("o", _max_err(o, o_ref), tol),
+                        ("lse", _max_err(lse2[vis] * LN2, lse_ref[vis]), 1e-3),
+                    ):
+                        checks.append(
+                            {
+                                "name": f"{path}-{name}-{str(dtype)[6:]}-{what}",
+                                "max_err": err,
+                                "tol": t,
+                                "ok": bool(
+                                    math.isfinite(err) and err <= t and empty_ok
+                                ),
+                            }
+                        )
+                name, B, H, H_kv, N_q, N_k, d, causal = (
+                    DRY_NAN_V_SHAPE if dry else NAN_V_SHAPE
+                )
                 q, k, v = _qkv(B, H, H_kv, N_q, N_k, d, dtype)
                 # the tolerance from the same inputs without the NaN/inf (naive
                 # attention lets a hidden NaN reach every row: 0 * NaN)
-                tol = 2 * _max_err(naive_attention(q, k, v, causal),
-                                   reference_attention(q.double(), k.double(),
-                                                       v.double(), causal)[0]) + atol
+                tol = (
+                    2
+                    * _max_err(
+                        naive_attention(q, k, v, causal),
+                        reference_attention(q.double(), k.double(), v.double(), causal)[
+                            0
+                        ],
+                    )
+                    + atol
+                )
                 v[..., N_k - 1, 3] = float("nan")
                 v[..., N_k - 3, 5] = float("inf")
                 o, _ = fwd(q, k, v, causal)
-                o_ref, _ = reference_attention(q.double(), k.double(), v.double(),
-                                               causal)
+                o_ref, _ = reference_attention(
+                    q.double(), k.double(), v.double(), causal
+                )
                 fin = torch.isfinite(o_ref)
-                same = bool(torch.equal(torch.isnan(o), torch.isnan(o_ref))
-                            and torch.equal(torch.isfinite(o), fin))
+                same = bool(
+                    torch.equal(torch.isnan(o), torch.isnan(o_ref))
+                    and torch.equal(torch.isfinite(o), fin)
+                )
                 err = _max_err(o[fin], o_ref[fin]) if same else float("inf")
-                checks.append({"name": f"{path}-{name}-{str(dtype)[6:]}-o",
-                               "max_err": err, "tol": tol,
-                               "ok": bool(same and err <= tol)})
+                checks.append(
+                    {
+                        "name": f"{path}-{name}-{str(dtype)[6:]}-o",
+                        "max_err": err,
+                        "tol": tol,
+                        "ok": bool(same and err <= tol),
+                    }
+                )
         except Exception as e:  # noqa: BLE001 - a path that fails is the evidence
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             error = f"{type(e).__name__}: {first}"[:500]
         errs = [c["max_err"] for c in checks]
         out["paths"][path] = {
             "ok": bool(error is None and checks and all(c["ok"] for c in checks)),
-            "max_err": max(errs) if errs else None, "error": error, "checks": checks}
+            "max_err": max(errs) if errs else None,
+            "error": error,
+            "checks": checks,
+        }
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return out
@@ -211,8 +257,11 @@ def passed_paths(forward_paths: dict | None) -> list[str]:
     """The non-default forward paths that passed ``check_paths`` (timed at the goal)."""
     if not forward_paths:
         return []
-    return [p for p, r in forward_paths["paths"].items()
-            if r["ok"] and p != forward_paths["default"]]
+    return [
+        p
+        for p, r in forward_paths["paths"].items()
+        if r["ok"] and p != forward_paths["default"]
+    ]
 
 
 #: The goal shapes: what the book's headline numbers are, timed before any sweep.
@@ -229,8 +278,9 @@ TIMING = {"warmup": 10, "rep": 50}
 QUICK_TIMING = {"warmup": 5, "rep": MIN_REPS}
 
 
-def goal(timer=None, dry: bool = False,
-         forward_paths: dict | None = None) -> list[Record]:
+def goal(
+    timer=None, dry: bool = False, forward_paths: dict | None = None
+) -> list[Record]:
     """The goal shapes, every implementation (Triton, naive, each SDPA backend), no
     deadline: ``GOAL_CASES`` in order at ``GOAL`` (``DRY_GOAL`` with ``dry``); then
     ``PATH_GOAL_CASES`` for each forward path that passed (``check_paths``'s result),
@@ -241,23 +291,62 @@ def goal(timer=None, dry: bool = False,
     records: list[Record] = []
     for mode, causal in GOAL_CASES:
         records += bench.time_attention(
-            [g["N"]], impls, d=g["d"], causal=causal, dtype=g["dtype"], modes=(mode,),
-            batch=g["B"], heads=g["H"], suite=SUITE, timer=timer, log=_log,
-            stage="goal", device=runtime.DEVICE, **TIMING)
+            [g["N"]],
+            impls,
+            d=g["d"],
+            causal=causal,
+            dtype=g["dtype"],
+            modes=(mode,),
+            batch=g["B"],
+            heads=g["H"],
+            suite=SUITE,
+            timer=timer,
+            log=_log,
+            stage="goal",
+            device=runtime.DEVICE,
+            **TIMING,
+        )
     if FUSED_BACKWARD_OK:  # the fused backward, only if check() passed it here
-        fused = {"triton-fused-bwd": lambda q, k, v, causal: flash_attention(
-            q, k, v, causal=causal, deterministic=False)}
+        fused = {
+            "triton-fused-bwd": lambda q, k, v, causal: flash_attention(
+                q, k, v, causal=causal, deterministic=False
+            )
+        }
         for causal in (False, True):
             records += bench.time_attention(
-                [g["N"]], fused, d=g["d"], causal=causal, dtype=g["dtype"],
-                modes=("fwd+bwd",), batch=g["B"], heads=g["H"], suite=SUITE,
-                timer=timer, log=_log, stage="goal", device=runtime.DEVICE, **TIMING)
+                [g["N"]],
+                fused,
+                d=g["d"],
+                causal=causal,
+                dtype=g["dtype"],
+                modes=("fwd+bwd",),
+                batch=g["B"],
+                heads=g["H"],
+                suite=SUITE,
+                timer=timer,
+                log=_log,
+                stage="goal",
+                device=runtime.DEVICE,
+                **TIMING,
+            )
     paths = {f"triton-{p}": _path_forward(p) for p in passed_paths(forward_paths)}
     for mode, causal in PATH_GOAL_CASES if paths else []:
         records += bench.time_attention(
-            [g["N"]], paths, d=g["d"], causal=causal, dtype=g["dtype"], modes=(mode,),
-            batch=g["B"], heads=g["H"], suite=SUITE, timer=timer, log=_log,
-            stage="goal", device=runtime.DEVICE, **TIMING)
+            [g["N"]],
+            paths,
+            d=g["d"],
+            causal=causal,
+            dtype=g["dtype"],
+            modes=(mode,),
+            batch=g["B"],
+            heads=g["H"],
+            suite=SUITE,
+            timer=timer,
+            log=_log,
+            stage="goal",
+            device=runtime.DEVICE,
+            **TIMING,
+        )
     return records
 
 
@@ -272,16 +361,24 @@ def _log(r: Record) -> None:
         what = r.error + (f" ({r.detail[:200]})" if r.detail else "")
     else:
         st = r.stats or {}
-        band = (f" [p20 {st['p20_ms']:.3f}, p80 {st['p80_ms']:.3f}, n={st['reps']}]"
-                if st.get("p20_ms") is not None else "")
-        what = (f"{r.ms:.3f} ms{band} {r.tflops:.1f} TFLOP/s "
-                f"{(r.peak_mem_bytes or 0) / 2**20:.0f} MiB"
-                + (" HOST-SYNC" if st.get("host_sync") else ""))
-    print(f"[flash] {r.stage or ''} {r.op} {r.mode:<7} {r.dtype:<8} {r.impl:<14} "
-          f"B={s['B']} H={s['H']} "
-          f"N={s['N_q']} d={s['d']} causal={s['causal']}"
-          + (f" tiles={s['BLOCK_M']}x{s['BLOCK_N']}" if "BLOCK_M" in s else "")
-          + f": {what}", flush=True)
+        band = (
+            f" [p20 {st['p20_ms']:.3f}, p80 {st['p80_ms']:.3f}, n={st['reps']}]"
+            if st.get("p20_ms") is not None
+            else ""
+        )
+        what = (
+            f"{r.ms:.3f} ms{band} {r.tflops:.1f} TFLOP/s "
+            f"{(r.peak_mem_bytes or 0) / 2**20:.0f} MiB"
+            + (" HOST-SYNC" if st.get("host_sync") else "")
+        )
+    print(
+        f"[flash] {r.stage or ''} {r.op} {r.mode:<7} {r.dtype:<8} {r.impl:<14} "
+        f"B={s['B']} H={s['H']} "
+        f"N={s['N_q']} d={s['d']} causal={s['causal']}"
+        + (f" tiles={s['BLOCK_M']}x{s['BLOCK_N']}" if "BLOCK_M" in s else "")
+        + f": {what}",
+        flush=True,
+    )
 
 
 def run(quick: bool, deadline: float, timer=None, dry: bool = False) -> list[Record]:
@@ -292,30 +389,71 @@ def run(quick: bool, deadline: float, timer=None, dry: bool = False) -> list[Rec
     tokens, width = (64, 32) if dry else (TOKENS, WIDTH)
     timing = QUICK_TIMING if quick or dry else TIMING
     impls = bench.attention_impls(sdpa_backends=True)
-    common = {"suite": SUITE, "deadline": deadline, "log": _log, "timer": timer,
-              "stage": "sweep", "device": runtime.DEVICE}
+    common = {
+        "suite": SUITE,
+        "deadline": deadline,
+        "log": _log,
+        "timer": timer,
+        "stage": "sweep",
+        "device": runtime.DEVICE,
+    }
 
     def speed(dtype, mode):
-        return [r for d in head_dims for r in bench.time_attention(
-            seq_lens, impls, d=d, causal=(False, True), dtype=dtype, modes=(mode,),
-            tokens=tokens, width=width, **common, **timing)]
+        return [
+            r
+            for d in head_dims
+            for r in bench.time_attention(
+                seq_lens,
+                impls,
+                d=d,
+                causal=(False, True),
+                dtype=dtype,
+                modes=(mode,),
+                tokens=tokens,
+                width=width,
+                **common,
+                **timing,
+            )
+        ]
 
     def peak_memory():  # one fp16 forward, B = 1, H = 16, d = 64: Triton vs naive
         return bench.time_attention(
-            mem_lens, {k: impls[k] for k in ("triton", "naive")}, d=16 if dry else 64,
-            batch=1, heads=2 if dry else 16, op="attention-memory", **common, warmup=1,
-            rep=MIN_REPS)
+            mem_lens,
+            {k: impls[k] for k in ("triton", "naive")},
+            d=16 if dry else 64,
+            batch=1,
+            heads=2 if dry else 16,
+            op="attention-memory",
+            **common,
+            warmup=1,
+            rep=MIN_REPS,
+        )
 
     def tiles():
-        sh = ({"B": 1, "H": 2, "N_q": 32, "d": 16, "causal": False} if dry
-              else TILE_SWEEP_SHAPE)
-        return bench.time_tiles([16, 32] if dry else TILE_SWEEP_BLOCKS, batch=sh["B"],
-                                heads=sh["H"], N=sh["N_q"], d=sh["d"],
-                                causal=sh["causal"], **common, **timing)
+        sh = (
+            {"B": 1, "H": 2, "N_q": 32, "d": 16, "causal": False}
+            if dry
+            else TILE_SWEEP_SHAPE
+        )
+        return bench.time_tiles(
+            [16, 32] if dry else TILE_SWEEP_BLOCKS,
+            batch=sh["B"],
+            heads=sh["H"],
+            N=sh["N_q"],
+            d=sh["d"],
+            causal=sh["causal"],
+            **common,
+            **timing,
+        )
 
-    plan = [lambda: speed("float16", "fwd"), lambda: speed("float16", "fwd+bwd"),
-            peak_memory, tiles, lambda: speed("bfloat16", "fwd"),
-            lambda: speed("bfloat16", "fwd+bwd")]
+    plan = [
+        lambda: speed("float16", "fwd"),
+        lambda: speed("float16", "fwd+bwd"),
+        peak_memory,
+        tiles,
+        lambda: speed("bfloat16", "fwd"),
+        lambda: speed("bfloat16", "fwd+bwd"),
+    ]
     records: list[Record] = []
     for step in plan:
         records.extend(step())

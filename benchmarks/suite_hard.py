@@ -35,8 +35,9 @@ B, H = 2, 16
 
 
 def _inputs(N, d, dtype=torch.float16, seed=0, N_k=None, heads=H):
-    return bench.random_qkv(B, heads, N, d, N_k=N_k, dtype=dtype,
-                            device=runtime.DEVICE, seed=seed)
+    return bench.random_qkv(
+        B, heads, N, d, N_k=N_k, dtype=dtype, device=runtime.DEVICE, seed=seed
+    )
 
 
 def _ref_scores(q, k):
@@ -58,51 +59,82 @@ def check(dry: bool = False) -> list[dict]:
             o, idx = hard_attention(q, k, v, causal=causal, return_index=True)
             s = _ref_scores(q, k)
             if causal:
-                keep = torch.ones(n_q, n_k, dtype=torch.bool,
-                                  device=runtime.DEVICE).tril(n_k - n_q)
+                keep = torch.ones(
+                    n_q, n_k, dtype=torch.bool, device=runtime.DEVICE
+                ).tril(n_k - n_q)
                 s = s.masked_fill(~keep, float("-inf"))
             top2 = s.topk(2, dim=-1).values
             clear = (top2[..., 0] - top2[..., 1]) > 1e-2
             wrong = ((idx != s.argmax(-1)) & clear).float().mean().item()
-            out.append({"name": f"hard argmax {tag}", "max_err": wrong, "tol": 0.0,
-                        "ok": wrong == 0.0})
+            out.append(
+                {
+                    "name": f"hard argmax {tag}",
+                    "max_err": wrong,
+                    "tol": 0.0,
+                    "ok": wrong == 0.0,
+                }
+            )
             # top-k: |kernel - fp64| <= 2 |naive(dtype) - fp64| + atol on clear rows
             o_t = topk_attention(q, k, v, kk, causal=causal).double()
             vals = s.topk(kk + 1, dim=-1).values
             clear = (vals[..., kk - 1] - vals[..., kk]) > 1e-2
-            masked = s.masked_fill(s < vals[..., kk - 1:kk], float("-inf"))
+            masked = s.masked_fill(s < vals[..., kk - 1 : kk], float("-inf"))
             p = torch.softmax(masked, -1)
             o_ref = p @ v.double()
             o_pt = naive_topk_attention(q, k, v, kk, causal=causal).double()
             err = (o_t - o_ref).abs()[clear].max().item()
             tol = 2 * (o_pt - o_ref).abs()[clear].max().item() + 1e-3
-            out.append({"name": f"topk{kk} {tag}", "max_err": err, "tol": tol,
-                        "ok": err <= tol})
+            out.append(
+                {
+                    "name": f"topk{kk} {tag}",
+                    "max_err": err,
+                    "tol": tol,
+                    "ok": err <= tol,
+                }
+            )
     # sampled: frequencies of one repeated query within a small total variation
     # of softmax
     draws, tv_tol = (4096, 0.08) if dry else (65536, 0.02)
-    q1, k, v = bench.random_qkv(1, 1, 1, 64, N_k=16, dtype=torch.float32,
-                                device=runtime.DEVICE, seed=4)  # the same every run
+    q1, k, v = bench.random_qkv(
+        1, 1, 1, 64, N_k=16, dtype=torch.float32, device=runtime.DEVICE, seed=4
+    )  # the same every run
     q = q1.expand(1, 1, draws, 64)
     _, idx = hard_attention(q, k, v, sample=True, seed=3, return_index=True)
     p = torch.softmax(_ref_scores(q1, k)[0, 0, 0], -1).cpu().numpy()
     freq = np.bincount(idx.flatten().cpu().numpy(), minlength=16) / idx.numel()
     tv = 0.5 * float(np.abs(freq - p).sum())
-    out.append({"name": f"hard sample TV ({draws} draws)", "max_err": tv, "tol": tv_tol,
-                "ok": tv <= tv_tol})
+    out.append(
+        {
+            "name": f"hard sample TV ({draws} draws)",
+            "max_err": tv,
+            "tol": tv_tol,
+            "ok": tv <= tv_tol,
+        }
+    )
     # reference_attention keeps the import honest: soft attention is the k = N_k limit
     n_k = 8 if dry else 100
-    q, k, v = _inputs(16 if dry else 128, 64, torch.float32, seed=2, N_k=n_k,
-                      heads=heads)
-    err = (topk_attention(q, k, v, n_k).double()
-           - reference_attention(q, k, v)[0]).abs().max()
-    out.append({"name": "topk k = N_k equals soft (fp32)", "max_err": float(err),
-                "tol": 1e-4, "ok": float(err) <= 1e-4})
+    q, k, v = _inputs(
+        16 if dry else 128, 64, torch.float32, seed=2, N_k=n_k, heads=heads
+    )
+    err = (
+        (topk_attention(q, k, v, n_k).double() - reference_attention(q, k, v)[0])
+        .abs()
+        .max()
+    )
+    out.append(
+        {
+            "name": "topk k = N_k equals soft (fp32)",
+            "max_err": float(err),
+            "tol": 1e-4,
+            "ok": float(err) <= 1e-4,
+        }
+    )
     return out
 
 
-def run(quick: bool = False, deadline: float = float("inf"), timer=None,
-        dry: bool = False) -> list[Record]:
+def run(
+    quick: bool = False, deadline: float = float("inf"), timer=None, dry: bool = False
+) -> list[Record]:
     """Time every (op, impl) at each (d, N) through ``kernels.timing.hard.time_hard``;
     stops cleanly at ``deadline``. ``timer``: ``kernels.timing.bench.time_fn`` unless
     given; ``dry``: tiny shapes (the interpreter)."""
@@ -112,10 +144,26 @@ def run(quick: bool = False, deadline: float = float("inf"), timer=None,
 
     def log(rec):
         ms = f"{rec.ms:.3f} ms" if rec.ms is not None else rec.error
-        print(f"[{SUITE}] d={rec.shape['d']} N={rec.shape['N']} {rec.op:12s} "
-              f"{rec.impl:7s} {ms}", flush=True)
+        print(
+            f"[{SUITE}] d={rec.shape['d']} N={rec.shape['N']} {rec.op:12s} "
+            f"{rec.impl:7s} {ms}",
+            flush=True,
+        )
 
-    return time_hard(ns, ds, batch=B, heads=heads, topks=topks, dtype="float16",
-                     naive_max_bytes=NAIVE_MAX_BYTES, suite=SUITE, stage="sweep",
-                     device=runtime.DEVICE, timer=timer, deadline=deadline, log=log,
-                     warmup=10, rep=40)
+    return time_hard(
+        ns,
+        ds,
+        batch=B,
+        heads=heads,
+        topks=topks,
+        dtype="float16",
+        naive_max_bytes=NAIVE_MAX_BYTES,
+        suite=SUITE,
+        stage="sweep",
+        device=runtime.DEVICE,
+        timer=timer,
+        deadline=deadline,
+        log=log,
+        warmup=10,
+        rep=40,
+    )

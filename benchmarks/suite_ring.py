@@ -39,23 +39,40 @@ def check(dry: bool = False) -> list[dict]:
     n, d, heads = (40, 16, 2) if dry else (1000, 128, H)
     for dtype in (torch.bfloat16, torch.float32):
         for causal in (False, True):
-            q, k, v = bench.random_qkv(1, heads, n, d, H_kv=heads // 2, dtype=dtype,
-                                       device=runtime.DEVICE, seed=1, grad=True)
+            q, k, v = bench.random_qkv(
+                1,
+                heads,
+                n,
+                d,
+                H_kv=heads // 2,
+                dtype=dtype,
+                device=runtime.DEVICE,
+                seed=1,
+                grad=True,
+            )
             do = torch.randn_like(q)
             results = []
             for impl in ("flash", "ring"):
                 o = _attn(impl)(q, k, v, causal)
                 results.append((o, *torch.autograd.grad(o, (q, k, v), do)))
-            err = max((a.double() - b.double()).abs().max().item()
-                      for a, b in zip(*results))
+            err = max(
+                (a.double() - b.double()).abs().max().item() for a, b in zip(*results)
+            )
             tag = f"{str(dtype)[6:]}{'-causal' if causal else ''}"
-            out.append({"name": f"ring P=1 equals flash {tag}", "max_err": err,
-                        "tol": 0.0, "ok": err == 0.0})
+            out.append(
+                {
+                    "name": f"ring P=1 equals flash {tag}",
+                    "max_err": err,
+                    "tol": 0.0,
+                    "ok": err == 0.0,
+                }
+            )
     return out
 
 
-def run(quick: bool = False, deadline: float = float("inf"), timer=None,
-        dry: bool = False) -> list[Record]:
+def run(
+    quick: bool = False, deadline: float = float("inf"), timer=None, dry: bool = False
+) -> list[Record]:
     """Time flash_attention and ring_attention (P = 1) at each N; stops at
     ``deadline`` (a ``time.monotonic()``)."""
     import time
@@ -66,22 +83,38 @@ def run(quick: bool = False, deadline: float = float("inf"), timer=None,
     for n in ns:
         for causal in (False, True):
             for mode in ("fwd", "fwd+bwd"):
-                q, k, v = bench.random_qkv(b, heads, n, d, dtype="bfloat16",
-                                           device=runtime.DEVICE, seed=0,
-                                           grad=mode != "fwd")
+                q, k, v = bench.random_qkv(
+                    b,
+                    heads,
+                    n,
+                    d,
+                    dtype="bfloat16",
+                    device=runtime.DEVICE,
+                    seed=0,
+                    grad=mode != "fwd",
+                )
                 do = torch.randn_like(q)
                 flops = bench.attention_flops(b, heads, n, n, d, causal, mode)
                 for impl in ("flash", "ring-P1"):
                     if time.monotonic() > deadline:
                         return records
-                    rec = Record(SUITE, "attention", impl, mode, "bfloat16",
-                                 {"B": b, "H": heads, "N": n, "d": d,
-                                  "causal": causal}, stage="sweep")
+                    rec = Record(
+                        SUITE,
+                        "attention",
+                        impl,
+                        mode,
+                        "bfloat16",
+                        {"B": b, "H": heads, "N": n, "d": d, "causal": causal},
+                        stage="sweep",
+                    )
                     attn = _attn("flash" if impl == "flash" else "ring")
                     fn = bench.attention_step(attn, mode, q, k, v, causal, do)
-                    records.append(measure(rec, fn, flops=flops, timer=timer,
-                                           warmup=10, rep=40))
+                    records.append(
+                        measure(rec, fn, flops=flops, timer=timer, warmup=10, rep=40)
+                    )
                     ms = f"{rec.ms:.3f} ms" if rec.ms is not None else rec.error
-                    print(f"[{SUITE}] N={n} causal={causal} {mode:7s} {impl:7s} {ms}",
-                          flush=True)
+                    print(
+                        f"[{SUITE}] N={n} causal={causal} {mode:7s} {impl:7s} {ms}",
+                        flush=True,
+                    )
     return records

@@ -50,19 +50,41 @@ SITE_URL = f"https://{_ORG}.github.io/{_REPO}/"
 REFERENCES_URL = SITE_URL + "references.html"
 FILES_URL = f"{REPO_URL}/blob/{BRANCH}/"
 
-ADMONITIONS = ("note", "tip", "hint", "important", "warning", "caution", "attention",
-               "danger", "error", "seealso")
-FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|:{3,})\{(?P<name>[\w:-]+)\}"
-                   r"(?P<arg>.*)$")
+ADMONITIONS = (
+    "note",
+    "tip",
+    "hint",
+    "important",
+    "warning",
+    "caution",
+    "attention",
+    "danger",
+    "error",
+    "seealso",
+)
+FENCE = re.compile(
+    r"^(?P<indent> *)(?P<fence>`{3,}|:{3,})\{(?P<name>[\w:-]+)\}"
+    r"(?P<arg>.*)$"
+)
 PLAIN_FENCE = re.compile(r"^ *(`{3,}|~{3,})")
 ROLE = re.compile(r"\{(?P<name>[a-z][\w:-]*)\}`(?P<text>[^`]*)`")
 #: One pass, left to right: a role, a link, or a code span or math kept as it is.
-INLINE = re.compile("|".join([
-    ROLE.pattern, r"(?<!!)\[(?P<ltext>[^\]]+)\]\((?P<url>[^)\s]+)\)",
-    r"`[^`\n]+`", r"\$\$.*?\$\$", r"\$[^$\n]+\$"]), re.S)
+INLINE = re.compile(
+    "|".join(
+        [
+            ROLE.pattern,
+            r"(?<!!)\[(?P<ltext>[^\]]+)\]\((?P<url>[^)\s]+)\)",
+            r"`[^`\n]+`",
+            r"\$\$.*?\$\$",
+            r"\$[^$\n]+\$",
+        ]
+    ),
+    re.S,
+)
 
 
 # -- the book: its pages, numbers, labels and references -----------------------------
+
 
 def toc_pages() -> list[tuple[str, int | None]]:
     """Every page of _toc.yml in order, with its chapter number (None: unnumbered)."""
@@ -78,8 +100,11 @@ def toc_pages() -> list[tuple[str, int | None]]:
 
 def notebooks() -> list[pathlib.Path]:
     """The notebook pages of the book, in toc order (the ones that get an edition)."""
-    return [ROOT / f"{page}.ipynb" for page, _ in toc_pages()
-            if (ROOT / f"{page}.ipynb").exists()]
+    return [
+        ROOT / f"{page}.ipynb"
+        for page, _ in toc_pages()
+        if (ROOT / f"{page}.ipynb").exists()
+    ]
 
 
 def _source(cell) -> str:
@@ -89,8 +114,11 @@ def _source(cell) -> str:
 
 def _title(path: pathlib.Path) -> str:
     if path.suffix == ".ipynb":
-        text = "\n".join(_source(c) for c in json.loads(path.read_text())["cells"]
-                         if c["cell_type"] == "markdown")
+        text = "\n".join(
+            _source(c)
+            for c in json.loads(path.read_text())["cells"]
+            if c["cell_type"] == "markdown"
+        )
     else:
         text = path.read_text()
     m = re.search(r"^# (.+)$", text, re.M)
@@ -115,21 +143,32 @@ def labels() -> dict[str, dict]:
                 found.append((fig.get("name"), fig["caption"]))
             if cell["cell_type"] == "markdown":
                 src = _source(cell)
-                for m in re.finditer(r"^ *(`{3,}|:{3,})\{(figure|glue:figure)\}.*\n"
-                                     r"((?: *:[\w-]+:.*\n)*)((?:(?!\1).*\n?)*?) *\1",
-                                     src, re.M):
+                for m in re.finditer(
+                    r"^ *(`{3,}|:{3,})\{(figure|glue:figure)\}.*\n"
+                    r"((?: *:[\w-]+:.*\n)*)((?:(?!\1).*\n?)*?) *\1",
+                    src,
+                    re.M,
+                ):
                     name = re.search(r":name: *(\S+)", m.group(3))
                     found.append((name.group(1) if name else None, m.group(4).strip()))
-                for m in re.finditer(r"^\((?P<label>[\w-]+)\)=\s*\n#+ (?P<head>.+)$",
-                                     src, re.M):
-                    out[m.group("label")] = {"page": page, "text": m.group("head"),
-                                             "caption": None}
+                for m in re.finditer(
+                    r"^\((?P<label>[\w-]+)\)=\s*\n#+ (?P<head>.+)$", src, re.M
+                ):
+                    out[m.group("label")] = {
+                        "page": page,
+                        "text": m.group("head"),
+                        "caption": None,
+                    }
             for name, caption in found:
                 k += 1
                 text = f"Fig. {number}.{k}" if number else "Fig."
                 if name:
-                    out[name] = {"page": page, "text": text, "caption": caption,
-                                 "cell": i}
+                    out[name] = {
+                        "page": page,
+                        "text": text,
+                        "caption": caption,
+                        "cell": i,
+                    }
     return out
 
 
@@ -143,7 +182,7 @@ def _bib_field(entry: str, field: str) -> str | None:
     for j in range(i, len(entry)):
         depth += {"{": 1, "}": -1}.get(entry[j], 0)
         if depth == 0:
-            return " ".join(entry[start + 1:j].split())
+            return " ".join(entry[start + 1 : j].split())
     raise ValueError(f"unbalanced braces in field {field}")
 
 
@@ -158,18 +197,32 @@ def bibliography() -> dict[str, tuple[str, str]]:
     out = {}
     for m in re.finditer(r"^@\w+\{([^,\s]+),", text, re.M):
         end = text.find("\n@", m.end())
-        entry = text[m.end(): None if end < 0 else end]
+        entry = text[m.end() : None if end < 0 else end]
         raw = _bib_field(entry, "author") or _bib_field(entry, "editor") or "?"
         names = [n.strip() for n in re.split(r"\s+and\s+", raw)]
-        last = [_tex(n if n.startswith("{") else n.split(",")[0] if "," in n
-                     else n.split()[-1]) for n in names]
-        who = (last[0] if len(last) == 1 else f"{last[0]} and {last[1]}"
-               if len(last) == 2 else f"{last[0]} et al.")
+        last = [
+            _tex(
+                n
+                if n.startswith("{")
+                else n.split(",")[0]
+                if "," in n
+                else n.split()[-1]
+            )
+            for n in names
+        ]
+        who = (
+            last[0]
+            if len(last) == 1
+            else f"{last[0]} and {last[1]}"
+            if len(last) == 2
+            else f"{last[0]} et al."
+        )
         out[m.group(1)] = (who, _bib_field(entry, "year") or "n.d.")
     return out
 
 
 # -- listings ------------------------------------------------------------------------
+
 
 def pyobject_source(path: pathlib.Path, name: str) -> tuple[str, int, int]:
     """The source of ``name`` ("func" or "Class.method") in ``path``, decorators
@@ -178,17 +231,25 @@ def pyobject_source(path: pathlib.Path, name: str) -> tuple[str, int, int]:
     body = ast.parse(text).body
     node = None
     for part in name.split("."):
-        node = next((n for n in body if isinstance(n, (ast.FunctionDef,
-                     ast.AsyncFunctionDef, ast.ClassDef)) and n.name == part), None)
+        node = next(
+            (
+                n
+                for n in body
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                and n.name == part
+            ),
+            None,
+        )
         if node is None:
             raise ValueError(f"{path.relative_to(ROOT)} has no {name}")
         body = node.body
     first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-    lines = text.splitlines()[first - 1: node.end_lineno]
+    lines = text.splitlines()[first - 1 : node.end_lineno]
     return "\n".join(lines), first, node.end_lineno
 
 
 # -- Markdown ------------------------------------------------------------------------
+
 
 class Renderer:
     """Turns one page's MyST Markdown into Colab Markdown."""
@@ -215,8 +276,11 @@ class Renderer:
             new = self.page_url(path) + (f"#{anchor}" if anchor else "")
         elif target.exists() or (target.parent.exists() and path.endswith("/")):
             rel = target.relative_to(ROOT).as_posix()
-            new = (f"{REPO_URL}/tree/{BRANCH}/{rel}" if target.is_dir()
-                   else FILES_URL + rel) + (f"#{anchor}" if anchor else "")
+            new = (
+                f"{REPO_URL}/tree/{BRANCH}/{rel}"
+                if target.is_dir()
+                else FILES_URL + rel
+            ) + (f"#{anchor}" if anchor else "")
         else:
             raise ValueError(f"{self.page}: link to a missing file: {url}")
         return f"[{text}]({new})"
@@ -227,15 +291,21 @@ class Renderer:
             if key not in self.bib:
                 raise ValueError(f"{self.page}: no reference {key!r} in references.bib")
             who, year = self.bib[key]
-            parts.append(f"[{who} ({year})]({REFERENCES_URL})" if textual
-                         else f"[{who}, {year}]({REFERENCES_URL})")
+            parts.append(
+                f"[{who} ({year})]({REFERENCES_URL})"
+                if textual
+                else f"[{who}, {year}]({REFERENCES_URL})"
+            )
         return "; ".join(parts) if textual else f"({'; '.join(parts)})"
 
     def role(self, m: re.Match) -> str:
         name, text = m.group("name"), m.group("text")
         explicit = re.match(r"^(?P<title>.*?)\s*<(?P<target>[^>]+)>$", text, re.S)
-        title, target = ((explicit.group("title"), explicit.group("target"))
-                         if explicit else (None, text))
+        title, target = (
+            (explicit.group("title"), explicit.group("target"))
+            if explicit
+            else (None, text)
+        )
         if name in ("cite", "cite:p", "cite:ps"):
             return self.cite(text, textual=False)
         if name in ("cite:t", "cite:ts"):
@@ -244,18 +314,28 @@ class Renderer:
             if target not in self.labels:
                 raise ValueError(f"{self.page}: no figure or target {target!r}")
             lab = self.labels[target]
-            shown = lab["text"] if name == "numref" or lab["caption"] is None \
+            shown = (
+                lab["text"]
+                if name == "numref" or lab["caption"] is None
                 else self.inline(lab["caption"])
+            )
             if title:
-                shown = title.replace("%s", lab["text"].removeprefix("Fig. ")) \
-                    .replace("{number}", lab["text"].removeprefix("Fig. "))
+                shown = title.replace("%s", lab["text"].removeprefix("Fig. ")).replace(
+                    "{number}", lab["text"].removeprefix("Fig. ")
+                )
             if lab["page"] == self.page:
                 return shown
             return f"[{shown}]({SITE_URL}{lab['page']}.html#{target})"
         if name == "doc":
             path = self.dir / target
-            found = next((path.with_suffix(s) for s in (".ipynb", ".md")
-                          if path.with_suffix(s).exists()), None)
+            found = next(
+                (
+                    path.with_suffix(s)
+                    for s in (".ipynb", ".md")
+                    if path.with_suffix(s).exists()
+                ),
+                None,
+            )
             if found is None:
                 raise ValueError(f"{self.page}: no page {target!r}")
             return f"[{title or _title(found)}]({self.page_url(target)})"
@@ -267,6 +347,7 @@ class Renderer:
 
     def inline(self, text: str) -> str:
         """Roles and links rewritten; code spans and math left as they are."""
+
         def one(m: re.Match) -> str:
             if m.group("name"):
                 return self.role(m)
@@ -280,8 +361,10 @@ class Renderer:
     def directive(self, name: str, arg: str, options: dict, body: str) -> str:
         if name == "dropdown":
             summary = re.sub(r"`([^`]+)`", r"<code>\1</code>", self.inline(arg.strip()))
-            return (f"<details>\n<summary>{summary or 'Details'}</summary>\n\n"
-                    f"{self.render(body).strip()}\n\n</details>")
+            return (
+                f"<details>\n<summary>{summary or 'Details'}</summary>\n\n"
+                f"{self.render(body).strip()}\n\n</details>"
+            )
         if name == "literalinclude":
             path = (self.dir / arg.strip()).resolve()
             rel = path.relative_to(ROOT).as_posix()
@@ -313,8 +396,11 @@ class Renderer:
             return f"*{fig} appears below the cell that draws it.*"
         if name in ("figure", "image"):
             path = (self.dir / arg.strip()).resolve().relative_to(ROOT).as_posix()
-            alt = (self.inline(body.strip()) if name == "figure"
-                   else options.get("alt", ""))
+            alt = (
+                self.inline(body.strip())
+                if name == "figure"
+                else options.get("alt", "")
+            )
             url = f"https://raw.githubusercontent.com/{_ORG}/{_REPO}/{BRANCH}/{path}"
             return f"![{alt}]({url})" + (f"\n\n*{alt}*" if alt else "")
         raise ValueError(f"{self.page}: unknown directive {{{name}}}")
@@ -345,11 +431,15 @@ class Renderer:
                 body, depth = [], 0
                 while j < len(lines):
                     s = lines[j].strip()
-                    if s.startswith(fence) and FENCE.match(lines[j]) \
-                            and FENCE.match(lines[j]).group("fence") == fence:
+                    if (
+                        s.startswith(fence)
+                        and FENCE.match(lines[j])
+                        and FENCE.match(lines[j]).group("fence") == fence
+                    ):
                         depth += 1
-                    elif s == fence or (s.startswith(fence[0] * len(fence))
-                                        and not s.strip(fence[0])):
+                    elif s == fence or (
+                        s.startswith(fence[0] * len(fence)) and not s.strip(fence[0])
+                    ):
                         if depth == 0:
                             break
                         depth -= 1
@@ -357,15 +447,18 @@ class Renderer:
                     j += 1
                 else:
                     raise ValueError(f"{self.page}: unclosed {{{m.group('name')}}}")
-                out.append(self.directive(m.group("name"), m.group("arg"), options,
-                                          "\n".join(body)))
+                out.append(
+                    self.directive(
+                        m.group("name"), m.group("arg"), options, "\n".join(body)
+                    )
+                )
                 i = j + 1
             elif plain:
                 flush()
                 fence, j = plain.group(1), i + 1
                 while j < len(lines) and lines[j].strip() != fence:
                     j += 1
-                out.append("\n".join(lines[i:j + 1]))
+                out.append("\n".join(lines[i : j + 1]))
                 i = j + 1
             elif re.match(r"^\([\w-]+\)=\s*$", line) or re.match(r"^%", line):
                 i += 1  # a target or a comment: nothing to show
@@ -378,6 +471,7 @@ class Renderer:
 
 # -- notebooks -----------------------------------------------------------------------
 
+
 def _cell_lines(text: str) -> list[str]:
     return text.splitlines(keepends=True)
 
@@ -388,13 +482,23 @@ def edition(path: pathlib.Path) -> dict:
     number = dict(toc_pages()).get(page)
     nb = json.loads(path.read_text())
     render = Renderer(page)
-    figures = {lab["cell"]: lab for lab in LABELS.values()
-               if lab["page"] == page and "cell" in lab}
+    figures = {
+        lab["cell"]: lab
+        for lab in LABELS.values()
+        if lab["page"] == page and "cell" in lab
+    }
     cells = []
     if not (nb["cells"] and _source(nb["cells"][0]) == SETUP_CELL):
-        cells.append({"cell_type": "code", "id": "colab-setup", "metadata": {},
-                      "execution_count": None, "outputs": [],
-                      "source": _cell_lines(SETUP_CELL)})
+        cells.append(
+            {
+                "cell_type": "code",
+                "id": "colab-setup",
+                "metadata": {},
+                "execution_count": None,
+                "outputs": [],
+                "source": _cell_lines(SETUP_CELL),
+            }
+        )
     for i, cell in enumerate(nb["cells"]):
         cell = copy.deepcopy(cell)
         meta = cell.setdefault("metadata", {})
@@ -403,15 +507,23 @@ def edition(path: pathlib.Path) -> dict:
             cell["source"] = _cell_lines(render.render(_source(cell)))
             cells.append(cell)
             if re.match(r"^# ", _source(cell)) and not any(
-                    c.get("id") == "colab-edition" for c in cells):
+                c.get("id") == "colab-edition" for c in cells
+            ):
                 heading = re.match(r"^# (.+)", _source(cell)).group(1).strip()
                 title = f"chapter {number}" if number else f"the page “{heading}”"
-                cells.append({"cell_type": "markdown", "id": "colab-edition",
-                              "metadata": {}, "source": _cell_lines(
-                    f"> The Colab edition of {title} of *{CONFIG['title']}*. "
-                    f"[The website]({SITE_URL}{page}.html) shows it with every "
-                    "output. Run the first cell first: it fetches the book's code and "
-                    "says which runtime to pick.")})
+                cells.append(
+                    {
+                        "cell_type": "markdown",
+                        "id": "colab-edition",
+                        "metadata": {},
+                        "source": _cell_lines(
+                            f"> The Colab edition of {title} of *{CONFIG['title']}*. "
+                            f"[The website]({SITE_URL}{page}.html) shows it with every "
+                            "output. Run the first cell first: it fetches the "
+                            "book's code and says which runtime to pick."
+                        ),
+                    }
+                )
             continue
         cell["outputs"], cell["execution_count"] = [], None
         meta.pop("execution", None)
@@ -420,19 +532,29 @@ def edition(path: pathlib.Path) -> dict:
             what = f"Code that draws {fig['text']}" if fig else "Code"
             cell["source"] = _cell_lines(
                 f"# @title {what} (hidden on the website: double-click to show)\n"
-                + _source(cell))
+                + _source(cell)
+            )
             meta["cellView"] = "form"
         cells.append(cell)
         if fig:
             caption = f"**{fig['text']}.** {render.inline(fig['caption'])}"
-            cells.append({"cell_type": "markdown", "metadata": {},
-                          "id": f"{cell.get('id', i)}-caption",
-                          "source": _cell_lines(caption)})
+            cells.append(
+                {
+                    "cell_type": "markdown",
+                    "metadata": {},
+                    "id": f"{cell.get('id', i)}-caption",
+                    "source": _cell_lines(caption),
+                }
+            )
     meta = copy.deepcopy(nb.get("metadata", {}))
     meta["colab"] = {"provenance": [], "toc_visible": True}
     meta["accelerator"] = "GPU"
-    return {"cells": cells, "metadata": meta, "nbformat": nb["nbformat"],
-            "nbformat_minor": nb["nbformat_minor"]}
+    return {
+        "cells": cells,
+        "metadata": meta,
+        "nbformat": nb["nbformat"],
+        "nbformat_minor": nb["nbformat_minor"],
+    }
 
 
 def edition_path(path: pathlib.Path) -> pathlib.Path:
@@ -464,10 +586,16 @@ BIB = bibliography()
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true",
-                    help="write nothing; exit 1 if an edition differs")
-    ap.add_argument("--sync-setup", action="store_true",
-                    help="first copy colab/setup_cell.py into every chapter's cell 0")
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 if an edition differs",
+    )
+    ap.add_argument(
+        "--sync-setup",
+        action="store_true",
+        help="first copy colab/setup_cell.py into every chapter's cell 0",
+    )
     args = ap.parse_args(argv)
     if args.sync_setup:
         for path in sync_setup():

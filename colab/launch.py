@@ -21,8 +21,11 @@ def edition_url(url: str, pagename: str) -> str:
     """The theme's Colab URL of ``pagename`` -> its edition's (if it has one)."""
     if not (EDITIONS / f"{pagename}.ipynb").exists():
         return url
-    return re.sub(rf"(/blob/[^/]+/){re.escape(pagename)}\.ipynb$",
-                  rf"\g<1>colab/{pagename}.ipynb", url)
+    return re.sub(
+        rf"(/blob/[^/]+/){re.escape(pagename)}\.ipynb$",
+        rf"\g<1>colab/{pagename}.ipynb",
+        url,
+    )
 
 
 def point_colab_at_edition(app, pagename, templatename, context, doctree) -> None:

@@ -44,22 +44,25 @@ if "google.colab" in sys.modules:
             raise RuntimeError(
                 f"A package named {name!r} is already imported (from {where}), so "
                 "this notebook cannot use the book's. Restart the session (Runtime > "
-                "Restart session), then run this cell first.")
+                "Restart session), then run this cell first."
+            )
     if not os.path.isdir(os.path.join(BOOK_DIR, ".git")):
         os.makedirs(BOOK_DIR, exist_ok=True)
         git("init", "-q")
         git("remote", "add", "origin", REPO_URL)
     if git("rev-parse", "-q", "--verify", "HEAD", check=False) != BOOK_REF:
         git("fetch", "-q", "--depth", "1", "origin", BOOK_REF)  # a branch: its tip
-        if git("rev-parse", "-q", "--verify", "HEAD", check=False) \
-                != git("rev-parse", "FETCH_HEAD"):
+        if git("rev-parse", "-q", "--verify", "HEAD", check=False) != git(
+            "rev-parse", "FETCH_HEAD"
+        ):
             git("checkout", "-q", "--detach", "FETCH_HEAD")
     print(f"The book's code: {BOOK_DIR} at {git('rev-parse', '--short', 'HEAD')}")
     # First on the import path, for this notebook and for the processes it starts.
     sys.path[:] = [BOOK_DIR] + [p for p in sys.path if p != BOOK_DIR]
     paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     os.environ["PYTHONPATH"] = os.pathsep.join(
-        [BOOK_DIR] + [p for p in paths if p and p != BOOK_DIR])
+        [BOOK_DIR] + [p for p in paths if p and p != BOOK_DIR]
+    )
     os.chdir(BOOK_DIR)
 
 if not torch.cuda.is_available():

@@ -67,13 +67,16 @@ def check_scale(sm_scale, d: int) -> float:
     if sm_scale is None:
         return 1.0 / math.sqrt(d)
     if isinstance(sm_scale, bool) or not isinstance(sm_scale, numbers.Real):
-        raise TypeError("sm_scale must be a real number or None, got "
-                        f"{type(sm_scale).__name__}")
+        raise TypeError(
+            f"sm_scale must be a real number or None, got {type(sm_scale).__name__}"
+        )
     scale = float(sm_scale)
     if not math.isfinite(scale) or abs(scale) * LOG2E > FP32_MAX:
-        raise ValueError("sm_scale must be finite with |sm_scale * log2(e)| within "
-                         f"float32 (|sm_scale| <= {FP32_MAX / LOG2E:.3g}), got "
-                         f"{sm_scale}")
+        raise ValueError(
+            "sm_scale must be finite with |sm_scale * log2(e)| within "
+            f"float32 (|sm_scale| <= {FP32_MAX / LOG2E:.3g}), got "
+            f"{sm_scale}"
+        )
     return scale
 
 
@@ -91,13 +94,15 @@ def kernel_scale(sm_scale, d: int) -> float:
 
 def check_causal(causal) -> bool:
     if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__} "
-                        f"{causal!r}")
+        raise TypeError(
+            f"causal must be a bool, got {type(causal).__name__} {causal!r}"
+        )
     return causal
 
 
-def masked_matmul(p: torch.Tensor, v: torch.Tensor,
-                  keep: torch.Tensor | None) -> torch.Tensor:
+def masked_matmul(
+    p: torch.Tensor, v: torch.Tensor, keep: torch.Tensor | None
+) -> torch.Tensor:
     """sum_j p_ij v_j over the kept j only: a hidden value row (NaN, inf) never reaches
     a query that cannot see it (``p @ v`` would multiply it by 0: 0 * NaN = NaN)."""
     if keep is None or bool(torch.isfinite(v).all()):
@@ -106,48 +111,66 @@ def masked_matmul(p: torch.Tensor, v: torch.Tensor,
     return terms.sum(-2)  # (..., N_q, d)
 
 
-def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-           same_dtype: bool = True) -> None:
+def _check(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, same_dtype: bool = True
+) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.ndim != 4:
-            raise ValueError(f"{name} must be 4-D (B, H, N, d), got shape "
-                             f"{tuple(t.shape)}")
+            raise ValueError(
+                f"{name} must be 4-D (B, H, N, d), got shape {tuple(t.shape)}"
+            )
         if not t.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point tensor, got dtype "
-                            f"{t.dtype}")
+            raise TypeError(
+                f"{name} must be a floating-point tensor, got dtype {t.dtype}"
+            )
     if same_dtype and not q.dtype == k.dtype == v.dtype:
-        raise TypeError(f"q, k, v must share a dtype, got q {q.dtype}, k {k.dtype}, "
-                        f"v {v.dtype}")
+        raise TypeError(
+            f"q, k, v must share a dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}"
+        )
     if not q.device == k.device == v.device:
-        raise ValueError(f"q, k, v must be on one device, got q {q.device}, "
-                         f"k {k.device}, v {v.device}")
+        raise ValueError(
+            f"q, k, v must be on one device, got q {q.device}, "
+            f"k {k.device}, v {v.device}"
+        )
     if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape, got k {tuple(k.shape)} "
-                         f"and v {tuple(v.shape)}")
+        raise ValueError(
+            f"k and v must have the same shape, got k {tuple(k.shape)} "
+            f"and v {tuple(v.shape)}"
+        )
     (B, H, _, d), (Bk, H_kv, _, dk) = q.shape, k.shape
     if Bk != B or dk != d:
-        raise ValueError(f"k must be (B={B}, H_kv, N_k, d={d}) to match q "
-                         f"{tuple(q.shape)}, got {tuple(k.shape)}")
+        raise ValueError(
+            f"k must be (B={B}, H_kv, N_k, d={d}) to match q "
+            f"{tuple(q.shape)}, got {tuple(k.shape)}"
+        )
     if H_kv == 0 or H % H_kv != 0:
-        raise ValueError(f"q heads H={H} must be a multiple of k/v heads H_kv={H_kv} "
-                         f"(q {tuple(q.shape)}, k {tuple(k.shape)})")
+        raise ValueError(
+            f"q heads H={H} must be a multiple of k/v heads H_kv={H_kv} "
+            f"(q {tuple(q.shape)}, k {tuple(k.shape)})"
+        )
 
 
 def repeat_kv(x: torch.Tensor, group: int) -> torch.Tensor:
     """(B, H_kv, N, d) -> (B, H_kv * group, N, d):
     each k/v head serves ``group`` q heads (an int >= 1)."""
     if not isinstance(x, torch.Tensor) or x.ndim != 4:
-        raise TypeError(f"x must be a 4-D (B, H_kv, N, d) torch.Tensor, got "
-                        f"{type(x).__name__} {tuple(getattr(x, 'shape', ()))}")
+        raise TypeError(
+            f"x must be a 4-D (B, H_kv, N, d) torch.Tensor, got "
+            f"{type(x).__name__} {tuple(getattr(x, 'shape', ()))}"
+        )
     if _check_size("group", group) < 1:
         raise ValueError(f"group must be >= 1 (q heads per k/v head), got {group}")
     return x if group == 1 else x.repeat_interleave(group, dim=1)  # (B, H, N, d)
 
 
-def naive_scores(q: torch.Tensor, k: torch.Tensor, causal: bool = False,
-                 sm_scale: float | None = None) -> torch.Tensor:
+def naive_scores(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    causal: bool = False,
+    sm_scale: float | None = None,
+) -> torch.Tensor:
     """S = q k^T * scale, materialised: (B, H, N_q, N_k), causally hidden entries
     -inf."""
     _check(q, k, k)
@@ -156,14 +179,19 @@ def naive_scores(q: torch.Tensor, k: torch.Tensor, causal: bool = False,
     k = repeat_kv(k, q.shape[1] // k.shape[1])  # (B, H, N_k, d)
     s = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, N_q, N_k): in HBM
     if causal:
-        s = s.masked_fill(~causal_mask(q.shape[2], k.shape[2], device=q.device),
-                          float("-inf"))
+        s = s.masked_fill(
+            ~causal_mask(q.shape[2], k.shape[2], device=q.device), float("-inf")
+        )
     return s
 
 
-def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                    causal: bool = False,
-                    sm_scale: float | None = None) -> torch.Tensor:
+def naive_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    sm_scale: float | None = None,
+) -> torch.Tensor:
     """softmax(q k^T * scale) v with S and P materialised: q (B, H, N_q, d), k/v (B,
     H_kv, N_k, d).
 
@@ -176,15 +204,22 @@ def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     s = naive_scores(q, k, causal, sm_scale)  # (B, H, N_q, N_k): in HBM
     p = torch.softmax(s, dim=-1)  # (B, H, N_q, N_k): in HBM, kept for the backward
     if causal:  # a row with no visible key: 0, not NaN
-        p = p.masked_fill(~causal_mask(q.shape[2], k.shape[2], device=q.device).any(
-            dim=-1, keepdim=True), 0.0)
+        p = p.masked_fill(
+            ~causal_mask(q.shape[2], k.shape[2], device=q.device).any(
+                dim=-1, keepdim=True
+            ),
+            0.0,
+        )
     return torch.matmul(p, v)  # (B, H, N_q, d)
 
 
-def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                        causal: bool = False,
-                        sm_scale: float | None = None) -> tuple[torch.Tensor,
-                                                                torch.Tensor]:
+def reference_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    sm_scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """fp64 attention and its natural log-sum-exp:
     returns (o (B, H, N_q, d), lse (B, H, N_q)).
 

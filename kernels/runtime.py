@@ -53,7 +53,8 @@ if INTERPRET and _triton_imported_compiled():
         "them. Restart the Python process (in Jupyter or Colab: restart the kernel or "
         "session), then import kernels before triton (in a chapter: run its first "
         "cell first), or set the environment variable TRITON_INTERPRET=1 before "
-        "anything imports triton.")
+        "anything imports triton."
+    )
 
 
 def _mend_interpreter_index() -> None:
@@ -79,8 +80,11 @@ def _mend_interpreter_index() -> None:
         return
 
     def index(self) -> int:
-        return int(self.handle.data.reshape(-1)[0]) if self.handle.data.size == 1 \
-            else int(self.handle.data)  # a block: let NumPy say why it cannot
+        return (
+            int(self.handle.data.reshape(-1)[0])
+            if self.handle.data.size == 1
+            else int(self.handle.data)
+        )  # a block: let NumPy say why it cannot
 
     def mended(tensor, *args, **kwargs):
         patch(tensor, *args, **kwargs)

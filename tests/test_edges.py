@@ -33,8 +33,13 @@ from kernels.hard import tiles as htiles
 from kernels.timing import results
 
 DEV = runtime.DEVICE
-FAST = settings(max_examples=60, derandomize=True, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(
+    max_examples=60,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 SLOW = settings(FAST, max_examples=25)  # Triton interpreter
 
 
@@ -49,16 +54,28 @@ def ref_rows(q, k, causal, scale):
     rows = []
     for i in range(n_q):
         vis = [j for j in range(n_k) if not causal or j <= i + n_k - n_q]
-        rows.append((vis, [math.fsum(q[i] * k[j]) * scale if not (
-            np.isnan(q[i]).any() or np.isnan(k[j]).any()) else math.nan
-            for j in vis]))
+        rows.append(
+            (
+                vis,
+                [
+                    math.fsum(q[i] * k[j]) * scale
+                    if not (np.isnan(q[i]).any() or np.isnan(k[j]).any())
+                    else math.nan
+                    for j in vis
+                ],
+            )
+        )
     return rows
 
 
 @SLOW
-@given(st.sampled_from([(5, 9), (40, 70), (70, 40), (65, 130), (130, 65)]),
-       st.sampled_from(["q", "k", "v"]), st.booleans(), st.integers(0, 2**16),
-       st.integers(1, 5))
+@given(
+    st.sampled_from([(5, 9), (40, 70), (70, 40), (65, 130), (130, 65)]),
+    st.sampled_from(["q", "k", "v"]),
+    st.booleans(),
+    st.integers(0, 2**16),
+    st.integers(1, 5),
+)
 def test_nan_rule_of_hard_and_topk_kernels(shape, where, causal, seed, topk):
     n_q, n_k = shape
     g = torch.Generator().manual_seed(seed)
@@ -72,15 +89,30 @@ def test_nan_rule_of_hard_and_topk_kernels(shape, where, causal, seed, topk):
     qn, kn, vn = (x[0, 0].numpy().astype(np.float64) for x in (q, k, v))
     rows = ref_rows(qn, kn, causal, 0.25)
 
-    o, idx = hard_attention(q.to(DEV), k.to(DEV), v.to(DEV), causal=causal,
-                            sm_scale=0.25, return_index=True)
+    o, idx = hard_attention(
+        q.to(DEV), k.to(DEV), v.to(DEV), causal=causal, sm_scale=0.25, return_index=True
+    )
     o, idx = o[0, 0].cpu().numpy(), idx[0, 0].cpu().numpy()
-    o_s, idx_s = hard_attention(q.to(DEV), k.to(DEV), v.to(DEV), causal=causal,
-                                sm_scale=0.25, sample=True, seed=seed,
-                                return_index=True)
+    o_s, idx_s = hard_attention(
+        q.to(DEV),
+        k.to(DEV),
+        v.to(DEV),
+        causal=causal,
+        sm_scale=0.25,
+        sample=True,
+        seed=seed,
+        return_index=True,
+    )
     o_s, idx_s = o_s[0, 0].cpu().numpy(), idx_s[0, 0].cpu().numpy()
-    o_k, idx_k = topk_attention(q.to(DEV), k.to(DEV), v.to(DEV), topk, causal=causal,
-                                sm_scale=0.25, return_index=True)
+    o_k, idx_k = topk_attention(
+        q.to(DEV),
+        k.to(DEV),
+        v.to(DEV),
+        topk,
+        causal=causal,
+        sm_scale=0.25,
+        return_index=True,
+    )
     o_k, idx_k = o_k[0, 0].cpu().numpy(), np.sort(idx_k[0, 0].cpu().numpy(), -1)
     for i, (vis, s) in enumerate(rows):
         nan = [j for j, x in zip(vis, s) if math.isnan(x)]
@@ -91,8 +123,10 @@ def test_nan_rule_of_hard_and_topk_kernels(shape, where, causal, seed, topk):
             assert idx[i] == idx_s[i] == nan[0] and np.isnan(o[i]).all()
             assert np.isnan(o_s[i]).all() and np.isnan(o_k[i]).all()
             # top-k keeps the NaN keys first (as +inf), then the best finite scores
-            order = sorted(zip(vis, s), key=lambda js: (
-                -math.inf if math.isnan(js[1]) else -js[1], js[0]))
+            order = sorted(
+                zip(vis, s),
+                key=lambda js: (-math.inf if math.isnan(js[1]) else -js[1], js[0]),
+            )
             want = sorted(j for j, _ in order[:topk])
             assert idx_k[i][idx_k[i] >= 0].tolist() == want
         else:  # untouched by a NaN it does not see
@@ -102,17 +136,24 @@ def test_nan_rule_of_hard_and_topk_kernels(shape, where, causal, seed, topk):
             assert vis[0] <= idx_s[i] <= vis[-1]
             assert np.isnan(o_s[i]).any() == np.isnan(vn[idx_s[i]]).any()
     # the NumPy twins follow the same rule
-    o_n, idx_n = ahard.hard_attention(qn, kn, vn, scale=0.25, causal=causal,
-                                      return_index=True)
+    o_n, idx_n = ahard.hard_attention(
+        qn, kn, vn, scale=0.25, causal=causal, return_index=True
+    )
     assert np.array_equal(idx, idx_n)
     assert np.array_equal(np.isnan(o), np.isnan(o_n))
     s_n = ahard.attention_scores(qn, kn, 0.25, causal)
     assert np.array_equal(idx_k, np.sort(ahard.topk_index(s_n, topk), -1))
     o_kn = ahard.topk_attention(qn, kn, vn, topk, scale=0.25, causal=causal)
     assert np.array_equal(np.isnan(o_k), np.isnan(o_kn))
-    _, idx_sn = ahard.stochastic_hard_attention(qn, kn, vn, np.random.default_rng(0),
-                                                scale=0.25, causal=causal,
-                                                return_index=True)
+    _, idx_sn = ahard.stochastic_hard_attention(
+        qn,
+        kn,
+        vn,
+        np.random.default_rng(0),
+        scale=0.25,
+        causal=causal,
+        return_index=True,
+    )
     nan_rows = np.isnan(s_n).any(-1)
     assert np.array_equal(idx_sn[nan_rows], idx_s[nan_rows])
 
@@ -142,12 +183,17 @@ def test_numpy_twins_nan_and_empty_rules():
     p = np.array([[0.5, np.nan, 0.5], [0.0, 0.0, 0.0]])
     assert ahard.sample_index(p, np.random.default_rng(0)).tolist() == [1, -1]
     assert ahard.topk_index(np.array([1.0, np.nan, 3.0]), 2).tolist() == [1, 2]
-    y = ahard.gumbel_softmax(np.array([[0.0, np.nan], [0.0, 1.0]]), 0.5,
-                             rng=np.random.default_rng(0), hard=True)
+    y = ahard.gumbel_softmax(
+        np.array([[0.0, np.nan], [0.0, 1.0]]),
+        0.5,
+        rng=np.random.default_rng(0),
+        hard=True,
+    )
     assert np.isnan(y[0]).all() and y[1].sum() == 1
     # N_k = 0: every row is empty, on both sides
-    o, idx = ahard.hard_attention(np.ones((3, 2)), np.ones((0, 2)), np.ones((0, 4)),
-                                  return_index=True)
+    o, idx = ahard.hard_attention(
+        np.ones((3, 2)), np.ones((0, 2)), np.ones((0, 4)), return_index=True
+    )
     assert o.shape == (3, 4) and np.all(o == 0) and np.all(idx == -1)
     q = torch.ones(1, 1, 3, 16, device=DEV)
     o, idx = hard_attention(q, q[:, :, :0], q[:, :, :0], return_index=True)
@@ -172,8 +218,10 @@ BAD = [
     (lambda: ahard.train_retrieval("soft", steps=1, lr=-0.1), "lr"),
     (lambda: ahard.train_retrieval("gumbel-st", steps=1, tau=0.0), "tau"),
     (lambda: ahard.gumbel_softmax(np.zeros(3), math.nan, rng=RNG), "tau"),
-    (lambda: maps.gumbel_softmax_figure(np.zeros((2, 3)), np.zeros((2, 3)), tau=0.0),
-     "tau"),
+    (
+        lambda: maps.gumbel_softmax_figure(np.zeros((2, 3)), np.zeros((2, 3)), tau=0.0),
+        "tau",
+    ),
     (lambda: maps.gumbel_softmax_figure(np.zeros((0, 3)), np.zeros((0, 3))), "scores"),
     (lambda: maps.gumbel_softmax_figure(np.zeros((2, 3)), np.zeros((3, 2))), "noise"),
     (lambda: memory.cdiv(-5, 2), "a"),
@@ -208,9 +256,17 @@ BAD = [
     (lambda: adf.init_dat_params(8, 0, 3, RNG), "n_groups"),
     (lambda: adf.init_dat_params(8, 3, 3, RNG), "n_groups"),
     (lambda: adf.init_msda_params(8, 2, 0, 2, RNG), "n_levels"),
-    (lambda: adf.msda_sampling(np.zeros((1, 2, 8)), np.zeros((1, 2, 2)),
-                               adf.init_msda_params(8, 2, 3, 2, RNG), [[4, 4]] * 2,
-                               2, 2), "levels"),
+    (
+        lambda: adf.msda_sampling(
+            np.zeros((1, 2, 8)),
+            np.zeros((1, 2, 2)),
+            adf.init_msda_params(8, 2, 3, 2, RNG),
+            [[4, 4]] * 2,
+            2,
+            2,
+        ),
+        "levels",
+    ),
     (lambda: plots.traffic_bars({}), "per_tensor"),
     (lambda: plots.traffic_by_algorithm({}), "results"),
     (lambda: plots.naive_traffic_vs_length([]), "ns"),
@@ -233,40 +289,88 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("call,name", BAD, ids=[f"{i}-{n}" for i, (_, n) in
-                                                enumerate(BAD)])
+@pytest.mark.parametrize(
+    "call,name", BAD, ids=[f"{i}-{n}" for i, (_, n) in enumerate(BAD)]
+)
 def test_bad_arguments_name_themselves(call, name):
     with pytest.raises((ValueError, TypeError), match=name):
         call()
 
 
 @FAST
-@given(st.one_of(st.integers(-10**6, 10**6), st.floats(allow_nan=True),
-                 st.sampled_from(["64", None, True, (9, 0), [8]])),
-       st.sampled_from(["cdiv", "blocks", "block_d", "repeat_kv", "causal_mask",
-                        "one_hot", "arch_class", "roofline", "tiles"]))
+@given(
+    st.one_of(
+        st.integers(-(10**6), 10**6),
+        st.floats(allow_nan=True),
+        st.sampled_from(["64", None, True, (9, 0), [8]]),
+    ),
+    st.sampled_from(
+        [
+            "cdiv",
+            "blocks",
+            "block_d",
+            "repeat_kv",
+            "causal_mask",
+            "one_hot",
+            "arch_class",
+            "roofline",
+            "tiles",
+        ]
+    ),
+)
 def test_helpers_answer_or_refuse_by_name(value, helper):
     # whatever the value: a correct answer, or ValueError/TypeError naming the argument
     calls = {
-        "cdiv": (lambda: memory.cdiv(value, 3), "a",
-                 lambda r: r == -(-value // 3) and value >= 0),
-        "blocks": (lambda: memory.blocks(7, value), "b",
-                   lambda r: sum(r) == 7 and max(r) <= value),
-        "block_d": (lambda: ftiles.block_d(value), "head_dim",
-                    lambda r: r >= max(16, value) and r & (r - 1) == 0),
-        "repeat_kv": (lambda: naive.repeat_kv(T, value), "group",
-                      lambda r: r.shape[1] == 2 * value),
-        "causal_mask": (lambda: naive.causal_mask(value % 50 if isinstance(
-            value, int) and not isinstance(value, bool) and value >= 0 else value, 4),
-            "n_q", lambda r: r.shape[1] == 4),
-        "one_hot": (lambda: ahard.one_hot(np.array([value]), 5), "idx",
-                    lambda r: r.sum() == (value >= 0)),
-        "arch_class": (lambda: ftiles.arch_class(value), "capability",
-                       lambda r: r in ftiles.ARCHS),
-        "roofline": (lambda: memory.roofline_ms(value, 1.0, "H100"), "flops",
-                     lambda r: r >= 0 and math.isfinite(r)),
-        "tiles": (lambda: htiles.configs("hard", (9, 0), value), "head_dim",
-                  lambda r: len(r) > 0 and 1 <= value <= htiles.MAX_HEAD_DIM),
+        "cdiv": (
+            lambda: memory.cdiv(value, 3),
+            "a",
+            lambda r: r == -(-value // 3) and value >= 0,
+        ),
+        "blocks": (
+            lambda: memory.blocks(7, value),
+            "b",
+            lambda r: sum(r) == 7 and max(r) <= value,
+        ),
+        "block_d": (
+            lambda: ftiles.block_d(value),
+            "head_dim",
+            lambda r: r >= max(16, value) and r & (r - 1) == 0,
+        ),
+        "repeat_kv": (
+            lambda: naive.repeat_kv(T, value),
+            "group",
+            lambda r: r.shape[1] == 2 * value,
+        ),
+        "causal_mask": (
+            lambda: naive.causal_mask(
+                value % 50
+                if isinstance(value, int) and not isinstance(value, bool) and value >= 0
+                else value,
+                4,
+            ),
+            "n_q",
+            lambda r: r.shape[1] == 4,
+        ),
+        "one_hot": (
+            lambda: ahard.one_hot(np.array([value]), 5),
+            "idx",
+            lambda r: r.sum() == (value >= 0),
+        ),
+        "arch_class": (
+            lambda: ftiles.arch_class(value),
+            "capability",
+            lambda r: r in ftiles.ARCHS,
+        ),
+        "roofline": (
+            lambda: memory.roofline_ms(value, 1.0, "H100"),
+            "flops",
+            lambda r: r >= 0 and math.isfinite(r),
+        ),
+        "tiles": (
+            lambda: htiles.configs("hard", (9, 0), value),
+            "head_dim",
+            lambda r: len(r) > 0 and 1 <= value <= htiles.MAX_HEAD_DIM,
+        ),
     }
     call, name, ok = calls[helper]
     try:
@@ -299,8 +403,12 @@ def test_simulator_refuses_a_million_at_once_naming_closed_form():
     import attention.deformable  # noqa: F401  (registers dat, msda, ...)
 
     t0 = time.perf_counter()
-    for args in (("flash2", 10**6, 64), ("dat", 1000, 1000, 64),
-                 ("dat-unfused", 1000, 1000, 64), ("hard", 10**6, 64)):
+    for args in (
+        ("flash2", 10**6, 64),
+        ("dat", 1000, 1000, 64),
+        ("dat-unfused", 1000, 1000, 64),
+        ("hard", 10**6, 64),
+    ):
         with pytest.raises(ValueError, match=r"closed_form"):
             memory.simulate(*args, keep_trace=False)
     assert time.perf_counter() - t0 < 1.0  # refused before simulating anything

@@ -55,8 +55,10 @@ def import_graph() -> dict[str, set[str]]:
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
                 base = _resolve(mod, is_pkg, node)
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base
-                           for a in node.names]
+                targets = [
+                    f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base
+                    for a in node.names
+                ]
             for t in targets:
                 while t and t not in mods:  # a name inside a module: the module
                     t = t.rpartition(".")[0]
@@ -79,7 +81,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
             if m.startswith(n + "."):
                 continue
             if color[n] == GREY:
-                return stack[stack.index(n):] + [n]
+                return stack[stack.index(n) :] + [n]
             if color[n] == WHITE:
                 found = visit(n)
                 if found:
@@ -108,19 +110,27 @@ def test_the_cycle_finder_finds_a_planted_circle():
 
 
 def test_no_module_is_too_long():
-    long = {m: n for m, p in _modules().items()
-            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long = {
+        m: n
+        for m, p in _modules().items()
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
     assert not long, f"modules over {MAX_LINES} lines: {long}"
 
 
-@pytest.mark.parametrize("module, names", [
-    ("kernels.flash", ["flash_attention", "attention_probs", "FORWARD_PATHS",
-                       "MAX_HEAD_DIM"]),
-    ("kernels.hard", ["hard_attention", "topk_attention"]),
-    ("kernels.deformable", ["ms_deform_attn", "deformable_attention"]),
-    ("kernels.decode", ["attention_with_kvcache"]),
-    ("kernels.ring", ["ring_attention", "shard", "unshard"]),
-])
+@pytest.mark.parametrize(
+    "module, names",
+    [
+        (
+            "kernels.flash",
+            ["flash_attention", "attention_probs", "FORWARD_PATHS", "MAX_HEAD_DIM"],
+        ),
+        ("kernels.hard", ["hard_attention", "topk_attention"]),
+        ("kernels.deformable", ["ms_deform_attn", "deformable_attention"]),
+        ("kernels.decode", ["attention_with_kvcache"]),
+        ("kernels.ring", ["ring_attention", "shard", "unshard"]),
+    ],
+)
 def test_public_calls_keep_their_names(module, names):
     mod = importlib.import_module(module)
     assert all(callable(getattr(mod, n)) or n.isupper() for n in names)

@@ -27,8 +27,13 @@ from .sampling import bilinear_sample, bilinear_sample_pixels, reference_grid, t
 # --------------------------------------------------------------------------------------
 
 
-def depthwise_conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None,
-                     stride: int = 1, padding: int = 0) -> np.ndarray:
+def depthwise_conv2d(
+    x: np.ndarray,
+    weight: np.ndarray,
+    bias: np.ndarray | None = None,
+    stride: int = 1,
+    padding: int = 0,
+) -> np.ndarray:
     """Depthwise 2-D convolution (cross-correlation, like torch): one k x k filter per
     channel.
 
@@ -44,15 +49,18 @@ def depthwise_conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None 
     b, c, h, w = x.shape
     k = weight.shape[-1]
     if weight.shape != (c, k, k):
-        raise ValueError(f"weight must be (C, k, k) = ({c}, {k}, {k}), "
-                         f"got {weight.shape}")
+        raise ValueError(
+            f"weight must be (C, k, k) = ({c}, {k}, {k}), got {weight.shape}"
+        )
     xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
     h_o = (h + 2 * padding - k) // stride + 1
     w_o = (w + 2 * padding - k) // stride + 1
     out = np.zeros((b, c, h_o, w_o), dtype=np.result_type(x, weight))
     for i in range(k):  # one shifted, strided view of the input per filter tap
         for j in range(k):
-            patch = xp[:, :, i:i + stride * h_o:stride, j:j + stride * w_o:stride]
+            patch = xp[
+                :, :, i : i + stride * h_o : stride, j : j + stride * w_o : stride
+            ]
             out += weight[None, :, i, j, None, None] * patch  # (B, C, H_o, W_o)
     if bias is not None:
         out += bias[None, :, None, None]
@@ -71,8 +79,9 @@ def gelu(x: np.ndarray) -> np.ndarray:
 LAYER_NORM_EPS = 1e-5
 
 
-def channel_layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray,
-                       eps: float = LAYER_NORM_EPS) -> np.ndarray:
+def channel_layer_norm(
+    x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float = LAYER_NORM_EPS
+) -> np.ndarray:
     """LayerNorm over the channel axis of a channels-first map x: (B, C, H, W).
 
     Each position's C channels are normalised to mean 0 and (biased) variance 1, then
@@ -85,8 +94,13 @@ def channel_layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray,
     return y * weight[None, :, None, None] + bias[None, :, None, None]
 
 
-def init_offset_params(channels: int, kernel_size: int, rng: np.random.Generator,
-                       scale: float = 1.0, layer_norm: bool = False) -> dict:
+def init_offset_params(
+    channels: int,
+    kernel_size: int,
+    rng: np.random.Generator,
+    scale: float = 1.0,
+    layer_norm: bool = False,
+) -> dict:
     """Weights of the offset network for ``channels`` channels per offset group.
 
     With ``layer_norm`` the network gets DAT's LayerNorm between the depthwise
@@ -96,8 +110,9 @@ def init_offset_params(channels: int, kernel_size: int, rng: np.random.Generator
     kernel_size = check_int("kernel_size", kernel_size, 1)
     fan = kernel_size * kernel_size
     p = {
-        "w_dw": rng.normal(0, scale / math.sqrt(fan),
-                           (channels, kernel_size, kernel_size)),
+        "w_dw": rng.normal(
+            0, scale / math.sqrt(fan), (channels, kernel_size, kernel_size)
+        ),
         "b_dw": np.zeros(channels),
         "w_pw": rng.normal(0, scale / math.sqrt(channels), (2, channels)),
     }
@@ -106,8 +121,9 @@ def init_offset_params(channels: int, kernel_size: int, rng: np.random.Generator
     return p
 
 
-def offset_network(q_map: np.ndarray, params: dict, stride: int,
-                   offset_range: float) -> np.ndarray:
+def offset_network(
+    q_map: np.ndarray, params: dict, stride: int, offset_range: float
+) -> np.ndarray:
     """Predict one offset per reference point from the queries of one offset group.
 
     q_map: (B', C_g, H, W) queries of a group, channels first. A depthwise k x k conv
@@ -129,18 +145,27 @@ def offset_network(q_map: np.ndarray, params: dict, stride: int,
 # --------------------------------------------------------------------------------------
 
 
-def init_rpb_table(n_heads: int, height: int, width: int, rng: np.random.Generator,
-                   std: float = 0.01) -> np.ndarray:
+def init_rpb_table(
+    n_heads: int, height: int, width: int, rng: np.random.Generator, std: float = 0.01
+) -> np.ndarray:
     """A relative position bias table (n_heads, 2H - 1, 2W - 1) for an H x W query map,
     drawn like DAT's (``trunc_normal_(std=0.01)``, whose cut at +-2 is +-200 std)."""
     n_heads = check_int("n_heads", n_heads, 1)
-    shape = (n_heads, 2 * check_int("height", height, 1) - 1,
-             2 * check_int("width", width, 1) - 1)
+    shape = (
+        n_heads,
+        2 * check_int("height", height, 1) - 1,
+        2 * check_int("width", width, 1) - 1,
+    )
     return np.clip(rng.normal(0.0, std, shape), -2.0, 2.0)
 
 
-def relative_position_bias(rpb_table: np.ndarray, points: np.ndarray, height: int,
-                           width: int, align_corners: bool = False) -> np.ndarray:
+def relative_position_bias(
+    rpb_table: np.ndarray,
+    points: np.ndarray,
+    height: int,
+    width: int,
+    align_corners: bool = False,
+) -> np.ndarray:
     """DAT's deformable relative position bias for every (query, sample) pair.
 
     rpb_table: (n_heads, 2H - 1, 2W - 1), one learnable table per head for an H x W
@@ -162,14 +187,22 @@ def relative_position_bias(rpb_table: np.ndarray, points: np.ndarray, height: in
     points = as_real_array("points", points)
     height, width = check_int("height", height, 1), check_int("width", width, 1)
     if table.ndim != 3 or table.shape[1:] != (2 * height - 1, 2 * width - 1):
-        raise ValueError(f"rpb_table must be (n_heads, 2H - 1, 2W - 1) = (n_heads, "
-                         f"{2 * height - 1}, {2 * width - 1}) for an "
-                         f"{height} x {width} map, got shape {table.shape}")
+        raise ValueError(
+            f"rpb_table must be (n_heads, 2H - 1, 2W - 1) = (n_heads, "
+            f"{2 * height - 1}, {2 * width - 1}) for an "
+            f"{height} x {width} map, got shape {table.shape}"
+        )
     n_h = table.shape[0]
-    if points.ndim != 4 or points.shape[-1] != 2 or points.shape[1] < 1 \
-            or n_h % points.shape[1]:
-        raise ValueError(f"points must be (B, G, N_s, 2) with G dividing the table's "
-                         f"n_heads={n_h}, got shape {points.shape}")
+    if (
+        points.ndim != 4
+        or points.shape[-1] != 2
+        or points.shape[1] < 1
+        or n_h % points.shape[1]
+    ):
+        raise ValueError(
+            f"points must be (B, G, N_s, 2) with G dividing the table's "
+            f"n_heads={n_h}, got shape {points.shape}"
+        )
     b, g, n_s, _ = points.shape
     h_g, n_q = n_h // g, height * width
     rows, cols = np.meshgrid(np.arange(height), np.arange(width), indexing="ij")
@@ -198,25 +231,43 @@ def _biased_attention(q, k, v, bias):
 # --------------------------------------------------------------------------------------
 
 
-def init_dat_params(d_model: int, n_groups: int, kernel_size: int,
-                    rng: np.random.Generator, layer_norm: bool = False) -> dict:
+def init_dat_params(
+    d_model: int,
+    n_groups: int,
+    kernel_size: int,
+    rng: np.random.Generator,
+    layer_norm: bool = False,
+) -> dict:
     """Projections W_q, W_k, W_v, W_o (d_model x d_model) and the shared offset
     network (with DAT's LayerNorm when ``layer_norm``)."""
-    d_model, n_groups = check_int("d_model", d_model, 1), check_int("n_groups",
-                                                                      n_groups, 1)
+    d_model, n_groups = (
+        check_int("d_model", d_model, 1),
+        check_int("n_groups", n_groups, 1),
+    )
     if d_model % n_groups:
-        raise ValueError(f"n_groups must divide d_model, got d_model={d_model} and "
-                         f"n_groups={n_groups}")
+        raise ValueError(
+            f"n_groups must divide d_model, got d_model={d_model} and "
+            f"n_groups={n_groups}"
+        )
     s = 1.0 / math.sqrt(d_model)
     p = {n: rng.normal(0, s, (d_model, d_model)) for n in ("w_q", "w_k", "w_v", "w_o")}
-    p["offset"] = init_offset_params(d_model // n_groups, kernel_size, rng,
-                                     layer_norm=layer_norm)
+    p["offset"] = init_offset_params(
+        d_model // n_groups, kernel_size, rng, layer_norm=layer_norm
+    )
     return p
 
 
-def dat_attention(x: np.ndarray, params: dict, n_heads: int, n_groups: int, stride: int,
-                  offset_range: float, align_corners: bool = False,
-                  return_all: bool = False, rpb_table: np.ndarray | None = None):
+def dat_attention(
+    x: np.ndarray,
+    params: dict,
+    n_heads: int,
+    n_groups: int,
+    stride: int,
+    offset_range: float,
+    align_corners: bool = False,
+    return_all: bool = False,
+    rpb_table: np.ndarray | None = None,
+):
     """DAT's deformable multi-head attention on a feature map x: (B, H, W, C).
 
     1. q = x W_q for every position.
@@ -246,11 +297,15 @@ def dat_attention(x: np.ndarray, params: dict, n_heads: int, n_groups: int, stri
     b, h, w, c = x.shape
     g, n_h = n_groups, n_heads
     if c % n_h or c % g or n_h % g:
-        raise ValueError(f"C={c} must divide by n_heads={n_h} and n_groups={g}, "
-                         f"and n_heads by n_groups")
+        raise ValueError(
+            f"C={c} must divide by n_heads={n_h} and n_groups={g}, "
+            f"and n_heads by n_groups"
+        )
     if rpb_table is not None and np.shape(rpb_table)[:1] != (n_h,):
-        raise ValueError(f"rpb_table must be (n_heads, 2H - 1, 2W - 1) with "
-                         f"n_heads={n_h}, got shape {np.shape(rpb_table)}")
+        raise ValueError(
+            f"rpb_table must be (n_heads, 2H - 1, 2W - 1) with "
+            f"n_heads={n_h}, got shape {np.shape(rpb_table)}"
+        )
     c_g = c // g
     q = x @ params["w_q"]  # (B, H, W, C)
     q_g = q.reshape(b, h, w, g, c_g).transpose(0, 3, 4, 1, 2).reshape(b * g, c_g, h, w)
@@ -269,20 +324,37 @@ def dat_attention(x: np.ndarray, params: dict, n_heads: int, n_groups: int, stri
     if rpb_table is None:
         o, p = scaled_dot_product_attention(qh, kh, vh, return_weights=True)
     else:
-        bias = relative_position_bias(rpb_table, points.reshape(b, g, n_s, 2), h, w,
-                                      align_corners)  # (B, n_heads, H*W, N_s)
+        bias = relative_position_bias(
+            rpb_table, points.reshape(b, g, n_s, 2), h, w, align_corners
+        )  # (B, n_heads, H*W, N_s)
         o, p = _biased_attention(qh, kh, vh, bias)
     out = (merge_heads(o) @ params["w_o"]).reshape(b, h, w, c)  # (B, H, W, C)
     if not return_all:
         return out
-    return {"q": q, "offsets": offsets, "reference": ref,
-            "points": points.reshape(b, g, n_s, 2), "x_sampled": x_s, "k": k, "v": v,
-            "bias": bias, "weights": p, "o": o, "out": out}
+    return {
+        "q": q,
+        "offsets": offsets,
+        "reference": ref,
+        "points": points.reshape(b, g, n_s, 2),
+        "x_sampled": x_s,
+        "k": k,
+        "v": v,
+        "bias": bias,
+        "weights": p,
+        "o": o,
+        "out": out,
+    }
 
 
-def deformable_attention(q: np.ndarray, k_map: np.ndarray, v_map: np.ndarray,
-                         points: np.ndarray, scale: float | None = None,
-                         align_corners: bool = True, return_weights: bool = False):
+def deformable_attention(
+    q: np.ndarray,
+    k_map: np.ndarray,
+    v_map: np.ndarray,
+    points: np.ndarray,
+    scale: float | None = None,
+    align_corners: bool = True,
+    return_weights: bool = False,
+):
     """Attention of q over keys and values bilinearly sampled from projected maps.
 
     q: (B, H, N_q, d); k_map, v_map: (B, H, H_f, W_f, d); points: (B, G, N_s, 2) in
@@ -290,23 +362,35 @@ def deformable_attention(q: np.ndarray, k_map: np.ndarray, v_map: np.ndarray,
     kernel, which has no attention bias: with one offset group this is DAT without its
     relative position bias.
     """
-    q, k_map, v_map = (as_real_array(n, t) for n, t in (("q", q), ("k_map", k_map),
-                                                         ("v_map", v_map)))
+    q, k_map, v_map = (
+        as_real_array(n, t) for n, t in (("q", q), ("k_map", k_map), ("v_map", v_map))
+    )
     points = as_real_array("points", points)
     align_corners = check_bool("align_corners", align_corners)
     if q.ndim != 4:
         raise ValueError(f"q must be (B, H, N_q, d), got shape {q.shape}")
     b, n_h, n_q, d = q.shape
     if k_map.ndim != 5 or k_map.shape[:2] != (b, n_h) or k_map.shape[-1] != d:
-        raise ValueError(f"k_map must be (B, H, H_f, W_f, d) with B={b}, H={n_h}, "
-                         f"d={d}, got shape {k_map.shape}")
+        raise ValueError(
+            f"k_map must be (B, H, H_f, W_f, d) with B={b}, H={n_h}, "
+            f"d={d}, got shape {k_map.shape}"
+        )
     if v_map.ndim != 5 or v_map.shape[:4] != k_map.shape[:4]:
-        raise ValueError(f"v_map must be (B, H, H_f, W_f, d_v) = {k_map.shape[:4]} + "
-                         f"(d_v,), got shape {v_map.shape}")
-    if points.ndim != 4 or points.shape[0] != b or points.shape[-1] != 2 \
-            or points.shape[1] < 1 or n_h % points.shape[1]:
-        raise ValueError(f"points must be (B, G, N_s, 2) with B={b} and G dividing "
-                         f"H={n_h}, got shape {points.shape}")
+        raise ValueError(
+            f"v_map must be (B, H, H_f, W_f, d_v) = {k_map.shape[:4]} + "
+            f"(d_v,), got shape {v_map.shape}"
+        )
+    if (
+        points.ndim != 4
+        or points.shape[0] != b
+        or points.shape[-1] != 2
+        or points.shape[1] < 1
+        or n_h % points.shape[1]
+    ):
+        raise ValueError(
+            f"points must be (B, G, N_s, 2) with B={b} and G dividing "
+            f"H={n_h}, got shape {points.shape}"
+        )
     g, n_s = points.shape[1:3]
     h_f, w_f = k_map.shape[2:4]
     pts = np.repeat(points, n_h // g, axis=1).reshape(b * n_h, n_s, 2)  # (B*H, N_s, 2)
@@ -314,5 +398,6 @@ def deformable_attention(q: np.ndarray, k_map: np.ndarray, v_map: np.ndarray,
     v = bilinear_sample(v_map.reshape(b * n_h, h_f, w_f, -1), pts, align_corners)
     k = k.reshape(b, n_h, n_s, d)  # (B, H, N_s, d)
     v = v.reshape(b, n_h, n_s, -1)  # (B, H, N_s, d)
-    return scaled_dot_product_attention(q, k, v, scale=scale,
-                                        return_weights=return_weights)
+    return scaled_dot_product_attention(
+        q, k, v, scale=scale, return_weights=return_weights
+    )

@@ -33,12 +33,14 @@ def reference_grid(h_r: int, w_r: int) -> np.ndarray:
 
 
 def _size(height: int, width: int) -> np.ndarray:
-    return np.array([check_int("width", width, 1), check_int("height", height, 1)],
-                    dtype=np.float64)
+    return np.array(
+        [check_int("width", width, 1), check_int("height", height, 1)], dtype=np.float64
+    )
 
 
-def to_pixels(points: np.ndarray, height: int, width: int,
-              align_corners: bool = False) -> np.ndarray:
+def to_pixels(
+    points: np.ndarray, height: int, width: int, align_corners: bool = False
+) -> np.ndarray:
     """Normalised (x, y) in [-1, 1] -> pixel coordinates (column, row), floats.
 
     With ``align_corners`` the corners -1 and 1 are the centres of the first and last
@@ -50,8 +52,9 @@ def to_pixels(points: np.ndarray, height: int, width: int,
     return ((p + 1.0) * size - 1.0) / 2.0
 
 
-def to_normalized(pixels: np.ndarray, height: int, width: int,
-                  align_corners: bool = False) -> np.ndarray:
+def to_normalized(
+    pixels: np.ndarray, height: int, width: int, align_corners: bool = False
+) -> np.ndarray:
     """Pixel coordinates (column, row) -> normalised (x, y); the inverse of
     ``to_pixels`` (which, with ``align_corners`` on a size-1 axis, maps every point
     to pixel 0: there the single pixel's centre is taken as coordinate 0, the middle
@@ -100,12 +103,21 @@ def _pixel_corners(px: np.ndarray, height: int, width: int) -> dict:
     weight = np.stack([hy * hx, hy * lx, ly * hx, ly * lx], axis=-1) * valid
     index = np.clip(rows, 0, height - 1) * width + np.clip(cols, 0, width - 1)
     weight = np.where(bad[..., None], np.nan, weight)
-    return {"index": index.astype(np.int64), "valid": valid, "weight": weight,
-            "bad": bad, "lx": lx, "ly": ly, "hx": hx, "hy": hy}
+    return {
+        "index": index.astype(np.int64),
+        "valid": valid,
+        "weight": weight,
+        "bad": bad,
+        "lx": lx,
+        "ly": ly,
+        "hx": hx,
+        "hy": hy,
+    }
 
 
-def bilinear_corners(points: np.ndarray, height: int, width: int,
-                     align_corners: bool = False):
+def bilinear_corners(
+    points: np.ndarray, height: int, width: int, align_corners: bool = False
+):
     """The four corners a bilinear sample reads, their weights and the weights'
     derivatives.
 
@@ -127,8 +139,13 @@ def bilinear_corners(points: np.ndarray, height: int, width: int,
     dwdy = np.stack([-hx, -lx, hx, lx], axis=-1) * valid * sy
     nan4 = cor["bad"][..., None]
     dwdx, dwdy = np.where(nan4, np.nan, dwdx), np.where(nan4, np.nan, dwdy)
-    return {"index": cor["index"], "valid": valid, "weight": cor["weight"],
-            "dweight_dx": dwdx, "dweight_dy": dwdy}
+    return {
+        "index": cor["index"],
+        "valid": valid,
+        "weight": cor["weight"],
+        "dweight_dx": dwdx,
+        "dweight_dy": dwdy,
+    }
 
 
 def _check_map_points(feat, points, name="points"):
@@ -136,11 +153,14 @@ def _check_map_points(feat, points, name="points"):
     if feat.ndim != 4:
         raise ValueError(f"feat must be (B, H_f, W_f, C), got shape {feat.shape}")
     if points.ndim != 3 or points.shape[-1] != 2 or points.shape[0] != feat.shape[0]:
-        raise ValueError(f"{name} must be (B, N, 2) with B={feat.shape[0]}, "
-                         f"got shape {points.shape}")
+        raise ValueError(
+            f"{name} must be (B, N, 2) with B={feat.shape[0]}, got shape {points.shape}"
+        )
     if min(feat.shape[1:3]) < 1:
-        raise ValueError(f"feat must be a non-empty map (B, H_f >= 1, W_f >= 1, C), "
-                         f"got shape {feat.shape}")
+        raise ValueError(
+            f"feat must be a non-empty map (B, H_f >= 1, W_f >= 1, C), "
+            f"got shape {feat.shape}"
+        )
     return feat, points
 
 
@@ -176,8 +196,12 @@ def bilinear_sample_pixels(feat: np.ndarray, pixels: np.ndarray) -> np.ndarray:
     return _gather_sum(feat, _pixel_corners(pixels.astype(np.float64), h, w))
 
 
-def bilinear_sample_backward(feat: np.ndarray, points: np.ndarray, grad_out: np.ndarray,
-                             align_corners: bool = False):
+def bilinear_sample_backward(
+    feat: np.ndarray,
+    points: np.ndarray,
+    grad_out: np.ndarray,
+    align_corners: bool = False,
+):
     """Gradients of ``sum(grad_out * bilinear_sample(feat, points))``.
 
     Returns ``(grad_feat (B, H_f, W_f, C), grad_points (B, N, 2))``. The value gradient
@@ -188,18 +212,22 @@ def bilinear_sample_backward(feat: np.ndarray, points: np.ndarray, grad_out: np.
     grad_out = as_real_array("grad_out", grad_out)
     b, h, w, c = feat.shape
     if grad_out.shape != (b, points.shape[1], c):
-        raise ValueError(f"grad_out must be (B, N, C) = {(b, points.shape[1], c)}, "
-                         f"got shape {grad_out.shape}")
+        raise ValueError(
+            f"grad_out must be (B, N, C) = {(b, points.shape[1], c)}, "
+            f"got shape {grad_out.shape}"
+        )
     cor = bilinear_corners(points, h, w, align_corners)  # (B, N, 4)
     flat = feat.reshape(b, h * w, c)  # (B, H_f*W_f, C)
     idx = cor["index"][..., None]  # (B, N, 4, 1)
     gathered = np.take_along_axis(flat[:, None], idx, axis=2)  # (B, N, 4, C)
     dot = np.einsum("bnkc,bnc->bnk", gathered, grad_out)  # <feat[corner], grad_out>
-    grad_points = np.stack([(cor["dweight_dx"] * dot).sum(-1),
-                            (cor["dweight_dy"] * dot).sum(-1)], axis=-1)  # (B, N, 2)
+    grad_points = np.stack(
+        [(cor["dweight_dx"] * dot).sum(-1), (cor["dweight_dy"] * dot).sum(-1)], axis=-1
+    )  # (B, N, 2)
     grad_flat = np.zeros_like(flat, dtype=np.result_type(feat, grad_out))
     contrib = cor["weight"][..., None] * grad_out[:, :, None, :]  # (B, N, 4, C)
     for bi in range(b):
-        np.add.at(grad_flat[bi], cor["index"][bi].reshape(-1),
-                  contrib[bi].reshape(-1, c))
+        np.add.at(
+            grad_flat[bi], cor["index"][bi].reshape(-1), contrib[bi].reshape(-1, c)
+        )
     return grad_flat.reshape(b, h, w, c), grad_points

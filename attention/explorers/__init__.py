@@ -33,12 +33,25 @@ from .sampling import sampling_points_explorer
 from .site import ON_SITE, tqdm
 from .softmax import online_softmax_explorer, roofline_explorer
 
-__all__ = ["ON_SITE", "attention_map_explorer", "context_parallel_explorer",
-           "decode_explorer", "deformable_traffic_explorer", "estimator_explorer",
-           "map_task", "mask_explorer", "naive_traffic_explorer",
-           "online_softmax_explorer", "roofline_explorer", "sampling_points_explorer",
-           "teaser", "temperature_explorer", "tile_size_explorer",
-           "topk_traffic_explorer", "tqdm"]
+__all__ = [
+    "ON_SITE",
+    "attention_map_explorer",
+    "context_parallel_explorer",
+    "decode_explorer",
+    "deformable_traffic_explorer",
+    "estimator_explorer",
+    "map_task",
+    "mask_explorer",
+    "naive_traffic_explorer",
+    "online_softmax_explorer",
+    "roofline_explorer",
+    "sampling_points_explorer",
+    "teaser",
+    "temperature_explorer",
+    "tile_size_explorer",
+    "topk_traffic_explorer",
+    "tqdm",
+]
 
 
 def _medium():
@@ -46,21 +59,29 @@ def _medium():
     return static if site.ON_SITE else live
 
 
-def naive_traffic_explorer(n: int = 1024, m: int | None = None, d: int = 64,
-                           dtype: str = "float16"):
+def naive_traffic_explorer(
+    n: int = 1024, m: int | None = None, d: int = 64, dtype: str = "float16"
+):
     """Chapter 1: bytes of standard attention against the key length n per tensor,
     and the per-tensor split at (m, n); ``m=None`` is self-attention (m = n)."""
     return _medium().naive_traffic_explorer(n=n, m=m, d=d, dtype=dtype)
 
 
-def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: int = 64,
-                       Bc: int = 64, dtype: str = "float16",
-                       algorithm: str = "flash2"):
+def tile_size_explorer(
+    N: int = 1024,
+    d: int = 64,
+    sram_kib: int = 192,
+    Br: int = 64,
+    Bc: int = 64,
+    dtype: str = "float16",
+    algorithm: str = "flash2",
+):
     """Chapter 2: HBM traffic of the forward (or backward) algorithms beside their
     compulsory traffic, the SRAM need against ``sram_kib`` KiB, FA1's rule and the
     schedule over the tiles of S, step by step."""
-    return _medium().tile_size_explorer(N=N, d=d, sram_kib=sram_kib, Br=Br, Bc=Bc,
-                                        dtype=dtype, algorithm=algorithm)
+    return _medium().tile_size_explorer(
+        N=N, d=d, sram_kib=sram_kib, Br=Br, Bc=Bc, dtype=dtype, algorithm=algorithm
+    )
 
 
 def teaser(d: int = 64, dtype: str = "float16"):
@@ -69,13 +90,15 @@ def teaser(d: int = 64, dtype: str = "float16"):
     return _medium().teaser(d=d, dtype=dtype)
 
 
-def temperature_explorer(scores=None, noise=None, tau: float = 1.0, row: int = 0,
-                         seed: int = 0):
+def temperature_explorer(
+    scores=None, noise=None, tau: float = 1.0, row: int = 0, seed: int = 0
+):
     """Chapter 3: y = softmax((s + g) / tau) over a temperature slider, with the SAME
     scores and Gumbel noise at every tau (random (8, 12) ones from ``seed`` where
     None), and one query row beside softmax(s)."""
-    return _medium().temperature_explorer(scores=scores, noise=noise, tau=tau,
-                                          row=row, seed=seed)
+    return _medium().temperature_explorer(
+        scores=scores, noise=noise, tau=tau, row=row, seed=seed
+    )
 
 
 def topk_traffic_explorer(N: int = 4096, d: int = 64, k: int = 8):
@@ -84,10 +107,12 @@ def topk_traffic_explorer(N: int = 4096, d: int = 64, k: int = 8):
     return _medium().topk_traffic_explorer(N=N, d=d, k=k)
 
 
-def deformable_traffic_explorer(side: int = 64, d: int = 32, r: int = 4,
-                                n_points: int = 4, n_levels: int = 4):
+def deformable_traffic_explorer(
+    side: int = 64, d: int = 32, r: int = 4, n_points: int = 4, n_levels: int = 4
+):
     """Chapter 4: per-tensor traffic of dense, DAT (factor ``r``) and MSDA
     (``n_points`` per level, ``n_levels`` levels) on a ``side`` x ``side`` map, and the
     totals against the map side."""
-    return _medium().deformable_traffic_explorer(side=side, d=d, r=r,
-                                                 n_points=n_points, n_levels=n_levels)
+    return _medium().deformable_traffic_explorer(
+        side=side, d=d, r=r, n_points=n_points, n_levels=n_levels
+    )

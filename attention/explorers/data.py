@@ -19,11 +19,13 @@ TILE_B = [16, 32, 64, 128, 256]
 FORWARD = ["standard", "flash1", "flash2"]
 BACKWARD = ["standard_bwd", "flash2_bwd", "flash2_bwd_split"]
 #: On-chip memory per SM a kernel can use (KiB, as NVIDIA's "KB"), and the paper's.
-SRAM_KIB = [("T4 (64 KB shared)", 64),
-            ("L4 (100 KB shared)", 100),
-            ("A100 (164 KB shared)", 164),
-            ("A100 L1+shared, the paper's (192 KB)", 192),
-            ("H100 (228 KB shared)", 228)]
+SRAM_KIB = [
+    ("T4 (64 KB shared)", 64),
+    ("L4 (100 KB shared)", 100),
+    ("A100 (164 KB shared)", 164),
+    ("A100 L1+shared, the paper's (192 KB)", 192),
+    ("H100 (228 KB shared)", 228),
+]
 #: The step view walks the schedule at this (small) N.
 TRACE_N = 256
 TRACE_D = 64
@@ -53,8 +55,7 @@ def _tensor_names(results) -> list[str]:
 # ---------------------------------------------------------------------------------
 
 
-def tile_grid(Ns=TILE_N, ds=TILE_D, Bs=TILE_B,
-              algorithms=FORWARD + BACKWARD) -> dict:
+def tile_grid(Ns=TILE_N, ds=TILE_D, Bs=TILE_B, algorithms=FORWARD + BACKWARD) -> dict:
     """``memory.closed_form`` of each algorithm at every (N, d, Br, Bc) of the grid.
 
     ``counts[alg][k]`` is [r_0, w_0, r_1, w_1, ..., sram_peak] over ``tensors[alg]``,
@@ -66,13 +67,21 @@ def tile_grid(Ns=TILE_N, ds=TILE_D, Bs=TILE_B,
 
     tensors, counts = {}, {}
     for alg in algorithms:
-        res = [memory.closed_form(alg, N, d, Br=br, Bc=bc)
-               for N, d, br, bc in itertools.product(Ns, ds, Bs, Bs)]
+        res = [
+            memory.closed_form(alg, N, d, Br=br, Bc=bc)
+            for N, d, br, bc in itertools.product(Ns, ds, Bs, Bs)
+        ]
         tensors[alg] = _tensor_names(res)
-        counts[alg] = [_flat(r.per_tensor, tensors[alg]) + [int(r.sram_peak)]
-                       for r in res]
-    return {"N": list(Ns), "d": list(ds), "B": list(Bs), "tensors": tensors,
-            "counts": counts}
+        counts[alg] = [
+            _flat(r.per_tensor, tensors[alg]) + [int(r.sram_peak)] for r in res
+        ]
+    return {
+        "N": list(Ns),
+        "d": list(ds),
+        "B": list(Bs),
+        "tensors": tensors,
+        "counts": counts,
+    }
 
 
 #: How the explorer names the compulsory count beside the simulated one.
@@ -91,8 +100,13 @@ def compulsory_grid(Ns=TILE_N, ds=TILE_D, algorithms=FORWARD + BACKWARD) -> dict
         res = [memory.compulsory(alg, N, d) for N, d in itertools.product(Ns, ds)]
         tensors[alg] = _tensor_names(res)
         counts[alg] = [[int(r.total)] + _flat(r.per_tensor, tensors[alg]) for r in res]
-    return {"N": list(Ns), "d": list(ds), "tensors": tensors, "counts": counts,
-            "label": COMPULSORY_LABEL}
+    return {
+        "N": list(Ns),
+        "d": list(ds),
+        "tensors": tensors,
+        "counts": counts,
+        "label": COMPULSORY_LABEL,
+    }
 
 
 def sram_table(Ns=TILE_N, ds=TILE_D, srams=SRAM_KIB) -> dict:
@@ -117,8 +131,11 @@ def sram_table(Ns=TILE_N, ds=TILE_D, srams=SRAM_KIB) -> dict:
 
 
 def _fmt(events, op) -> str:
-    names = [f"{t.tensor}[{','.join(map(str, t.block))}]" if t.block else t.tensor
-             for t in events if t.op == op]
+    names = [
+        f"{t.tensor}[{','.join(map(str, t.block))}]" if t.block else t.tensor
+        for t in events
+        if t.op == op
+    ]
     return " ".join(dict.fromkeys(names)) or "-"
 
 
@@ -138,24 +155,44 @@ def schedule_steps(algorithm: str, N: int, d: int, Br: int, Bc: int) -> list[lis
         ev = steps[s]
         comp = [e for e in ev if e.op == "compute"]
         block = comp[0].block if comp else ()
-        quad = [e.tensor for e in ev
-                if e.tensor in plots.QUADRATIC_TENSORS and e.op != "compute"]
-        rows.append([block[0] if block else -1, block[1] if len(block) > 1 else -1,
-                     quad[-1] if quad else "SRAM", _fmt(ev, "load"), _fmt(ev, "store")])
+        quad = [
+            e.tensor
+            for e in ev
+            if e.tensor in plots.QUADRATIC_TENSORS and e.op != "compute"
+        ]
+        rows.append(
+            [
+                block[0] if block else -1,
+                block[1] if len(block) > 1 else -1,
+                quad[-1] if quad else "SRAM",
+                _fmt(ev, "load"),
+                _fmt(ev, "store"),
+            ]
+        )
     return rows
 
 
-def schedule_table(N=TRACE_N, d=TRACE_D, Bs=TILE_B,
-                   algorithms=FORWARD + BACKWARD) -> dict:
+def schedule_table(
+    N=TRACE_N, d=TRACE_D, Bs=TILE_B, algorithms=FORWARD + BACKWARD
+) -> dict:
     """``schedule_steps`` of each algorithm at every (Br, Bc), keyed "alg,Br,Bc", with
     the grid's T_r = ceil(N/Br) and T_c = ceil(N/Bc)."""
     from attention import memory
 
-    return {"N": N, "d": d,
-            "runs": {f"{a},{br},{bc}": {"tr": memory.cdiv(N, br),
-                                        "tc": memory.cdiv(N, bc),
-                                        "steps": schedule_steps(a, N, d, br, bc)}
-                     for a in algorithms for br in Bs for bc in Bs}}
+    return {
+        "N": N,
+        "d": d,
+        "runs": {
+            f"{a},{br},{bc}": {
+                "tr": memory.cdiv(N, br),
+                "tc": memory.cdiv(N, bc),
+                "steps": schedule_steps(a, N, d, br, bc),
+            }
+            for a in algorithms
+            for br in Bs
+            for bc in Bs
+        },
+    }
 
 
 # ---------------------------------------------------------------------------------
@@ -177,12 +214,29 @@ def naive_grid(ns=NAIVE_N, ms=NAIVE_M, ds=NAIVE_D, Br: int = 64, Bc: int = 64) -
 
     counts = []
     for m in [None, *ms]:
-        counts.append([[_flat(memory.closed_form("standard", n if m is None else m, d,
-                                                 Br=Br, Bc=Bc, N_k=n).per_tensor,
-                              NAIVE_TENSORS)
-                        for n in ns] for d in ds])
-    return {"n": list(ns), "m": list(ms), "d": list(ds), "tensors": NAIVE_TENSORS,
-            "counts": counts, "Br": Br, "Bc": Bc}
+        counts.append(
+            [
+                [
+                    _flat(
+                        memory.closed_form(
+                            "standard", n if m is None else m, d, Br=Br, Bc=Bc, N_k=n
+                        ).per_tensor,
+                        NAIVE_TENSORS,
+                    )
+                    for n in ns
+                ]
+                for d in ds
+            ]
+        )
+    return {
+        "n": list(ns),
+        "m": list(ms),
+        "d": list(ds),
+        "tensors": NAIVE_TENSORS,
+        "counts": counts,
+        "Br": Br,
+        "Bc": Bc,
+    }
 
 
 # ---------------------------------------------------------------------------------
@@ -203,11 +257,16 @@ def temperature_grid(scores, noise, exps=TAU_EXP) -> dict:
 
     s, g = np.asarray(scores, float), np.asarray(noise, float)
     ys = [np.round(hard.gumbel_softmax(s, 10.0**e, noise=g), 5).tolist() for e in exps]
-    return {"tau_exp": list(exps), "y": ys,
-            "p": np.round(softmax(s, axis=-1), 5).tolist(),
-            "sample": np.argmax(s + g, axis=-1).tolist(), "shape": list(s.shape),
-            # The inputs, so a test can recompute.
-            "scores": s.tolist(), "noise": g.tolist()}
+    return {
+        "tau_exp": list(exps),
+        "y": ys,
+        "p": np.round(softmax(s, axis=-1), 5).tolist(),
+        "sample": np.argmax(s + g, axis=-1).tolist(),
+        "shape": list(s.shape),
+        # The inputs, so a test can recompute.
+        "scores": s.tolist(),
+        "noise": g.tolist(),
+    }
 
 
 def temperature_inputs(scores=None, noise=None, seed: int = 0):
@@ -215,10 +274,16 @@ def temperature_inputs(scores=None, noise=None, seed: int = 0):
     a random (8, 12) score matrix (1.5 x standard normal) and its Gumbel noise, both
     drawn from ``seed`` (scores first)."""
     rng = np.random.default_rng(seed)
-    s = (1.5 * rng.standard_normal((8, 12)) if scores is None
-         else np.asarray(scores, float))
-    g = (-np.log(-np.log(rng.random(s.shape))) if noise is None
-         else np.asarray(noise, float))
+    s = (
+        1.5 * rng.standard_normal((8, 12))
+        if scores is None
+        else np.asarray(scores, float)
+    )
+    g = (
+        -np.log(-np.log(rng.random(s.shape)))
+        if noise is None
+        else np.asarray(noise, float)
+    )
     return s, g
 
 
@@ -235,14 +300,28 @@ def topk_grid(ns=TOPK_N, ds=TOPK_D, ks=TOPK_K, Br: int = 64, Bc: int = 64) -> di
     from attention import hard, memory  # noqa: F401
 
     runs = {"soft": {}, "hard": {}, **{f"topk:{k}": {"k": k} for k in ks}}
-    res = {name: [[memory.closed_form(name.split(":")[0], n, d, Br=Br, Bc=Bc, **kw)
-                   for n in ns]
-                  for d in ds] for name, kw in runs.items()}
+    res = {
+        name: [
+            [
+                memory.closed_form(name.split(":")[0], n, d, Br=Br, Bc=Bc, **kw)
+                for n in ns
+            ]
+            for d in ds
+        ]
+        for name, kw in runs.items()
+    }
     tensors = _tensor_names(r for rows in res.values() for row in rows for r in row)
-    counts = {name: [[_flat(r.per_tensor, tensors) for r in row] for row in rows]
-              for name, rows in res.items()}
-    return {"N": list(ns), "d": list(ds), "k": list(ks), "tensors": tensors,
-            "counts": counts}
+    counts = {
+        name: [[_flat(r.per_tensor, tensors) for r in row] for row in rows]
+        for name, rows in res.items()
+    }
+    return {
+        "N": list(ns),
+        "d": list(ds),
+        "k": list(ks),
+        "tensors": tensors,
+        "counts": counts,
+    }
 
 
 # ---------------------------------------------------------------------------------
@@ -254,12 +333,17 @@ DEFORM_D = [16, 32, 64, 128]
 DEFORM_R = list(range(1, 17))
 DEFORM_P = list(range(1, 17))
 DEFORM_L = [1, 2, 3, 4]
-DEFORM_ALGS = {"dense": "dense-image", "DAT fused": "dat", "DAT unfused": "dat-unfused",
-               "MSDA": "msda"}
+DEFORM_ALGS = {
+    "dense": "dense-image",
+    "DAT fused": "dat",
+    "DAT unfused": "dat-unfused",
+    "MSDA": "msda",
+}
 
 
-def deformable_grid(sides=DEFORM_SIDE, ds=DEFORM_D, rs=DEFORM_R, ps=DEFORM_P,
-                    ls=DEFORM_L) -> dict:
+def deformable_grid(
+    sides=DEFORM_SIDE, ds=DEFORM_D, rs=DEFORM_R, ps=DEFORM_P, ls=DEFORM_L
+) -> dict:
     """``memory.closed_form`` of dense, DAT (fused, unfused) and MSDA over a side x
     side map: dense[di][si], dat[di][si][ri], dat-unfused[di][si][ri],
     msda[di][si][li][pi]."""
@@ -270,15 +354,33 @@ def deformable_grid(sides=DEFORM_SIDE, ds=DEFORM_D, rs=DEFORM_R, ps=DEFORM_P,
         return memory.closed_form(alg, **kw)
 
     res = {
-        "dense-image": [[cf("dense-image", height=s, width=s, d=d) for s in sides]
-                        for d in ds],
-        "dat": [[[cf("dat", height=s, width=s, d=d, r=r) for r in rs] for s in sides]
-                for d in ds],
-        "dat-unfused": [[[cf("dat-unfused", height=s, width=s, d=d, r=r) for r in rs]
-                         for s in sides] for d in ds],
-        "msda": [[[[cf("msda", n_queries=s * s, d=d, n_levels=L, n_points=P)
-                    for P in ps]
-                   for L in ls] for s in sides] for d in ds],
+        "dense-image": [
+            [cf("dense-image", height=s, width=s, d=d) for s in sides] for d in ds
+        ],
+        "dat": [
+            [[cf("dat", height=s, width=s, d=d, r=r) for r in rs] for s in sides]
+            for d in ds
+        ],
+        "dat-unfused": [
+            [
+                [cf("dat-unfused", height=s, width=s, d=d, r=r) for r in rs]
+                for s in sides
+            ]
+            for d in ds
+        ],
+        "msda": [
+            [
+                [
+                    [
+                        cf("msda", n_queries=s * s, d=d, n_levels=L, n_points=P)
+                        for P in ps
+                    ]
+                    for L in ls
+                ]
+                for s in sides
+            ]
+            for d in ds
+        ],
     }
 
     def leaves(x):
@@ -291,7 +393,13 @@ def deformable_grid(sides=DEFORM_SIDE, ds=DEFORM_D, rs=DEFORM_R, ps=DEFORM_P,
             return _flat(x.per_tensor, tensors)
         return [enc(y) for y in x]
 
-    return {"side": list(sides), "d": list(ds), "r": list(rs), "P": list(ps),
-            "L": list(ls), "tensors": tensors,
-            "counts": {a: enc(v) for a, v in res.items()},
-            "names": DEFORM_ALGS}
+    return {
+        "side": list(sides),
+        "d": list(ds),
+        "r": list(rs),
+        "P": list(ps),
+        "L": list(ls),
+        "tensors": tensors,
+        "counts": {a: enc(v) for a, v in res.items()},
+        "names": DEFORM_ALGS,
+    }

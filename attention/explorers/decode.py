@@ -31,9 +31,11 @@ SPLITS = [1, 2, 4, 8, 16, 32]
 PAGES = [16, 32, 128]
 GPUS = ["T4", "A100", "L4", "H100", "H200"]
 #: The traffic lines of the explorer, and the algorithms behind them.
-LINES = {"naive (S, P in HBM)": "decode_naive",
-         "FA2 grid (per query head)": "decode_fa2",
-         "split-KV, paged (the kernel)": "decode_paged"}
+LINES = {
+    "naive (S, P in HBM)": "decode_naive",
+    "FA2 grid (per query head)": "decode_fa2",
+    "split-KV, paged (the kernel)": "decode_paged",
+}
 #: Requests per batch in the waste count (lengths uniform in 1..context, seeded).
 WASTE_SEED = 0
 
@@ -43,12 +45,23 @@ def _combos():
     return [(hq, hkv) for hq in HEADS_Q for hkv in HEADS_KV if hkv <= hq]
 
 
-def step_bytes(algorithm: str, B: int, N: int, H_q: int, H_kv: int, d: int,
-               bytes_per_elem: int, n_splits: int = 1, page_size: int = 16) -> int:
+def step_bytes(
+    algorithm: str,
+    B: int,
+    N: int,
+    H_q: int,
+    H_kv: int,
+    d: int,
+    bytes_per_elem: int,
+    n_splits: int = 1,
+    page_size: int = 16,
+) -> int:
     """HBM bytes of one decode step of one layer (N_q = 1) by ``algorithm``."""
     group = decode.kv_group(H_q, H_kv)
-    extra = {"decode_paged": {"page_size": page_size, "n_splits": n_splits},
-             "decode_split": {"n_splits": n_splits}}.get(algorithm, {})
+    extra = {
+        "decode_paged": {"page_size": page_size, "n_splits": n_splits},
+        "decode_split": {"n_splits": n_splits},
+    }.get(algorithm, {})
     t = memory.closed_form(algorithm, B, H_kv, N, d, group=group, **extra)
     return memory.decode_bytes(t, bytes_per_elem)
 
@@ -58,19 +71,31 @@ def waste(B: int, N: int, page_size: int) -> dict:
     1..N (seeded): pre-allocated to N, and in pages of ``page_size``."""
     lens = decode.request_lengths(np.random.default_rng(WASTE_SEED), B, N)
     c, p = decode.contiguous_waste(lens, N), decode.paged_waste(lens, page_size)
-    return {"contiguous": 100 * c["wasted"] / c["reserved"],
-            "paged": 100 * p["wasted"] / p["reserved"]}
+    return {
+        "contiguous": 100 * c["wasted"] / c["reserved"],
+        "paged": 100 * p["wasted"] / p["reserved"],
+    }
 
 
-def decode_point(B: int = 8, N: int = 8192, H_q: int = 32, H_kv: int = 8,
-                 d: int = 128, dtype: str = "float16", n_splits: int = 4,
-                 page_size: int = 16, gpu: str = "H100") -> dict:
+def decode_point(
+    B: int = 8,
+    N: int = 8192,
+    H_q: int = 32,
+    H_kv: int = 8,
+    d: int = 128,
+    dtype: str = "float16",
+    n_splits: int = 4,
+    page_size: int = 16,
+    gpu: str = "H100",
+) -> dict:
     """Every number the explorer shows at one setting (one layer, one new token)."""
     bpe = dict(DTYPES)[dtype]
     spec = memory.GPUS[gpu]
     group = decode.kv_group(H_q, H_kv)
-    by = {name: step_bytes(alg, B, N, H_q, H_kv, d, bpe, n_splits, page_size)
-          for name, alg in LINES.items()}
+    by = {
+        name: step_bytes(alg, B, N, H_q, H_kv, d, bpe, n_splits, page_size)
+        for name, alg in LINES.items()
+    }
     flops = memory.decode_flops(B, H_kv, N, d, group=group)
     return {
         "kv_bytes_per_token": 2 * H_kv * d * bpe,
@@ -78,8 +103,9 @@ def decode_point(B: int = 8, N: int = 8192, H_q: int = 32, H_kv: int = 8,
         "step_bytes": by,
         "bytes_per_token": {k: v // B for k, v in by.items()},
         "intensity": flops / by["split-KV, paged (the kernel)"],
-        "step_us_estimate": {k: v / (spec.hbm_tbps * 1e12) * 1e6
-                             for k, v in by.items()},
+        "step_us_estimate": {
+            k: v / (spec.hbm_tbps * 1e12) * 1e6 for k, v in by.items()
+        },
         "programs_per_sm": B * H_kv * n_splits / spec.sms,
         "fa2_programs_per_sm": B * H_q / spec.sms,
         "waste_percent": waste(B, N, page_size),
@@ -98,33 +124,91 @@ def decode_grid() -> dict:
     combos = _combos()
     bpes = sorted({b for _, b in DTYPES}, reverse=True)
     sms = [memory.GPUS[g].sms for g in GPUS]
-    out = {"B": BATCH, "N": CONTEXT, "combos": combos, "d": HEAD_DIM, "bpe": bpes,
-           "dtypes": DTYPES, "S": SPLITS, "page": PAGES, "gpus": GPUS,
-           "bw": [memory.GPUS[g].hbm_tbps * 1e12 for g in GPUS],
-           "gpu_names": [memory.GPUS[g].name for g in GPUS], "lines": list(LINES)}
+    out = {
+        "B": BATCH,
+        "N": CONTEXT,
+        "combos": combos,
+        "d": HEAD_DIM,
+        "bpe": bpes,
+        "dtypes": DTYPES,
+        "S": SPLITS,
+        "page": PAGES,
+        "gpus": GPUS,
+        "bw": [memory.GPUS[g].hbm_tbps * 1e12 for g in GPUS],
+        "gpu_names": [memory.GPUS[g].name for g in GPUS],
+        "lines": list(LINES),
+    }
     table = {}
     for name, alg in LINES.items():
+
         def at(B, N, hq, hkv, d, b, S, P, alg=alg):
             return step_bytes(alg, B, N, hq, hkv, d, b, S, P)
+
         if alg == "decode_paged":
-            table[name] = [[[[[[[at(B, N, hq, hkv, d, b, S, P) for P in PAGES]
-                                for S in SPLITS] for b in bpes] for d in HEAD_DIM]
-                             for hq, hkv in combos] for N in CONTEXT] for B in BATCH]
+            table[name] = [
+                [
+                    [
+                        [
+                            [
+                                [
+                                    [at(B, N, hq, hkv, d, b, S, P) for P in PAGES]
+                                    for S in SPLITS
+                                ]
+                                for b in bpes
+                            ]
+                            for d in HEAD_DIM
+                        ]
+                        for hq, hkv in combos
+                    ]
+                    for N in CONTEXT
+                ]
+                for B in BATCH
+            ]
         else:  # no splits, no pages: one value per (B, N, combo, d, bpe)
-            table[name] = [[[[[at(B, N, hq, hkv, d, b, 1, 16) for b in bpes]
-                              for d in HEAD_DIM] for hq, hkv in combos]
-                            for N in CONTEXT] for B in BATCH]
+            table[name] = [
+                [
+                    [
+                        [
+                            [at(B, N, hq, hkv, d, b, 1, 16) for b in bpes]
+                            for d in HEAD_DIM
+                        ]
+                        for hq, hkv in combos
+                    ]
+                    for N in CONTEXT
+                ]
+                for B in BATCH
+            ]
     out["bytes"] = table
-    out["cache"] = [[[[[B * N * 2 * hkv * d * b for b in bpes] for d in HEAD_DIM]
-                      for _, hkv in combos] for N in CONTEXT] for B in BATCH]
-    out["token"] = [[[2 * hkv * d * b for b in bpes] for d in HEAD_DIM]
-                    for _, hkv in combos]
-    out["pps"] = [[[[round(B * hkv * S / s, 4) for s in sms] for S in SPLITS]
-                   for _, hkv in combos] for B in BATCH]
-    out["pps_fa2"] = [[[round(B * hq / s, 4) for s in sms] for hq, _ in combos]
-                      for B in BATCH]
-    out["waste"] = [[[[round(v, 2) for v in waste(B, N, P).values()] for P in PAGES]
-                     for N in CONTEXT] for B in BATCH]
+    out["cache"] = [
+        [
+            [
+                [[B * N * 2 * hkv * d * b for b in bpes] for d in HEAD_DIM]
+                for _, hkv in combos
+            ]
+            for N in CONTEXT
+        ]
+        for B in BATCH
+    ]
+    out["token"] = [
+        [[2 * hkv * d * b for b in bpes] for d in HEAD_DIM] for _, hkv in combos
+    ]
+    out["pps"] = [
+        [
+            [[round(B * hkv * S / s, 4) for s in sms] for S in SPLITS]
+            for _, hkv in combos
+        ]
+        for B in BATCH
+    ]
+    out["pps_fa2"] = [
+        [[round(B * hq / s, 4) for s in sms] for hq, _ in combos] for B in BATCH
+    ]
+    out["waste"] = [
+        [
+            [[round(v, 2) for v in waste(B, N, P).values()] for P in PAGES]
+            for N in CONTEXT
+        ]
+        for B in BATCH
+    ]
     return out
 
 
@@ -132,8 +216,11 @@ def decode_grid() -> dict:
 # Vega-Lite specs
 # ---------------------------------------------------------------------------------
 
-_LINE_COLORS = {"naive (S, P in HBM)": "#C44E52", "FA2 grid (per query head)":
-                "#8172B3", "split-KV, paged (the kernel)": "#4C72B0"}
+_LINE_COLORS = {
+    "naive (S, P in HBM)": "#C44E52",
+    "FA2 grid (per query head)": "#8172B3",
+    "split-KV, paged (the kernel)": "#4C72B0",
+}
 
 
 def time_spec(height: int = 240) -> dict:
@@ -143,28 +230,55 @@ def time_spec(height: int = 240) -> dict:
     return {
         **_frame(height),
         "layer": [
-            {"data": {"name": "lines"},
-             "mark": {"type": "line", "point": {"size": 18}, "strokeWidth": 2},
-             "encoding": {
-                 "x": {"field": "x", "type": "quantitative", "title": "context N",
-                       "scale": {"type": "log", "base": 2},
-                       "axis": {"format": "~s", "tickCount": 5,
-                                "labelOverlap": "greedy"}},
-                 "y": {"field": "us", "type": "quantitative",
-                       "title": "µs per step (estimate)",
-                       "scale": {"type": "log"}, "axis": {"format": "~s"}},
-                 "color": {"field": "series", "type": "nominal", "sort": series,
-                           "scale": {"domain": series,
-                                     "range": [_LINE_COLORS[s] for s in series]},
-                           "legend": {"orient": "bottom", "columns": 1, "title": None,
-                                      "labelLimit": 300}},
-                 "tooltip": [{"field": "series"}, {"field": "x", "type":
-                                                   "quantitative"},
-                             {"field": "us", "type": "quantitative",
-                              "format": ".3~s"}]}},
-            {"data": {"name": "marker"},
-             "mark": {"type": "rule", "color": "#8C8C8C", "strokeDash": [4, 3]},
-             "encoding": {"x": {"field": "x", "type": "quantitative"}}},
+            {
+                "data": {"name": "lines"},
+                "mark": {"type": "line", "point": {"size": 18}, "strokeWidth": 2},
+                "encoding": {
+                    "x": {
+                        "field": "x",
+                        "type": "quantitative",
+                        "title": "context N",
+                        "scale": {"type": "log", "base": 2},
+                        "axis": {
+                            "format": "~s",
+                            "tickCount": 5,
+                            "labelOverlap": "greedy",
+                        },
+                    },
+                    "y": {
+                        "field": "us",
+                        "type": "quantitative",
+                        "title": "µs per step (estimate)",
+                        "scale": {"type": "log"},
+                        "axis": {"format": "~s"},
+                    },
+                    "color": {
+                        "field": "series",
+                        "type": "nominal",
+                        "sort": series,
+                        "scale": {
+                            "domain": series,
+                            "range": [_LINE_COLORS[s] for s in series],
+                        },
+                        "legend": {
+                            "orient": "bottom",
+                            "columns": 1,
+                            "title": None,
+                            "labelLimit": 300,
+                        },
+                    },
+                    "tooltip": [
+                        {"field": "series"},
+                        {"field": "x", "type": "quantitative"},
+                        {"field": "us", "type": "quantitative", "format": ".3~s"},
+                    ],
+                },
+            },
+            {
+                "data": {"name": "marker"},
+                "mark": {"type": "rule", "color": "#8C8C8C", "strokeDash": [4, 3]},
+                "encoding": {"x": {"field": "x", "type": "quantitative"}},
+            },
         ],
         **_FONT,
     }
@@ -178,15 +292,31 @@ def waste_spec(height: int = 200) -> dict:
         "data": {"name": "waste"},
         "mark": {"type": "bar", "stroke": "#222", "strokeWidth": 0.4},
         "encoding": {
-            "x": {"field": "layout", "type": "nominal", "sort": None, "title": None,
-                  "axis": {"labelAngle": 0}},
-            "y": {"field": "percent", "type": "quantitative",
-                  "title": "reserved cache wasted (%)"},
-            "color": {"field": "chosen", "type": "nominal",
-                      "scale": {"domain": ["chosen", "other"],
-                                "range": ["#2F4B7C", "#A6A6A6"]}, "legend": None},
-            "tooltip": [{"field": "layout"},
-                        {"field": "percent", "type": "quantitative", "format": ".1f"}],
+            "x": {
+                "field": "layout",
+                "type": "nominal",
+                "sort": None,
+                "title": None,
+                "axis": {"labelAngle": 0},
+            },
+            "y": {
+                "field": "percent",
+                "type": "quantitative",
+                "title": "reserved cache wasted (%)",
+            },
+            "color": {
+                "field": "chosen",
+                "type": "nominal",
+                "scale": {
+                    "domain": ["chosen", "other"],
+                    "range": ["#2F4B7C", "#A6A6A6"],
+                },
+                "legend": None,
+            },
+            "tooltip": [
+                {"field": "layout"},
+                {"field": "percent", "type": "quantitative", "format": ".1f"},
+            ],
         },
         **_FONT,
     }
@@ -198,28 +328,57 @@ def waste_spec(height: int = 200) -> dict:
 
 
 def _check(B, N, H_q, H_kv, d, dtype, n_splits, page_size, gpu):
-    for name, value, options in (("B", B, BATCH), ("N", N, CONTEXT),
-                                 ("H_q", H_q, HEADS_Q), ("H_kv", H_kv, HEADS_KV),
-                                 ("d", d, HEAD_DIM), ("dtype", dtype, dict(DTYPES)),
-                                 ("n_splits", n_splits, SPLITS),
-                                 ("page_size", page_size, PAGES), ("gpu", gpu, GPUS)):
+    for name, value, options in (
+        ("B", B, BATCH),
+        ("N", N, CONTEXT),
+        ("H_q", H_q, HEADS_Q),
+        ("H_kv", H_kv, HEADS_KV),
+        ("d", d, HEAD_DIM),
+        ("dtype", dtype, dict(DTYPES)),
+        ("n_splits", n_splits, SPLITS),
+        ("page_size", page_size, PAGES),
+        ("gpu", gpu, GPUS),
+    ):
         site.check_option(name, value, options)
     decode.kv_group(H_q, H_kv)
 
 
-def static_decode_explorer(B=8, N=8192, H_q=32, H_kv=8, d=128, dtype="float16",
-                           n_splits=4, page_size=16, gpu="H100") -> Explorer:
+def static_decode_explorer(
+    B=8,
+    N=8192,
+    H_q=32,
+    H_kv=8,
+    d=128,
+    dtype="float16",
+    n_splits=4,
+    page_size=16,
+    gpu="H100",
+) -> Explorer:
     """The static site's twin: ``decode_grid`` and the specs, drawn in the browser."""
     _check(B, N, H_q, H_kv, d, dtype, n_splits, page_size, gpu)
     grid = decode_grid()
-    init = {"B": BATCH.index(B), "N": CONTEXT.index(N), "H_q": HEADS_Q.index(H_q),
-            "H_kv": HEADS_KV.index(H_kv), "d": HEAD_DIM.index(d),
-            "dtype": [n for n, _ in DTYPES].index(dtype), "S": SPLITS.index(n_splits),
-            "page": PAGES.index(page_size), "gpu": GPUS.index(gpu)}
-    config = {"grid": grid, "init": init,
-              "specs": {"time": time_spec(), "waste": waste_spec()}}
-    return Explorer("decode", config, "Decode explorer (chapter 5)",
-                    "attention.explorers.decode.decode_explorer()")
+    init = {
+        "B": BATCH.index(B),
+        "N": CONTEXT.index(N),
+        "H_q": HEADS_Q.index(H_q),
+        "H_kv": HEADS_KV.index(H_kv),
+        "d": HEAD_DIM.index(d),
+        "dtype": [n for n, _ in DTYPES].index(dtype),
+        "S": SPLITS.index(n_splits),
+        "page": PAGES.index(page_size),
+        "gpu": GPUS.index(gpu),
+    }
+    config = {
+        "grid": grid,
+        "init": init,
+        "specs": {"time": time_spec(), "waste": waste_spec()},
+    }
+    return Explorer(
+        "decode",
+        config,
+        "Decode explorer (chapter 5)",
+        "attention.explorers.decode.decode_explorer()",
+    )
 
 
 def readout(p: dict, B, N, H_q, H_kv, d, dtype, n_splits, page_size, gpu) -> str:
@@ -227,20 +386,31 @@ def readout(p: dict, B, N, H_q, H_kv, d, dtype, n_splits, page_size, gpu) -> str
     from attention.plots import human_bytes
 
     kern = "split-KV, paged (the kernel)"
-    return (f"B = {B}, N = {N:,}, H_q = {H_q}, H_kv = {H_kv}, d = {d}, {dtype}, "
-            f"{n_splits} splits, pages of {page_size}, {gpu}. "
-            f"KV cache per token and layer: {human_bytes(p['kv_bytes_per_token'])}; "
-            f"cache of the batch: {human_bytes(p['cache_bytes'])}. "
-            f"Programs per SM: {p['programs_per_sm']:.2f} "
-            f"(FA2 grid: {p['fa2_programs_per_sm']:.2f}). "
-            f"Step time at peak bandwidth (ESTIMATE): "
-            f"{p['step_us_estimate'][kern]:.3g} µs. "
-            f"Cache wasted: {p['waste_percent']['contiguous']:.1f}% pre-allocated, "
-            f"{p['waste_percent']['paged']:.1f}% paged.")
+    return (
+        f"B = {B}, N = {N:,}, H_q = {H_q}, H_kv = {H_kv}, d = {d}, {dtype}, "
+        f"{n_splits} splits, pages of {page_size}, {gpu}. "
+        f"KV cache per token and layer: {human_bytes(p['kv_bytes_per_token'])}; "
+        f"cache of the batch: {human_bytes(p['cache_bytes'])}. "
+        f"Programs per SM: {p['programs_per_sm']:.2f} "
+        f"(FA2 grid: {p['fa2_programs_per_sm']:.2f}). "
+        f"Step time at peak bandwidth (ESTIMATE): "
+        f"{p['step_us_estimate'][kern]:.3g} µs. "
+        f"Cache wasted: {p['waste_percent']['contiguous']:.1f}% pre-allocated, "
+        f"{p['waste_percent']['paged']:.1f}% paged."
+    )
 
 
-def decode_explorer_figure(B=8, N=8192, H_q=32, H_kv=8, d=128, dtype="float16",
-                           n_splits=4, page_size=16, gpu="H100"):
+def decode_explorer_figure(
+    B=8,
+    N=8192,
+    H_q=32,
+    H_kv=8,
+    d=128,
+    dtype="float16",
+    n_splits=4,
+    page_size=16,
+    gpu="H100",
+):
     """The live explorer's figure: estimated step time against the context (naive, FA2
     grid, split-KV paged) and the cache wasted against the page size."""
     import matplotlib.pyplot as plt
@@ -249,15 +419,23 @@ def decode_explorer_figure(B=8, N=8192, H_q=32, H_kv=8, d=128, dtype="float16",
 
     bpe = dict(DTYPES)[dtype]
     bw = memory.GPUS[gpu].hbm_tbps * 1e12
-    fig, (a0, a1) = plt.subplots(1, 2, figsize=(9, 3.6),
-                                 gridspec_kw={"width_ratios": [1.4, 1]})
+    fig, (a0, a1) = plt.subplots(
+        1, 2, figsize=(9, 3.6), gridspec_kw={"width_ratios": [1.4, 1]}
+    )
     for name, alg in LINES.items():
-        us = [step_bytes(alg, B, n, H_q, H_kv, d, bpe, n_splits, page_size) / bw
-              * 1e6 for n in CONTEXT]
+        us = [
+            step_bytes(alg, B, n, H_q, H_kv, d, bpe, n_splits, page_size) / bw * 1e6
+            for n in CONTEXT
+        ]
         a0.plot(CONTEXT, us, "o-", label=name, color=_LINE_COLORS[name])
     a0.axvline(N, color="#8C8C8C", ls="--")
-    a0.set(xscale="log", yscale="log", xlabel="context N",
-           ylabel="step µs (ESTIMATE at peak)", title=f"{gpu}, B = {B}, one layer")
+    a0.set(
+        xscale="log",
+        yscale="log",
+        xlabel="context N",
+        ylabel="step µs (ESTIMATE at peak)",
+        title=f"{gpu}, B = {B}, one layer",
+    )
     a0.legend(fontsize=7)
     lens = decode.request_lengths(np.random.default_rng(WASTE_SEED), B, N)
     plots.paging_waste_figure(lens, N, page_sizes=PAGES, ax=a1)
@@ -266,8 +444,17 @@ def decode_explorer_figure(B=8, N=8192, H_q=32, H_kv=8, d=128, dtype="float16",
     return fig
 
 
-def live_decode_explorer(B=8, N=8192, H_q=32, H_kv=8, d=128, dtype="float16",
-                         n_splits=4, page_size=16, gpu="H100"):
+def live_decode_explorer(
+    B=8,
+    N=8192,
+    H_q=32,
+    H_kv=8,
+    d=128,
+    dtype="float16",
+    n_splits=4,
+    page_size=16,
+    gpu="H100",
+):
     """ipywidgets: each change redraws ``decode_explorer_figure`` and the text."""
     import ipywidgets as widgets
 
@@ -277,17 +464,21 @@ def live_decode_explorer(B=8, N=8192, H_q=32, H_kv=8, d=128, dtype="float16",
     style = {"description_width": "initial"}
 
     def menu(options, value, desc):
-        return widgets.Dropdown(options=options, value=value, description=desc,
-                                style=style)
+        return widgets.Dropdown(
+            options=options, value=value, description=desc, style=style
+        )
 
-    ctl = {"B": menu(BATCH, B, "batch B"), "N": menu(CONTEXT, N, "context N"),
-           "H_q": menu(HEADS_Q, H_q, "query heads H_q"),
-           "H_kv": menu(HEADS_KV, H_kv, "KV heads H_kv"),
-           "d": menu(HEAD_DIM, d, "head dim d"),
-           "dtype": menu([n for n, _ in DTYPES], dtype, "dtype"),
-           "n_splits": menu(SPLITS, n_splits, "splits"),
-           "page_size": menu(PAGES, page_size, "page size"),
-           "gpu": menu(GPUS, gpu, "GPU")}
+    ctl = {
+        "B": menu(BATCH, B, "batch B"),
+        "N": menu(CONTEXT, N, "context N"),
+        "H_q": menu(HEADS_Q, H_q, "query heads H_q"),
+        "H_kv": menu(HEADS_KV, H_kv, "KV heads H_kv"),
+        "d": menu(HEAD_DIM, d, "head dim d"),
+        "dtype": menu([n for n, _ in DTYPES], dtype, "dtype"),
+        "n_splits": menu(SPLITS, n_splits, "splits"),
+        "page_size": menu(PAGES, page_size, "page size"),
+        "gpu": menu(GPUS, gpu, "GPU"),
+    }
     text, out = widgets.HTML(), widgets.Output()
 
     def redraw(change=None):
@@ -301,7 +492,7 @@ def live_decode_explorer(B=8, N=8192, H_q=32, H_kv=8, d=128, dtype="float16",
     for w in ctl.values():
         w.observe(redraw, names="value")
     redraw()
-    rows = [widgets.HBox(list(ctl.values())[i:i + 3]) for i in range(0, 9, 3)]
+    rows = [widgets.HBox(list(ctl.values())[i : i + 3]) for i in range(0, 9, 3)]
     return widgets.VBox([*rows, text, out])
 
 
@@ -313,5 +504,12 @@ def decode_explorer(**settings):
     return live_decode_explorer(**settings)
 
 
-__all__ = ["decode_explorer", "decode_grid", "decode_point", "live_decode_explorer",
-           "static_decode_explorer", "step_bytes", "waste"]
+__all__ = [
+    "decode_explorer",
+    "decode_grid",
+    "decode_point",
+    "live_decode_explorer",
+    "static_decode_explorer",
+    "step_bytes",
+    "waste",
+]

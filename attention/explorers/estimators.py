@@ -30,39 +30,49 @@ DRAWS, BINS, SEED = 2000, 30, 0
 LOGITS = (0.3, -0.5, 1.2, 0.0)
 LOSSES = (1.0, 4.0, 2.5, 3.0)
 
-_COLORS = {"REINFORCE": "#C44E52", "REINFORCE + baseline": "#DD8452",
-           "Gumbel-softmax ST": "#4C72B0"}
+_COLORS = {
+    "REINFORCE": "#C44E52",
+    "REINFORCE + baseline": "#DD8452",
+    "Gumbel-softmax ST": "#4C72B0",
+}
 
 
 def _check(logits, losses, method, tau, n_samples):
     s = core.as_real_array("logits", logits, 1).astype(float)
     f = core.as_real_array("losses", losses, 1).astype(float)
     if s.ndim != 1 or f.shape != s.shape:
-        raise ValueError(f"logits and losses must be (N,) alike, got {s.shape}, "
-                         f"{f.shape}")
+        raise ValueError(
+            f"logits and losses must be (N,) alike, got {s.shape}, {f.shape}"
+        )
     check_option("method", method, METHODS)
     check_option("tau", tau, TAUS)
     check_option("n_samples", n_samples, SAMPLES)
     return s, f
 
 
-def estimates(logits, losses, method: str, tau: float = 1.0, n_samples: int = 1,
-              draws: int = DRAWS) -> np.ndarray:
+def estimates(
+    logits,
+    losses,
+    method: str,
+    tau: float = 1.0,
+    n_samples: int = 1,
+    draws: int = DRAWS,
+) -> np.ndarray:
     """``draws`` estimates (draws, N) of d E[f(z)] / d logits, each the mean of
     ``n_samples`` single-draw estimates, from a seed fixed per (method, tau,
     n_samples). The baseline is b = E_p[f]; ST's loss is linear in the one-hot, so
     dL/dy = f."""
     s, f = _check(logits, losses, method, tau, n_samples)
-    rng = np.random.default_rng([SEED, METHODS.index(method), TAUS.index(tau),
-                                 n_samples])
+    rng = np.random.default_rng(
+        [SEED, METHODS.index(method), TAUS.index(tau), n_samples]
+    )
     n = draws * n_samples
     rows = np.broadcast_to(s, (n, len(s)))
     if method == "Gumbel-softmax ST":
         y = core.softmax((rows + hard.gumbel(rows.shape, rng)) / tau, axis=-1)
         g = hard.straight_through_grad(y, np.broadcast_to(f, y.shape), tau)
     else:
-        b = (float(core.softmax(s) @ f) if method == "REINFORCE + baseline"
-             else None)
+        b = float(core.softmax(s) @ f) if method == "REINFORCE + baseline" else None
         g = hard.reinforce_grad(rows, f, rng, baseline=b)[0]  # (n, N)
     return g.reshape(draws, n_samples, len(s)).mean(axis=1)
 
@@ -72,8 +82,7 @@ def summary(g: np.ndarray, true: np.ndarray) -> dict:
     mean, per component."""
     mean = g.mean(0)
     std = g.std(0)
-    return {"mean": mean, "bias": mean - true, "std": std,
-            "se": std / np.sqrt(len(g))}
+    return {"mean": mean, "bias": mean - true, "std": std, "se": std / np.sqrt(len(g))}
 
 
 def histogram(x: np.ndarray) -> dict:
@@ -102,46 +111,97 @@ def estimator_grid(logits=LOGITS, losses=LOSSES) -> dict:
                 g = estimates(s, f, method, tau, n_samples)
                 st = summary(g, true)
                 runs[f"{mi},{ti},{si}"] = [
-                    {"hist": {k: (v if k == "counts" else _r(v))
-                              for k, v in histogram(g[:, j]).items()},
-                     **{k: _r(st[k][j]) for k in ("mean", "bias", "std", "se")}}
-                    for j in range(len(s))]
-    return {"methods": METHODS, "taus": TAUS, "samples": SAMPLES, "draws": DRAWS,
-            "logits": s.tolist(), "losses": f.tolist(), "p": core.softmax(s).tolist(),
-            "true": [_r(x) for x in true], "runs": runs}
+                    {
+                        "hist": {
+                            k: (v if k == "counts" else _r(v))
+                            for k, v in histogram(g[:, j]).items()
+                        },
+                        **{k: _r(st[k][j]) for k in ("mean", "bias", "std", "se")},
+                    }
+                    for j in range(len(s))
+                ]
+    return {
+        "methods": METHODS,
+        "taus": TAUS,
+        "samples": SAMPLES,
+        "draws": DRAWS,
+        "logits": s.tolist(),
+        "losses": f.tolist(),
+        "p": core.softmax(s).tolist(),
+        "true": [_r(x) for x in true],
+        "runs": runs,
+    }
 
 
 def _specs() -> dict:
     hist = {
         **_frame(230),
         "layer": [
-            {"data": {"name": "hist"},
-             "mark": {"type": "rect", "color": "#8C8C8C", "stroke": "#222",
-                      "strokeWidth": 0.3},
-             "encoding": {
-                 "x": {"field": "x0", "type": "quantitative",
-                       "title": "estimate of ∂E[f]/∂s_j", "axis": {"format": ".3~g"}},
-                 "x2": {"field": "x1"},
-                 "y": {"field": "count", "type": "quantitative",
-                       "title": "estimates"},
-                 "y2": {"datum": 0},
-                 "tooltip": [{"field": "x0", "type": "quantitative", "format": ".3f",
-                              "title": "from"},
-                             {"field": "x1", "type": "quantitative", "format": ".3f",
-                              "title": "to"}, {"field": "count"}]}},
-            {"data": {"name": "lines"},
-             "mark": {"type": "rule", "strokeWidth": 2.5},
-             "encoding": {
-                 "x": {"field": "x", "type": "quantitative"},
-                 "color": {"field": "what", "type": "nominal", "title": None,
-                           "scale": {"domain": ["mean of the estimates",
-                                                "true gradient"],
-                                     "range": ["#C44E52", "#111111"]},
-                           "legend": {"orient": "top"}},
-                 "strokeDash": {"field": "what", "type": "nominal", "legend": None,
-                                "scale": {"domain": ["mean of the estimates",
-                                                     "true gradient"],
-                                          "range": [[1, 0], [5, 3]]}}}},
+            {
+                "data": {"name": "hist"},
+                "mark": {
+                    "type": "rect",
+                    "color": "#8C8C8C",
+                    "stroke": "#222",
+                    "strokeWidth": 0.3,
+                },
+                "encoding": {
+                    "x": {
+                        "field": "x0",
+                        "type": "quantitative",
+                        "title": "estimate of ∂E[f]/∂s_j",
+                        "axis": {"format": ".3~g"},
+                    },
+                    "x2": {"field": "x1"},
+                    "y": {
+                        "field": "count",
+                        "type": "quantitative",
+                        "title": "estimates",
+                    },
+                    "y2": {"datum": 0},
+                    "tooltip": [
+                        {
+                            "field": "x0",
+                            "type": "quantitative",
+                            "format": ".3f",
+                            "title": "from",
+                        },
+                        {
+                            "field": "x1",
+                            "type": "quantitative",
+                            "format": ".3f",
+                            "title": "to",
+                        },
+                        {"field": "count"},
+                    ],
+                },
+            },
+            {
+                "data": {"name": "lines"},
+                "mark": {"type": "rule", "strokeWidth": 2.5},
+                "encoding": {
+                    "x": {"field": "x", "type": "quantitative"},
+                    "color": {
+                        "field": "what",
+                        "type": "nominal",
+                        "title": None,
+                        "scale": {
+                            "domain": ["mean of the estimates", "true gradient"],
+                            "range": ["#C44E52", "#111111"],
+                        },
+                        "legend": {"orient": "top"},
+                    },
+                    "strokeDash": {
+                        "field": "what",
+                        "type": "nominal",
+                        "legend": None,
+                        "scale": {
+                            "domain": ["mean of the estimates", "true gradient"],
+                            "range": [[1, 0], [5, 3]],
+                        },
+                    },
+                },
+            },
         ],
         **_FONT,
     }
@@ -150,41 +210,72 @@ def _specs() -> dict:
         "data": {"name": "bars"},
         "mark": {"type": "bar", "stroke": "#222", "strokeWidth": 0.4},
         "encoding": {
-            "x": {"field": "method", "type": "nominal", "sort": METHODS, "title": None,
-                  "axis": {"labelAngle": 0, "labelLimit": 120,
-                           # two lines each: the three names fit at 390 px
-                           "labelExpr": "split(replace(datum.label, ' + ', ' +'), "
-                                        "' ')"}},
-            "xOffset": {"field": "stat", "type": "nominal",
-                        "sort": ["|bias|", "std"]},
-            "y": {"field": "value", "type": "quantitative",
-                  "title": "for this component"},
-            "color": {"field": "method", "type": "nominal", "legend": None,
-                      "scale": {"domain": METHODS,
-                                "range": [_COLORS[m] for m in METHODS]}},
-            "opacity": {"field": "stat", "type": "nominal", "title": None,
-                        "scale": {"domain": ["|bias|", "std"], "range": [1.0, 0.4]},
-                        "legend": {"orient": "top"}},
-            "tooltip": [{"field": "method"}, {"field": "stat"},
-                        {"field": "value", "type": "quantitative", "format": ".4f"}]},
+            "x": {
+                "field": "method",
+                "type": "nominal",
+                "sort": METHODS,
+                "title": None,
+                "axis": {
+                    "labelAngle": 0,
+                    "labelLimit": 120,
+                    # two lines each: the three names fit at 390 px
+                    "labelExpr": "split(replace(datum.label, ' + ', ' +'), ' ')",
+                },
+            },
+            "xOffset": {"field": "stat", "type": "nominal", "sort": ["|bias|", "std"]},
+            "y": {
+                "field": "value",
+                "type": "quantitative",
+                "title": "for this component",
+            },
+            "color": {
+                "field": "method",
+                "type": "nominal",
+                "legend": None,
+                "scale": {"domain": METHODS, "range": [_COLORS[m] for m in METHODS]},
+            },
+            "opacity": {
+                "field": "stat",
+                "type": "nominal",
+                "title": None,
+                "scale": {"domain": ["|bias|", "std"], "range": [1.0, 0.4]},
+                "legend": {"orient": "top"},
+            },
+            "tooltip": [
+                {"field": "method"},
+                {"field": "stat"},
+                {"field": "value", "type": "quantitative", "format": ".4f"},
+            ],
+        },
         **_FONT,
     }
     return {"hist": hist, "bars": bars}
 
 
-def static_estimator_explorer(logits=LOGITS, losses=LOSSES,
-                              method="Gumbel-softmax ST", tau=1.0, n_samples=1,
-                              component=2) -> Explorer:
+def static_estimator_explorer(
+    logits=LOGITS,
+    losses=LOSSES,
+    method="Gumbel-softmax ST",
+    tau=1.0,
+    n_samples=1,
+    component=2,
+) -> Explorer:
     """The static site's twin of ``estimator_explorer``."""
     s, _ = _check(logits, losses, method, tau, n_samples)
     if component not in range(len(s)):
         raise ValueError(f"component must be in 0..{len(s) - 1}, got {component!r}")
-    init = {"method": METHODS.index(method), "tau": TAUS.index(tau),
-            "samples": SAMPLES.index(n_samples), "j": component}
-    return Explorer("estimators", {"grid": estimator_grid(logits, losses),
-                                   "init": init, "specs": _specs()},
-                    "Gradient estimators (chapter 3)",
-                    "explorers.estimator_explorer()")
+    init = {
+        "method": METHODS.index(method),
+        "tau": TAUS.index(tau),
+        "samples": SAMPLES.index(n_samples),
+        "j": component,
+    }
+    return Explorer(
+        "estimators",
+        {"grid": estimator_grid(logits, losses), "init": init, "specs": _specs()},
+        "Gradient estimators (chapter 3)",
+        "explorers.estimator_explorer()",
+    )
 
 
 def estimator_figure(logits, losses, method, tau, n_samples, component):
@@ -200,16 +291,31 @@ def estimator_figure(logits, losses, method, tau, n_samples, component):
     a0.hist(g[:, j], bins=BINS, color="#8C8C8C", ec="#222", lw=0.3)
     a0.axvline(g[:, j].mean(), color="#C44E52", lw=2.5, label="mean of the estimates")
     a0.axvline(true[j], color="#111", ls="--", lw=2, label="true gradient")
-    a0.set(xlabel=f"estimate of ∂E[f]/∂s_{j}", ylabel="estimates",
-           title=f"{method}" + (f", τ = {tau}" if "Gumbel" in method else "")
-           + f", {n_samples} per estimate")
+    a0.set(
+        xlabel=f"estimate of ∂E[f]/∂s_{j}",
+        ylabel="estimates",
+        title=f"{method}"
+        + (f", τ = {tau}" if "Gumbel" in method else "")
+        + f", {n_samples} per estimate",
+    )
     a0.legend(fontsize=7)
     x = np.arange(len(METHODS))
     st = [summary(estimates(s, f, m, tau, n_samples), true) for m in METHODS]
-    a1.bar(x - 0.2, [abs(t["bias"][j]) for t in st], 0.4,
-           color=[_COLORS[m] for m in METHODS], label="|bias|")
-    a1.bar(x + 0.2, [t["std"][j] for t in st], 0.4, alpha=0.4,
-           color=[_COLORS[m] for m in METHODS], label="std")
+    a1.bar(
+        x - 0.2,
+        [abs(t["bias"][j]) for t in st],
+        0.4,
+        color=[_COLORS[m] for m in METHODS],
+        label="|bias|",
+    )
+    a1.bar(
+        x + 0.2,
+        [t["std"][j] for t in st],
+        0.4,
+        alpha=0.4,
+        color=[_COLORS[m] for m in METHODS],
+        label="std",
+    )
     a1.set_xticks(x, labels=METHODS, fontsize=8)
     a1.set(title=f"component {j}: |bias| (solid) and std (light)")
     fig.tight_layout()
@@ -221,15 +327,24 @@ def estimator_readout(logits, losses, method, tau, n_samples, component) -> str:
     true = hard.expected_loss_grad(s, f)
     st = summary(estimates(s, f, method, tau, n_samples), true)
     j = component
-    return (f"{method}" + (f" at τ = {tau}" if "Gumbel" in method else "")
-            + f", {n_samples} samples per estimate, {DRAWS} estimates: mean "
-            f"{st['mean'][j]:.4f} against the true {true[j]:.4f}, bias "
-            f"{st['bias'][j]:+.4f} (standard error {st['se'][j]:.4f}), "
-            f"std {st['std'][j]:.4f}.")
+    return (
+        f"{method}"
+        + (f" at τ = {tau}" if "Gumbel" in method else "")
+        + f", {n_samples} samples per estimate, {DRAWS} estimates: mean "
+        f"{st['mean'][j]:.4f} against the true {true[j]:.4f}, bias "
+        f"{st['bias'][j]:+.4f} (standard error {st['se'][j]:.4f}), "
+        f"std {st['std'][j]:.4f}."
+    )
 
 
-def live_estimator_explorer(logits=LOGITS, losses=LOSSES, method="Gumbel-softmax ST",
-                            tau=1.0, n_samples=1, component=2):
+def live_estimator_explorer(
+    logits=LOGITS,
+    losses=LOSSES,
+    method="Gumbel-softmax ST",
+    tau=1.0,
+    n_samples=1,
+    component=2,
+):
     """ipywidgets: each change redraws ``estimator_figure`` and the text."""
     import ipywidgets as widgets
 
@@ -237,15 +352,23 @@ def live_estimator_explorer(logits=LOGITS, losses=LOSSES, method="Gumbel-softmax
 
     s, _ = _check(logits, losses, method, tau, n_samples)
     style = {"description_width": "initial"}
-    ctl = {"method": widgets.Dropdown(options=METHODS, value=method,
-                                      description="estimator", style=style),
-           "tau": widgets.SelectionSlider(options=TAUS, value=tau,
-                                          description="temperature τ", style=style),
-           "n_samples": widgets.SelectionSlider(options=SAMPLES, value=n_samples,
-                                                description="samples per estimate",
-                                                style=style),
-           "component": widgets.IntSlider(value=component, min=0, max=len(s) - 1,
-                                          description="logit j", style=style)}
+    ctl = {
+        "method": widgets.Dropdown(
+            options=METHODS, value=method, description="estimator", style=style
+        ),
+        "tau": widgets.SelectionSlider(
+            options=TAUS, value=tau, description="temperature τ", style=style
+        ),
+        "n_samples": widgets.SelectionSlider(
+            options=SAMPLES,
+            value=n_samples,
+            description="samples per estimate",
+            style=style,
+        ),
+        "component": widgets.IntSlider(
+            value=component, min=0, max=len(s) - 1, description="logit j", style=style
+        ),
+    }
     text, out = widgets.HTML(), widgets.Output()
 
     def redraw(change=None):
@@ -261,8 +384,14 @@ def live_estimator_explorer(logits=LOGITS, losses=LOSSES, method="Gumbel-softmax
     return widgets.VBox([widgets.HBox(items[:2]), widgets.HBox(items[2:]), text, out])
 
 
-def estimator_explorer(logits=LOGITS, losses=LOSSES, method: str = "Gumbel-softmax ST",
-                       tau: float = 1.0, n_samples: int = 1, component: int = 2):
+def estimator_explorer(
+    logits=LOGITS,
+    losses=LOSSES,
+    method: str = "Gumbel-softmax ST",
+    tau: float = 1.0,
+    n_samples: int = 1,
+    component: int = 2,
+):
     """Chapter 3: gradient estimates of E_{z ~ softmax(logits)}[losses[z]]; the static
     twin on the built site, ipywidgets elsewhere."""
     kw = dict(method=method, tau=tau, n_samples=n_samples, component=component)
@@ -271,5 +400,4 @@ def estimator_explorer(logits=LOGITS, losses=LOSSES, method: str = "Gumbel-softm
     return live_estimator_explorer(logits, losses, **kw)
 
 
-__all__ = ["estimates", "estimator_explorer", "estimator_grid", "histogram",
-           "summary"]
+__all__ = ["estimates", "estimator_explorer", "estimator_grid", "histogram", "summary"]

@@ -12,14 +12,14 @@ from .site import check_option
 # ---------------------------------------------------------------------------------
 
 
-
-
-
 def _within(name: str, value, lo, hi) -> None:
     """A slider's starting value must lie on its range (ipywidgets would clamp it
     quietly): ValueError naming the argument and the range."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not lo <= value <= hi:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not lo <= value <= hi
+    ):
         raise ValueError(f"{name} must be a number in [{lo}, {hi}], got {value!r}")
 
 
@@ -38,8 +38,13 @@ def _show_figure(out, fig) -> None:
     fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
     plt.close(fig)
     png = base64.b64encode(buf.getvalue()).decode("ascii")
-    out.outputs = ({"output_type": "display_data", "metadata": {},
-                    "data": {"image/png": png, "text/plain": "<Figure>"}},)
+    out.outputs = (
+        {
+            "output_type": "display_data",
+            "metadata": {},
+            "data": {"image/png": png, "text/plain": "<Figure>"},
+        },
+    )
 
 
 # ---------------------------------------------------------------------------------
@@ -47,8 +52,9 @@ def _show_figure(out, fig) -> None:
 # ---------------------------------------------------------------------------------
 
 
-def naive_traffic_explorer(n: int = 1024, m: int | None = None, d: int = 64,
-                           dtype: str = "float16"):
+def naive_traffic_explorer(
+    n: int = 1024, m: int | None = None, d: int = 64, dtype: str = "float16"
+):
     """Sliders for n (keys), m (queries; tick "self" for m = n), d and dtype.
 
     Each change redraws ``attention.plots.naive_traffic_figure``: bytes against n per
@@ -65,32 +71,55 @@ def naive_traffic_explorer(n: int = 1024, m: int | None = None, d: int = 64,
     check_option("d", d, [16, 32, 64, 128, 256])
     check_option("dtype", dtype, list(plots.DTYPE_BYTES))
     style = {"description_width": "initial"}
-    n_slider = widgets.IntSlider(value=n, min=64, max=8192, step=64,
-                                 description="keys n", continuous_update=False,
-                                 style=style)
-    m_slider = widgets.IntSlider(value=m or n, min=16, max=8192, step=16,
-                                 description="queries m", continuous_update=False,
-                                 style=style, disabled=m is None)
-    self_box = widgets.Checkbox(value=m is None, description="self-attention (m = n)",
-                                indent=False)
-    d_menu = widgets.Dropdown(options=[16, 32, 64, 128, 256], value=d,
-                              description="head dim d", style=style)
-    dtype_menu = widgets.Dropdown(options=list(plots.DTYPE_BYTES), value=dtype,
-                                  description="dtype", style=style)
+    n_slider = widgets.IntSlider(
+        value=n,
+        min=64,
+        max=8192,
+        step=64,
+        description="keys n",
+        continuous_update=False,
+        style=style,
+    )
+    m_slider = widgets.IntSlider(
+        value=m or n,
+        min=16,
+        max=8192,
+        step=16,
+        description="queries m",
+        continuous_update=False,
+        style=style,
+        disabled=m is None,
+    )
+    self_box = widgets.Checkbox(
+        value=m is None, description="self-attention (m = n)", indent=False
+    )
+    d_menu = widgets.Dropdown(
+        options=[16, 32, 64, 128, 256], value=d, description="head dim d", style=style
+    )
+    dtype_menu = widgets.Dropdown(
+        options=list(plots.DTYPE_BYTES), value=dtype, description="dtype", style=style
+    )
     out = widgets.Output()
 
     def redraw(change=None):
         m_slider.disabled = self_box.value
-        fig = plots.naive_traffic_figure(n=n_slider.value,
-                                         m=None if self_box.value else m_slider.value,
-                                         d=d_menu.value, dtype=dtype_menu.value)
+        fig = plots.naive_traffic_figure(
+            n=n_slider.value,
+            m=None if self_box.value else m_slider.value,
+            d=d_menu.value,
+            dtype=dtype_menu.value,
+        )
         _show_figure(out, fig)
 
     for w in (n_slider, m_slider, self_box, d_menu, dtype_menu):
         w.observe(redraw, names="value")
     redraw()
-    controls = widgets.VBox([widgets.HBox([n_slider, m_slider, self_box]),
-                             widgets.HBox([d_menu, dtype_menu])])
+    controls = widgets.VBox(
+        [
+            widgets.HBox([n_slider, m_slider, self_box]),
+            widgets.HBox([d_menu, dtype_menu]),
+        ]
+    )
     return widgets.VBox([controls, out])
 
 
@@ -121,8 +150,10 @@ def tile_schedule_state(N: int, d: int, M: int, Br: int, Bc: int, algorithm: str
         return 0, f"step: off, the tiles do not fit in SRAM. {err}"
     tiles = memory.cdiv(N, Br) * memory.cdiv(N, Bc)
     if tiles > MAX_TILES:
-        return 0, (f"step: off, {tiles:,} tiles of S are too many to draw (at most "
-                   f"{MAX_TILES:,}); shrink N or grow Br, Bc")
+        return 0, (
+            f"step: off, {tiles:,} tiles of S are too many to draw (at most "
+            f"{MAX_TILES:,}); shrink N or grow Br, Bc"
+        )
     return form.steps, None
 
 
@@ -139,31 +170,55 @@ def _closed_form_tile_figure(N, d, sram_kib, Br, Bc, dtype, algorithm, events):
     group = BACKWARD if algorithm in BACKWARD else FORWARD
     results = {a: memory.closed_form(a, N, d, Br=Br, Bc=Bc, M=M) for a in group}
     floor = {a: memory.compulsory(a, N, d) for a in group}
-    fig, (ax0, ax1, ax2) = plt.subplots(1, 3, figsize=(14, 4.4),
-                                        gridspec_kw={"width_ratios": [1.1, 1.1, 0.7]})
-    plots.traffic_by_algorithm(results, bytes_per_elem=bpe, ax=ax0, floor=floor,
-                               title=f"HBM traffic, N = {N}, d = {d}, Br = {Br}, "
-                                     f"Bc = {Bc}, {dtype} (closed form)")
+    fig, (ax0, ax1, ax2) = plt.subplots(
+        1, 3, figsize=(14, 4.4), gridspec_kw={"width_ratios": [1.1, 1.1, 0.7]}
+    )
+    plots.traffic_by_algorithm(
+        results,
+        bytes_per_elem=bpe,
+        ax=ax0,
+        floor=floor,
+        title=f"HBM traffic, N = {N}, d = {d}, Br = {Br}, "
+        f"Bc = {Bc}, {dtype} (closed form)",
+    )
 
     def estimate(counts):
-        return {g: {a: memory.roofline_ms(memory.matmul_flops(a, N, d), r.bytes(bpe),
-                                          spec) * 1e3 for a, r in counts.items()}
-                for g, spec in memory.GPUS.items()}
+        return {
+            g: {
+                a: memory.roofline_ms(memory.matmul_flops(a, N, d), r.bytes(bpe), spec)
+                * 1e3
+                for a, r in counts.items()
+            }
+            for g, spec in memory.GPUS.items()
+        }
 
-    plots.roofline_bars(estimate(results), ax=ax1, unit="µs", floor=estimate(floor),
-                        title="roofline ESTIMATE of one head, not a measurement")
+    plots.roofline_bars(
+        estimate(results),
+        ax=ax1,
+        unit="µs",
+        floor=estimate(floor),
+        title="roofline ESTIMATE of one head, not a measurement",
+    )
     ax2.axis("off")
-    text = (f"Counted by memory.closed_form:\nsimulating these {events:,} events\n"
-            f"in Python would take too long\n(no schedule drawn).\n\nThe numbers are "
-            f"printed\nunder the figure.")
+    text = (
+        f"Counted by memory.closed_form:\nsimulating these {events:,} events\n"
+        f"in Python would take too long\n(no schedule drawn).\n\nThe numbers are "
+        f"printed\nunder the figure."
+    )
     ax2.text(0, 1, text, va="top", fontsize=8)
     fig.tight_layout()
     return fig
 
 
-def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192,
-                       Br: int = 64, Bc: int = 64, dtype: str = "float16",
-                       algorithm: str = "flash2"):
+def tile_size_explorer(
+    N: int = 1024,
+    d: int = 64,
+    sram_kib: int = 192,
+    Br: int = 64,
+    Bc: int = 64,
+    dtype: str = "float16",
+    algorithm: str = "flash2",
+):
     """Sliders for N, d, SRAM size, Br, Bc, dtype, algorithm and the schedule's step.
 
     Each change redraws ``attention.plots.tile_explorer_figure``: HBM reads and writes
@@ -191,20 +246,30 @@ def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192,
     check_option("algorithm", algorithm, FORWARD + BACKWARD)
     style = {"description_width": "initial"}
     opts = dict(continuous_update=False, style=style)
-    n_s = widgets.IntSlider(value=N, min=64, max=16384, step=64, description="N",
-                            **opts)
-    d_m = widgets.Dropdown(options=[32, 64, 128, 256], value=d,
-                           description="head dim d", style=style)
-    m_s = widgets.IntSlider(value=sram_kib, min=16, max=256, step=8,
-                            description="SRAM (KiB)", **opts)
-    br_s = widgets.IntSlider(value=Br, min=16, max=512, step=16, description="Br",
-                             **opts)
-    bc_s = widgets.IntSlider(value=Bc, min=16, max=512, step=16, description="Bc",
-                             **opts)
-    dt_m = widgets.Dropdown(options=list(plots.DTYPE_BYTES), value=dtype,
-                            description="dtype", style=style)
-    alg_m = widgets.Dropdown(options=FORWARD + BACKWARD, value=algorithm,
-                             description="algorithm", style=style)
+    n_s = widgets.IntSlider(
+        value=N, min=64, max=16384, step=64, description="N", **opts
+    )
+    d_m = widgets.Dropdown(
+        options=[32, 64, 128, 256], value=d, description="head dim d", style=style
+    )
+    m_s = widgets.IntSlider(
+        value=sram_kib, min=16, max=256, step=8, description="SRAM (KiB)", **opts
+    )
+    br_s = widgets.IntSlider(
+        value=Br, min=16, max=512, step=16, description="Br", **opts
+    )
+    bc_s = widgets.IntSlider(
+        value=Bc, min=16, max=512, step=16, description="Bc", **opts
+    )
+    dt_m = widgets.Dropdown(
+        options=list(plots.DTYPE_BYTES), value=dtype, description="dtype", style=style
+    )
+    alg_m = widgets.Dropdown(
+        options=FORWARD + BACKWARD,
+        value=algorithm,
+        description="algorithm",
+        style=style,
+    )
     step_s = widgets.IntSlider(value=0, min=0, max=0, description="step", **opts)
     step_note = widgets.HTML(value="")
     rule_b = widgets.Button(description="Use the FA1 rule for Br, Bc")
@@ -216,8 +281,9 @@ def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192,
         return m_s.value * 1024 // plots.DTYPE_BYTES[dt_m.value]
 
     def update_step() -> None:
-        steps, why = tile_schedule_state(n_s.value, d_m.value, sram_elements(),
-                                         br_s.value, bc_s.value, alg_m.value)
+        steps, why = tile_schedule_state(
+            n_s.value, d_m.value, sram_elements(), br_s.value, bc_s.value, alg_m.value
+        )
         step_s.max = max(steps - 1, 0)
         step_s.disabled = why is not None
         if why is not None:
@@ -225,26 +291,45 @@ def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192,
         step_note.value = "" if why is None else f"<i>{why}</i>"
 
     def figure():
-        kw = dict(N=n_s.value, d=d_m.value, sram_kib=m_s.value, Br=br_s.value,
-                  Bc=bc_s.value, dtype=dt_m.value, algorithm=alg_m.value)
+        kw = dict(
+            N=n_s.value,
+            d=d_m.value,
+            sram_kib=m_s.value,
+            Br=br_s.value,
+            Bc=bc_s.value,
+            dtype=dt_m.value,
+            algorithm=alg_m.value,
+        )
         # The figure simulates the chosen algorithm only (the rest: closed forms).
         try:
-            events = memory.closed_form(alg_m.value, n_s.value, d_m.value,
-                                        Br=br_s.value, Bc=bc_s.value,
-                                        M=sram_elements()).events
+            events = memory.closed_form(
+                alg_m.value,
+                n_s.value,
+                d_m.value,
+                Br=br_s.value,
+                Bc=bc_s.value,
+                M=sram_elements(),
+            ).events
         except ValueError:
             # The tiles do not fit: the figure says why, simulating nothing.
             events = 0
         if events > SIMULATE_EVENTS:
             return _closed_form_tile_figure(events=events, **kw)
-        return plots.tile_explorer_figure(step=step_s.value, max_tiles=MAX_TILES,
-                                          text_panel=False, **kw)
+        return plots.tile_explorer_figure(
+            step=step_s.value, max_tiles=MAX_TILES, text_panel=False, **kw
+        )
 
     def numbers() -> str:
         try:
             text = plots.tile_explorer_summary(
-                N=n_s.value, d=d_m.value, sram_kib=m_s.value, Br=br_s.value,
-                Bc=bc_s.value, dtype=dt_m.value, algorithm=alg_m.value)
+                N=n_s.value,
+                d=d_m.value,
+                sram_kib=m_s.value,
+                Br=br_s.value,
+                Bc=bc_s.value,
+                dtype=dt_m.value,
+                algorithm=alg_m.value,
+            )
         except ValueError:  # the tiles do not fit: the figure gives the reason
             return ""
         style = "font-size: 12px; line-height: 1.3"
@@ -274,9 +359,13 @@ def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192,
         w.observe(redraw, names="value")
     rule_b.on_click(use_rule)
     redraw()
-    controls = widgets.VBox([widgets.HBox([n_s, d_m, m_s, dt_m]),
-                             widgets.HBox([br_s, bc_s, rule_b]),
-                             widgets.HBox([alg_m, step_s, step_note])])
+    controls = widgets.VBox(
+        [
+            widgets.HBox([n_s, d_m, m_s, dt_m]),
+            widgets.HBox([br_s, bc_s, rule_b]),
+            widgets.HBox([alg_m, step_s, step_note]),
+        ]
+    )
     return widgets.VBox([controls, out, summary])
 
 
@@ -292,8 +381,9 @@ def teaser(d: int = 64, dtype: str = "float16"):
 # ---------------------------------------------------------------------------------
 
 
-def temperature_explorer(scores=None, noise=None, tau: float = 1.0, row: int = 0,
-                         seed: int = 0):
+def temperature_explorer(
+    scores=None, noise=None, tau: float = 1.0, row: int = 0, seed: int = 0
+):
     """A log slider for the Gumbel-softmax temperature tau (and one for the query row).
 
     Each change redraws ``attention.plots.gumbel_softmax_figure`` with the SAME scores
@@ -310,18 +400,31 @@ def temperature_explorer(scores=None, noise=None, tau: float = 1.0, row: int = 0
     if isinstance(row, bool) or not isinstance(row, int) or not 0 <= row < s.shape[0]:
         raise ValueError(f"row must be an int in 0..{s.shape[0] - 1}, got {row!r}")
     style = {"description_width": "initial"}
-    tau_s = widgets.FloatLogSlider(value=tau, base=10, min=-2, max=1.5, step=0.05,
-                                   description="temperature τ",
-                                   continuous_update=False, style=style,
-                                   readout_format=".3g")
-    row_s = widgets.IntSlider(value=row, min=0, max=s.shape[0] - 1,
-                              description="query row", continuous_update=False,
-                              style=style)
+    tau_s = widgets.FloatLogSlider(
+        value=tau,
+        base=10,
+        min=-2,
+        max=1.5,
+        step=0.05,
+        description="temperature τ",
+        continuous_update=False,
+        style=style,
+        readout_format=".3g",
+    )
+    row_s = widgets.IntSlider(
+        value=row,
+        min=0,
+        max=s.shape[0] - 1,
+        description="query row",
+        continuous_update=False,
+        style=style,
+    )
     out = widgets.Output()
 
     def redraw(change=None):
-        _show_figure(out, plots.gumbel_softmax_figure(s, g, tau=tau_s.value,
-                                                      row=row_s.value))
+        _show_figure(
+            out, plots.gumbel_softmax_figure(s, g, tau=tau_s.value, row=row_s.value)
+        )
 
     for w in (tau_s, row_s):
         w.observe(redraw, names="value")
@@ -341,18 +444,32 @@ def topk_traffic_explorer(N: int = 4096, d: int = 64, k: int = 8):
     _within("N", N, 256, 65536)
     check_option("d", d, [32, 64, 128])
     style = {"description_width": "initial"}
-    k_s = widgets.IntSlider(value=k, min=1, max=256, description="top-k k",
-                            continuous_update=False, style=style)
-    n_s = widgets.IntSlider(value=N, min=256, max=65536, step=256,
-                            description="length N", continuous_update=False,
-                            style=style)
-    d_m = widgets.Dropdown(options=[32, 64, 128], value=d, description="head dim d",
-                           style=style)
+    k_s = widgets.IntSlider(
+        value=k,
+        min=1,
+        max=256,
+        description="top-k k",
+        continuous_update=False,
+        style=style,
+    )
+    n_s = widgets.IntSlider(
+        value=N,
+        min=256,
+        max=65536,
+        step=256,
+        description="length N",
+        continuous_update=False,
+        style=style,
+    )
+    d_m = widgets.Dropdown(
+        options=[32, 64, 128], value=d, description="head dim d", style=style
+    )
     out = widgets.Output()
 
     def redraw(change=None):
-        _show_figure(out, plots.selection_traffic_figure(N=n_s.value, d=d_m.value,
-                                                         k=k_s.value))
+        _show_figure(
+            out, plots.selection_traffic_figure(N=n_s.value, d=d_m.value, k=k_s.value)
+        )
 
     for w in (k_s, n_s, d_m):
         w.observe(redraw, names="value")
@@ -365,8 +482,9 @@ def topk_traffic_explorer(N: int = 4096, d: int = 64, k: int = 8):
 # ---------------------------------------------------------------------------------
 
 
-def deformable_traffic_explorer(side: int = 64, d: int = 32, r: int = 4,
-                                n_points: int = 4, n_levels: int = 4):
+def deformable_traffic_explorer(
+    side: int = 64, d: int = 32, r: int = 4, n_points: int = 4, n_levels: int = 4
+):
     """Sliders for DAT's downsampling factor r, MSDA's points per level P and levels L,
     the map side and d; each change redraws
     ``attention.plots.deformable_traffic_figure``. Returns the box."""
@@ -380,28 +498,59 @@ def deformable_traffic_explorer(side: int = 64, d: int = 32, r: int = 4,
     _within("side", side, 16, 128)
     check_option("d", d, [16, 32, 64, 128])
     style = {"description_width": "initial"}
-    r_s = widgets.IntSlider(value=r, min=1, max=16, description="DAT factor r",
-                            continuous_update=False, style=style)
-    p_s = widgets.IntSlider(value=n_points, min=1, max=16,
-                            description="MSDA points P", continuous_update=False,
-                            style=style)
-    l_s = widgets.IntSlider(value=n_levels, min=1, max=4,
-                            description="MSDA levels L", continuous_update=False,
-                            style=style)
-    side_s = widgets.IntSlider(value=side, min=16, max=128, step=16,
-                               description="map side", continuous_update=False,
-                               style=style)
-    d_m = widgets.Dropdown(options=[16, 32, 64, 128], value=d, description="head dim d",
-                           style=style)
+    r_s = widgets.IntSlider(
+        value=r,
+        min=1,
+        max=16,
+        description="DAT factor r",
+        continuous_update=False,
+        style=style,
+    )
+    p_s = widgets.IntSlider(
+        value=n_points,
+        min=1,
+        max=16,
+        description="MSDA points P",
+        continuous_update=False,
+        style=style,
+    )
+    l_s = widgets.IntSlider(
+        value=n_levels,
+        min=1,
+        max=4,
+        description="MSDA levels L",
+        continuous_update=False,
+        style=style,
+    )
+    side_s = widgets.IntSlider(
+        value=side,
+        min=16,
+        max=128,
+        step=16,
+        description="map side",
+        continuous_update=False,
+        style=style,
+    )
+    d_m = widgets.Dropdown(
+        options=[16, 32, 64, 128], value=d, description="head dim d", style=style
+    )
     out = widgets.Output()
 
     def redraw(change=None):
-        _show_figure(out, plots.deformable_traffic_figure(
-            side=side_s.value, d=d_m.value, r=r_s.value, n_points=p_s.value,
-            n_levels=l_s.value))
+        _show_figure(
+            out,
+            plots.deformable_traffic_figure(
+                side=side_s.value,
+                d=d_m.value,
+                r=r_s.value,
+                n_points=p_s.value,
+                n_levels=l_s.value,
+            ),
+        )
 
     for w in (r_s, p_s, l_s, side_s, d_m):
         w.observe(redraw, names="value")
     redraw()
-    return widgets.VBox([widgets.HBox([r_s, p_s, l_s]), widgets.HBox([side_s, d_m]),
-                         out])
+    return widgets.VBox(
+        [widgets.HBox([r_s, p_s, l_s]), widgets.HBox([side_s, d_m]), out]
+    )

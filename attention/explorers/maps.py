@@ -43,15 +43,20 @@ def map_task(maps, queries, keys, outputs, targets=None) -> dict:
     if w.ndim == 3:
         w = w[:, None]
     if w.ndim != 4 or 0 in w.shape:
-        raise ValueError(f"maps must be (E, H, m, n) or (E, m, n), got "
-                         f"{np.shape(maps)}")
+        raise ValueError(
+            f"maps must be (E, H, m, n) or (E, m, n), got {np.shape(maps)}"
+        )
     e, _, m, n = w.shape
     sums = w.sum(-1)
     if not np.all(np.isclose(sums, 1.0, atol=1e-6) | (sums == 0)) or (w < 0).any():
         raise ValueError("maps must hold attention weights: rows >= 0 summing to 1")
     out = {"maps": w}
-    for name, labels, width in (("queries", queries, m), ("keys", keys, n),
-                                ("outputs", outputs, m), ("targets", targets, m)):
+    for name, labels, width in (
+        ("queries", queries, m),
+        ("keys", keys, n),
+        ("outputs", outputs, m),
+        ("targets", targets, m),
+    ):
         if labels is None:
             continue
         rows = [[str(t) for t in r] for r in labels]
@@ -76,10 +81,19 @@ def maps_grid(tasks: dict) -> dict:
     out = []
     for name, t in _check_tasks(tasks).items():
         e, h, m, n = t["maps"].shape
-        out.append({"name": name, "E": e, "H": h, "m": m, "n": n,
-                    "w": np.round(t["maps"], DECIMALS).tolist(),
-                    **{k: t[k] for k in ("queries", "keys", "outputs", "targets")
-                       if k in t}})
+        out.append(
+            {
+                "name": name,
+                "E": e,
+                "H": h,
+                "m": m,
+                "n": n,
+                "w": np.round(t["maps"], DECIMALS).tolist(),
+                **{
+                    k: t[k] for k in ("queries", "keys", "outputs", "targets") if k in t
+                },
+            }
+        )
     return {"tasks": out}
 
 
@@ -88,24 +102,50 @@ def _map_specs() -> dict:
     heat = {
         **_frame(260),
         "layer": [
-            {"data": {"name": "cells"}, "mark": {"type": "rect"},
-             "encoding": {
-                 "x": {"field": "key", "type": "ordinal", "title": "key (attended to)",
-                       "sort": {"field": "j"}, "axis": {"labelAngle": -60}},
-                 "y": {"field": "query", "type": "ordinal", "sort": {"field": "i"},
-                       "title": "query (attending)"},
-                 "color": {"field": "w", "type": "quantitative", "title": "weight",
-                           "scale": {"scheme": "blues", "domain": [0, 1]},
-                           "legend": {"orient": "right", "gradientLength": 120}},
-                 "tooltip": [{"field": "query"}, {"field": "key"},
-                             {"field": "w", "type": "quantitative", "format": ".3f"}]}},
-            {"data": {"name": "outline"},
-             "mark": {"type": "rect", "fillOpacity": 0, "stroke": "#E8590C",
-                      "strokeWidth": 3},
-             "encoding": {"x": {"field": "key", "type": "ordinal", "sort":
-                                {"field": "j"}},
-                          "y": {"field": "query", "type": "ordinal",
-                                "sort": {"field": "i"}}}},
+            {
+                "data": {"name": "cells"},
+                "mark": {"type": "rect"},
+                "encoding": {
+                    "x": {
+                        "field": "key",
+                        "type": "ordinal",
+                        "title": "key (attended to)",
+                        "sort": {"field": "j"},
+                        "axis": {"labelAngle": -60},
+                    },
+                    "y": {
+                        "field": "query",
+                        "type": "ordinal",
+                        "sort": {"field": "i"},
+                        "title": "query (attending)",
+                    },
+                    "color": {
+                        "field": "w",
+                        "type": "quantitative",
+                        "title": "weight",
+                        "scale": {"scheme": "blues", "domain": [0, 1]},
+                        "legend": {"orient": "right", "gradientLength": 120},
+                    },
+                    "tooltip": [
+                        {"field": "query"},
+                        {"field": "key"},
+                        {"field": "w", "type": "quantitative", "format": ".3f"},
+                    ],
+                },
+            },
+            {
+                "data": {"name": "outline"},
+                "mark": {
+                    "type": "rect",
+                    "fillOpacity": 0,
+                    "stroke": "#E8590C",
+                    "strokeWidth": 3,
+                },
+                "encoding": {
+                    "x": {"field": "key", "type": "ordinal", "sort": {"field": "j"}},
+                    "y": {"field": "query", "type": "ordinal", "sort": {"field": "i"}},
+                },
+            },
         ],
         **_FONT,
     }
@@ -114,28 +154,46 @@ def _map_specs() -> dict:
         "data": {"name": "row"},
         "mark": {"type": "bar", "color": blue, "stroke": "#222", "strokeWidth": 0.4},
         "encoding": {
-            "x": {"field": "key", "type": "ordinal", "sort": {"field": "j"},
-                  "title": "key", "axis": {"labelAngle": -60}},
-            "y": {"field": "w", "type": "quantitative", "title": "weight of the row",
-                  "scale": {"domain": [0, 1]}},
-            "tooltip": [{"field": "key"},
-                        {"field": "w", "type": "quantitative", "format": ".3f"}]},
+            "x": {
+                "field": "key",
+                "type": "ordinal",
+                "sort": {"field": "j"},
+                "title": "key",
+                "axis": {"labelAngle": -60},
+            },
+            "y": {
+                "field": "w",
+                "type": "quantitative",
+                "title": "weight of the row",
+                "scale": {"domain": [0, 1]},
+            },
+            "tooltip": [
+                {"field": "key"},
+                {"field": "w", "type": "quantitative", "format": ".3f"},
+            ],
+        },
         **_FONT,
     }
     return {"map": heat, "row": row}
 
 
-def static_attention_map_explorer(tasks: dict, task: str | None = None,
-                                  example: int = 0, head: int = 0,
-                                  row: int = 0) -> Explorer:
+def static_attention_map_explorer(
+    tasks: dict, task: str | None = None, example: int = 0, head: int = 0, row: int = 0
+) -> Explorer:
     """The static site's twin: ``maps_grid`` and the specs, drawn in the browser."""
     names = list(_check_tasks(tasks))
     ti = names.index(task) if task is not None else 0
-    config = {"grid": maps_grid(tasks),
-              "init": {"task": ti, "example": example, "head": head, "row": row},
-              "specs": _map_specs()}
-    return Explorer("maps", config, "Trained attention maps (chapter 1)",
-                    "explorers.attention_map_explorer(tasks)")
+    config = {
+        "grid": maps_grid(tasks),
+        "init": {"task": ti, "example": example, "head": head, "row": row},
+        "specs": _map_specs(),
+    }
+    return Explorer(
+        "maps",
+        config,
+        "Trained attention maps (chapter 1)",
+        "explorers.attention_map_explorer(tasks)",
+    )
 
 
 def map_figure(t: dict, name: str, example: int, head: int, row: int):
@@ -147,12 +205,22 @@ def map_figure(t: dict, name: str, example: int, head: int, row: int):
     w = t["maps"][example, head]
     qs = t.get("queries", [list(range(w.shape[0]))] * (example + 1))[example]
     ks = t.get("keys", [list(range(w.shape[1]))] * (example + 1))[example]
-    fig, (a0, a1) = plt.subplots(1, 2, figsize=(10, 3.9),
-                                 gridspec_kw={"width_ratios": [1.1, 1]})
-    plots.attention_heatmap(w, q_labels=qs, k_labels=ks, ax=a0, vmax=1.0,
-                            title=f"{name}, example {example}, head {head}")
-    a0.add_patch(plt.Rectangle((-0.5, row - 0.5), w.shape[1], 1, fill=False,
-                               ec="#E8590C", lw=2.5))
+    fig, (a0, a1) = plt.subplots(
+        1, 2, figsize=(10, 3.9), gridspec_kw={"width_ratios": [1.1, 1]}
+    )
+    plots.attention_heatmap(
+        w,
+        q_labels=qs,
+        k_labels=ks,
+        ax=a0,
+        vmax=1.0,
+        title=f"{name}, example {example}, head {head}",
+    )
+    a0.add_patch(
+        plt.Rectangle(
+            (-0.5, row - 0.5), w.shape[1], 1, fill=False, ec="#E8590C", lw=2.5
+        )
+    )
     a1.bar(range(w.shape[1]), w[row], color="#2171B5", ec="#222", lw=0.4)
     a1.set_xticks(range(w.shape[1]), labels=[str(k) for k in ks], rotation=60)
     a1.set(ylim=(0, 1), ylabel="weight", title=f"row {row}: query {qs[row]}")
@@ -165,10 +233,10 @@ def map_readout(t: dict, example: int, head: int, row: int) -> str:
     w = t["maps"][example, head, row]
     j = int(np.argmax(w))
     ks = t.get("keys", [[str(i) for i in range(len(w))]] * (example + 1))[example]
-    qs = t.get("queries", [[str(i) for i in range(t["maps"].shape[2])]]
-               * (example + 1))[example]
-    text = (f"query {row} ({qs[row]}) puts {w[j]:.2f} of its weight on key {j} "
-            f"({ks[j]})")
+    qs = t.get(
+        "queries", [[str(i) for i in range(t["maps"].shape[2])]] * (example + 1)
+    )[example]
+    text = f"query {row} ({qs[row]}) puts {w[j]:.2f} of its weight on key {j} ({ks[j]})"
     if "outputs" in t:
         text += f"; the model outputs {t['outputs'][example][row]}"
     if "targets" in t:
@@ -176,8 +244,9 @@ def map_readout(t: dict, example: int, head: int, row: int) -> str:
     return text + "."
 
 
-def live_attention_map_explorer(tasks: dict, task: str | None = None,
-                                example: int = 0, head: int = 0, row: int = 0):
+def live_attention_map_explorer(
+    tasks: dict, task: str | None = None, example: int = 0, head: int = 0, row: int = 0
+):
     """ipywidgets: task, example, head and row redraw ``map_figure`` and the text."""
     import ipywidgets as widgets
 
@@ -186,34 +255,42 @@ def live_attention_map_explorer(tasks: dict, task: str | None = None,
     names = list(_check_tasks(tasks))
     style = {"description_width": "initial"}
     first = tasks[task or names[0]]["maps"]
-    w_task = widgets.Dropdown(options=names, value=task or names[0],
-                              description="task", style=style)
-    w_ex = widgets.IntSlider(value=example, min=0, max=first.shape[0] - 1,
-                             description="example", style=style)
-    w_head = widgets.IntSlider(value=head, min=0, max=first.shape[1] - 1,
-                               description="head", style=style)
-    w_row = widgets.IntSlider(value=row, min=0, max=first.shape[2] - 1,
-                              description="query row", style=style)
+    w_task = widgets.Dropdown(
+        options=names, value=task or names[0], description="task", style=style
+    )
+    w_ex = widgets.IntSlider(
+        value=example, min=0, max=first.shape[0] - 1, description="example", style=style
+    )
+    w_head = widgets.IntSlider(
+        value=head, min=0, max=first.shape[1] - 1, description="head", style=style
+    )
+    w_row = widgets.IntSlider(
+        value=row, min=0, max=first.shape[2] - 1, description="query row", style=style
+    )
     text, out = widgets.HTML(), widgets.Output()
 
     def redraw(change=None):
         t = tasks[w_task.value]
         e, h, m, _ = t["maps"].shape
         w_ex.max, w_head.max, w_row.max = e - 1, h - 1, m - 1
-        text.value = "<p>" + map_readout(t, w_ex.value, w_head.value,
-                                         w_row.value) + "</p>"
-        _show_figure(out, map_figure(t, w_task.value, w_ex.value, w_head.value,
-                                     w_row.value))
+        text.value = (
+            "<p>" + map_readout(t, w_ex.value, w_head.value, w_row.value) + "</p>"
+        )
+        _show_figure(
+            out, map_figure(t, w_task.value, w_ex.value, w_head.value, w_row.value)
+        )
 
     for w in (w_task, w_ex, w_head, w_row):
         w.observe(redraw, names="value")
     redraw()
-    return widgets.VBox([widgets.HBox([w_task, w_ex]), widgets.HBox([w_head, w_row]),
-                         text, out])
+    return widgets.VBox(
+        [widgets.HBox([w_task, w_ex]), widgets.HBox([w_head, w_row]), text, out]
+    )
 
 
-def attention_map_explorer(tasks: dict, task: str | None = None, example: int = 0,
-                           head: int = 0, row: int = 0):
+def attention_map_explorer(
+    tasks: dict, task: str | None = None, example: int = 0, head: int = 0, row: int = 0
+):
     """Chapter 1: the trained maps, ``tasks`` = {name: ``map_task(...)``}; the static
     twin on the built site, ipywidgets elsewhere."""
     if site.ON_SITE:
@@ -265,11 +342,12 @@ def mask_grid() -> dict:
     for kind in MASK_KINDS:
         for n_q in MASK_SIZES:
             for n_k in MASK_SIZES:
-                for length in (MASK_SIZES[:n_k] if "padding" in kind else [0]):
+                for length in MASK_SIZES[:n_k] if "padding" in kind else [0]:
                     pt = mask_point(kind, n_q, n_k, length)
                     out[_mask_key(kind, n_q, n_k, length)] = [
                         ["".join("1" if b else "0" for b in r) for r in pt["keep"]],
-                        np.rint(pt["p"] * 1000).astype(int).tolist()]
+                        np.rint(pt["p"] * 1000).astype(int).tolist(),
+                    ]
     return {"kinds": MASK_KINDS, "sizes": MASK_SIZES, "masks": out}
 
 
@@ -277,27 +355,56 @@ def _mask_spec() -> dict:
     return {
         **_frame(260),
         "layer": [
-            {"data": {"name": "cells"}, "mark": {"type": "rect", "stroke": "white",
-                                                 "strokeWidth": 1.5},
-             "encoding": {
-                 "x": {"field": "j", "type": "ordinal", "title": "key j",
-                       "axis": {"labelAngle": 0}},
-                 "y": {"field": "i", "type": "ordinal", "title": "query i"},
-                 "color": {"field": "cell", "type": "nominal", "title": None,
-                           "scale": {"domain": ["may attend", "masked"],
-                                     "range": ["#2171B5", "#D9D9D9"]},
-                           "legend": {"orient": "bottom"}},
-                 "tooltip": [{"field": "i"}, {"field": "j"}, {"field": "cell"},
-                             {"field": "p", "type": "quantitative", "format": ".3f",
-                              "title": "weight"}]}},
-            {"data": {"name": "cells"},
-             "mark": {"type": "text", "fontSize": 10},
-             "encoding": {
-                 "x": {"field": "j", "type": "ordinal"},
-                 "y": {"field": "i", "type": "ordinal"},
-                 "text": {"field": "label"},
-                 "color": {"condition": {"test": "datum.cell === 'may attend'",
-                                         "value": "white"}, "value": "#404040"}}},
+            {
+                "data": {"name": "cells"},
+                "mark": {"type": "rect", "stroke": "white", "strokeWidth": 1.5},
+                "encoding": {
+                    "x": {
+                        "field": "j",
+                        "type": "ordinal",
+                        "title": "key j",
+                        "axis": {"labelAngle": 0},
+                    },
+                    "y": {"field": "i", "type": "ordinal", "title": "query i"},
+                    "color": {
+                        "field": "cell",
+                        "type": "nominal",
+                        "title": None,
+                        "scale": {
+                            "domain": ["may attend", "masked"],
+                            "range": ["#2171B5", "#D9D9D9"],
+                        },
+                        "legend": {"orient": "bottom"},
+                    },
+                    "tooltip": [
+                        {"field": "i"},
+                        {"field": "j"},
+                        {"field": "cell"},
+                        {
+                            "field": "p",
+                            "type": "quantitative",
+                            "format": ".3f",
+                            "title": "weight",
+                        },
+                    ],
+                },
+            },
+            {
+                "data": {"name": "cells"},
+                "mark": {"type": "text", "fontSize": 10},
+                "encoding": {
+                    "x": {"field": "j", "type": "ordinal"},
+                    "y": {"field": "i", "type": "ordinal"},
+                    "text": {"field": "label"},
+                    "color": {
+                        "condition": {
+                            "test": "datum.cell === 'may attend'",
+                            "value": "white",
+                        },
+                        "value": "#404040",
+                    },
+                },
+            },
         ],
         **_FONT,
     }
@@ -312,11 +419,18 @@ def _check_mask(n_q, n_k, kind, length):
 def static_mask_explorer(n_q=5, n_k=7, kind="causal", length=4) -> Explorer:
     """The static site's twin of ``mask_explorer``."""
     _check_mask(n_q, n_k, kind, length)
-    init = {"kind": MASK_KINDS.index(kind), "n_q": MASK_SIZES.index(n_q),
-            "n_k": MASK_SIZES.index(n_k), "length": MASK_SIZES.index(length)}
-    return Explorer("masks", {"grid": mask_grid(), "init": init,
-                              "specs": {"mask": _mask_spec()}},
-                    "Masks (chapter 1)", "explorers.mask_explorer()")
+    init = {
+        "kind": MASK_KINDS.index(kind),
+        "n_q": MASK_SIZES.index(n_q),
+        "n_k": MASK_SIZES.index(n_k),
+        "length": MASK_SIZES.index(length),
+    }
+    return Explorer(
+        "masks",
+        {"grid": mask_grid(), "init": init, "specs": {"mask": _mask_spec()}},
+        "Masks (chapter 1)",
+        "explorers.mask_explorer()",
+    )
 
 
 def mask_readout(kind, n_q, n_k, length) -> str:
@@ -345,22 +459,33 @@ def live_mask_explorer(n_q=5, n_k=7, kind="causal", length=4):
 
     _check_mask(n_q, n_k, kind, length)
     style = {"description_width": "initial"}
-    ctl = {"kind": widgets.Dropdown(options=MASK_KINDS, value=kind, description="mask",
-                                    style=style),
-           "n_q": widgets.IntSlider(value=n_q, min=1, max=8, description="queries N_q",
-                                    style=style),
-           "n_k": widgets.IntSlider(value=n_k, min=1, max=8, description="keys N_k",
-                                    style=style),
-           "length": widgets.IntSlider(value=length, min=1, max=8,
-                                       description="real keys (padding)", style=style)}
+    ctl = {
+        "kind": widgets.Dropdown(
+            options=MASK_KINDS, value=kind, description="mask", style=style
+        ),
+        "n_q": widgets.IntSlider(
+            value=n_q, min=1, max=8, description="queries N_q", style=style
+        ),
+        "n_k": widgets.IntSlider(
+            value=n_k, min=1, max=8, description="keys N_k", style=style
+        ),
+        "length": widgets.IntSlider(
+            value=length, min=1, max=8, description="real keys (padding)", style=style
+        ),
+    }
     text, out = widgets.HTML(), widgets.Output()
 
     def redraw(change=None):
         kw = {k: w.value for k, w in ctl.items()}
         pt = mask_point(**kw)
         fig, ax = plt.subplots(figsize=(4.6, 4.2))
-        plots.attention_heatmap(pt["p"], ax=ax, vmax=1.0, mask=pt["keep"],
-                                title=f"{kw['kind']}: weights under the mask")
+        plots.attention_heatmap(
+            pt["p"],
+            ax=ax,
+            vmax=1.0,
+            mask=pt["keep"],
+            title=f"{kw['kind']}: weights under the mask",
+        )
         text.value = "<p>" + mask_readout(**kw) + "</p>"
         _show_figure(out, fig)
 
@@ -380,5 +505,13 @@ def mask_explorer(n_q: int = 5, n_k: int = 7, kind: str = "causal", length: int 
     return live_mask_explorer(n_q, n_k, kind, length)
 
 
-__all__ = ["attention_map_explorer", "map_task", "maps_grid", "mask_explorer",
-           "mask_grid", "mask_of", "mask_point", "mask_scores"]
+__all__ = [
+    "attention_map_explorer",
+    "map_task",
+    "maps_grid",
+    "mask_explorer",
+    "mask_grid",
+    "mask_of",
+    "mask_point",
+    "mask_scores",
+]

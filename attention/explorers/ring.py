@@ -27,8 +27,12 @@ from .specs import _FONT, _frame
 RING_N = [16384, 65536, 262144, 1048576]
 RING_P = [2, 4, 8, 16, 32]
 #: (label, H, H_kv)
-RING_HEADS = [("8 (MHA)", 8, 8), ("32 (MHA)", 32, 32), ("32 q / 8 kv (GQA)", 32, 8),
-              ("64 q / 8 kv (GQA)", 64, 8)]
+RING_HEADS = [
+    ("8 (MHA)", 8, 8),
+    ("32 (MHA)", 32, 32),
+    ("32 q / 8 kv (GQA)", 32, 8),
+    ("64 q / 8 kv (GQA)", 64, 8),
+]
 RING_D = [64, 128]
 RING_DTYPES = ["bfloat16", "float32"]  # float16 is bfloat16's twin (2 bytes, same peak)
 RING_LAYOUTS = ["contiguous", "zigzag"]
@@ -36,32 +40,56 @@ RING_LINKS = ["NVLink 4", "PCIe 5 x16", "InfiniBand NDR"]
 RING_GPUS = ["A100", "H100", "H200"]
 
 #: The fields of one row of ``ring_grid()["rows"]`` (times in ms, ESTIMATES at peak).
-ROW_FIELDS = ["compute_ms", "transfer_ms", "total_ms", "serial_ms", "hidden_pct",
-              "ulysses_ms", "ulysses_a2a_ms"]
+ROW_FIELDS = [
+    "compute_ms",
+    "transfer_ms",
+    "total_ms",
+    "serial_ms",
+    "hidden_pct",
+    "ulysses_ms",
+    "ulysses_a2a_ms",
+]
 
 
 def _sig(x: float, digits: int = 4) -> float:
     return float(f"{x:.{digits}g}")
 
 
-def ring_row(N: int, P: int, H: int, H_kv: int, d: int, dtype: str, causal: bool,
-             layout: str, gpu: str, link: str) -> dict:
+def ring_row(
+    N: int,
+    P: int,
+    H: int,
+    H_kv: int,
+    d: int,
+    dtype: str,
+    causal: bool,
+    layout: str,
+    gpu: str,
+    link: str,
+) -> dict:
     """One configuration's ESTIMATES (ms, at peak rates): the busiest step's compute,
     one step's K/V transfer, the ring's total with overlap (double-buffered) and
     without, the share of transfer time hidden, and DeepSpeed-Ulysses (compute plus
     its two all-to-alls, not overlapped; None where P does not divide the heads)."""
     counts = _mring.ring_closed_form(N, P, H, d, H_kv, 1, causal, layout)
     t = _mring.ring_times(counts, gpu, link, dtype)
-    row = {"compute_ms": float(t["compute_s"].max() * 1e3),
-           "transfer_ms": float(t["transfer_s"].max() * 1e3),
-           "total_ms": t["total_s"] * 1e3, "serial_ms": t["serial_s"] * 1e3,
-           "hidden_pct": 100.0 * t["hidden"], "ulysses_ms": None,
-           "ulysses_a2a_ms": None}
+    row = {
+        "compute_ms": float(t["compute_s"].max() * 1e3),
+        "transfer_ms": float(t["transfer_s"].max() * 1e3),
+        "total_ms": t["total_s"] * 1e3,
+        "serial_ms": t["serial_s"] * 1e3,
+        "hidden_pct": 100.0 * t["hidden"],
+        "ulysses_ms": None,
+        "ulysses_a2a_ms": None,
+    }
     if H % P == 0 and H_kv % P == 0:
         u = _mring.ulysses_closed_form(N, P, H, d, H_kv)
         b = _mring.DTYPE_BYTES[dtype]
-        a2a = max(u["sent"].max(), u["received"].max()) * b / (
-            _mring.LINKS[link].gbps * 1e9)
+        a2a = (
+            max(u["sent"].max(), u["received"].max())
+            * b
+            / (_mring.LINKS[link].gbps * 1e9)
+        )
         pairs = N * (N + 1) // 2 if causal else N * N
         comp = 4 * pairs * (H // P) * d / _mring.peak_flops(gpu, dtype)
         row["ulysses_ms"], row["ulysses_a2a_ms"] = (comp + a2a) * 1e3, a2a * 1e3
@@ -71,8 +99,11 @@ def ring_row(N: int, P: int, H: int, H_kv: int, d: int, dtype: str, causal: bool
 def memory_row(N: int, P: int, H: int, H_kv: int, d: int, dtype: str) -> list:
     """[ring bytes, Ulysses bytes or None] per device (``memory_per_device``)."""
     ring = _mring.memory_per_device(N, P, H, d, H_kv, 1, dtype, "ring")
-    uly = (_mring.memory_per_device(N, P, H, d, H_kv, 1, dtype, "ulysses")
-           if H % P == 0 and H_kv % P == 0 else None)
+    uly = (
+        _mring.memory_per_device(N, P, H, d, H_kv, 1, dtype, "ulysses")
+        if H % P == 0 and H_kv % P == 0
+        else None
+    )
     return [ring, uly]
 
 
@@ -92,12 +123,24 @@ def ring_grid() -> dict:
     matrices (they differ across N only by the causal diagonal's (n+1)/2n)."""
     rows = []
     for N, P, (_, H, H_kv), d, dt, c, lay, g, ln in itertools.product(
-            RING_N, RING_P, RING_HEADS, RING_D, RING_DTYPES, (False, True),
-            RING_LAYOUTS, RING_GPUS, RING_LINKS):
+        RING_N,
+        RING_P,
+        RING_HEADS,
+        RING_D,
+        RING_DTYPES,
+        (False, True),
+        RING_LAYOUTS,
+        RING_GPUS,
+        RING_LINKS,
+    ):
         r = ring_row(N, P, H, H_kv, d, dt, c, lay, g, ln)
         rows.append([None if r[f] is None else _sig(r[f]) for f in ROW_FIELDS])
-    memory = [memory_row(N, P, H, H_kv, d, dt) for N, P, (_, H, H_kv), d, dt
-              in itertools.product(RING_N, RING_P, RING_HEADS, RING_D, RING_DTYPES)]
+    memory = [
+        memory_row(N, P, H, H_kv, d, dt)
+        for N, P, (_, H, H_kv), d, dt in itertools.product(
+            RING_N, RING_P, RING_HEADS, RING_D, RING_DTYPES
+        )
+    ]
     idle, work_index, tables = [], [], []
     for N, P, c, lay in itertools.product(RING_N, RING_P, (False, True), RING_LAYOUTS):
         idle.append(_sig(_ring.idle_fraction(_mring.pairs_matrix(N, P, lay, c)), 3))
@@ -105,12 +148,23 @@ def ring_grid() -> dict:
         if shares not in tables:
             tables.append(shares)
         work_index.append(tables.index(shares))
-    return {"N": RING_N, "P": RING_P, "heads": [h[0] for h in RING_HEADS],
-            "d": RING_D, "dtype": RING_DTYPES, "layout": RING_LAYOUTS,
-            "link": RING_LINKS, "gpu": RING_GPUS, "fields": ROW_FIELDS,
-            "link_names": [_mring.LINKS[k].name for k in RING_LINKS],
-            "rows": rows, "memory": memory, "idle": idle, "work_index": work_index,
-            "work": tables}
+    return {
+        "N": RING_N,
+        "P": RING_P,
+        "heads": [h[0] for h in RING_HEADS],
+        "d": RING_D,
+        "dtype": RING_DTYPES,
+        "layout": RING_LAYOUTS,
+        "link": RING_LINKS,
+        "gpu": RING_GPUS,
+        "fields": ROW_FIELDS,
+        "link_names": [_mring.LINKS[k].name for k in RING_LINKS],
+        "rows": rows,
+        "memory": memory,
+        "idle": idle,
+        "work_index": work_index,
+        "work": tables,
+    }
 
 
 # ---------------------------------------------------------------------------------
@@ -128,16 +182,30 @@ def work_spec(height: int = 220) -> dict:
         "data": {"name": "work"},
         "mark": {"type": "rect", "stroke": "#ffffff", "strokeWidth": 0.5},
         "encoding": {
-            "x": {"field": "device", "type": "ordinal", "title": "device r",
-                  "axis": {"labelAngle": 0, "labelOverlap": "greedy"}},
-            "y": {"field": "step", "type": "ordinal", "title": "ring step t",
-                  "axis": {"labelOverlap": "greedy"}},
-            "color": {"field": "share", "type": "quantitative",
-                      "title": "share of a full block",
-                      "scale": {"domain": [0, 1], "range": ["#ffffff", COMPUTE]},
-                      "legend": {"orient": "bottom", "gradientLength": 140}},
-            "tooltip": [{"field": "device"}, {"field": "step"},
-                        {"field": "share", "type": "quantitative", "format": ".3f"}],
+            "x": {
+                "field": "device",
+                "type": "ordinal",
+                "title": "device r",
+                "axis": {"labelAngle": 0, "labelOverlap": "greedy"},
+            },
+            "y": {
+                "field": "step",
+                "type": "ordinal",
+                "title": "ring step t",
+                "axis": {"labelOverlap": "greedy"},
+            },
+            "color": {
+                "field": "share",
+                "type": "quantitative",
+                "title": "share of a full block",
+                "scale": {"domain": [0, 1], "range": ["#ffffff", COMPUTE]},
+                "legend": {"orient": "bottom", "gradientLength": 140},
+            },
+            "tooltip": [
+                {"field": "device"},
+                {"field": "step"},
+                {"field": "share", "type": "quantitative", "format": ".3f"},
+            ],
         },
         **_FONT,
     }
@@ -150,36 +218,74 @@ def times_spec(height: int = 200) -> dict:
         "data": {"name": "times"},
         "mark": {"type": "bar"},
         "encoding": {
-            "y": {"field": "what", "type": "nominal", "sort": None, "title": None,
-                  "axis": {"labelLimit": 200}},
-            "x": {"field": "ms", "type": "quantitative",
-                  "title": "ms, estimated at peak rates"},
-            "color": {"field": "color", "type": "nominal", "scale": None,
-                      "legend": None},
-            "tooltip": [{"field": "what"},
-                        {"field": "ms", "type": "quantitative", "format": ".4g"}],
+            "y": {
+                "field": "what",
+                "type": "nominal",
+                "sort": None,
+                "title": None,
+                "axis": {"labelLimit": 200},
+            },
+            "x": {
+                "field": "ms",
+                "type": "quantitative",
+                "title": "ms, estimated at peak rates",
+            },
+            "color": {
+                "field": "color",
+                "type": "nominal",
+                "scale": None,
+                "legend": None,
+            },
+            "tooltip": [
+                {"field": "what"},
+                {"field": "ms", "type": "quantitative", "format": ".4g"},
+            ],
         },
         **_FONT,
     }
 
 
-def ring_explorer_static(N: int = 262144, P: int = 8, heads: int = 2, d: int = 128,
-                         dtype: str = "bfloat16", causal: bool = True,
-                         layout: str = "zigzag", link: str = "NVLink 4",
-                         gpu: str = "H100") -> Explorer:
+def ring_explorer_static(
+    N: int = 262144,
+    P: int = 8,
+    heads: int = 2,
+    d: int = 128,
+    dtype: str = "bfloat16",
+    causal: bool = True,
+    layout: str = "zigzag",
+    link: str = "NVLink 4",
+    gpu: str = "H100",
+) -> Explorer:
     """The static twin: its data from ``ring_grid``; ``heads`` indexes RING_HEADS."""
     from attention.plots.ring import COMPUTE, SEND
 
-    config = {"grid": ring_grid(),
-              "colors": {"compute": COMPUTE, "send": SEND, "total": "#333333",
-                         "ulysses": "#55A868"},
-              "init": {"N": RING_N.index(N), "P": RING_P.index(P), "heads": heads,
-                       "d": RING_D.index(d), "dtype": RING_DTYPES.index(dtype),
-                       "causal": causal, "layout": RING_LAYOUTS.index(layout),
-                       "link": RING_LINKS.index(link), "gpu": RING_GPUS.index(gpu)},
-              "specs": {"work": work_spec(), "times": times_spec()}}
-    return Explorer("ring", config, "Context-parallel explorer (chapter 6)",
-                    "context_parallel_explorer()")
+    config = {
+        "grid": ring_grid(),
+        "colors": {
+            "compute": COMPUTE,
+            "send": SEND,
+            "total": "#333333",
+            "ulysses": "#55A868",
+        },
+        "init": {
+            "N": RING_N.index(N),
+            "P": RING_P.index(P),
+            "heads": heads,
+            "d": RING_D.index(d),
+            "dtype": RING_DTYPES.index(dtype),
+            "causal": causal,
+            "layout": RING_LAYOUTS.index(layout),
+            "link": RING_LINKS.index(link),
+            "gpu": RING_GPUS.index(gpu),
+        },
+        "specs": {"work": work_spec(), "times": times_spec()},
+    }
+    return Explorer(
+        "ring",
+        config,
+        "Context-parallel explorer (chapter 6)",
+        "context_parallel_explorer()",
+    )
 
 
 # ---------------------------------------------------------------------------------
@@ -195,26 +301,38 @@ def readout(N, P, heads, d, dtype, causal, layout, link, gpu) -> str:
     r = ring_row(N, P, H, H_kv, d, dtype, causal, layout, gpu, link)
     ring_mem, uly_mem = memory_row(N, P, H, H_kv, d, dtype)
     idle = _ring.idle_fraction(_mring.pairs_matrix(N, P, layout, causal))
-    uly = ("not possible: P must divide the heads" if r["ulysses_ms"] is None else
-           f"{r['ulysses_ms']:.4g} ms ({r['ulysses_a2a_ms']:.4g} ms of all-to-all), "
-           f"{human_bytes(uly_mem)} per device")
-    return (f"<p>N = {N:,}, P = {P} ({N // P:,} tokens per device), heads {label}, "
-            f"d = {d}, {dtype}, {'causal' if causal else 'not causal'}, {layout}; "
-            f"{gpu}, {_mring.LINKS[link].name}. ESTIMATES at peak rates.</p><ul>"
-            f"<li>busiest step: compute {r['compute_ms']:.4g} ms, K/V transfer "
-            f"{r['transfer_ms']:.4g} ms: {r['hidden_pct']:.0f}% of the transfer "
-            "hidden</li>"
-            f"<li>ring total {r['total_ms']:.4g} ms overlapped, "
-            f"{r['serial_ms']:.4g} ms without overlap; "
-            f"idle {100 * idle:.0f}% of device-steps</li>"
-            f"<li>memory per device (one layer's attention tensors): "
-            f"{human_bytes(ring_mem)}</li><li>DeepSpeed-Ulysses: {uly}</li></ul>")
+    uly = (
+        "not possible: P must divide the heads"
+        if r["ulysses_ms"] is None
+        else f"{r['ulysses_ms']:.4g} ms ({r['ulysses_a2a_ms']:.4g} ms of all-to-all), "
+        f"{human_bytes(uly_mem)} per device"
+    )
+    return (
+        f"<p>N = {N:,}, P = {P} ({N // P:,} tokens per device), heads {label}, "
+        f"d = {d}, {dtype}, {'causal' if causal else 'not causal'}, {layout}; "
+        f"{gpu}, {_mring.LINKS[link].name}. ESTIMATES at peak rates.</p><ul>"
+        f"<li>busiest step: compute {r['compute_ms']:.4g} ms, K/V transfer "
+        f"{r['transfer_ms']:.4g} ms: {r['hidden_pct']:.0f}% of the transfer "
+        "hidden</li>"
+        f"<li>ring total {r['total_ms']:.4g} ms overlapped, "
+        f"{r['serial_ms']:.4g} ms without overlap; "
+        f"idle {100 * idle:.0f}% of device-steps</li>"
+        f"<li>memory per device (one layer's attention tensors): "
+        f"{human_bytes(ring_mem)}</li><li>DeepSpeed-Ulysses: {uly}</li></ul>"
+    )
 
 
-def ring_explorer_live(N: int = 262144, P: int = 8, heads: int = 2, d: int = 128,
-                       dtype: str = "bfloat16", causal: bool = True,
-                       layout: str = "zigzag", link: str = "NVLink 4",
-                       gpu: str = "H100"):
+def ring_explorer_live(
+    N: int = 262144,
+    P: int = 8,
+    heads: int = 2,
+    d: int = 128,
+    dtype: str = "bfloat16",
+    causal: bool = True,
+    layout: str = "zigzag",
+    link: str = "NVLink 4",
+    gpu: str = "H100",
+):
     """ipywidgets controls over the same grid; each change redraws the work per device
     and step (``plots.ring.load_balance_figure``) and the readout."""
     import ipywidgets as widgets
@@ -226,31 +344,46 @@ def ring_explorer_live(N: int = 262144, P: int = 8, heads: int = 2, d: int = 128
 
     style = {"description_width": "initial"}
     c = {
-        "N": widgets.SelectionSlider(options=[(f"{n:,}", n) for n in RING_N], value=N,
-                                     description="sequence length N", style=style),
-        "P": widgets.SelectionSlider(options=RING_P, value=P, description="devices P",
-                                     style=style),
-        "heads": widgets.Dropdown(options=[(h[0], i) for i, h in enumerate(RING_HEADS)],
-                                  value=heads, description="heads", style=style),
-        "d": widgets.Dropdown(options=RING_D, value=d, description="head dim d",
-                              style=style),
-        "dtype": widgets.Dropdown(options=RING_DTYPES, value=dtype,
-                                  description="dtype", style=style),
+        "N": widgets.SelectionSlider(
+            options=[(f"{n:,}", n) for n in RING_N],
+            value=N,
+            description="sequence length N",
+            style=style,
+        ),
+        "P": widgets.SelectionSlider(
+            options=RING_P, value=P, description="devices P", style=style
+        ),
+        "heads": widgets.Dropdown(
+            options=[(h[0], i) for i, h in enumerate(RING_HEADS)],
+            value=heads,
+            description="heads",
+            style=style,
+        ),
+        "d": widgets.Dropdown(
+            options=RING_D, value=d, description="head dim d", style=style
+        ),
+        "dtype": widgets.Dropdown(
+            options=RING_DTYPES, value=dtype, description="dtype", style=style
+        ),
         "causal": widgets.Checkbox(value=causal, description="causal", indent=False),
-        "layout": widgets.Dropdown(options=RING_LAYOUTS, value=layout,
-                                   description="layout", style=style),
-        "link": widgets.Dropdown(options=RING_LINKS, value=link, description="link",
-                                 style=style),
-        "gpu": widgets.Dropdown(options=RING_GPUS, value=gpu, description="GPU",
-                                style=style),
+        "layout": widgets.Dropdown(
+            options=RING_LAYOUTS, value=layout, description="layout", style=style
+        ),
+        "link": widgets.Dropdown(
+            options=RING_LINKS, value=link, description="link", style=style
+        ),
+        "gpu": widgets.Dropdown(
+            options=RING_GPUS, value=gpu, description="GPU", style=style
+        ),
     }
     text, out = widgets.HTML(), widgets.Output()
 
     def redraw(_=None):
         s = {k: w.value for k, w in c.items()}
         text.value = readout(**s)
-        ax = load_balance_figure(s["N"], s["P"], layouts=(s["layout"],),
-                                 causal=s["causal"])[0]
+        ax = load_balance_figure(
+            s["N"], s["P"], layouts=(s["layout"],), causal=s["causal"]
+        )[0]
         ax.figure.set_size_inches(4.2, 3.6)
         _show_figure(out, ax.figure)
         plt.close(ax.figure)
@@ -258,10 +391,16 @@ def ring_explorer_live(N: int = 262144, P: int = 8, heads: int = 2, d: int = 128
     for w in c.values():
         w.observe(redraw, names="value")
     redraw()
-    return widgets.VBox([widgets.HBox([c["N"], c["P"]]),
-                         widgets.HBox([c["heads"], c["d"], c["dtype"]]),
-                         widgets.HBox([c["causal"], c["layout"]]),
-                         widgets.HBox([c["link"], c["gpu"]]), text, out])
+    return widgets.VBox(
+        [
+            widgets.HBox([c["N"], c["P"]]),
+            widgets.HBox([c["heads"], c["d"], c["dtype"]]),
+            widgets.HBox([c["causal"], c["layout"]]),
+            widgets.HBox([c["link"], c["gpu"]]),
+            text,
+            out,
+        ]
+    )
 
 
 def context_parallel_explorer(**kwargs):

@@ -62,8 +62,9 @@ def png_uri(a: np.ndarray, size: int | None = None) -> str:
         k = size // a.shape[1]
         a = a.repeat(k, 0).repeat(k, 1)
     buf = io.BytesIO()
-    plt.imsave(buf, a, format="png", cmap="gray" if a.ndim == 2 else None,
-               vmin=0, vmax=1)
+    plt.imsave(
+        buf, a, format="png", cmap="gray" if a.ndim == 2 else None, vmin=0, vmax=1
+    )
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
@@ -71,12 +72,15 @@ def dat_setting(x, params, n_heads, n_groups, stride, offset_range, scale) -> di
     """DAT at ``scale`` x the offset range: reference points, deformed points per
     group (image units) and the weights (heads, queries of the grid, N_s)."""
     b, h, w, _ = x.shape
-    res = dfm.dat_attention(x, params, n_heads, n_groups, stride,
-                            offset_range * scale, return_all=True)
+    res = dfm.dat_attention(
+        x, params, n_heads, n_groups, stride, offset_range * scale, return_all=True
+    )
     idx = [r * w + c for r, c in query_positions(h, w)]
-    return {"reference": to_image_units(res["reference"], h, w),
-            "points": to_image_units(res["points"][0], h, w),  # (G, N_s, 2)
-            "weights": res["weights"][0][:, idx]}  # (heads, Q, N_s)
+    return {
+        "reference": to_image_units(res["reference"], h, w),
+        "points": to_image_units(res["points"][0], h, w),  # (G, N_s, 2)
+        "weights": res["weights"][0][:, idx],
+    }  # (heads, Q, N_s)
 
 
 def msda_setting(x, msda: dict, scale: float) -> dict:
@@ -88,8 +92,9 @@ def msda_setting(x, msda: dict, scale: float) -> dict:
     ref = np.array([[(c + 0.5) / w, (r + 0.5) / h] for r, c in pos])[None]
     p = dict(msda["params"])
     p["w_off"], p["b_off"] = p["w_off"] * scale, p["b_off"] * scale
-    loc, wts = dfm.msda_sampling(z, ref, p, msda["spatial_shapes"], msda["n_heads"],
-                                 msda["n_points"])
+    loc, wts = dfm.msda_sampling(
+        z, ref, p, msda["spatial_shapes"], msda["n_heads"], msda["n_points"]
+    )
     return {"locations": loc[0] * np.array([w, h]), "weights": wts[0]}
 
 
@@ -100,131 +105,260 @@ def _check(image, x, dat_params, n_heads, n_groups):
         raise ValueError(f"x must be one feature map (1, H, W, C), got {x.shape}")
     if image.shape[:2] != x.shape[1:3]:
         raise ValueError(f"image must be (H, W[, 3]) like x, got {image.shape}")
-    if not isinstance(dat_params, dict) or not dat_params or not all(
-            isinstance(p, dict) and "offset" in p for p in dat_params.values()):
+    if (
+        not isinstance(dat_params, dict)
+        or not dat_params
+        or not all(isinstance(p, dict) and "offset" in p for p in dat_params.values())
+    ):
         raise TypeError("dat_params must be {label: DAT parameters (with 'offset')}")
     if n_heads % n_groups:
         raise ValueError(f"n_heads={n_heads} must divide by n_groups={n_groups}")
     return image, x
 
 
-def sampling_grid(image, x, dat_params: dict, n_heads: int, n_groups: int,
-                  stride: int, offset_range: float, msda: dict | None = None) -> dict:
+def sampling_grid(
+    image,
+    x,
+    dat_params: dict,
+    n_heads: int,
+    n_groups: int,
+    stride: int,
+    offset_range: float,
+    msda: dict | None = None,
+) -> dict:
     """The static twin's data, in image units rounded to 0.01 pixel.
     ``dat[label][scale]``: points (G, N_s, 2) and weights (heads, Q, N_s) in units of
     ``UNIT``; ``reference`` (N_s, 2); ``msda[scale]``: locations (Q, heads, L, P, 2)
     and weights in ``UNIT``."""
     image, x = _check(image, x, dat_params, n_heads, n_groups)
     _, h, w, _ = x.shape
-    out = {"H": h, "W": w, "queries": query_positions(h, w), "scales": SCALES,
-           "labels": list(dat_params), "n_heads": n_heads, "n_groups": n_groups,
-           "photo": png_uri(image), "dat": {}}
+    out = {
+        "H": h,
+        "W": w,
+        "queries": query_positions(h, w),
+        "scales": SCALES,
+        "labels": list(dat_params),
+        "n_heads": n_heads,
+        "n_groups": n_groups,
+        "photo": png_uri(image),
+        "dat": {},
+    }
     for label, params in dat_params.items():
         runs = []
         for sc in SCALES:
             st = dat_setting(x, params, n_heads, n_groups, stride, offset_range, sc)
             out["reference"] = np.round(st["reference"], 2).tolist()
-            runs.append({"points": np.round(st["points"], 2).tolist(),
-                         "weights": np.rint(st["weights"] / UNIT).astype(int).tolist()})
+            runs.append(
+                {
+                    "points": np.round(st["points"], 2).tolist(),
+                    "weights": np.rint(st["weights"] / UNIT).astype(int).tolist(),
+                }
+            )
         out["dat"][label] = runs
     if msda is not None:
         lum = image @ np.array([0.299, 0.587, 0.114]) if image.ndim == 3 else image
         shapes = [tuple(int(v) for v in s) for s in msda["spatial_shapes"]]
-        out["levels"] = [png_uri(lum.reshape(hl, h // hl, wl, w // wl).mean((1, 3)),
-                                 size=w) for hl, wl in shapes]
+        out["levels"] = [
+            png_uri(lum.reshape(hl, h // hl, wl, w // wl).mean((1, 3)), size=w)
+            for hl, wl in shapes
+        ]
         out["level_shapes"] = shapes
         out["msda_heads"] = msda["n_heads"]
         out["msda"] = []
         for sc in SCALES:
             st = msda_setting(x, msda, sc)
-            out["msda"].append({
-                "locations": np.round(st["locations"], 2).tolist(),
-                "weights": np.rint(st["weights"] / UNIT).astype(int).tolist()})
+            out["msda"].append(
+                {
+                    "locations": np.round(st["locations"], 2).tolist(),
+                    "weights": np.rint(st["weights"] / UNIT).astype(int).tolist(),
+                }
+            )
     return out
 
 
-def _image_spec(kinds: list[str], colors: list[str], height: int,
-                width: int) -> dict:
+def _image_spec(kinds: list[str], colors: list[str], height: int, width: int) -> dict:
     """Points over an image: data "image" {url, x0, x1, y0, y1}; "links" {x, y, x2,
     y2}; "points" {x, y, kind, w, shape}; "query" {x, y}. Image units, y down."""
-    axis = {"domain": False, "ticks": False, "labels": False, "grid": False,
-            "title": None}
+    axis = {
+        "domain": False,
+        "ticks": False,
+        "labels": False,
+        "grid": False,
+        "title": None,
+    }
     # the image and a margin of a quarter of it on each side (points beyond: clipped)
     xs = {"domain": [-width / 4, 5 * width / 4], "nice": False, "zero": False}
-    ys = {"domain": [-height / 4, 5 * height / 4], "nice": False, "zero": False,
-          "reverse": True}
+    ys = {
+        "domain": [-height / 4, 5 * height / 4],
+        "nice": False,
+        "zero": False,
+        "reverse": True,
+    }
     return {
         "$schema": "https://vega.github.io/schema/vega-lite/v6.json",
-        "width": 280, "height": 280, "autosize": {"type": "pad"},
+        "width": 280,
+        "height": 280,
+        "autosize": {"type": "pad"},
         "layer": [
-            {"data": {"name": "image"},
-             "mark": {"type": "image", "aspect": False},
-             "encoding": {"url": {"field": "url", "type": "nominal"},
-                          "x": {"field": "x0", "type": "quantitative",
-                                "axis": axis, "scale": xs},
-                          "x2": {"field": "x1"},
-                          "y": {"field": "y0", "type": "quantitative", "axis": axis,
-                                "scale": ys},
-                          "y2": {"field": "y1"}}},
-            {"data": {"name": "links"},
-             "mark": {"type": "rule", "color": "#FFD43B", "strokeWidth": 1.2,
-                      "clip": True},
-             "encoding": {"x": {"field": "x", "type": "quantitative"},
-                          "y": {"field": "y", "type": "quantitative"},
-                          "x2": {"field": "x2"}, "y2": {"field": "y2"}}},
-            {"data": {"name": "points"},
-             "mark": {"type": "point", "filled": True, "stroke": "#333333",
-                      "strokeWidth": 0.6, "opacity": 0.95, "clip": True},
-             "encoding": {
-                 "x": {"field": "x", "type": "quantitative"},
-                 "y": {"field": "y", "type": "quantitative"},
-                 "size": {"field": "w", "type": "quantitative", "title": "weight",
-                          "scale": {"range": [8, 360], "zero": True},
-                          "legend": None},
-                 "color": {"field": "kind", "type": "nominal", "title": None,
-                           "scale": {"domain": kinds, "range": colors},
-                           "legend": {"orient": "bottom", "columns": 2,
-                                      "labelLimit": 200}},
-                 "shape": {"field": "shape", "type": "nominal", "legend": None,
-                           "scale": None},
-                 "tooltip": [{"field": "kind"},
-                             {"field": "w", "type": "quantitative",
-                              "format": ".4f", "title": "weight"}]}},
-            {"data": {"name": "query"},
-             "mark": {"type": "point", "shape": "cross", "size": 260, "filled": True,
-                      "color": QUERY_COLOR, "stroke": "white", "strokeWidth": 1},
-             "encoding": {"x": {"field": "x", "type": "quantitative"},
-                          "y": {"field": "y", "type": "quantitative"}}},
+            {
+                "data": {"name": "image"},
+                "mark": {"type": "image", "aspect": False},
+                "encoding": {
+                    "url": {"field": "url", "type": "nominal"},
+                    "x": {
+                        "field": "x0",
+                        "type": "quantitative",
+                        "axis": axis,
+                        "scale": xs,
+                    },
+                    "x2": {"field": "x1"},
+                    "y": {
+                        "field": "y0",
+                        "type": "quantitative",
+                        "axis": axis,
+                        "scale": ys,
+                    },
+                    "y2": {"field": "y1"},
+                },
+            },
+            {
+                "data": {"name": "links"},
+                "mark": {
+                    "type": "rule",
+                    "color": "#FFD43B",
+                    "strokeWidth": 1.2,
+                    "clip": True,
+                },
+                "encoding": {
+                    "x": {"field": "x", "type": "quantitative"},
+                    "y": {"field": "y", "type": "quantitative"},
+                    "x2": {"field": "x2"},
+                    "y2": {"field": "y2"},
+                },
+            },
+            {
+                "data": {"name": "points"},
+                "mark": {
+                    "type": "point",
+                    "filled": True,
+                    "stroke": "#333333",
+                    "strokeWidth": 0.6,
+                    "opacity": 0.95,
+                    "clip": True,
+                },
+                "encoding": {
+                    "x": {"field": "x", "type": "quantitative"},
+                    "y": {"field": "y", "type": "quantitative"},
+                    "size": {
+                        "field": "w",
+                        "type": "quantitative",
+                        "title": "weight",
+                        "scale": {"range": [8, 360], "zero": True},
+                        "legend": None,
+                    },
+                    "color": {
+                        "field": "kind",
+                        "type": "nominal",
+                        "title": None,
+                        "scale": {"domain": kinds, "range": colors},
+                        "legend": {"orient": "bottom", "columns": 2, "labelLimit": 200},
+                    },
+                    "shape": {
+                        "field": "shape",
+                        "type": "nominal",
+                        "legend": None,
+                        "scale": None,
+                    },
+                    "tooltip": [
+                        {"field": "kind"},
+                        {
+                            "field": "w",
+                            "type": "quantitative",
+                            "format": ".4f",
+                            "title": "weight",
+                        },
+                    ],
+                },
+            },
+            {
+                "data": {"name": "query"},
+                "mark": {
+                    "type": "point",
+                    "shape": "cross",
+                    "size": 260,
+                    "filled": True,
+                    "color": QUERY_COLOR,
+                    "stroke": "white",
+                    "strokeWidth": 1,
+                },
+                "encoding": {
+                    "x": {"field": "x", "type": "quantitative"},
+                    "y": {"field": "y", "type": "quantitative"},
+                },
+            },
         ],
         **_FONT,
     }
 
 
-def static_sampling_points_explorer(image, x, dat_params, n_heads, n_groups, stride,
-                                    offset_range, msda=None, query=27, scale=1.0,
-                                    label=None, head=0) -> Explorer:
+def static_sampling_points_explorer(
+    image,
+    x,
+    dat_params,
+    n_heads,
+    n_groups,
+    stride,
+    offset_range,
+    msda=None,
+    query=27,
+    scale=1.0,
+    label=None,
+    head=0,
+) -> Explorer:
     """The static site's twin of ``sampling_points_explorer``."""
-    grid = sampling_grid(image, x, dat_params, n_heads, n_groups, stride,
-                         offset_range, msda)
+    grid = sampling_grid(
+        image, x, dat_params, n_heads, n_groups, stride, offset_range, msda
+    )
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
     labels = list(dat_params)
-    init = {"query": query, "scale": SCALES.index(scale),
-            "label": labels.index(label) if label is not None else len(labels) - 1,
-            "head": head, "level": 0}
+    init = {
+        "query": query,
+        "scale": SCALES.index(scale),
+        "label": labels.index(label) if label is not None else len(labels) - 1,
+        "head": head,
+        "level": 0,
+    }
     hw = (grid["H"], grid["W"])
     specs = {"dat": _image_spec(DAT_KINDS, DAT_COLORS, *hw)}
     if msda is not None:
         specs["msda"] = _image_spec(
             [f"level {i} ({a} × {b})" for i, (a, b) in enumerate(grid["level_shapes"])],
-            [LEVEL_COLORS[i % 4] for i in range(len(grid["level_shapes"]))], *hw)
-    return Explorer("sampling", {"grid": grid, "init": init, "specs": specs},
-                    "Sampling points on the photograph (chapter 4)",
-                    "explorers.sampling_points_explorer(...)")
+            [LEVEL_COLORS[i % 4] for i in range(len(grid["level_shapes"]))],
+            *hw,
+        )
+    return Explorer(
+        "sampling",
+        {"grid": grid, "init": init, "specs": specs},
+        "Sampling points on the photograph (chapter 4)",
+        "explorers.sampling_points_explorer(...)",
+    )
 
 
-def sampling_figure(image, x, params, n_heads, n_groups, stride, offset_range, msda,
-                    query, scale, head, level):
+def sampling_figure(
+    image,
+    x,
+    params,
+    n_heads,
+    n_groups,
+    stride,
+    offset_range,
+    msda,
+    query,
+    scale,
+    head,
+    level,
+):
     """The live figure: DAT's points and the query's weights, and MSDA's points."""
     import matplotlib.pyplot as plt
 
@@ -240,12 +374,22 @@ def sampling_figure(image, x, params, n_heads, n_groups, stride, offset_range, m
     for (x0, y0), (x1, y1) in zip(ref, pts):
         ax.plot([x0, x1], [y0, y1], color="#FFD43B", lw=1)
     ax.scatter(*ref.T, s=8, color="white", label="reference points")
-    ax.scatter(*pts.T, s=8 + 3000 * wts, color="#DD8452", ec="white", lw=0.5,
-               label="deformed points (size: weight)")
-    ax.scatter([c + 0.5], [r + 0.5], marker="P", s=200, color=QUERY_COLOR,
-               ec="white")
-    ax.set(xlim=(0, w), ylim=(h, 0), xticks=[], yticks=[],
-           title=f"DAT, head {head}, offsets × {scale}")
+    ax.scatter(
+        *pts.T,
+        s=8 + 3000 * wts,
+        color="#DD8452",
+        ec="white",
+        lw=0.5,
+        label="deformed points (size: weight)",
+    )
+    ax.scatter([c + 0.5], [r + 0.5], marker="P", s=200, color=QUERY_COLOR, ec="white")
+    ax.set(
+        xlim=(0, w),
+        ylim=(h, 0),
+        xticks=[],
+        yticks=[],
+        title=f"DAT, head {head}, offsets × {scale}",
+    )
     ax.legend(fontsize=7, loc="lower left")
     if msda is not None:
         ax = axes[0, 1]
@@ -254,21 +398,43 @@ def sampling_figure(image, x, params, n_heads, n_groups, stride, offset_range, m
         levels = range(len(msda["spatial_shapes"])) if level is None else [level]
         for lv in levels:
             loc = ms["locations"][query][:, lv].reshape(-1, 2)
-            ax.scatter(*loc.T, s=10 + 600 * ms["weights"][query][:, lv].ravel(),
-                       color=LEVEL_COLORS[lv % 4], ec="white", lw=0.5,
-                       label=f"level {lv}")
-        ax.scatter([c + 0.5], [r + 0.5], marker="P", s=200, color=QUERY_COLOR,
-                   ec="white")
-        ax.set(xlim=(0, w), ylim=(h, 0), xticks=[], yticks=[],
-               title="MSDA: the query's points per level")
+            ax.scatter(
+                *loc.T,
+                s=10 + 600 * ms["weights"][query][:, lv].ravel(),
+                color=LEVEL_COLORS[lv % 4],
+                ec="white",
+                lw=0.5,
+                label=f"level {lv}",
+            )
+        ax.scatter(
+            [c + 0.5], [r + 0.5], marker="P", s=200, color=QUERY_COLOR, ec="white"
+        )
+        ax.set(
+            xlim=(0, w),
+            ylim=(h, 0),
+            xticks=[],
+            yticks=[],
+            title="MSDA: the query's points per level",
+        )
         ax.legend(fontsize=7, loc="lower left")
     fig.tight_layout()
     return fig
 
 
-def live_sampling_points_explorer(image, x, dat_params, n_heads, n_groups, stride,
-                                  offset_range, msda=None, query=27, scale=1.0,
-                                  label=None, head=0):
+def live_sampling_points_explorer(
+    image,
+    x,
+    dat_params,
+    n_heads,
+    n_groups,
+    stride,
+    offset_range,
+    msda=None,
+    query=27,
+    scale=1.0,
+    label=None,
+    head=0,
+):
     """ipywidgets: each change redraws ``sampling_figure``."""
     import ipywidgets as widgets
 
@@ -279,28 +445,55 @@ def live_sampling_points_explorer(image, x, dat_params, n_heads, n_groups, strid
     pos = query_positions(h, w)
     style = {"description_width": "initial"}
     labels = list(dat_params)
-    ctl = {"query": widgets.Dropdown(options=[(f"row {r}, col {c}", i)
-                                              for i, (r, c) in enumerate(pos)],
-                                     value=query, description="query", style=style),
-           "scale": widgets.SelectionSlider(options=SCALES, value=scale,
-                                            description="offset scale", style=style),
-           "label": widgets.Dropdown(options=labels, value=label or labels[-1],
-                                     description="offsets", style=style),
-           "head": widgets.IntSlider(value=head, min=0, max=n_heads - 1,
-                                     description="head", style=style)}
+    ctl = {
+        "query": widgets.Dropdown(
+            options=[(f"row {r}, col {c}", i) for i, (r, c) in enumerate(pos)],
+            value=query,
+            description="query",
+            style=style,
+        ),
+        "scale": widgets.SelectionSlider(
+            options=SCALES, value=scale, description="offset scale", style=style
+        ),
+        "label": widgets.Dropdown(
+            options=labels,
+            value=label or labels[-1],
+            description="offsets",
+            style=style,
+        ),
+        "head": widgets.IntSlider(
+            value=head, min=0, max=n_heads - 1, description="head", style=style
+        ),
+    }
     if msda is not None:
         n_lv = len(msda["spatial_shapes"])
         ctl["level"] = widgets.Dropdown(
             options=[("all", None)] + [(f"level {i}", i) for i in range(n_lv)],
-            value=None, description="MSDA level", style=style)
+            value=None,
+            description="MSDA level",
+            style=style,
+        )
     out = widgets.Output()
 
     def redraw(change=None):
         kw = {k: v.value for k, v in ctl.items()}
-        _show_figure(out, sampling_figure(
-            image, x, dat_params[kw["label"]], n_heads, n_groups, stride,
-            offset_range, msda, kw["query"], kw["scale"], kw["head"],
-            kw.get("level")))
+        _show_figure(
+            out,
+            sampling_figure(
+                image,
+                x,
+                dat_params[kw["label"]],
+                n_heads,
+                n_groups,
+                stride,
+                offset_range,
+                msda,
+                kw["query"],
+                kw["scale"],
+                kw["head"],
+                kw.get("level"),
+            ),
+        )
 
     for v in ctl.values():
         v.observe(redraw, names="value")
@@ -309,10 +502,20 @@ def live_sampling_points_explorer(image, x, dat_params, n_heads, n_groups, strid
     return widgets.VBox([widgets.HBox(items[:3]), widgets.HBox(items[3:]), out])
 
 
-def sampling_points_explorer(image, x, dat_params: dict, n_heads: int, n_groups: int,
-                             stride: int, offset_range: float, msda: dict | None = None,
-                             query: int = 27, scale: float = 1.0,
-                             label: str | None = None, head: int = 0):
+def sampling_points_explorer(
+    image,
+    x,
+    dat_params: dict,
+    n_heads: int,
+    n_groups: int,
+    stride: int,
+    offset_range: float,
+    msda: dict | None = None,
+    query: int = 27,
+    scale: float = 1.0,
+    label: str | None = None,
+    head: int = 0,
+):
     """Chapter 4: DAT's and MSDA's sampling points on ``image`` for the feature map
     ``x`` (1, H, W, C). ``dat_params``: {label: DAT parameters} (e.g. untrained and
     trained offsets); ``msda``: None or {params, spatial_shapes, n_heads, n_points}
@@ -325,5 +528,12 @@ def sampling_points_explorer(image, x, dat_params: dict, n_heads: int, n_groups:
     return live_sampling_points_explorer(*args, **kw)
 
 
-__all__ = ["dat_setting", "msda_setting", "png_uri", "query_positions",
-           "sampling_grid", "sampling_points_explorer", "to_image_units"]
+__all__ = [
+    "dat_setting",
+    "msda_setting",
+    "png_uri",
+    "query_positions",
+    "sampling_grid",
+    "sampling_points_explorer",
+    "to_image_units",
+]

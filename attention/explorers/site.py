@@ -28,6 +28,7 @@ if ON_SITE:
 else:
     from tqdm.auto import tqdm  # noqa: F401  (a widget in Jupyter, text in a terminal)
 
+
 def check_option(name: str, value, options) -> None:
     """A control's value must be one of its options: ValueError naming the argument and
     listing them (not a TraitError from ipywidgets or a bare ``list.index`` error)."""
@@ -54,19 +55,24 @@ class Explorer:
 
     def to_json(self) -> str:
         # "</" cannot end the <script> element early; JSON stays valid with "<\/".
-        return json.dumps({"kind": self.kind, **self.config},
-                          separators=(",", ":")).replace("</", "<\\/")
+        return json.dumps(
+            {"kind": self.kind, **self.config}, separators=(",", ":")
+        ).replace("</", "<\\/")
 
     def _repr_html_(self) -> str:
         eid = f"explorer-{self.kind}-{uuid.uuid4().hex[:8]}"
-        fallback = (f"This explorer draws in the web browser on the book's site. In "
-                    f"Jupyter or Colab, run <code>{html.escape(self.live)}</code> "
-                    f"instead.")
-        return (f'<div class="static-explorer" id="{eid}" data-kind="{self.kind}" '
-                f'role="group" aria-label="{html.escape(self.title)}">'
-                f'<p class="static-explorer-fallback">{fallback}</p>'
-                f'<script type="application/json" class="static-explorer-data">'
-                f"{self.to_json()}</script></div>")
+        fallback = (
+            f"This explorer draws in the web browser on the book's site. In "
+            f"Jupyter or Colab, run <code>{html.escape(self.live)}</code> "
+            f"instead."
+        )
+        return (
+            f'<div class="static-explorer" id="{eid}" data-kind="{self.kind}" '
+            f'role="group" aria-label="{html.escape(self.title)}">'
+            f'<p class="static-explorer-fallback">{fallback}</p>'
+            f'<script type="application/json" class="static-explorer-data">'
+            f"{self.to_json()}</script></div>"
+        )
 
     def __repr__(self) -> str:
         return f"<static explorer {self.kind!r}: {self.title}>"
@@ -90,8 +96,10 @@ def _write_bundle(app, exc) -> None:
     # otherwise collide with other scripts' globals; it sets window.vegaEmbed, vega,
     # vegaLite itself.
     bundle = vl_convert.javascript_bundle()
-    head = ("/* vega, vega-lite, vega-embed from vl-convert-python "
-            f"{vl_convert.__version__} */")
+    head = (
+        "/* vega, vega-lite, vega-embed from vl-convert-python "
+        f"{vl_convert.__version__} */"
+    )
     out.write_text(f"{head}\n(function () {{\n{bundle}\n}})();\n", encoding="utf-8")
 
 

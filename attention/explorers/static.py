@@ -66,13 +66,20 @@ def _index(name: str, value, options, shown=None) -> int:
     try:
         return list(options).index(value)
     except ValueError:
-        raise ValueError(f"{name} must be one of {list(shown or options)}, got "
-                         f"{value!r}") from None
+        raise ValueError(
+            f"{name} must be one of {list(shown or options)}, got {value!r}"
+        ) from None
 
 
-def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: int = 64,
-                       Bc: int = 64, dtype: str = "float16",
-                       algorithm: str = "flash2") -> Explorer:
+def tile_size_explorer(
+    N: int = 1024,
+    d: int = 64,
+    sram_kib: int = 192,
+    Br: int = 64,
+    Bc: int = 64,
+    dtype: str = "float16",
+    algorithm: str = "flash2",
+) -> Explorer:
     """Chapter 2's tile-size explorer for the static site: HBM bytes of the forward (or
     backward) algorithms per tensor (simulated, no L2) with each one's compulsory
     traffic beside it (``memory.compulsory``), the chosen algorithm's SRAM need against
@@ -84,21 +91,35 @@ def tile_size_explorer(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: int 
     dtypes = _dtypes()
     sram_i = _index("sram_kib", sram_kib, [kib for _, kib in SRAM_KIB])
     config = {
-        "grid": grid, "sram": sram_table(), "schedule": schedule_table(),
+        "grid": grid,
+        "sram": sram_table(),
+        "schedule": schedule_table(),
         "compulsory": compulsory_grid(),
         "groups": {"fwd": FORWARD, "bwd": BACKWARD},
-        "dtypes": dtypes, "srams": SRAM_KIB,
-        "init": {"N": _index("N", N, TILE_N), "d": _index("d", d, TILE_D),
-                 "sram": sram_i,
-                 "Br": _index("Br", Br, TILE_B), "Bc": _index("Bc", Bc, TILE_B),
-                 "dtype": _index("dtype", dtype, [n for n, _ in dtypes]),
-                 "algorithm": _index("algorithm", algorithm, FORWARD + BACKWARD),
-                 "step": 0},
-        "specs": {"bars_fwd": bars_floor_spec(fwd_t),
-                  "bars_bwd": bars_floor_spec(bwd_t), "tiles": tiles_spec()},
+        "dtypes": dtypes,
+        "srams": SRAM_KIB,
+        "init": {
+            "N": _index("N", N, TILE_N),
+            "d": _index("d", d, TILE_D),
+            "sram": sram_i,
+            "Br": _index("Br", Br, TILE_B),
+            "Bc": _index("Bc", Bc, TILE_B),
+            "dtype": _index("dtype", dtype, [n for n, _ in dtypes]),
+            "algorithm": _index("algorithm", algorithm, FORWARD + BACKWARD),
+            "step": 0,
+        },
+        "specs": {
+            "bars_fwd": bars_floor_spec(fwd_t),
+            "bars_bwd": bars_floor_spec(bwd_t),
+            "tiles": tiles_spec(),
+        },
     }
-    return Explorer("tile", config, "Tile-size explorer (chapter 2)",
-                    "explorers.tile_size_explorer()")
+    return Explorer(
+        "tile",
+        config,
+        "Tile-size explorer (chapter 2)",
+        "explorers.tile_size_explorer()",
+    )
 
 
 def _tensor_names_from(grid: dict, algorithms: list[str]) -> list[str]:
@@ -115,13 +136,24 @@ def teaser(d: int = 64, dtype: str = "float16") -> Explorer:
     grid = tile_grid(ds=[d], algorithms=algorithms)
     bpe = dict(_dtypes())[dtype]
     tensors = _tensor_names_from(grid, algorithms)
-    config = {"grid": grid, "bpe": bpe, "dtype": dtype,
-              "compulsory": compulsory_grid(ds=[d], algorithms=algorithms),
-              "init": {"N": TILE_N.index(4096), "Br": TILE_B.index(64),
-                       "Bc": TILE_B.index(64)},
-              "specs": {"bars": bars_floor_spec(tensors, height=220)}}
-    return Explorer("teaser", config, "Standard attention against FlashAttention-2",
-                    "explorers.teaser()")
+    config = {
+        "grid": grid,
+        "bpe": bpe,
+        "dtype": dtype,
+        "compulsory": compulsory_grid(ds=[d], algorithms=algorithms),
+        "init": {
+            "N": TILE_N.index(4096),
+            "Br": TILE_B.index(64),
+            "Bc": TILE_B.index(64),
+        },
+        "specs": {"bars": bars_floor_spec(tensors, height=220)},
+    }
+    return Explorer(
+        "teaser",
+        config,
+        "Standard attention against FlashAttention-2",
+        "explorers.teaser()",
+    )
 
 
 # ---------------------------------------------------------------------------------
@@ -129,25 +161,39 @@ def teaser(d: int = 64, dtype: str = "float16") -> Explorer:
 # ---------------------------------------------------------------------------------
 
 
-def naive_traffic_explorer(n: int = 1024, m: int | None = None, d: int = 64,
-                           dtype: str = "float16") -> Explorer:
+def naive_traffic_explorer(
+    n: int = 1024, m: int | None = None, d: int = 64, dtype: str = "float16"
+) -> Explorer:
     """Chapter 1's explorer for the static site: bytes of standard attention against
     the key length n, per tensor, and the per-tensor split at (m, n)."""
     grid = naive_grid()
     dtypes = _dtypes()
     colors = _colors()
-    config = {"grid": grid, "dtypes": dtypes,
-              "init": {"n": _index("n", n, NAIVE_N), "self": m is None,
-                       "m": _index("m", m if m is not None else 1024, NAIVE_M),
-                       "d": _index("d", d, NAIVE_D),
-                       "dtype": _index("dtype", dtype, [k for k, _ in dtypes])},
-              "specs": {"lines": lines_spec(NAIVE_TENSORS + ["total"],
-                                            [colors[t] for t in NAIVE_TENSORS]
-                                            + ["#000000"],
-                                            "key length n"),
-                        "bars": bars_spec(NAIVE_TENSORS)}}
-    return Explorer("naive", config, "Traffic of standard attention (chapter 1)",
-                    "explorers.naive_traffic_explorer()")
+    config = {
+        "grid": grid,
+        "dtypes": dtypes,
+        "init": {
+            "n": _index("n", n, NAIVE_N),
+            "self": m is None,
+            "m": _index("m", m if m is not None else 1024, NAIVE_M),
+            "d": _index("d", d, NAIVE_D),
+            "dtype": _index("dtype", dtype, [k for k, _ in dtypes]),
+        },
+        "specs": {
+            "lines": lines_spec(
+                NAIVE_TENSORS + ["total"],
+                [colors[t] for t in NAIVE_TENSORS] + ["#000000"],
+                "key length n",
+            ),
+            "bars": bars_spec(NAIVE_TENSORS),
+        },
+    }
+    return Explorer(
+        "naive",
+        config,
+        "Traffic of standard attention (chapter 1)",
+        "explorers.naive_traffic_explorer()",
+    )
 
 
 # ---------------------------------------------------------------------------------
@@ -155,8 +201,9 @@ def naive_traffic_explorer(n: int = 1024, m: int | None = None, d: int = 64,
 # ---------------------------------------------------------------------------------
 
 
-def temperature_explorer(scores=None, noise=None, tau: float = 1.0, row: int = 0,
-                         seed: int = 0) -> Explorer:
+def temperature_explorer(
+    scores=None, noise=None, tau: float = 1.0, row: int = 0, seed: int = 0
+) -> Explorer:
     """Chapter 3's temperature explorer for the static site, on the chapter's
     scores and Gumbel noise (``data.temperature_inputs``: random ones from ``seed``
     where None): the map of y = softmax((s + g) / tau), and one row beside
@@ -164,22 +211,35 @@ def temperature_explorer(scores=None, noise=None, tau: float = 1.0, row: int = 0
     from attention import plots
 
     grid = temperature_grid(*temperature_inputs(scores, noise, seed))
-    if (isinstance(tau, bool) or not isinstance(tau, (int, float, np.floating))
-            or not np.isfinite(tau) or tau <= 0):
+    if (
+        isinstance(tau, bool)
+        or not isinstance(tau, (int, float, np.floating))
+        or not np.isfinite(tau)
+        or tau <= 0
+    ):
         raise ValueError(f"tau must be a finite number > 0, got {tau!r}")
     e = round(float(np.log10(tau)), 2)
     soft, hard_c = plots.SELECTION_COLORS["soft"], plots.SELECTION_COLORS["hard"]
     n_q, n_k = grid["shape"]
     tau_i = _index("tau", e, TAU_EXP, shown=[round(10.0**x, 4) for x in TAU_EXP])
-    if isinstance(row, bool) or not isinstance(row, (int, np.integer)) \
-            or not 0 <= row < n_q:
+    if (
+        isinstance(row, bool)
+        or not isinstance(row, (int, np.integer))
+        or not 0 <= row < n_q
+    ):
         raise ValueError(f"row must be an int in 0..{n_q - 1}, got {row!r}")
-    config = {"grid": grid, "init": {"tau": tau_i, "row": int(row)},
-              "specs": {"map": heatmap_spec(hard_c),
-                        "row": weights_row_spec(soft, hard_c)},
-              "shape": [n_q, n_k]}
-    return Explorer("temperature", config, "Gumbel-softmax temperature (chapter 3)",
-                    "explorers.temperature_explorer(scores=S_map, noise=G_map)")
+    config = {
+        "grid": grid,
+        "init": {"tau": tau_i, "row": int(row)},
+        "specs": {"map": heatmap_spec(hard_c), "row": weights_row_spec(soft, hard_c)},
+        "shape": [n_q, n_k],
+    }
+    return Explorer(
+        "temperature",
+        config,
+        "Gumbel-softmax temperature (chapter 3)",
+        "explorers.temperature_explorer(scores=S_map, noise=G_map)",
+    )
 
 
 def topk_traffic_explorer(N: int = 4096, d: int = 64, k: int = 8) -> Explorer:
@@ -190,16 +250,29 @@ def topk_traffic_explorer(N: int = 4096, d: int = 64, k: int = 8) -> Explorer:
 
     grid = topk_grid()
     c = plots.SELECTION_COLORS
-    config = {"grid": grid, "bpe": 2,
-              "init": {"N": _index("N", N, TOPK_N), "d": _index("d", d, TOPK_D),
-                       "k": _index("k", k, TOPK_K)},
-              "specs": {"lines": lines_spec(["soft", "hard (argmax)", "top-k"],
-                                            [c["soft"], c["hard"], c["topk"]],
-                                            "sequence length N (N_q = N_k)"),
-                        "bars": bars_spec(grid["tensors"])}}
-    return Explorer("topk", config,
-                    "Traffic of soft, hard and top-k attention (chapter 3)",
-                    "explorers.topk_traffic_explorer()")
+    config = {
+        "grid": grid,
+        "bpe": 2,
+        "init": {
+            "N": _index("N", N, TOPK_N),
+            "d": _index("d", d, TOPK_D),
+            "k": _index("k", k, TOPK_K),
+        },
+        "specs": {
+            "lines": lines_spec(
+                ["soft", "hard (argmax)", "top-k"],
+                [c["soft"], c["hard"], c["topk"]],
+                "sequence length N (N_q = N_k)",
+            ),
+            "bars": bars_spec(grid["tensors"]),
+        },
+    }
+    return Explorer(
+        "topk",
+        config,
+        "Traffic of soft, hard and top-k attention (chapter 3)",
+        "explorers.topk_traffic_explorer()",
+    )
 
 
 # ---------------------------------------------------------------------------------
@@ -207,8 +280,9 @@ def topk_traffic_explorer(N: int = 4096, d: int = 64, k: int = 8) -> Explorer:
 # ---------------------------------------------------------------------------------
 
 
-def deformable_traffic_explorer(side: int = 64, d: int = 32, r: int = 4,
-                                n_points: int = 4, n_levels: int = 4) -> Explorer:
+def deformable_traffic_explorer(
+    side: int = 64, d: int = 32, r: int = 4, n_points: int = 4, n_levels: int = 4
+) -> Explorer:
     """Chapter 4's traffic explorer for the static site: per-tensor bytes of dense, DAT
     and MSDA at the chosen map, and the totals against the map side (float16)."""
     from attention import plots
@@ -218,14 +292,26 @@ def deformable_traffic_explorer(side: int = 64, d: int = 32, r: int = 4,
     colors = [styles.get(n, ("#333333", "-"))[0] for n in DEFORM_ALGS]
     # DAT unfused: the fused colour, lighter (no dashes in the legend).
     colors[2] = "#8FA9D6"
-    config = {"grid": grid, "bpe": 2,
-              "init": {"side": _index("side", side, DEFORM_SIDE),
-                       "d": _index("d", d, DEFORM_D), "r": _index("r", r, DEFORM_R),
-                       "P": _index("n_points", n_points, DEFORM_P),
-                       "L": _index("n_levels", n_levels, DEFORM_L)},
-              "specs": {"bars": bars_spec(grid["tensors"]),
-                        "lines": lines_spec(list(DEFORM_ALGS), colors,
-                                            "map side (H = W); queries = H·W")}}
-    return Explorer("deformable", config,
-                    "Traffic of deformable attention (chapter 4)",
-                    "explorers.deformable_traffic_explorer()")
+    config = {
+        "grid": grid,
+        "bpe": 2,
+        "init": {
+            "side": _index("side", side, DEFORM_SIDE),
+            "d": _index("d", d, DEFORM_D),
+            "r": _index("r", r, DEFORM_R),
+            "P": _index("n_points", n_points, DEFORM_P),
+            "L": _index("n_levels", n_levels, DEFORM_L),
+        },
+        "specs": {
+            "bars": bars_spec(grid["tensors"]),
+            "lines": lines_spec(
+                list(DEFORM_ALGS), colors, "map side (H = W); queries = H·W"
+            ),
+        },
+    }
+    return Explorer(
+        "deformable",
+        config,
+        "Traffic of deformable attention (chapter 4)",
+        "explorers.deformable_traffic_explorer()",
+    )

@@ -33,9 +33,15 @@ def _phases_standard_bwd(N, n_k, d, Br, Bc):
     }
 
 
-def _simulate_standard_bwd(N: int, d: int, Br: int = 64, Bc: int = 64,
-                           M: int | None = None,
-                           N_k: int | None = None, keep_trace: bool = True) -> Traffic:
+def _simulate_standard_bwd(
+    N: int,
+    d: int,
+    Br: int = 64,
+    Bc: int = 64,
+    M: int | None = None,
+    N_k: int | None = None,
+    keep_trace: bool = True,
+) -> Traffic:
     """The standard backward: five passes, reading the P the forward
     stored (N x N_k)."""
     n_k = _check_args(N, d, Br, Bc, M, N_k)
@@ -111,25 +117,36 @@ def _simulate_standard_bwd(N: int, d: int, Br: int = 64, Bc: int = 64,
     return sim.result()
 
 
-def _closed_standard_bwd(N: int, d: int, Br: int = 64, Bc: int = 64,
-                         M: int | None = None,
-                         N_k: int | None = None, keep_trace: bool = True) -> Traffic:
+def _closed_standard_bwd(
+    N: int,
+    d: int,
+    Br: int = 64,
+    Bc: int = 64,
+    M: int | None = None,
+    N_k: int | None = None,
+    keep_trace: bool = True,
+) -> Traffic:
     n_k = _check_args(N, d, Br, Bc, M, N_k)
     peak = fit_tiles("standard_bwd", _phases_standard_bwd(N, n_k, d, Br, Bc), M)
     t_r, t_c = cdiv(N, Br), cdiv(n_k, Bc)
     nn = N * n_k
-    return traffic({
-        "P": (2 * nn, 0),  # steps 1 and 3
-        "dO": (t_c * N * d + N * d, 0),  # step 1 (per key block) and step 2 (once)
-        "dV": (0, n_k * d),
-        "V": (t_r * n_k * d, 0),
-        "dP": (nn, nn),
-        "dS": (2 * nn, nn),  # written by step 3, read by steps 4 and 5
-        "K": (t_r * n_k * d, 0),
-        "dQ": (0, N * d),
-        "Q": (t_c * N * d, 0),
-        "dK": (0, n_k * d),
-    }, peak, steps=4 * t_r * t_c + t_r, events=12 * t_r * t_c + 2 * t_c + 6 * t_r)
+    return traffic(
+        {
+            "P": (2 * nn, 0),  # steps 1 and 3
+            "dO": (t_c * N * d + N * d, 0),  # step 1 (per key block) and step 2 (once)
+            "dV": (0, n_k * d),
+            "V": (t_r * n_k * d, 0),
+            "dP": (nn, nn),
+            "dS": (2 * nn, nn),  # written by step 3, read by steps 4 and 5
+            "K": (t_r * n_k * d, 0),
+            "dQ": (0, N * d),
+            "Q": (t_c * N * d, 0),
+            "dK": (0, n_k * d),
+        },
+        peak,
+        steps=4 * t_r * t_c + t_r,
+        events=12 * t_r * t_c + 2 * t_c + 6 * t_r,
+    )
 
 
 register("standard_bwd", _simulate_standard_bwd, _closed_standard_bwd)
@@ -152,9 +169,12 @@ def _phases_flash2_bwd(N, n_k, d, Br, Bc):
     br, bc = min(Br, N), min(Bc, n_k)
     return {
         "the D = rowsum(dO o O) pass": {"O_i, dO_i": 2 * br * d, "D_i": br},
-        "the main loop": {"K_j, V_j, dK_j, dV_j": 4 * bc * d,
-                          "Q_i, dO_i, dQ_i": 3 * br * d,
-                          "L_i, D_i": 2 * br, "P_ij, dS_ij": 2 * br * bc},
+        "the main loop": {
+            "K_j, V_j, dK_j, dV_j": 4 * bc * d,
+            "Q_i, dO_i, dQ_i": 3 * br * d,
+            "L_i, D_i": 2 * br,
+            "P_ij, dS_ij": 2 * br * bc,
+        },
     }
 
 
@@ -171,9 +191,15 @@ def _preprocess_D(sim: HBMSim, rows: list[int], d: int) -> None:
         sim.release(2 * br * d + br)
 
 
-def _simulate_flash2_bwd(N: int, d: int, Br: int = 64, Bc: int = 64,
-                         M: int | None = None,
-                         N_k: int | None = None, keep_trace: bool = True) -> Traffic:
+def _simulate_flash2_bwd(
+    N: int,
+    d: int,
+    Br: int = 64,
+    Bc: int = 64,
+    M: int | None = None,
+    N_k: int | None = None,
+    keep_trace: bool = True,
+) -> Traffic:
     """FlashAttention-2's Algorithm 2: K/V blocks outside,
     dQ_i updated in HBM per (j, i)."""
     n_k = _check_args(N, d, Br, Bc, M, N_k)
@@ -190,8 +216,9 @@ def _simulate_flash2_bwd(N: int, d: int, Br: int = 64, Bc: int = 64,
                 sim.load("K", bc * d, (j,))
                 sim.load("V", bc * d, (j,))
             need = 3 * br * d + 2 * br + 2 * br * bc
-            sim.hold(need,
-                     "K_j, V_j, dK_j, dV_j, Q_i, dO_i, dQ_i, L_i, D_i, P_ij and dS_ij")
+            sim.hold(
+                need, "K_j, V_j, dK_j, dV_j, Q_i, dO_i, dQ_i, L_i, D_i, P_ij and dS_ij"
+            )
             sim.load("Q", br * d, (i,))
             sim.load("dO", br * d, (i,))
             sim.load("L", br, (i,))
@@ -206,24 +233,36 @@ def _simulate_flash2_bwd(N: int, d: int, Br: int = 64, Bc: int = 64,
     return sim.result()
 
 
-def _closed_flash2_bwd(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None = None,
-                       N_k: int | None = None, keep_trace: bool = True) -> Traffic:
+def _closed_flash2_bwd(
+    N: int,
+    d: int,
+    Br: int = 64,
+    Bc: int = 64,
+    M: int | None = None,
+    N_k: int | None = None,
+    keep_trace: bool = True,
+) -> Traffic:
     n_k = _check_args(N, d, Br, Bc, M, N_k)
     peak = fit_tiles("flash2_bwd", _phases_flash2_bwd(N, n_k, d, Br, Bc), M)
     t_r, t_c = cdiv(N, Br), cdiv(n_k, Bc)
-    return traffic({
-        "O": (N * d, 0),  # only for D
-        "dO": (N * d + t_c * N * d, 0),
-        "D": (t_c * N, N),
-        # initialised, then read+written per j
-        "dQ": (t_c * N * d, N * d + t_c * N * d),
-        "K": (n_k * d, 0),
-        "V": (n_k * d, 0),
-        "Q": (t_c * N * d, 0),
-        "L": (t_c * N, 0),
-        "dK": (0, n_k * d),
-        "dV": (0, n_k * d),
-    }, peak, steps=t_r + t_r * t_c, events=7 * t_r * t_c + 4 * t_c + 4 * t_r + 1)
+    return traffic(
+        {
+            "O": (N * d, 0),  # only for D
+            "dO": (N * d + t_c * N * d, 0),
+            "D": (t_c * N, N),
+            # initialised, then read+written per j
+            "dQ": (t_c * N * d, N * d + t_c * N * d),
+            "K": (n_k * d, 0),
+            "V": (n_k * d, 0),
+            "Q": (t_c * N * d, 0),
+            "L": (t_c * N, 0),
+            "dK": (0, n_k * d),
+            "dV": (0, n_k * d),
+        },
+        peak,
+        steps=t_r + t_r * t_c,
+        events=7 * t_r * t_c + 4 * t_c + 4 * t_r + 1,
+    )
 
 
 register("flash2_bwd", _simulate_flash2_bwd, _closed_flash2_bwd)
@@ -242,16 +281,30 @@ def _phases_flash2_bwd_split(N, n_k, d, Br, Bc):
     br, bc = min(Br, N), min(Bc, n_k)
     return {
         "the D = rowsum(dO o O) pass": {"O_i, dO_i": 2 * br * d, "D_i": br},
-        "the dK, dV loop": {"K_j, V_j, dK_j, dV_j": 4 * bc * d, "Q_i, dO_i": 2 * br * d,
-                            "L_i, D_i": 2 * br, "P_ij, dS_ij": 2 * br * bc},
-        "the dQ loop": {"Q_i, dO_i, dQ_i": 3 * br * d, "L_i, D_i": 2 * br,
-                        "K_j, V_j": 2 * bc * d, "P_ij, dS_ij": 2 * br * bc},
+        "the dK, dV loop": {
+            "K_j, V_j, dK_j, dV_j": 4 * bc * d,
+            "Q_i, dO_i": 2 * br * d,
+            "L_i, D_i": 2 * br,
+            "P_ij, dS_ij": 2 * br * bc,
+        },
+        "the dQ loop": {
+            "Q_i, dO_i, dQ_i": 3 * br * d,
+            "L_i, D_i": 2 * br,
+            "K_j, V_j": 2 * bc * d,
+            "P_ij, dS_ij": 2 * br * bc,
+        },
     }
 
 
-def _simulate_flash2_bwd_split(N: int, d: int, Br: int = 64, Bc: int = 64,
-                               M: int | None = None, N_k: int | None = None,
-                               keep_trace: bool = True) -> Traffic:
+def _simulate_flash2_bwd_split(
+    N: int,
+    d: int,
+    Br: int = 64,
+    Bc: int = 64,
+    M: int | None = None,
+    N_k: int | None = None,
+    keep_trace: bool = True,
+) -> Traffic:
     """The two-loop FlashAttention-2 backward: dK, dV by key blocks,
     then dQ by query blocks."""
     n_k = _check_args(N, d, Br, Bc, M, N_k)
@@ -297,24 +350,35 @@ def _simulate_flash2_bwd_split(N: int, d: int, Br: int = 64, Bc: int = 64,
     return sim.result()
 
 
-def _closed_flash2_bwd_split(N: int, d: int, Br: int = 64, Bc: int = 64,
-                             M: int | None = None, N_k: int | None = None,
-                             keep_trace: bool = True) -> Traffic:
+def _closed_flash2_bwd_split(
+    N: int,
+    d: int,
+    Br: int = 64,
+    Bc: int = 64,
+    M: int | None = None,
+    N_k: int | None = None,
+    keep_trace: bool = True,
+) -> Traffic:
     n_k = _check_args(N, d, Br, Bc, M, N_k)
     peak = fit_tiles("flash2_bwd_split", _phases_flash2_bwd_split(N, n_k, d, Br, Bc), M)
     t_r, t_c = cdiv(N, Br), cdiv(n_k, Bc)
-    return traffic({
-        "O": (N * d, 0),
-        "dO": (N * d + t_c * N * d + N * d, 0),  # D pass, dK/dV loop, dQ loop
-        "D": (t_c * N + N, N),
-        "K": (n_k * d + t_r * n_k * d, 0),
-        "V": (n_k * d + t_r * n_k * d, 0),
-        "Q": (t_c * N * d + N * d, 0),
-        "L": (t_c * N + N, 0),
-        "dK": (0, n_k * d),
-        "dV": (0, n_k * d),
-        "dQ": (0, N * d),
-    }, peak, steps=t_r + 2 * t_r * t_c, events=8 * t_r * t_c + 4 * t_c + 9 * t_r)
+    return traffic(
+        {
+            "O": (N * d, 0),
+            "dO": (N * d + t_c * N * d + N * d, 0),  # D pass, dK/dV loop, dQ loop
+            "D": (t_c * N + N, N),
+            "K": (n_k * d + t_r * n_k * d, 0),
+            "V": (n_k * d + t_r * n_k * d, 0),
+            "Q": (t_c * N * d + N * d, 0),
+            "L": (t_c * N + N, 0),
+            "dK": (0, n_k * d),
+            "dV": (0, n_k * d),
+            "dQ": (0, N * d),
+        },
+        peak,
+        steps=t_r + 2 * t_r * t_c,
+        events=8 * t_r * t_c + 4 * t_c + 9 * t_r,
+    )
 
 
 register("flash2_bwd_split", _simulate_flash2_bwd_split, _closed_flash2_bwd_split)

@@ -40,33 +40,55 @@ def compulsory(algorithm: str, N: int, d: int, N_k: int | None = None) -> Traffi
     N, d = check_count("N", N), check_count("d", d)
     n_k = N if N_k is None else check_count("N_k", N_k)
     if algorithm in _FORWARD:
-        per = {"Q": (N * d, 0), "K": (n_k * d, 0), "V": (n_k * d, 0), "O": (0, N * d),
-               "L": (0, N)}
+        per = {
+            "Q": (N * d, 0),
+            "K": (n_k * d, 0),
+            "V": (n_k * d, 0),
+            "O": (0, N * d),
+            "L": (0, N),
+        }
     elif algorithm in _BACKWARD:
-        per = {"Q": (N * d, 0), "K": (n_k * d, 0), "V": (n_k * d, 0), "O": (N * d, 0),
-               "dO": (N * d, 0), "L": (N, 0), "dQ": (0, N * d), "dK": (0, n_k * d),
-               "dV": (0, n_k * d)}
+        per = {
+            "Q": (N * d, 0),
+            "K": (n_k * d, 0),
+            "V": (n_k * d, 0),
+            "O": (N * d, 0),
+            "dO": (N * d, 0),
+            "L": (N, 0),
+            "dQ": (0, N * d),
+            "dK": (0, n_k * d),
+            "dV": (0, n_k * d),
+        }
     else:
         known = sorted(_FORWARD + _BACKWARD)
-        raise ValueError(f"no compulsory-traffic model for {algorithm!r}; known: "
-                         f"{known}")
+        raise ValueError(
+            f"no compulsory-traffic model for {algorithm!r}; known: {known}"
+        )
     return traffic(per)
 
 
-def heads_in_flight(N: int, Br: int, gpu: str | GPUSpec,
-                    programs_per_sm: int = 1) -> int:
+def heads_in_flight(
+    N: int, Br: int, gpu: str | GPUSpec, programs_per_sm: int = 1
+) -> int:
     """Heads whose query-block programs occupy the GPU at once: SMs x programs per SM
     spread over ceil(N / Br) programs per head (at least one head)."""
     spec = GPUS[gpu] if isinstance(gpu, str) else gpu
     N, Br = check_count("N", N), check_count("Br", Br)
     per_head = cdiv(N, Br)
-    return max(1,
-               cdiv(spec.sms
-                    * check_count("programs_per_sm", programs_per_sm), per_head))
+    return max(
+        1, cdiv(spec.sms * check_count("programs_per_sm", programs_per_sm), per_head)
+    )
 
 
-def kv_fits_in_l2(N: int, d: int, Br: int, gpu: str | GPUSpec, bytes_per_elem: int = 2,
-                  N_k: int | None = None, programs_per_sm: int = 1) -> bool:
+def kv_fits_in_l2(
+    N: int,
+    d: int,
+    Br: int,
+    gpu: str | GPUSpec,
+    bytes_per_elem: int = 2,
+    N_k: int | None = None,
+    programs_per_sm: int = 1,
+) -> bool:
     """The stated L2 policy: re-reads of K and V hit L2 when the K and V of every head
     in flight fit in it together (2 N_k d elements per head)."""
     spec = GPUS[gpu] if isinstance(gpu, str) else gpu

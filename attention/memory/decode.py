@@ -52,17 +52,25 @@ def decode_bytes(t: Traffic, bytes_per_elem: int = 2) -> int:
     """HBM bytes of a decode count: K, V, Q, O, S, P at ``bytes_per_elem``; O_part,
     lse_part, L (fp32) and block_table (int32) at 4."""
     bpe = check_count("bytes_per_elem", bytes_per_elem)
-    return sum((r + w) * FIXED_BYTES.get(name, bpe)
-               for name, (r, w) in t.per_tensor.items())
+    return sum(
+        (r + w) * FIXED_BYTES.get(name, bpe) for name, (r, w) in t.per_tensor.items()
+    )
 
 
-def decode_flops(B: int, H_kv: int, N: int, d: int, group: int = 1,
-                 N_q: int = 1) -> int:
+def decode_flops(
+    B: int, H_kv: int, N: int, d: int, group: int = 1, N_q: int = 1
+) -> int:
     """Matmul FLOPs of one decode step, q K^T and P V: 4 B H_q N_q N d (H_q = H_kv
     group; no causal saving among the N_q new rows)."""
-    return (4 * check_count("B", B) * check_count("H_kv", H_kv) * check_count("group",
-                                                                                group)
-            * check_count("N_q", N_q) * check_count("N", N) * check_count("d", d))
+    return (
+        4
+        * check_count("B", B)
+        * check_count("H_kv", H_kv)
+        * check_count("group", group)
+        * check_count("N_q", N_q)
+        * check_count("N", N)
+        * check_count("d", d)
+    )
 
 
 # ---------------------------------------------------------------------------------
@@ -72,14 +80,24 @@ def decode_flops(B: int, H_kv: int, N: int, d: int, group: int = 1,
 
 def _phases_naive(N, d, N_q, Bc):
     bc = min(Bc, N)
-    return {"S = q K^T": {"q": N_q * d, "K_j": bc * d, "S_j": N_q * bc},
-            "P = softmax(S)": {"one row of S": N},
-            "O = P V": {"O": N_q * d, "P_j": N_q * bc, "V_j": bc * d}}
+    return {
+        "S = q K^T": {"q": N_q * d, "K_j": bc * d, "S_j": N_q * bc},
+        "P = softmax(S)": {"one row of S": N},
+        "O = P V": {"O": N_q * d, "P_j": N_q * bc, "V_j": bc * d},
+    }
 
 
-def _simulate_naive(B: int, H_kv: int, N: int, d: int, group: int = 1, N_q: int = 1,
-                    Bc: int = 64, M: int | None = None,
-                    keep_trace: bool = True) -> Traffic:
+def _simulate_naive(
+    B: int,
+    H_kv: int,
+    N: int,
+    d: int,
+    group: int = 1,
+    N_q: int = 1,
+    Bc: int = 64,
+    M: int | None = None,
+    keep_trace: bool = True,
+) -> Traffic:
     """Per (sequence, query head): S to HBM, softmax through HBM, then P V."""
     fit_tiles("decode_naive", _phases_naive(N, d, N_q, Bc), M)
     sim = HBMSim(M, keep_trace)
@@ -118,16 +136,32 @@ def _simulate_naive(B: int, H_kv: int, N: int, d: int, group: int = 1, N_q: int 
     return sim.result()
 
 
-def _closed_naive(B: int, H_kv: int, N: int, d: int, group: int = 1, N_q: int = 1,
-                  Bc: int = 64, M: int | None = None,
-                  keep_trace: bool = True) -> Traffic:
+def _closed_naive(
+    B: int,
+    H_kv: int,
+    N: int,
+    d: int,
+    group: int = 1,
+    N_q: int = 1,
+    Bc: int = 64,
+    M: int | None = None,
+    keep_trace: bool = True,
+) -> Traffic:
     peak = fit_tiles("decode_naive", _phases_naive(N, d, N_q, Bc), M)
     P, T = B * H_kv * group, cdiv(N, Bc)
-    return traffic({"Q": (P * N_q * d, 0), "K": (P * N * d, 0),
-                    "S": (P * N_q * N, P * N_q * N),
-                    "P": (P * N_q * N, P * N_q * N),
-                    "V": (P * N * d, 0), "O": (0, P * N_q * d)},
-                   peak, steps=P * (2 * T + 1), events=P * (6 * T + 5))
+    return traffic(
+        {
+            "Q": (P * N_q * d, 0),
+            "K": (P * N * d, 0),
+            "S": (P * N_q * N, P * N_q * N),
+            "P": (P * N_q * N, P * N_q * N),
+            "V": (P * N * d, 0),
+            "O": (0, P * N_q * d),
+        },
+        peak,
+        steps=P * (2 * T + 1),
+        events=P * (6 * T + 5),
+    )
 
 
 register("decode_naive", _simulate_naive, _closed_naive)
@@ -140,13 +174,28 @@ register("decode_naive", _simulate_naive, _closed_naive)
 
 def _phases_stream(rows, N, d, bc):
     bc = min(bc, N)
-    return {"the key loop": {"q": rows * d, "acc": rows * d, "m, l": 2 * rows,
-                             "K_j, V_j": 2 * bc * d, "S_j": rows * bc}}
+    return {
+        "the key loop": {
+            "q": rows * d,
+            "acc": rows * d,
+            "m, l": 2 * rows,
+            "K_j, V_j": 2 * bc * d,
+            "S_j": rows * bc,
+        }
+    }
 
 
-def _simulate_fa2(B: int, H_kv: int, N: int, d: int, group: int = 1, N_q: int = 1,
-                  Bc: int = 64, M: int | None = None,
-                  keep_trace: bool = True) -> Traffic:
+def _simulate_fa2(
+    B: int,
+    H_kv: int,
+    N: int,
+    d: int,
+    group: int = 1,
+    N_q: int = 1,
+    Bc: int = 64,
+    M: int | None = None,
+    keep_trace: bool = True,
+) -> Traffic:
     """One program per (sequence, query head): q, acc, m, l stay on chip while K and V
     stream past; O and L written once."""
     fit_tiles("decode_fa2", _phases_stream(N_q, N, d, Bc), M)
@@ -170,13 +219,31 @@ def _simulate_fa2(B: int, H_kv: int, N: int, d: int, group: int = 1, N_q: int = 
     return sim.result()
 
 
-def _closed_fa2(B: int, H_kv: int, N: int, d: int, group: int = 1, N_q: int = 1,
-                Bc: int = 64, M: int | None = None, keep_trace: bool = True) -> Traffic:
+def _closed_fa2(
+    B: int,
+    H_kv: int,
+    N: int,
+    d: int,
+    group: int = 1,
+    N_q: int = 1,
+    Bc: int = 64,
+    M: int | None = None,
+    keep_trace: bool = True,
+) -> Traffic:
     peak = fit_tiles("decode_fa2", _phases_stream(N_q, N, d, Bc), M)
     P, T = B * H_kv * group, cdiv(N, Bc)
-    return traffic({"Q": (P * N_q * d, 0), "K": (P * N * d, 0),
-                    "V": (P * N * d, 0), "O": (0, P * N_q * d), "L": (0, P * N_q)},
-                   peak, steps=P * T, events=P * (3 * T + 3))
+    return traffic(
+        {
+            "Q": (P * N_q * d, 0),
+            "K": (P * N * d, 0),
+            "V": (P * N * d, 0),
+            "O": (0, P * N_q * d),
+            "L": (0, P * N_q),
+        },
+        peak,
+        steps=P * T,
+        events=P * (3 * T + 3),
+    )
 
 
 register("decode_fa2", _simulate_fa2, _closed_fa2)
@@ -190,8 +257,10 @@ register("decode_fa2", _simulate_fa2, _closed_fa2)
 def split_tiles(n_tiles: int, n_splits: int) -> list[int]:
     """Tiles of each of ``n_splits`` splits of ``n_tiles`` tiles: ceil(n_tiles /
     n_splits) each, the last non-empty one ragged, the rest 0."""
-    n_tiles, n_splits = check_count("n_tiles", n_tiles), check_count("n_splits",
-                                                                      n_splits)
+    n_tiles, n_splits = (
+        check_count("n_tiles", n_tiles),
+        check_count("n_splits", n_splits),
+    )
     per = cdiv(n_tiles, n_splits)
     return [max(0, min(per, n_tiles - s * per)) for s in range(n_splits)]
 
@@ -199,13 +268,17 @@ def split_tiles(n_tiles: int, n_splits: int) -> list[int]:
 def _phases_split(rows, N, d, bc, n_splits):
     phases = _phases_stream(rows, N, d, bc)
     if n_splits > 1:
-        phases["the merge"] = {"acc": rows * d, "m, l": 2 * rows,
-                               "O_part, lse_part": rows * d + rows}
+        phases["the merge"] = {
+            "acc": rows * d,
+            "m, l": 2 * rows,
+            "O_part, lse_part": rows * d + rows,
+        }
     return phases
 
 
-def _simulate_split_kv(name, B, H_kv, N, d, group, N_q, bc, n_splits, M, keep_trace,
-                       paged):
+def _simulate_split_kv(
+    name, B, H_kv, N, d, group, N_q, bc, n_splits, M, keep_trace, paged
+):
     R = group * N_q  # the query rows that share one KV head, packed in one program
     fit_tiles(name, _phases_split(R, N, d, bc, n_splits), M)
     sim = HBMSim(M, keep_trace)
@@ -223,8 +296,9 @@ def _simulate_split_kv(name, B, H_kv, N, d, group, N_q, bc, n_splits, M, keep_tr
                 first = False
                 if j == start:
                     sim.load("Q", R * d, (p, s))
-                sim.hold(2 * cols[j] * d + R * cols[j],
-                         "q, acc, m, l, K_j, V_j and S_j")
+                sim.hold(
+                    2 * cols[j] * d + R * cols[j], "q, acc, m, l, K_j, V_j and S_j"
+                )
                 if paged:
                     sim.load("block_table", 1, (p, j))
                 sim.load("K", cols[j] * d, (p, j))
@@ -270,43 +344,111 @@ def _closed_split_kv(name, B, H_kv, N, d, group, N_q, bc, n_splits, M, paged):
         per.update({"O": (0, P * R * d), "L": (0, P * R)})
         return traffic(per, peak, steps=P * T, events=P * (tile_events + 3))
     S = n_splits
-    per.update({"O_part": (P * S * R * d, P * S * R * d),
-                "lse_part": (P * S * R, P * S * R),
-                "O": (0, P * R * d), "L": (0, P * R)})
-    return traffic(per, peak, steps=P * (T + S),
-                   events=P * (used + tile_events + 5 * S + 2))
+    per.update(
+        {
+            "O_part": (P * S * R * d, P * S * R * d),
+            "lse_part": (P * S * R, P * S * R),
+            "O": (0, P * R * d),
+            "L": (0, P * R),
+        }
+    )
+    return traffic(
+        per, peak, steps=P * (T + S), events=P * (used + tile_events + 5 * S + 2)
+    )
 
 
-def _simulate_split(B: int, H_kv: int, N: int, d: int, group: int = 1, N_q: int = 1,
-                    Bc: int = 64, n_splits: int = 1, M: int | None = None,
-                    keep_trace: bool = True) -> Traffic:
+def _simulate_split(
+    B: int,
+    H_kv: int,
+    N: int,
+    d: int,
+    group: int = 1,
+    N_q: int = 1,
+    Bc: int = 64,
+    n_splits: int = 1,
+    M: int | None = None,
+    keep_trace: bool = True,
+) -> Traffic:
     """FlashDecoding, GQA-packed: partials per (sequence, KV head, split), then a merge
     per (sequence, KV head)."""
-    return _simulate_split_kv("decode_split", B, H_kv, N, d, group, N_q, Bc, n_splits,
-                              M, keep_trace, paged=False)
+    return _simulate_split_kv(
+        "decode_split",
+        B,
+        H_kv,
+        N,
+        d,
+        group,
+        N_q,
+        Bc,
+        n_splits,
+        M,
+        keep_trace,
+        paged=False,
+    )
 
 
-def _closed_split(B: int, H_kv: int, N: int, d: int, group: int = 1, N_q: int = 1,
-                  Bc: int = 64, n_splits: int = 1, M: int | None = None,
-                  keep_trace: bool = True) -> Traffic:
-    return _closed_split_kv("decode_split", B, H_kv, N, d, group, N_q, Bc, n_splits,
-                            M, paged=False)
+def _closed_split(
+    B: int,
+    H_kv: int,
+    N: int,
+    d: int,
+    group: int = 1,
+    N_q: int = 1,
+    Bc: int = 64,
+    n_splits: int = 1,
+    M: int | None = None,
+    keep_trace: bool = True,
+) -> Traffic:
+    return _closed_split_kv(
+        "decode_split", B, H_kv, N, d, group, N_q, Bc, n_splits, M, paged=False
+    )
 
 
-def _simulate_paged(B: int, H_kv: int, N: int, d: int, group: int = 1, N_q: int = 1,
-                    page_size: int = 16, n_splits: int = 1, M: int | None = None,
-                    keep_trace: bool = True) -> Traffic:
+def _simulate_paged(
+    B: int,
+    H_kv: int,
+    N: int,
+    d: int,
+    group: int = 1,
+    N_q: int = 1,
+    page_size: int = 16,
+    n_splits: int = 1,
+    M: int | None = None,
+    keep_trace: bool = True,
+) -> Traffic:
     """``decode_split`` over a paged cache: each tile is one page, found through one
     block-table entry (an int32)."""
-    return _simulate_split_kv("decode_paged", B, H_kv, N, d, group, N_q, page_size,
-                              n_splits, M, keep_trace, paged=True)
+    return _simulate_split_kv(
+        "decode_paged",
+        B,
+        H_kv,
+        N,
+        d,
+        group,
+        N_q,
+        page_size,
+        n_splits,
+        M,
+        keep_trace,
+        paged=True,
+    )
 
 
-def _closed_paged(B: int, H_kv: int, N: int, d: int, group: int = 1, N_q: int = 1,
-                  page_size: int = 16, n_splits: int = 1, M: int | None = None,
-                  keep_trace: bool = True) -> Traffic:
-    return _closed_split_kv("decode_paged", B, H_kv, N, d, group, N_q, page_size,
-                            n_splits, M, paged=True)
+def _closed_paged(
+    B: int,
+    H_kv: int,
+    N: int,
+    d: int,
+    group: int = 1,
+    N_q: int = 1,
+    page_size: int = 16,
+    n_splits: int = 1,
+    M: int | None = None,
+    keep_trace: bool = True,
+) -> Traffic:
+    return _closed_split_kv(
+        "decode_paged", B, H_kv, N, d, group, N_q, page_size, n_splits, M, paged=True
+    )
 
 
 register("decode_split", _simulate_split, _closed_split)
@@ -329,8 +471,9 @@ def grid_fill(programs: int, sms: int) -> float:
 
 def splits_to_fill(B: int, H_kv: int, sms: int) -> int:
     """The smallest split count whose B x H_kv x splits programs cover every SM."""
-    return cdiv(check_count("sms", sms), check_count("B", B) * check_count("H_kv",
-                                                                            H_kv))
+    return cdiv(
+        check_count("sms", sms), check_count("B", B) * check_count("H_kv", H_kv)
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -346,8 +489,13 @@ class ModelConfig:
     cite: str  # references.bib key
 
     def kv_bytes_per_token(self, bytes_per_elem: int = 2) -> int:
-        return (2 * self.layers * self.H_kv * self.d
-                * check_count("bytes_per_elem", bytes_per_elem))
+        return (
+            2
+            * self.layers
+            * self.H_kv
+            * self.d
+            * check_count("bytes_per_elem", bytes_per_elem)
+        )
 
     @property
     def group(self) -> int:

@@ -32,8 +32,15 @@ def _phases_standard(N, n_k, d, Br, Bc):
     }
 
 
-def _simulate_standard(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None = None,
-                       N_k: int | None = None, keep_trace: bool = True) -> Traffic:
+def _simulate_standard(
+    N: int,
+    d: int,
+    Br: int = 64,
+    Bc: int = 64,
+    M: int | None = None,
+    N_k: int | None = None,
+    keep_trace: bool = True,
+) -> Traffic:
     """Standard attention for N queries over N_k (default N) keys of head dim d.
 
     Step 1 keeps Q_i in SRAM while it streams every K_j (Q read once, K T_r times);
@@ -83,19 +90,31 @@ def _simulate_standard(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None
     return sim.result()
 
 
-def _closed_standard(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None = None,
-                     N_k: int | None = None, keep_trace: bool = True) -> Traffic:
+def _closed_standard(
+    N: int,
+    d: int,
+    Br: int = 64,
+    Bc: int = 64,
+    M: int | None = None,
+    N_k: int | None = None,
+    keep_trace: bool = True,
+) -> Traffic:
     n_k = _check_args(N, d, Br, Bc, M, N_k)
     peak = fit_tiles("standard", _phases_standard(N, n_k, d, Br, Bc), M)
     t_r, t_c = cdiv(N, Br), cdiv(n_k, Bc)
-    return traffic({
-        "Q": (N * d, 0),  # once: Q_i stays in SRAM while K streams past
-        "K": (t_r * n_k * d, 0),  # once per query block
-        "S": (N * n_k, N * n_k),  # written by step 1, read by step 2
-        "P": (N * n_k, N * n_k),  # written by step 2, read by step 3
-        "V": (t_r * n_k * d, 0),
-        "O": (0, N * d),
-    }, peak, steps=2 * t_r * t_c + t_r, events=6 * t_r * t_c + 5 * t_r)
+    return traffic(
+        {
+            "Q": (N * d, 0),  # once: Q_i stays in SRAM while K streams past
+            "K": (t_r * n_k * d, 0),  # once per query block
+            "S": (N * n_k, N * n_k),  # written by step 1, read by step 2
+            "P": (N * n_k, N * n_k),  # written by step 2, read by step 3
+            "V": (t_r * n_k * d, 0),
+            "O": (0, N * d),
+        },
+        peak,
+        steps=2 * t_r * t_c + t_r,
+        events=6 * t_r * t_c + 5 * t_r,
+    )
 
 
 register("standard", _simulate_standard, _closed_standard)
@@ -113,12 +132,25 @@ register("standard", _simulate_standard, _closed_standard)
 
 def _phases_flash(N, n_k, d, Br, Bc):
     br, bc = min(Br, N), min(Bc, n_k)
-    return {"the inner loop": {"K_j, V_j": 2 * bc * d, "Q_i, O_i": 2 * br * d,
-                               "m_i, l_i": 2 * br, "S_ij": br * bc}}
+    return {
+        "the inner loop": {
+            "K_j, V_j": 2 * bc * d,
+            "Q_i, O_i": 2 * br * d,
+            "m_i, l_i": 2 * br,
+            "S_ij": br * bc,
+        }
+    }
 
 
-def _simulate_flash1(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None = None,
-                     N_k: int | None = None, keep_trace: bool = True) -> Traffic:
+def _simulate_flash1(
+    N: int,
+    d: int,
+    Br: int = 64,
+    Bc: int = 64,
+    M: int | None = None,
+    N_k: int | None = None,
+    keep_trace: bool = True,
+) -> Traffic:
     """FlashAttention-1's Algorithm 1: O, l and m live in HBM and are
     updated per (j, i)."""
     n_k = _check_args(N, d, Br, Bc, M, N_k)
@@ -136,8 +168,9 @@ def _simulate_flash1(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None =
             if i == 0:
                 sim.load("K", bc * d, (j,))
                 sim.load("V", bc * d, (j,))
-            sim.hold(2 * br * d + 2 * br + br * bc,
-                     "K_j, V_j, Q_i, O_i, l_i, m_i and S_ij")
+            sim.hold(
+                2 * br * d + 2 * br + br * bc, "K_j, V_j, Q_i, O_i, l_i, m_i and S_ij"
+            )
             sim.load("Q", br * d, (i,))
             sim.load("O", br * d, (i,))
             sim.load("l", br, (i,))
@@ -151,19 +184,34 @@ def _simulate_flash1(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None =
     return sim.result()
 
 
-def _closed_flash1(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None = None,
-                   N_k: int | None = None, keep_trace: bool = True) -> Traffic:
+def _closed_flash1(
+    N: int,
+    d: int,
+    Br: int = 64,
+    Bc: int = 64,
+    M: int | None = None,
+    N_k: int | None = None,
+    keep_trace: bool = True,
+) -> Traffic:
     n_k = _check_args(N, d, Br, Bc, M, N_k)
     peak = fit_tiles("flash1", _phases_flash(N, n_k, d, Br, Bc), M)
     t_r, t_c = cdiv(N, Br), cdiv(n_k, Bc)
-    return traffic({
-        "K": (n_k * d, 0),  # once: K_j, V_j stay for the whole inner loop
-        "V": (n_k * d, 0),
-        "Q": (t_c * N * d, 0),  # once per key block
-        "O": (t_c * N * d, N * d + t_c * N * d),  # initialised, then read+written per j
-        "l": (t_c * N, N + t_c * N),
-        "m": (t_c * N, N + t_c * N),
-    }, peak, steps=t_r * t_c, events=8 * t_r * t_c + 2 * t_c + 3)
+    return traffic(
+        {
+            "K": (n_k * d, 0),  # once: K_j, V_j stay for the whole inner loop
+            "V": (n_k * d, 0),
+            "Q": (t_c * N * d, 0),  # once per key block
+            "O": (
+                t_c * N * d,
+                N * d + t_c * N * d,
+            ),  # initialised, then read+written per j
+            "l": (t_c * N, N + t_c * N),
+            "m": (t_c * N, N + t_c * N),
+        },
+        peak,
+        steps=t_r * t_c,
+        events=8 * t_r * t_c + 2 * t_c + 3,
+    )
 
 
 register("flash1", _simulate_flash1, _closed_flash1)
@@ -177,8 +225,15 @@ register("flash1", _simulate_flash1, _closed_flash1)
 # ---------------------------------------------------------------------------------
 
 
-def _simulate_flash2(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None = None,
-                     N_k: int | None = None, keep_trace: bool = True) -> Traffic:
+def _simulate_flash2(
+    N: int,
+    d: int,
+    Br: int = 64,
+    Bc: int = 64,
+    M: int | None = None,
+    N_k: int | None = None,
+    keep_trace: bool = True,
+) -> Traffic:
     """FlashAttention-2's forward: Q_i, O_i, l_i, m_i stay on chip;
     O and L are written once."""
     n_k = _check_args(N, d, Br, Bc, M, N_k)
@@ -203,18 +258,30 @@ def _simulate_flash2(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None =
     return sim.result()
 
 
-def _closed_flash2(N: int, d: int, Br: int = 64, Bc: int = 64, M: int | None = None,
-                   N_k: int | None = None, keep_trace: bool = True) -> Traffic:
+def _closed_flash2(
+    N: int,
+    d: int,
+    Br: int = 64,
+    Bc: int = 64,
+    M: int | None = None,
+    N_k: int | None = None,
+    keep_trace: bool = True,
+) -> Traffic:
     n_k = _check_args(N, d, Br, Bc, M, N_k)
     peak = fit_tiles("flash2", _phases_flash(N, n_k, d, Br, Bc), M)
     t_r, t_c = cdiv(N, Br), cdiv(n_k, Bc)
-    return traffic({
-        "Q": (N * d, 0),
-        "K": (t_r * n_k * d, 0),  # once per query block
-        "V": (t_r * n_k * d, 0),
-        "O": (0, N * d),
-        "L": (0, N),
-    }, peak, steps=t_r * t_c, events=3 * t_r * t_c + 3 * t_r)
+    return traffic(
+        {
+            "Q": (N * d, 0),
+            "K": (t_r * n_k * d, 0),  # once per query block
+            "V": (t_r * n_k * d, 0),
+            "O": (0, N * d),
+            "L": (0, N),
+        },
+        peak,
+        steps=t_r * t_c,
+        events=3 * t_r * t_c + 3 * t_r,
+    )
 
 
 register("flash2", _simulate_flash2, _closed_flash2)

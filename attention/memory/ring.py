@@ -58,14 +58,18 @@ class LinkSpec:
 
 #: Data-sheet link rates per GPU, per direction.
 LINKS: dict[str, LinkSpec] = {
-    "NVLink 4": LinkSpec("NVLink 4 (H100 SXM), 450 GB/s per direction", 450.0,
-                         "nvidia2022h100"),  # 900 GB/s total, both directions
-    "NVLink 3": LinkSpec("NVLink 3 (A100 SXM), 300 GB/s per direction", 300.0,
-                         "nvidia2020a100"),  # 600 GB/s total, both directions
-    "PCIe 5 x16": LinkSpec("PCIe 5.0 x16, 64 GB/s per direction", 64.0,
-                           "nvidia2022h100"),  # 128 GB/s total, both directions
-    "InfiniBand NDR": LinkSpec("InfiniBand NDR, 400 Gb/s = 50 GB/s per direction",
-                               50.0, "nvidia2022connectx7"),  # one NIC per GPU
+    "NVLink 4": LinkSpec(
+        "NVLink 4 (H100 SXM), 450 GB/s per direction", 450.0, "nvidia2022h100"
+    ),  # 900 GB/s total, both directions
+    "NVLink 3": LinkSpec(
+        "NVLink 3 (A100 SXM), 300 GB/s per direction", 300.0, "nvidia2020a100"
+    ),  # 600 GB/s total, both directions
+    "PCIe 5 x16": LinkSpec(
+        "PCIe 5.0 x16, 64 GB/s per direction", 64.0, "nvidia2022h100"
+    ),  # 128 GB/s total, both directions
+    "InfiniBand NDR": LinkSpec(
+        "InfiniBand NDR, 400 Gb/s = 50 GB/s per direction", 50.0, "nvidia2022connectx7"
+    ),  # one NIC per GPU
 }
 
 #: Dense TF32 tensor-core peaks (TFLOP/s) for float32 inputs: half the data sheets'
@@ -96,14 +100,24 @@ class RingCounts:
     shard_len: np.ndarray  # (P,)
 
     def __eq__(self, other):
-        return all(np.array_equal(getattr(self, f.name), getattr(other, f.name))
-                   for f in dataclasses.fields(self))
+        return all(
+            np.array_equal(getattr(self, f.name), getattr(other, f.name))
+            for f in dataclasses.fields(self)
+        )
 
     __hash__ = None
 
 
-def simulate_ring(N: int, P: int, H: int, d: int, H_kv: int | None = None, B: int = 1,
-                  causal: bool = False, layout: str = "contiguous") -> RingCounts:
+def simulate_ring(
+    N: int,
+    P: int,
+    H: int,
+    d: int,
+    H_kv: int | None = None,
+    B: int = 1,
+    causal: bool = False,
+    layout: str = "contiguous",
+) -> RingCounts:
     """Walk the ring: each device's buffer holds one K/V shard; every step computes on
     it, then passes it to the next device. Pairs are counted from positions."""
     N, P, H, H_kv, d, B = _check_dims(N, P, H, H_kv, d, B)
@@ -124,8 +138,9 @@ def simulate_ring(N: int, P: int, H: int, d: int, H_kv: int | None = None, B: in
             incoming[(r + 1) % P] = buffer[r]
         buffer = incoming
     flops = 4 * pairs * H * d * B
-    return RingCounts(pairs, flops, sent, received,
-                      np.array([len(p) for p in pos], dtype=np.int64))
+    return RingCounts(
+        pairs, flops, sent, received, np.array([len(p) for p in pos], dtype=np.int64)
+    )
 
 
 # ---------------------------------------------------------------------------------
@@ -159,8 +174,9 @@ def shard_lengths(N: int, P: int, layout: str) -> np.ndarray:
     return size if layout == "contiguous" else size[:P] + size[::-1][:P]
 
 
-def pairs_closed_form(N: int, P: int, layout: str, q_rank: int, k_rank: int,
-                      causal: bool) -> int:
+def pairs_closed_form(
+    N: int, P: int, layout: str, q_rank: int, k_rank: int, causal: bool
+) -> int:
     """``attention.ring.block_pairs`` from interval arithmetic (no positions)."""
     n = shard_lengths(N, P, layout)
     if not causal:
@@ -170,8 +186,9 @@ def pairs_closed_form(N: int, P: int, layout: str, q_rank: int, k_rank: int,
         e = 1 if k_rank <= q_rank else 0
         nq, nk = int(n[q_rank]), int(n[k_rank])
         # sum_{a < nq} clip(a + e, 0, nk) = sum max(a + e, 0) - sum max(a + e - nk, 0)
-        return int(_tri(nq - 1 + e) - _tri(e - 1) - _tri(nq - 1 + e - nk)
-                   + _tri(e - nk - 1))
+        return int(
+            _tri(nq - 1 + e) - _tri(e - 1) - _tri(nq - 1 + e - nk) + _tri(e - nk - 1)
+        )
     qi = _ring.shard_intervals(N, P, layout, q_rank)
     ki = _ring.shard_intervals(N, P, layout, k_rank)
     return int(sum(interval_pairs(a0, a1, b0, b1) for a0, a1 in qi for b0, b1 in ki))
@@ -182,15 +199,30 @@ def pairs_matrix(N: int, P: int, layout: str, causal: bool) -> np.ndarray:
     """pairs[t, r] = ``pairs_closed_form`` of device r against the shard it holds at
     step t (cached; read-only). Equals ``attention.ring.work_matrix``."""
     holds = _ring.ring_holds(P)
-    out = np.array([[pairs_closed_form(N, P, layout, r, int(holds[t, r]), causal)
-                     for r in range(P)] for t in range(P)], dtype=np.int64)
+    out = np.array(
+        [
+            [
+                pairs_closed_form(N, P, layout, r, int(holds[t, r]), causal)
+                for r in range(P)
+            ]
+            for t in range(P)
+        ],
+        dtype=np.int64,
+    )
     out.flags.writeable = False
     return out
 
 
-def ring_closed_form(N: int, P: int, H: int, d: int, H_kv: int | None = None,
-                     B: int = 1, causal: bool = False,
-                     layout: str = "contiguous") -> RingCounts:
+def ring_closed_form(
+    N: int,
+    P: int,
+    H: int,
+    d: int,
+    H_kv: int | None = None,
+    B: int = 1,
+    causal: bool = False,
+    layout: str = "contiguous",
+) -> RingCounts:
     """``simulate_ring``'s counts from formulas: device r holds shard (r - t) mod P at
     step t, moves 2 n_src H_kv d B elements at each t < P-1, and computes 4 pairs H d B
     FLOPs."""
@@ -212,12 +244,15 @@ def ring_closed_form(N: int, P: int, H: int, d: int, H_kv: int | None = None,
 
 def _check_ulysses(P, H, H_kv):
     if H % P or H_kv % P:
-        raise ValueError(f"DeepSpeed-Ulysses splits heads over devices: P={P} must "
-                         f"divide H={H} and H_kv={H_kv} (P <= heads)")
+        raise ValueError(
+            f"DeepSpeed-Ulysses splits heads over devices: P={P} must "
+            f"divide H={H} and H_kv={H_kv} (P <= heads)"
+        )
 
 
-def simulate_ulysses(N: int, P: int, H: int, d: int, H_kv: int | None = None,
-                     B: int = 1) -> dict:
+def simulate_ulysses(
+    N: int, P: int, H: int, d: int, H_kv: int | None = None, B: int = 1
+) -> dict:
     """Walk the two all-to-alls message by message: device r sends each other device s
     its n_r tokens of s's heads of q, k, v; after attention, device s returns to r the
     n_r tokens of its heads of o. Returns per-device arrays sent, received (elements)
@@ -240,17 +275,20 @@ def simulate_ulysses(N: int, P: int, H: int, d: int, H_kv: int | None = None,
     return {"sent": sent, "received": received, "flops": flops}
 
 
-def ulysses_closed_form(N: int, P: int, H: int, d: int, H_kv: int | None = None,
-                        B: int = 1) -> dict:
+def ulysses_closed_form(
+    N: int, P: int, H: int, d: int, H_kv: int | None = None, B: int = 1
+) -> dict:
     """sent_r = (P-1) n_r (H + 2 H_kv) d B / P + (N - n_r) H d B / P;
     received_r = (N - n_r) (H + 2 H_kv) d B / P + (P-1) n_r H d B / P."""
     N, P, H, H_kv, d, B = _check_dims(N, P, H, H_kv, d, B)
     _check_ulysses(P, H, H_kv)
     n = shard_lengths(N, P, "contiguous")
     qkv, o = (H + 2 * H_kv) // P * d * B, H // P * d * B
-    return {"sent": (P - 1) * n * qkv + (N - n) * o,
-            "received": (N - n) * qkv + (P - 1) * n * o,
-            "flops": np.full(P, 4 * N * N * (H // P) * d * B, dtype=np.int64)}
+    return {
+        "sent": (P - 1) * n * qkv + (N - n) * o,
+        "received": (N - n) * qkv + (P - 1) * n * o,
+        "flops": np.full(P, 4 * N * N * (H // P) * d * B, dtype=np.int64),
+    }
 
 
 # ---------------------------------------------------------------------------------
@@ -281,15 +319,20 @@ def ring_times(counts: RingCounts, gpu: str, link: str, dtype: str) -> dict:
     overlapped = np.maximum(compute, transfer)
     exposed = float((overlapped - compute).sum())
     total_x = float(transfer.sum())
-    return {"compute_s": compute, "transfer_s": transfer, "step_s": overlapped,
-            "total_s": float(overlapped.sum()),
-            "serial_s": float((compute + transfer).sum()),
-            "exposed_s": exposed,
-            "hidden": 1.0 - exposed / total_x if total_x else 1.0}
+    return {
+        "compute_s": compute,
+        "transfer_s": transfer,
+        "step_s": overlapped,
+        "total_s": float(overlapped.sum()),
+        "serial_s": float((compute + transfer).sum()),
+        "exposed_s": exposed,
+        "hidden": 1.0 - exposed / total_x if total_x else 1.0,
+    }
 
 
-def overlap_threshold(gpu: str, link: str, dtype: str, H: int, H_kv: int | None = None,
-                      work: float = 1.0) -> float:
+def overlap_threshold(
+    gpu: str, link: str, dtype: str, H: int, H_kv: int | None = None, work: float = 1.0
+) -> float:
     """Shard length n* (tokens) above which one step's compute outlasts its transfer:
     ``work`` * 4 n^2 H d / F = 2 n H_kv d b / BW, so n* = H_kv b F / (2 H BW work).
 
@@ -299,13 +342,24 @@ def overlap_threshold(gpu: str, link: str, dtype: str, H: int, H_kv: int | None 
     """
     H = check_int("H", H, 1)
     H_kv = H if H_kv is None else check_int("H_kv", H_kv, 1)
-    return (H_kv * DTYPE_BYTES[dtype] * peak_flops(gpu, dtype)
-            / (2 * H * LINKS[link].gbps * 1e9 * work))
+    return (
+        H_kv
+        * DTYPE_BYTES[dtype]
+        * peak_flops(gpu, dtype)
+        / (2 * H * LINKS[link].gbps * 1e9 * work)
+    )
 
 
-def memory_per_device(N: int, P: int, H: int, d: int, H_kv: int | None = None,
-                      B: int = 1, dtype: str = "bfloat16",
-                      scheme: str = "ring") -> int:
+def memory_per_device(
+    N: int,
+    P: int,
+    H: int,
+    d: int,
+    H_kv: int | None = None,
+    B: int = 1,
+    dtype: str = "bfloat16",
+    scheme: str = "ring",
+) -> int:
     """ESTIMATED bytes of one attention layer's tensors on the busiest device.
 
     ring: Q and O shards, the own K/V shard (kept for the backward) and two K/V buffers

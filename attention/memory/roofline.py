@@ -33,11 +33,18 @@ def matmul_flops(algorithm: str, N: int, d: int, N_k: int | None = None) -> int:
     """
     N, d = check_count("N", N), check_count("d", d)
     n_k = N if N_k is None else check_count("N_k", N_k)
-    per = {"standard": 4, "flash1": 4, "flash2": 4, "standard_bwd": 8, "flash2_bwd": 10,
-           "flash2_bwd_split": 14}
+    per = {
+        "standard": 4,
+        "flash1": 4,
+        "flash2": 4,
+        "standard_bwd": 8,
+        "flash2_bwd": 10,
+        "flash2_bwd_split": 14,
+    }
     if algorithm not in per:
-        raise ValueError(f"no FLOP count for algorithm {algorithm!r}; known: "
-                         f"{sorted(per)}")
+        raise ValueError(
+            f"no FLOP count for algorithm {algorithm!r}; known: {sorted(per)}"
+        )
     return per[algorithm] * N * n_k * d
 
 
@@ -82,26 +89,74 @@ class GPUSpec:
 #: Cited in the book as nvidia2020a100, nvidia2022h100, nvidia2024h200, nvidia2018t4,
 #: nvidia2023l4 (references.bib).
 GPUS: dict[str, GPUSpec] = {
-    "A100": GPUSpec("A100 SXM4 40GB", 312.0, 1.555, 40, 108, 164, 192, 1.41,
-                    "NVIDIA A100 datasheet; Ampere tuning guide (192 KB L1/shared per "
-                    "SM, up to 164 KB shared; 40 MB L2)", l2_mb=40.0),
-    "H100": GPUSpec("H100 SXM5 80GB", 989.4, 3.35, 80, 132, 228, 256, 1.83,
-                    "NVIDIA H100 datasheet; Hopper tuning guide (256 KB L1/shared per "
-                    "SM, up to 228 KB shared; 50 MB L2)", l2_mb=50.0),
-    "H200": GPUSpec("H200 SXM 141GB", 989.4, 4.8, 141, 132, 228, 256, 1.83,
-                    "NVIDIA H200 datasheet (the H100's GH100 compute with HBM3e; 50 MB "
-                    "L2)",
-                    l2_mb=50.0),
+    "A100": GPUSpec(
+        "A100 SXM4 40GB",
+        312.0,
+        1.555,
+        40,
+        108,
+        164,
+        192,
+        1.41,
+        "NVIDIA A100 datasheet; Ampere tuning guide (192 KB L1/shared per "
+        "SM, up to 164 KB shared; 40 MB L2)",
+        l2_mb=40.0,
+    ),
+    "H100": GPUSpec(
+        "H100 SXM5 80GB",
+        989.4,
+        3.35,
+        80,
+        132,
+        228,
+        256,
+        1.83,
+        "NVIDIA H100 datasheet; Hopper tuning guide (256 KB L1/shared per "
+        "SM, up to 228 KB shared; 50 MB L2)",
+        l2_mb=50.0,
+    ),
+    "H200": GPUSpec(
+        "H200 SXM 141GB",
+        989.4,
+        4.8,
+        141,
+        132,
+        228,
+        256,
+        1.83,
+        "NVIDIA H200 datasheet (the H100's GH100 compute with HBM3e; 50 MB L2)",
+        l2_mb=50.0,
+    ),
     # Chapter 5's inference GPUs. "hbm_tbps" is their DRAM bandwidth (GDDR6 on both).
-    "T4": GPUSpec("T4 16GB", 65.0, 0.320, 16, 40, 64, 96, 1.59,
-                  "NVIDIA T4 datasheet (65 TFLOPS fp16 mixed precision, 320 GB/s "
-                  "GDDR6, 16 GB); Turing whitepaper (40 SMs, 96 KB L1/shared per SM, "
-                  "up to 64 KB shared; 4 MB L2; 1.59 GHz boost)", l2_mb=4.0),
-    "L4": GPUSpec("L4 24GB", 121.0, 0.300, 24, 58, 100, 128, 2.04,
-                  "NVIDIA L4 datasheet (242 TFLOPS fp16 tensor with sparsity, so "
-                  "121 dense; 300 GB/s GDDR6, 24 GB); Ada tuning guide and "
-                  "whitepaper (58 SMs, 128 KB L1/shared per SM, up to 100 KB "
-                  "shared; 48 MB L2; 2.04 GHz boost)", l2_mb=48.0),
+    "T4": GPUSpec(
+        "T4 16GB",
+        65.0,
+        0.320,
+        16,
+        40,
+        64,
+        96,
+        1.59,
+        "NVIDIA T4 datasheet (65 TFLOPS fp16 mixed precision, 320 GB/s "
+        "GDDR6, 16 GB); Turing whitepaper (40 SMs, 96 KB L1/shared per SM, "
+        "up to 64 KB shared; 4 MB L2; 1.59 GHz boost)",
+        l2_mb=4.0,
+    ),
+    "L4": GPUSpec(
+        "L4 24GB",
+        121.0,
+        0.300,
+        24,
+        58,
+        100,
+        128,
+        2.04,
+        "NVIDIA L4 datasheet (242 TFLOPS fp16 tensor with sparsity, so "
+        "121 dense; 300 GB/s GDDR6, 24 GB); Ada tuning guide and "
+        "whitepaper (58 SMs, 128 KB L1/shared per SM, up to 100 KB "
+        "shared; 48 MB L2; 2.04 GHz boost)",
+        l2_mb=48.0,
+    ),
 }
 
 
@@ -114,16 +169,20 @@ def roofline_ms(flops: float, hbm_bytes: float, gpu: str | GPUSpec) -> float:
     flops, hbm_bytes = _work("flops", flops), _work("hbm_bytes", hbm_bytes)
     if isinstance(gpu, str):
         if gpu not in GPUS:
-            raise ValueError(f"gpu must be one of {sorted(GPUS)} or a GPUSpec, got "
-                             f"{gpu!r}")
+            raise ValueError(
+                f"gpu must be one of {sorted(GPUS)} or a GPUSpec, got {gpu!r}"
+            )
         spec = GPUS[gpu]
     elif isinstance(gpu, GPUSpec):
         spec = gpu
     else:
-        raise TypeError(f"gpu must be a name in {sorted(GPUS)} or a GPUSpec, got "
-                        f"{type(gpu).__name__}")
-    return max(flops / (spec.peak_tflops * 1e12),
-               hbm_bytes / (spec.hbm_tbps * 1e12)) * 1e3
+        raise TypeError(
+            f"gpu must be a name in {sorted(GPUS)} or a GPUSpec, got "
+            f"{type(gpu).__name__}"
+        )
+    return (
+        max(flops / (spec.peak_tflops * 1e12), hbm_bytes / (spec.hbm_tbps * 1e12)) * 1e3
+    )
 
 
 def arithmetic_intensity(flops: float, hbm_bytes: float) -> float:
@@ -135,8 +194,9 @@ def arithmetic_intensity(flops: float, hbm_bytes: float) -> float:
 def _work(name: str, value) -> float:
     """An amount of work (FLOPs or bytes): a finite real number >= 0."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number >= 0, got "
-                        f"{type(value).__name__} {value!r}")
+        raise TypeError(
+            f"{name} must be a real number >= 0, got {type(value).__name__} {value!r}"
+        )
     value = float(value)
     if not (math.isfinite(value) and value >= 0):
         raise ValueError(f"{name} must be a finite number >= 0, got {value}")

@@ -37,14 +37,30 @@ def _simulate_soft(N, d, Br=64, Bc=64, M=None, N_k=None, keep_trace=True):
 def _closed_soft(N, d, Br=64, Bc=64, M=None, N_k=None, keep_trace=True):
     n_k = N if N_k is None else N_k
     br, bc = min(Br, N), min(Bc, n_k)
-    peak = fit_tiles("soft", {"the loop over K, V": {
-        "Q_i, O_i": 2 * br * d, "m_i, l_i": 2 * br, "K_j, V_j": 2 * bc * d,
-        "S_ij": br * bc}}, M)
+    peak = fit_tiles(
+        "soft",
+        {
+            "the loop over K, V": {
+                "Q_i, O_i": 2 * br * d,
+                "m_i, l_i": 2 * br,
+                "K_j, V_j": 2 * bc * d,
+                "S_ij": br * bc,
+            }
+        },
+        M,
+    )
     t_r, t_c = cdiv(N, Br), cdiv(n_k, Bc)
-    return traffic({"Q": (N * d, 0), "K": (t_r * n_k * d, 0),
-                           "V": (t_r * n_k * d, 0),
-                           "O": (0, N * d)}, peak, steps=t_r,
-                          events=2 * t_r * t_c + 2 * t_r)
+    return traffic(
+        {
+            "Q": (N * d, 0),
+            "K": (t_r * n_k * d, 0),
+            "V": (t_r * n_k * d, 0),
+            "O": (0, N * d),
+        },
+        peak,
+        steps=t_r,
+        events=2 * t_r * t_c + 2 * t_r,
+    )
 
 
 def _simulate_select(N, d, rows, Br, Bc, M, N_k, keep_trace, write_lse):
@@ -77,17 +93,27 @@ def _closed_select(name, N, d, rows, Br, Bc, M, N_k, write_lse):
     kk = min(rows, n_k)
     br, bc = min(Br, N), min(Bc, n_k)
     kept = {"Q_i": br * d, "the (score, index) buffer": 2 * br * kk}
-    peak = fit_tiles(name,
-                            {"the pass over K": {**kept, "K_j": bc * d,
-                                                 "S_ij": br * bc},
-                                   "the gather of V": {**kept, "O_i": br * d}}, M)
+    peak = fit_tiles(
+        name,
+        {
+            "the pass over K": {**kept, "K_j": bc * d, "S_ij": br * bc},
+            "the gather of V": {**kept, "O_i": br * d},
+        },
+        M,
+    )
     t_r, t_c = cdiv(N, Br), cdiv(n_k, Bc)
-    per = {"Q": (N * d, 0), "K": (t_r * n_k * d, 0), "V": (N * kk * d, 0),
-           "O": (0, N * d), "idx": (0, N * kk)}
+    per = {
+        "Q": (N * d, 0),
+        "K": (t_r * n_k * d, 0),
+        "V": (N * kk * d, 0),
+        "O": (0, N * d),
+        "idx": (0, N * kk),
+    }
     if write_lse:
         per["L"] = (0, N)
-    return traffic(per, peak, steps=t_r,
-                          events=t_r * t_c + t_r * (3 + kk + bool(write_lse)))
+    return traffic(
+        per, peak, steps=t_r, events=t_r * t_c + t_r * (3 + kk + bool(write_lse))
+    )
 
 
 def _simulate_hard(N, d, Br=64, Bc=64, M=None, N_k=None, keep_trace=True):
@@ -116,5 +142,3 @@ def _closed_topk(N, d, k=8, Br=64, Bc=64, M=None, N_k=None, keep_trace=True):
 register("soft", _simulate_soft, _closed_soft)
 register("hard", _simulate_hard, _closed_hard)
 register("topk", _simulate_topk, _closed_topk)
-
-

@@ -58,12 +58,15 @@ class Traffic:
 
     def __post_init__(self):
         if not isinstance(self.per_tensor, dict):
-            raise TypeError("per_tensor must be a dict name -> (reads, writes), got "
-                            f"{type(self.per_tensor).__name__}")
+            raise TypeError(
+                "per_tensor must be a dict name -> (reads, writes), got "
+                f"{type(self.per_tensor).__name__}"
+            )
         for tensor, rw in self.per_tensor.items():
             if not isinstance(rw, tuple) or len(rw) != 2:
-                raise ValueError(f"per_tensor[{tensor!r}] must be a (reads, writes) "
-                                 f"pair, got {rw!r}")
+                raise ValueError(
+                    f"per_tensor[{tensor!r}] must be a (reads, writes) pair, got {rw!r}"
+                )
             _check_elems(f"per_tensor[{tensor!r}] reads", rw[0])
             _check_elems(f"per_tensor[{tensor!r}] writes", rw[1])
         for name in ("reads", "writes"):
@@ -83,10 +86,13 @@ class Traffic:
 
 def _check_elems(name: str, value) -> int:
     """An element count: a non-negative int (NumPy integers accepted)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral,
-                                                                      np.integer)):
-        raise TypeError(f"{name} must be a non-negative int (elements), got "
-                        f"{type(value).__name__} {value!r}")
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+        value, (numbers.Integral, np.integer)
+    ):
+        raise TypeError(
+            f"{name} must be a non-negative int (elements), got "
+            f"{type(value).__name__} {value!r}"
+        )
     if value < 0:
         raise ValueError(f"{name} must be a non-negative int (elements), got {value}")
     return int(value)
@@ -152,8 +158,10 @@ class HBMSim:
     def release(self, elems: int) -> None:
         """Free ``elems`` of SRAM: 0 <= elems <= what is held (ValueError otherwise)."""
         if not 0 <= elems <= self.resident:
-            raise ValueError(f"release: elems must be in 0..{self.resident} (the "
-                             f"elements held in SRAM), got {elems}")
+            raise ValueError(
+                f"release: elems must be in 0..{self.resident} (the "
+                f"elements held in SRAM), got {elems}"
+            )
         self.resident -= elems
 
     def result(self) -> Traffic:
@@ -170,13 +178,21 @@ class HBMSim:
         )
 
 
-def traffic(per_tensor: dict, sram_peak: int | None = None, steps: int | None = None,
-            events: int | None = None) -> Traffic:
+def traffic(
+    per_tensor: dict,
+    sram_peak: int | None = None,
+    steps: int | None = None,
+    events: int | None = None,
+) -> Traffic:
     """Build a Traffic from a {tensor: (reads, writes)} dict (used by closed forms)."""
     per = {k: (int(r), int(w)) for k, (r, w) in per_tensor.items() if r or w}
     return Traffic(
-        reads=sum(r for r, _ in per.values()), writes=sum(w for _, w in per.values()),
-        per_tensor=per, sram_peak=sram_peak, steps=steps, events=events,
+        reads=sum(r for r, _ in per.values()),
+        writes=sum(w for _, w in per.values()),
+        per_tensor=per,
+        sram_peak=sram_peak,
+        steps=steps,
+        events=events,
     )
 
 
@@ -190,8 +206,11 @@ class _Algorithm:
 _ALGORITHMS: dict[str, _Algorithm] = {}
 
 
-def register(name: str, simulate_fn: Callable[..., Traffic],
-             closed_form_fn: Callable[..., Traffic]) -> None:
+def register(
+    name: str,
+    simulate_fn: Callable[..., Traffic],
+    closed_form_fn: Callable[..., Traffic],
+) -> None:
     """Make ``simulate(name, ...)`` and ``closed_form(name, ...)`` reach an algorithm.
 
     Both functions take the same parameters, all by the same names and defaults. Every
@@ -204,11 +223,14 @@ def register(name: str, simulate_fn: Callable[..., Traffic],
     """
     sig = inspect.signature(simulate_fn)
     other = inspect.signature(closed_form_fn)
-    if ([(p.name, p.default) for p in sig.parameters.values()]
-            != [(p.name, p.default) for p in other.parameters.values()]):
-        raise ValueError(f"register({name!r}): the simulation takes {sig} but the "
-                         f"closed form takes {other}; they must take the same "
-                         "parameters")
+    if [(p.name, p.default) for p in sig.parameters.values()] != [
+        (p.name, p.default) for p in other.parameters.values()
+    ]:
+        raise ValueError(
+            f"register({name!r}): the simulation takes {sig} but the "
+            f"closed form takes {other}; they must take the same "
+            "parameters"
+        )
     _ALGORITHMS[name] = _Algorithm(simulate_fn, closed_form_fn, sig)
 
 
@@ -230,8 +252,9 @@ def check_count(name: str, value, optional: bool = False) -> int | None:
     if value is None and optional:
         return None
     what = "a positive int or None" if optional else "a positive int"
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral,
-                                                                      np.integer)):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+        value, (numbers.Integral, np.integer)
+    ):
         raise TypeError(f"{name} must be {what}, got {type(value).__name__} {value!r}")
     if value < 1:
         raise ValueError(f"{name} must be {what}, got {int(value)}")
@@ -252,23 +275,27 @@ def _bind(algorithm: str, args: tuple, kwargs: dict) -> tuple[_Algorithm, dict]:
         param = alg.signature.parameters[name]
         if name == "keep_trace":
             if not isinstance(value, (bool, np.bool_)):
-                raise TypeError("keep_trace must be a bool, got "
-                                f"{type(value).__name__} {value!r}")
+                raise TypeError(
+                    f"keep_trace must be a bool, got {type(value).__name__} {value!r}"
+                )
             checked[name] = bool(value)
         elif name == "M":
             try:
                 checked[name] = check_count(name, value, optional=True)
             except (TypeError, ValueError) as err:
-                raise type(err)("M (SRAM capacity in elements) must be a positive int "
-                                f"or None, got {value!r}") from None
+                raise type(err)(
+                    "M (SRAM capacity in elements) must be a positive int "
+                    f"or None, got {value!r}"
+                ) from None
         else:
             checked[name] = check_count(name, value, optional=param.default is None)
     return alg, checked
 
 
 def _call(algorithm: str, kw: dict) -> str:
-    return f"{algorithm!r}, " + ", ".join(f"{k}={v!r}" for k, v in kw.items()
-                                        if k != "keep_trace")
+    return f"{algorithm!r}, " + ", ".join(
+        f"{k}={v!r}" for k, v in kw.items() if k != "keep_trace"
+    )
 
 
 _DEFAULT = object()
@@ -293,15 +320,19 @@ def simulate(algorithm: str, *args, max_events=_DEFAULT, **kwargs) -> Traffic:
     elif max_events is not None:
         max_events = check_count("max_events", max_events)
     if max_events is not None and form.events is not None and form.events > max_events:
-        trace = (f", about {form.events * 100 / 2**30:.1f} GiB of trace"
-                 if kw.get("keep_trace", True) else "")
+        trace = (
+            f", about {form.events * 100 / 2**30:.1f} GiB of trace"
+            if kw.get("keep_trace", True)
+            else ""
+        )
         raise ValueError(
             f"simulate({_call(algorithm, kw)}) would record {form.events:,} events "
             f"(loads, stores and computes{trace}), more than its budget of max_events "
             f"= {max_events:,}: too slow to simulate in Python. memory.closed_form("
             f"{_call(algorithm, kw)}) gives the same counts at once; or use larger "
             "blocks, a shorter sequence, keep_trace=False, or max_events=None to "
-            "insist")
+            "insist"
+        )
     return alg.simulate(**kw)
 
 
@@ -323,8 +354,10 @@ def sram_need(algorithm: str, *args, **kwargs) -> int:
         kw["M"] = None
     peak = alg.closed_form(**kw).sram_peak
     if peak is None:
-        raise ValueError(f"algorithm {algorithm!r} has no SRAM model: its closed form "
-                         f"reports no sram_peak")
+        raise ValueError(
+            f"algorithm {algorithm!r} has no SRAM model: its closed form "
+            f"reports no sram_peak"
+        )
     return peak
 
 
@@ -338,8 +371,9 @@ def _check_args(N, d, Br, Bc, M, N_k) -> int:
         if isinstance(val, bool) or not isinstance(val, int) or val < 1:
             raise ValueError(f"{name} must be a positive int, got {val!r}")
     if M is not None and (isinstance(M, bool) or not isinstance(M, int) or M < 1):
-        raise ValueError("M (SRAM capacity in elements) must be a positive int or "
-                         f"None, got {M!r}")
+        raise ValueError(
+            f"M (SRAM capacity in elements) must be a positive int or None, got {M!r}"
+        )
     n_k = N if N_k is None else N_k
     if isinstance(n_k, bool) or not isinstance(n_k, int) or n_k < 1:
         raise ValueError(f"N_k must be a positive int or None, got {N_k!r}")
@@ -369,8 +403,9 @@ def fit_tiles(algorithm: str, phases: dict[str, dict[str, int]], M: int | None) 
     if M is not None and peak > M:
         ph = max(needs, key=needs.get)
         parts = " + ".join(f"{k} ({v})" for k, v in phases[ph].items())
-        raise ValueError(f"{algorithm}: the tiles of {ph} need {parts} = {peak} "
-                         f"elements of SRAM, but M holds {M}; choose smaller Br/Bc or "
-                         "a larger M")
+        raise ValueError(
+            f"{algorithm}: the tiles of {ph} need {parts} = {peak} "
+            f"elements of SRAM, but M holds {M}; choose smaller Br/Bc or "
+            "a larger M"
+        )
     return peak
-

@@ -20,17 +20,21 @@ def straight_through_figure(scores, noise, grad_y, tau: float = 1.0, axes=None):
     s, g = np.asarray(scores, float), np.asarray(noise, float)
     gy = np.asarray(grad_y, float)
     if s.ndim != 1 or g.shape != s.shape or gy.shape != s.shape:
-        raise ValueError(f"scores, noise and grad_y must be one row each (N,), got "
-                         f"{s.shape}, {g.shape}, {gy.shape}")
+        raise ValueError(
+            f"scores, noise and grad_y must be one row each (N,), got "
+            f"{s.shape}, {g.shape}, {gy.shape}"
+        )
     y = hard.gumbel_softmax(s, tau, noise=g)  # (N,)
     z = hard.gumbel_softmax(s, tau, noise=g, hard=True)  # one-hot (N,)
     grad_s = hard.straight_through_grad(y, gy, tau)  # (N,)
     if axes is None:
         _, axes = plt.subplots(3, 1, figsize=(5.2, 5.0), sharex=True)
     j = np.arange(len(s))
-    rows = ((z, SELECTION_COLORS["hard"], "forward: one-hot $z$"),
-            (y, SELECTION_COLORS["soft"], "backward uses $y$"),
-            (grad_s, SELECTION_COLORS["gumbel-st"], r"gradient on $s$"))
+    rows = (
+        (z, SELECTION_COLORS["hard"], "forward: one-hot $z$"),
+        (y, SELECTION_COLORS["soft"], "backward uses $y$"),
+        (grad_s, SELECTION_COLORS["gumbel-st"], r"gradient on $s$"),
+    )
     for ax, (vals, color, title) in zip(axes, rows):
         ax.bar(j, vals, color=color, width=0.65)
         ax.axhline(0, color="0.6", lw=0.8)
@@ -63,8 +67,9 @@ def rpb_lookup_figure(table, query_ij, point_px, axes=None):
     bias = float(bias_all[0, 0, qi * W + qj, 0])
     dx, dy = qj - px, qi - py
     if axes is None:
-        _, axes = plt.subplots(1, 2, figsize=(6.4, 3.4),
-                               gridspec_kw=dict(width_ratios=[1, 1.6]))
+        _, axes = plt.subplots(
+            1, 2, figsize=(6.4, 3.4), gridspec_kw=dict(width_ratios=[1, 1.6])
+        )
     ax0, ax1 = axes
     for r in range(H + 1):
         ax0.plot([-0.5, W - 0.5], [r - 0.5, r - 0.5], color="0.85", lw=0.8)
@@ -72,10 +77,15 @@ def rpb_lookup_figure(table, query_ij, point_px, axes=None):
         ax0.plot([c - 0.5, c - 0.5], [-0.5, H - 0.5], color="0.85", lw=0.8)
     ax0.plot(qj, qi, "*", ms=14, color=TENSOR_COLORS["Q"], label="query")
     ax0.plot(px, py, "D", ms=8, color=TENSOR_COLORS["points"], label="deformed point")
-    ax0.annotate("", (qj, qi), (px, py),
-                 arrowprops=dict(arrowstyle="-|>", lw=1.8, color="black"))
-    ax0.set(xlim=(-0.5, W - 0.5), ylim=(H - 0.5, -0.5), aspect="equal",
-            title=f"Δ = ({dx:g}, {dy:g}) pixels")
+    ax0.annotate(
+        "", (qj, qi), (px, py), arrowprops=dict(arrowstyle="-|>", lw=1.8, color="black")
+    )
+    ax0.set(
+        xlim=(-0.5, W - 0.5),
+        ylim=(H - 0.5, -0.5),
+        aspect="equal",
+        title=f"Δ = ({dx:g}, {dy:g}) pixels",
+    )
     ax0.set_xticks([])
     ax0.set_yticks([])
     ax0.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=1)
@@ -83,14 +93,24 @@ def rpb_lookup_figure(table, query_ij, point_px, axes=None):
     cx, cy = W - 1 + dx, H - 1 + dy  # where the displacement reads the table
     for c0 in (np.floor(cx), np.floor(cx) + 1):
         for r0 in (np.floor(cy), np.floor(cy) + 1):
-            ax1.add_patch(plt.Rectangle((c0 - 0.5, r0 - 0.5), 1, 1, fill=False,
-                                        ec=TENSOR_COLORS["S"], lw=1.5))
-    ax1.plot(W - 1, H - 1, "o", ms=8, mfc="none", mec="black", mew=1.5,
-             label="Δ = 0")
+            ax1.add_patch(
+                plt.Rectangle(
+                    (c0 - 0.5, r0 - 0.5),
+                    1,
+                    1,
+                    fill=False,
+                    ec=TENSOR_COLORS["S"],
+                    lw=1.5,
+                )
+            )
+    ax1.plot(W - 1, H - 1, "o", ms=8, mfc="none", mec="black", mew=1.5, label="Δ = 0")
     ax1.plot(cx, cy, "x", ms=10, mew=2.5, color=TENSOR_COLORS["S"], label="read at Δ")
-    ax1.annotate("", (cx, cy), (W - 1, H - 1),
-                 arrowprops=dict(arrowstyle="-|>", lw=1.5, color="black"))
-    ax1.set(title=f"table: bias {bias:.2f}", xlabel="W - 1 + Δx",
-            ylabel="H - 1 + Δy")
+    ax1.annotate(
+        "",
+        (cx, cy),
+        (W - 1, H - 1),
+        arrowprops=dict(arrowstyle="-|>", lw=1.5, color="black"),
+    )
+    ax1.set(title=f"table: bias {bias:.2f}", xlabel="W - 1 + Δx", ylabel="H - 1 + Δy")
     ax1.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2)
     return axes, bias

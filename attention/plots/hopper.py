@@ -25,9 +25,13 @@ from .style import TENSOR_COLORS
 
 #: What each kind of interval is drawn in: loads in K's and V's colours, GEMM0 in S's
 #: (it makes scores), softmax in P's, GEMM1 in O's.
-TIMELINE_COLORS = {"load K": TENSOR_COLORS["K"], "load V": TENSOR_COLORS["V"],
-                   "GEMM0": TENSOR_COLORS["S"], "softmax": TENSOR_COLORS["P"],
-                   "GEMM1": TENSOR_COLORS["O"]}
+TIMELINE_COLORS = {
+    "load K": TENSOR_COLORS["K"],
+    "load V": TENSOR_COLORS["V"],
+    "GEMM0": TENSOR_COLORS["S"],
+    "softmax": TENSOR_COLORS["P"],
+    "GEMM1": TENSOR_COLORS["O"],
+}
 
 
 def _check_positive(name, x):
@@ -36,21 +40,31 @@ def _check_positive(name, x):
     return float(x)
 
 
-def fa3_timeline(n_blocks: int = 4, warpgroups: int = 2, t_gemm: float = 1.0,
-                 t_softmax: float = 1.0, t_load: float = 0.5,
-                 stages: int = 2) -> list[dict]:
+def fa3_timeline(
+    n_blocks: int = 4,
+    warpgroups: int = 2,
+    t_gemm: float = 1.0,
+    t_softmax: float = 1.0,
+    t_load: float = 0.5,
+    stages: int = 2,
+) -> list[dict]:
     """Intervals of the model above: dicts ``unit`` ("producer", "WG1", ...), ``op``
     (a ``TIMELINE_COLORS`` key), ``block`` (the key block j), ``start``, ``end``.
 
     Each consumer warpgroup owns its own query tile and sweeps the same ``n_blocks``
     key blocks; the warpgroups take their turns on the tensor cores in a fixed order.
     """
-    for name, v in (("n_blocks", n_blocks), ("warpgroups", warpgroups),
-                    ("stages", stages)):
+    for name, v in (
+        ("n_blocks", n_blocks),
+        ("warpgroups", warpgroups),
+        ("stages", stages),
+    ):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    t_gemm, t_softmax = _check_positive("t_gemm", t_gemm), _check_positive(
-        "t_softmax", t_softmax)
+    t_gemm, t_softmax = (
+        _check_positive("t_gemm", t_gemm),
+        _check_positive("t_softmax", t_softmax),
+    )
     t_load = _check_positive("t_load", t_load)
     wgs = [f"WG{w + 1}" for w in range(warpgroups)]
     ev: list[dict] = []
@@ -62,11 +76,19 @@ def fa3_timeline(n_blocks: int = 4, warpgroups: int = 2, t_gemm: float = 1.0,
 
     def load(j, t):
         start = max(t, freed.get(j - stages, 0.0))
-        ev.append(dict(unit="producer", op="load K", block=j, start=start,
-                       end=start + t_load))
+        ev.append(
+            dict(unit="producer", op="load K", block=j, start=start, end=start + t_load)
+        )
         k_ready[j] = start + t_load
-        ev.append(dict(unit="producer", op="load V", block=j, start=start + t_load,
-                       end=start + 2 * t_load))
+        ev.append(
+            dict(
+                unit="producer",
+                op="load V",
+                block=j,
+                start=start + t_load,
+                end=start + 2 * t_load,
+            )
+        )
         v_ready[j] = start + 2 * t_load
         return v_ready[j]
 
@@ -86,8 +108,7 @@ def fa3_timeline(n_blocks: int = 4, warpgroups: int = 2, t_gemm: float = 1.0,
             start_wg = wg_free[w]
             for op, j, ready in ops:
                 start = max(tc_free, start_wg, ready)
-                ev.append(dict(unit=w, op=op, block=j, start=start,
-                               end=start + t_gemm))
+                ev.append(dict(unit=w, op=op, block=j, start=start, end=start + t_gemm))
                 tc_free = start_wg = start + t_gemm
                 if op == "GEMM1":
                     gemm1_done[w][j] = start + t_gemm
@@ -97,8 +118,11 @@ def fa3_timeline(n_blocks: int = 4, warpgroups: int = 2, t_gemm: float = 1.0,
                             t = load(j + stages, t)
             if phase < n_blocks:
                 g0 = ev[-1]["end"]
-                ev.append(dict(unit=w, op="softmax", block=phase, start=g0,
-                               end=g0 + t_softmax))
+                ev.append(
+                    dict(
+                        unit=w, op="softmax", block=phase, start=g0, end=g0 + t_softmax
+                    )
+                )
                 wg_free[w] = g0 + t_softmax
     return sorted(ev, key=lambda e: (e["start"], e["unit"]))
 
@@ -113,26 +137,55 @@ def fa3_timeline_figure(panels: dict, axes=None):
     """One Gantt chart per ``{title: events}`` (from ``fa3_timeline``), stacked, on a
     shared time axis; each interval is labelled with its key block."""
     if axes is None:
-        _, axes = plt.subplots(len(panels), 1, figsize=(6.4, 1.5 + 1.1 * len(panels)
-                                                       * 1.6), sharex=True)
+        _, axes = plt.subplots(
+            len(panels), 1, figsize=(6.4, 1.5 + 1.1 * len(panels) * 1.6), sharex=True
+        )
     axes = list(axes) if hasattr(axes, "__len__") else [axes]
     for ax, (title, events) in zip(axes, panels.items()):
         units = list(dict.fromkeys(["producer"] + [e["unit"] for e in events]))
         for e in events:
             y = len(units) - 1 - units.index(e["unit"])
-            ax.barh(y, e["end"] - e["start"], left=e["start"], height=0.7,
-                    color=TIMELINE_COLORS[e["op"]], edgecolor="white", linewidth=1)
-            ax.text((e["start"] + e["end"]) / 2, y, str(e["block"]), ha="center",
-                    va="center", fontsize=8, color="white")
-        ax.set_yticks(range(len(units)), labels=[
-            "producer\n(TMA)" if u == "producer" else u for u in reversed(units)])
-        ax.set_title(f"{title}: tensor cores busy {tensor_core_busy(events):.0%}",
-                     fontsize=10, loc="left")
+            ax.barh(
+                y,
+                e["end"] - e["start"],
+                left=e["start"],
+                height=0.7,
+                color=TIMELINE_COLORS[e["op"]],
+                edgecolor="white",
+                linewidth=1,
+            )
+            ax.text(
+                (e["start"] + e["end"]) / 2,
+                y,
+                str(e["block"]),
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="white",
+            )
+        ax.set_yticks(
+            range(len(units)),
+            labels=[
+                "producer\n(TMA)" if u == "producer" else u for u in reversed(units)
+            ],
+        )
+        ax.set_title(
+            f"{title}: tensor cores busy {tensor_core_busy(events):.0%}",
+            fontsize=10,
+            loc="left",
+        )
         ax.spines["left"].set_visible(False)
         ax.tick_params(axis="y", length=0)
     axes[-1].set_xlabel("time (units of one GEMM)")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c, label=k)
-               for k, c in TIMELINE_COLORS.items()]
-    axes[-1].legend(handles=handles, loc="upper center", ncol=3, fontsize=9,
-                    bbox_to_anchor=(0.5, -0.45))
+    handles = [
+        plt.Rectangle((0, 0), 1, 1, color=c, label=k)
+        for k, c in TIMELINE_COLORS.items()
+    ]
+    axes[-1].legend(
+        handles=handles,
+        loc="upper center",
+        ncol=3,
+        fontsize=9,
+        bbox_to_anchor=(0.5, -0.45),
+    )
     return axes

@@ -20,8 +20,9 @@ def online_softmax_trace(x, v) -> dict:
     """
     x, v = as_real_array("x", x, 1), as_real_array("v", v, 2)
     if x.ndim != 1 or not np.isfinite(x).all():
-        raise ValueError(f"x must be one row of finite scores (N,), got shape "
-                         f"{x.shape}")
+        raise ValueError(
+            f"x must be one row of finite scores (N,), got shape {x.shape}"
+        )
     if v.shape[0] != x.shape[0]:
         raise ValueError(f"v must have N = {x.shape[0]} rows, got shape {v.shape}")
     n = len(x)
@@ -39,8 +40,15 @@ def online_softmax_trace(x, v) -> dict:
         l_run = l_run * alpha[j] + p
         acc_run = acc_run * alpha[j] + p * v[j]
         l_[j], acc[j] = l_run, acc_run
-    return dict(m=m, alpha=alpha, l_before=l_before, l=l_, acc_before=acc_before,
-                acc=acc, out=acc / l_[:, None])
+    return dict(
+        m=m,
+        alpha=alpha,
+        l_before=l_before,
+        l=l_,
+        acc_before=acc_before,
+        acc=acc,
+        out=acc / l_[:, None],
+    )
 
 
 def online_softmax_figure(x, v, coord: int = 0, axes=None):
@@ -57,17 +65,32 @@ def online_softmax_figure(x, v, coord: int = 0, axes=None):
     ax0, ax1, ax2 = axes
     ax0.vlines(j, 0, x, color=TENSOR_COLORS["S"], lw=2, alpha=0.6)
     ax0.plot(j, x, "o", color=TENSOR_COLORS["S"], ms=4, label="score $x_j$")
-    ax0.step(j, tr["m"], where="post", color=TENSOR_COLORS["m"], lw=2,
-             label="running max $m_j$")
-    ax0.plot(jumps, tr["m"][jumps], "o", color="#C00000", ms=7, mfc="none", mew=2,
-             label="the max jumps")
+    ax0.step(
+        j,
+        tr["m"],
+        where="post",
+        color=TENSOR_COLORS["m"],
+        lw=2,
+        label="running max $m_j$",
+    )
+    ax0.plot(
+        jumps,
+        tr["m"][jumps],
+        "o",
+        color="#C00000",
+        ms=7,
+        mfc="none",
+        mew=2,
+        label="the max jumps",
+    )
     ax0.axhline(0, color="0.7", lw=0.8)
     ax0.set_ylabel("score")
     ax0.legend(fontsize=8, loc="lower right", ncol=3, bbox_to_anchor=(1, 1.0))
     acc = tr["acc"][:, coord]
-    for y, yb, name, color in ((tr["l"], tr["l_before"], r"$\ell_j$", "l"),
-                               (acc, tr["acc_before"][:, coord],
-                                f"acc$_j$[{coord}]", "O")):
+    for y, yb, name, color in (
+        (tr["l"], tr["l_before"], r"$\ell_j$", "l"),
+        (acc, tr["acc_before"][:, coord], f"acc$_j$[{coord}]", "O"),
+    ):
         # the path j-1 -> (rescaled, at j - 1/2) -> j: a drop where the max jumped
         mid = yb * tr["alpha"]
         px = np.ravel(np.column_stack([j - 0.5, j]))[1:]
@@ -81,10 +104,15 @@ def online_softmax_figure(x, v, coord: int = 0, axes=None):
     ax1.plot([], [], "v", color="#C00000", label=r"rescaled by $e^{m_{j-1} - m_j}$")
     ax1.legend(fontsize=8, loc="lower right", ncol=3)
     out = tr["out"][:, coord]
-    ax2.plot(j, out, "o-", color=TENSOR_COLORS["O"], ms=4,
-             label=f"acc$_j$ / $\\ell_j$, entry {coord}")
-    ax2.axhline(out[-1], color=TENSOR_COLORS["O"], ls="--", lw=1,
-                label="final $o$")
+    ax2.plot(
+        j,
+        out,
+        "o-",
+        color=TENSOR_COLORS["O"],
+        ms=4,
+        label=f"acc$_j$ / $\\ell_j$, entry {coord}",
+    )
+    ax2.axhline(out[-1], color=TENSOR_COLORS["O"], ls="--", lw=1, label="final $o$")
     ax2.set(xlabel="key j", ylabel="running output")
     ax2.legend(fontsize=8, loc="best")
     return axes

@@ -24,8 +24,13 @@ WAIT = "#D9D9D9"
 IDLE = "#F2F2F2"
 
 
-def ring_schedule_figure(P: int = 4, N: int | None = None, causal: bool = False,
-                         layout: str = "contiguous", ax=None):
+def ring_schedule_figure(
+    P: int = 4,
+    N: int | None = None,
+    causal: bool = False,
+    layout: str = "contiguous",
+    ax=None,
+):
     """Device x step grid: in each cell, the compute on the K/V shard the device holds
     (left, labelled with the shard, shaded by its share of a full block) and the
     transfer of that shard to the next device (right); the last step sends nothing."""
@@ -38,19 +43,41 @@ def ring_schedule_figure(P: int = 4, N: int | None = None, causal: bool = False,
     for t in range(P):
         for r in range(P):
             frac = work[t, r] / full
-            ax.add_patch(Rectangle((t, r + 0.1), 0.55, 0.8, facecolor=COMPUTE,
-                                   alpha=0.15 + 0.85 * frac if frac else 1.0,
-                                   edgecolor="#333333", lw=0.6,
-                                   hatch=None if frac else "//",
-                                   fill=bool(frac)))
-            ax.text(t + 0.275, r + 0.5, f"KV{holds[t, r]}", ha="center", va="center",
-                    fontsize=8, color="white" if frac > 0.55 else "black")
+            ax.add_patch(
+                Rectangle(
+                    (t, r + 0.1),
+                    0.55,
+                    0.8,
+                    facecolor=COMPUTE,
+                    alpha=0.15 + 0.85 * frac if frac else 1.0,
+                    edgecolor="#333333",
+                    lw=0.6,
+                    hatch=None if frac else "//",
+                    fill=bool(frac),
+                )
+            )
+            ax.text(
+                t + 0.275,
+                r + 0.5,
+                f"KV{holds[t, r]}",
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="white" if frac > 0.55 else "black",
+            )
             if t < P - 1:
-                ax.add_patch(Rectangle((t + 0.6, r + 0.25), 0.33, 0.5,
-                                       facecolor=SEND, edgecolor="none"))
-                ax.annotate("", xy=(t + 0.97, r + 0.5 + 0.35),
-                            xytext=(t + 0.78, r + 0.5), annotation_clip=False,
-                            arrowprops={"arrowstyle": "->", "color": SEND, "lw": 1})
+                ax.add_patch(
+                    Rectangle(
+                        (t + 0.6, r + 0.25), 0.33, 0.5, facecolor=SEND, edgecolor="none"
+                    )
+                )
+                ax.annotate(
+                    "",
+                    xy=(t + 0.97, r + 0.5 + 0.35),
+                    xytext=(t + 0.78, r + 0.5),
+                    annotation_clip=False,
+                    arrowprops={"arrowstyle": "->", "color": SEND, "lw": 1},
+                )
     ax.set_xlim(-0.05, P)
     ax.set_ylim(P, 0)
     ax.set_xticks(np.arange(P) + 0.5, [str(t) for t in range(P)])
@@ -59,24 +86,44 @@ def ring_schedule_figure(P: int = 4, N: int | None = None, causal: bool = False,
     ax.tick_params(length=0)
     for side in ("left", "bottom"):
         ax.spines[side].set_visible(False)
-    handles = [Patch(facecolor=COMPUTE, label="compute on held K/V"),
-               Patch(facecolor=SEND, label="send it to dev r+1")]
+    handles = [
+        Patch(facecolor=COMPUTE, label="compute on held K/V"),
+        Patch(facecolor=SEND, label="send it to dev r+1"),
+    ]
     if causal:
-        handles.append(Patch(facecolor="white", edgecolor="#333333", hatch="//",
-                             label="masked: nothing to do"))
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.14),
-              ncol=2 if len(handles) < 3 else 3, fontsize=8, handlelength=1.2)
+        handles.append(
+            Patch(
+                facecolor="white",
+                edgecolor="#333333",
+                hatch="//",
+                label="masked: nothing to do",
+            )
+        )
+    ax.legend(
+        handles=handles,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.14),
+        ncol=2 if len(handles) < 3 else 3,
+        fontsize=8,
+        handlelength=1.2,
+    )
     return ax
 
 
-def load_balance_figure(N: int = 64, P: int = 4, layouts=("contiguous", "zigzag"),
-                        causal: bool = True, axes=None):
+def load_balance_figure(
+    N: int = 64,
+    P: int = 4,
+    layouts=("contiguous", "zigzag"),
+    causal: bool = True,
+    axes=None,
+):
     """Work (visible pairs, as a share of a full shard x shard block) per device and
     step, one panel per layout; idle device-steps hatched; the idle fraction (every
     step lasting as long as its busiest device) in each title."""
     if axes is None:
-        _, axes = plt.subplots(1, len(layouts), figsize=(3.1 * len(layouts), 3.2),
-                               sharey=True)
+        _, axes = plt.subplots(
+            1, len(layouts), figsize=(3.1 * len(layouts), 3.2), sharey=True
+        )
     axes = np.atleast_1d(axes)
     for ax, layout in zip(axes, layouts):
         work = _ring.work_matrix(N, P, layout, causal)  # (t, r)
@@ -86,11 +133,27 @@ def load_balance_figure(N: int = 64, P: int = 4, layouts=("contiguous", "zigzag"
             for r in range(P):
                 frac = work[t, r] / full
                 busy = work[t, r] / step_len[t] if step_len[t] else 0.0
-                ax.add_patch(Rectangle((r, t), 0.9, 0.9 * busy, facecolor=COMPUTE,
-                                       alpha=0.3 + 0.7 * frac, edgecolor="none"))
-                ax.add_patch(Rectangle((r, t + 0.9 * busy), 0.9, 0.9 * (1 - busy),
-                                       facecolor=IDLE, edgecolor="#999999",
-                                       hatch="///", lw=0.3))
+                ax.add_patch(
+                    Rectangle(
+                        (r, t),
+                        0.9,
+                        0.9 * busy,
+                        facecolor=COMPUTE,
+                        alpha=0.3 + 0.7 * frac,
+                        edgecolor="none",
+                    )
+                )
+                ax.add_patch(
+                    Rectangle(
+                        (r, t + 0.9 * busy),
+                        0.9,
+                        0.9 * (1 - busy),
+                        facecolor=IDLE,
+                        edgecolor="#999999",
+                        hatch="///",
+                        lw=0.3,
+                    )
+                )
         ax.set_xlim(0, P)
         ax.set_ylim(P, 0)
         ax.set_xticks(np.arange(P) + 0.45, [str(r) for r in range(P)])
@@ -101,16 +164,30 @@ def load_balance_figure(N: int = 64, P: int = 4, layouts=("contiguous", "zigzag"
         ax.tick_params(length=0)
     axes[0].set_ylabel("ring step t (down)")
     # below the panels, outside the figure: inline and saved figures use a tight bbox
-    axes[0].figure.legend(handles=[Patch(facecolor=COMPUTE, label="computing"),
-                                   Patch(facecolor=IDLE, edgecolor="#999999",
-                                         hatch="///", label="idle (waiting)")],
-                          loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2,
-                          fontsize=8)
+    axes[0].figure.legend(
+        handles=[
+            Patch(facecolor=COMPUTE, label="computing"),
+            Patch(
+                facecolor=IDLE, edgecolor="#999999", hatch="///", label="idle (waiting)"
+            ),
+        ],
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0.0),
+        ncol=2,
+        fontsize=8,
+    )
     return axes
 
 
-def overlap_figure(gpu: str = "H100", dtype: str = "bfloat16", H: int = 32,
-                   H_kv: int | None = None, d: int = 128, links=None, ax=None):
+def overlap_figure(
+    gpu: str = "H100",
+    dtype: str = "bfloat16",
+    H: int = 32,
+    H_kv: int | None = None,
+    d: int = 128,
+    links=None,
+    ax=None,
+):
     """ESTIMATED time of one non-causal ring step against the shard length n (log-log):
     compute on ``gpu`` at its peak (one line) and the K/V transfer over each link (one
     line each); dots mark each link's threshold n* where compute starts to hide it."""
@@ -158,16 +235,33 @@ def timeline_figure(spans, ax=None, title: str | None = None):
         y0, h = rows[kind]
         y = ranks.index(int(s["rank"]))
         start, end = (s["start"] - t0) * 1e3, (s["end"] - t0) * 1e3
-        ax.broken_barh([(start, max(end - start, 1e-6))], (y + y0, h),
-                       facecolors=colors[kind], edgecolor="white", lw=0.3)
+        ax.broken_barh(
+            [(start, max(end - start, 1e-6))],
+            (y + y0, h),
+            facecolors=colors[kind],
+            edgecolor="white",
+            lw=0.3,
+        )
         if kind == "compute" and end - start > 0:
-            ax.text((start + end) / 2, y + y0 + h / 2, str(s.get("step", "")),
-                    ha="center", va="center", fontsize=7, color="white")
+            ax.text(
+                (start + end) / 2,
+                y + y0 + h / 2,
+                str(s.get("step", "")),
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white",
+            )
     ax.set_ylim(len(ranks), 0)
     ax.set_yticks(np.arange(len(ranks)) + 0.45, [f"rank {r}" for r in ranks])
     ax.set_xlabel("time since the first span (ms)")
-    ax.legend(handles=[Patch(facecolor=c, label=k) for k, c in colors.items()],
-              loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=3, fontsize=8)
+    ax.legend(
+        handles=[Patch(facecolor=c, label=k) for k, c in colors.items()],
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.25),
+        ncol=3,
+        fontsize=8,
+    )
     if title:
         ax.set_title(title)
     return ax

@@ -36,13 +36,23 @@ def memory_hierarchy_plot(levels: list[dict], ax=None, title: str | None = None)
     for lv in levels:
         color = MEMORY_COLORS[lv["kind"]]
         hollow = lv.get("derived", False)
-        ax.scatter(lv["capacity"], lv["bandwidth"], s=90,
-                   marker=_GPU_MARKERS.get(lv["device"], "o"),
-                   facecolors="white" if hollow else color, edgecolors=color,
-                   linewidths=2, zorder=3)
-        ax.annotate(lv["label"], (lv["capacity"], lv["bandwidth"]),
-                    xytext=lv.get("offset", (8, -4)), textcoords="offset points",
-                    fontsize=8)
+        ax.scatter(
+            lv["capacity"],
+            lv["bandwidth"],
+            s=90,
+            marker=_GPU_MARKERS.get(lv["device"], "o"),
+            facecolors="white" if hollow else color,
+            edgecolors=color,
+            linewidths=2,
+            zorder=3,
+        )
+        ax.annotate(
+            lv["label"],
+            (lv["capacity"], lv["bandwidth"]),
+            xytext=lv.get("offset", (8, -4)),
+            textcoords="offset points",
+            fontsize=8,
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("capacity (bytes)")
@@ -50,12 +60,24 @@ def memory_hierarchy_plot(levels: list[dict], ax=None, title: str | None = None)
     kinds = list(dict.fromkeys(lv["kind"] for lv in levels))
     devices = list(dict.fromkeys(lv["device"] for lv in levels))
     handles = [mpl.patches.Patch(color=MEMORY_COLORS[k], label=k) for k in kinds]
-    handles += [mpl.lines.Line2D([], [], marker=_GPU_MARKERS.get(g, "o"), linestyle="",
-                                 color="0.3", label=g) for g in devices]
+    handles += [
+        mpl.lines.Line2D(
+            [], [], marker=_GPU_MARKERS.get(g, "o"), linestyle="", color="0.3", label=g
+        )
+        for g in devices
+    ]
     if any(lv.get("derived") for lv in levels):
-        handles.append(mpl.lines.Line2D([], [], marker="o", linestyle="",
-                                        markerfacecolor="white", markeredgecolor="0.3",
-                                        label="derived, not a spec"))
+        handles.append(
+            mpl.lines.Line2D(
+                [],
+                [],
+                marker="o",
+                linestyle="",
+                markerfacecolor="white",
+                markeredgecolor="0.3",
+                label="derived, not a spec",
+            )
+        )
     ax.legend(handles=handles, loc="lower left", fontsize=8)
     ax.set_title(title or "Faster means smaller")
     return ax
@@ -79,8 +101,14 @@ def _fmt_transfer(ts, op) -> str:
     return " ".join(dict.fromkeys(names)) or "-"
 
 
-def tile_schedule_plot(trace, step: int, n_row_blocks: int, n_col_blocks: int, ax=None,
-                       title: str | None = None):
+def tile_schedule_plot(
+    trace,
+    step: int,
+    n_row_blocks: int,
+    n_col_blocks: int,
+    ax=None,
+    title: str | None = None,
+):
     """The grid of (i, j) tiles of S, filled in up to ``step`` of a simulated schedule.
 
     A tile's colour says where its data went: the colour of S, P, dP or dS when that
@@ -106,10 +134,12 @@ def tile_schedule_plot(trace, step: int, n_row_blocks: int, n_col_blocks: int, a
         if not comp:
             continue
         block = comp[0].block
-        quad = [t.tensor for t in ts
-                if t.tensor in QUADRATIC_TENSORS and t.op != "compute"]
-        color = mpl.colors.to_rgba(tensor_color(quad[-1]) if quad
-                                   else MEMORY_COLORS["SRAM"])
+        quad = [
+            t.tensor for t in ts if t.tensor in QUADRATIC_TENSORS and t.op != "compute"
+        ]
+        color = mpl.colors.to_rgba(
+            tensor_color(quad[-1]) if quad else MEMORY_COLORS["SRAM"]
+        )
         color = color if s == step else (*color[:3], 0.35)
         rows = [block[0]] if block else range(tr)
         cols = [block[1]] if len(block) > 1 else range(tc)
@@ -127,14 +157,31 @@ def tile_schedule_plot(trace, step: int, n_row_blocks: int, n_col_blocks: int, a
     if cur is not None:
         i0, i1 = (cur[0], cur[0] + 1) if cur else (0, tr)
         j0, j1 = (cur[1], cur[1] + 1) if len(cur) > 1 else (0, tc)
-        ax.add_patch(mpl.patches.Rectangle((j0, i0), j1 - j0, i1 - i0, fill=False,
-                                           edgecolor="black", linewidth=2))
+        ax.add_patch(
+            mpl.patches.Rectangle(
+                (j0, i0), j1 - j0, i1 - i0, fill=False, edgecolor="black", linewidth=2
+            )
+        )
         # Strips: the resident query block (left, Q's colour) and key block (top, K's).
-        ax.add_patch(mpl.patches.Rectangle((-0.06 * tc, i0), 0.04 * tc, i1 - i0,
-                                           color=tensor_color("Q"), clip_on=False))
+        ax.add_patch(
+            mpl.patches.Rectangle(
+                (-0.06 * tc, i0),
+                0.04 * tc,
+                i1 - i0,
+                color=tensor_color("Q"),
+                clip_on=False,
+            )
+        )
         if len(cur) > 1:
-            ax.add_patch(mpl.patches.Rectangle((j0, -0.06 * tr), j1 - j0, 0.04 * tr,
-                                               color=tensor_color("K"), clip_on=False))
+            ax.add_patch(
+                mpl.patches.Rectangle(
+                    (j0, -0.06 * tr),
+                    j1 - j0,
+                    0.04 * tr,
+                    color=tensor_color("K"),
+                    clip_on=False,
+                )
+            )
     ax.set_xlim(0, tc)
     ax.set_ylim(tr, 0)
     if tr <= 32:
@@ -142,20 +189,29 @@ def tile_schedule_plot(trace, step: int, n_row_blocks: int, n_col_blocks: int, a
     if tc <= 32:
         ax.set_xticks(np.arange(tc) + 0.5, labels=[str(j) for j in range(tc)])
     ts = events[step]
-    ax.set_xlabel(f"key block j (T_c = {tc})\nload: {_fmt_transfer(ts, 'load')}\n"
-                  f"store: {_fmt_transfer(ts, 'store')}", fontsize=8)
+    ax.set_xlabel(
+        f"key block j (T_c = {tc})\nload: {_fmt_transfer(ts, 'load')}\n"
+        f"store: {_fmt_transfer(ts, 'store')}",
+        fontsize=8,
+    )
     ax.set_ylabel(f"query block i (T_r = {tr})")
     ax.set_title(title or f"step {step + 1} of {len(steps)}", fontsize=10, pad=16)
     return ax
 
 
 #: How the compulsory count is named wherever it is drawn beside the simulated one.
-COMPULSORY_LABEL = ("compulsory traffic: each tensor\ncrosses HBM once (an L2 holding\n"
-                    "the re-reads)")
+COMPULSORY_LABEL = (
+    "compulsory traffic: each tensor\ncrosses HBM once (an L2 holding\nthe re-reads)"
+)
 
 
-def roofline_bars(estimates: dict, ax=None, title: str | None = None, unit: str = "ms",
-                  floor: dict | None = None):
+def roofline_bars(
+    estimates: dict,
+    ax=None,
+    title: str | None = None,
+    unit: str = "ms",
+    floor: dict | None = None,
+):
     """Grouped bars of ESTIMATED times: ``estimates[gpu][algorithm] = time in unit``.
 
     Estimates from the roofline model, not measurements: the title says so. ``floor``
@@ -171,25 +227,45 @@ def roofline_bars(estimates: dict, ax=None, title: str | None = None, unit: str 
     for k, a in enumerate(algs):
         x = np.arange(len(gpus)) + (k - (len(algs) - 1) / 2) * width
         vals = [estimates[g].get(a, np.nan) for g in gpus]
-        ax.bar(x, vals, width, color=str(shades[k]), edgecolor="black", linewidth=0.4,
-               label=f"{a} (simulated traffic, no L2)" if floor else a)
+        ax.bar(
+            x,
+            vals,
+            width,
+            color=str(shades[k]),
+            edgecolor="black",
+            linewidth=0.4,
+            label=f"{a} (simulated traffic, no L2)" if floor else a,
+        )
         if floor:
             lows = [floor[g].get(a, np.nan) for g in gpus]
-            ax.hlines(lows, x - width * 0.45, x + width * 0.45, colors="black",
-                      linewidth=2.2, label=COMPULSORY_LABEL if k == 0 else None)
+            ax.hlines(
+                lows,
+                x - width * 0.45,
+                x + width * 0.45,
+                colors="black",
+                linewidth=2.2,
+                label=COMPULSORY_LABEL if k == 0 else None,
+            )
     ax.set_xticks(np.arange(len(gpus)), labels=gpus)
     ax.set_ylabel(f"{unit} (ESTIMATE)")
     if floor:  # under the axes: the tallest bars stand at the top left
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2,
-                  frameon=False)
+        ax.legend(
+            fontsize=7,
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.1),
+            ncol=2,
+            frameon=False,
+        )
     else:
         ax.legend(fontsize=7)
     ax.set_title(title or "roofline ESTIMATE, not a measurement", fontsize=10)
     return ax
 
 
-_EXPLORER_GROUPS = (["standard", "flash1", "flash2"],
-                    ["standard_bwd", "flash2_bwd", "flash2_bwd_split"])
+_EXPLORER_GROUPS = (
+    ["standard", "flash1", "flash2"],
+    ["standard_bwd", "flash2_bwd", "flash2_bwd_split"],
+)
 
 
 def _explorer_group(algorithm: str) -> list[str]:
@@ -202,10 +278,18 @@ def _explorer_group(algorithm: str) -> list[str]:
     raise ValueError(f"algorithm must be one of {names}, got {algorithm!r}")
 
 
-def tile_explorer_figure(N: int = 1024, d: int = 64, sram_kib: int = 192,
-                         Br: int = 64, Bc: int = 64, dtype: str = "float16",
-                         algorithm: str = "flash2", step: int = 0,
-                         max_tiles: int = 16384, text_panel: bool = False):
+def tile_explorer_figure(
+    N: int = 1024,
+    d: int = 64,
+    sram_kib: int = 192,
+    Br: int = 64,
+    Bc: int = 64,
+    dtype: str = "float16",
+    algorithm: str = "flash2",
+    step: int = 0,
+    max_tiles: int = 16384,
+    text_panel: bool = False,
+):
     """The chapter-2 tile-size explorer: everything ``attention.memory`` says about one
     setting.
 
@@ -229,9 +313,11 @@ def tile_explorer_figure(N: int = 1024, d: int = 64, sram_kib: int = 192,
     fa1_br, fa1_bc = memory.fa1_block_sizes(M, d)
     fa1_need = memory.sram_need("flash1", N, d, fa1_br, fa1_bc)
     fits = "fit" if fa1_need <= M else "do NOT fit: the rule holds up to constants"
-    rule = (f"FA1 rule: Bc = ceil(M/4d) = {fa1_bc}, "
-            f"Br = min(ceil(M/4d), d) = {fa1_br};\n"
-            f"  its flash1 tiles need {fa1_need} elements ({fits})")
+    rule = (
+        f"FA1 rule: Bc = ceil(M/4d) = {fa1_bc}, "
+        f"Br = min(ceil(M/4d), d) = {fa1_br};\n"
+        f"  its flash1 tiles need {fa1_need} elements ({fits})"
+    )
     group = _explorer_group(algorithm)
     t_r, t_c = memory.cdiv(N, Br), memory.cdiv(N, Bc)
     animate = t_r * t_c <= max_tiles
@@ -239,13 +325,23 @@ def tile_explorer_figure(N: int = 1024, d: int = 64, sram_kib: int = 192,
         # The counts of every algorithm from the closed forms (the same counts simulate
         # gives); only the algorithm whose schedule is drawn is simulated (its trace).
         results = {a: memory.closed_form(a, N, d, Br=Br, Bc=Bc, M=M) for a in group}
-        chosen = (memory.simulate(algorithm, N, d, Br=Br, Bc=Bc, M=M, keep_trace=True)
-                  if animate else results[algorithm])
+        chosen = (
+            memory.simulate(algorithm, N, d, Br=Br, Bc=Bc, M=M, keep_trace=True)
+            if animate
+            else results[algorithm]
+        )
     except ValueError as err:
         fig, ax = plt.subplots(figsize=(11, 2.2))
         ax.axis("off")
-        ax.text(0, 0.75, f"Invalid choice: {err}", wrap=True, fontsize=10,
-                color="#C44E52", va="top")
+        ax.text(
+            0,
+            0.75,
+            f"Invalid choice: {err}",
+            wrap=True,
+            fontsize=10,
+            color="#C44E52",
+            va="top",
+        )
         ax.text(0, 0.2, rule, fontsize=9, va="top", wrap=True)
         return fig
     floor = {a: memory.compulsory(a, N, d) for a in group}
@@ -257,19 +353,33 @@ def tile_explorer_figure(N: int = 1024, d: int = 64, sram_kib: int = 192,
         fig = plt.figure(figsize=(15, 4.6))
         gs = fig.add_gridspec(1, 3, wspace=0.3, width_ratios=[1.1, 1, 1.1])
         slots = gs[0, 0], gs[0, 1], gs[0, 2]
-    traffic_by_algorithm(results, bytes_per_elem=bpe, ax=fig.add_subplot(slots[0]),
-                         floor=floor,
-                         title=f"HBM traffic, N = {N}, d = {d}, Br = {Br}, Bc = {Bc}, "
-                               f"{dtype}")
+    traffic_by_algorithm(
+        results,
+        bytes_per_elem=bpe,
+        ax=fig.add_subplot(slots[0]),
+        floor=floor,
+        title=f"HBM traffic, N = {N}, d = {d}, Br = {Br}, Bc = {Bc}, {dtype}",
+    )
     ax = fig.add_subplot(slots[1])
     if animate:
-        tile_schedule_plot(chosen.trace, step, t_r, t_c, ax=ax,
-                           title=f"{algorithm}: step "
-                                 f"{min(step, chosen.steps - 1) + 1} of {chosen.steps}")
+        tile_schedule_plot(
+            chosen.trace,
+            step,
+            t_r,
+            t_c,
+            ax=ax,
+            title=f"{algorithm}: step "
+            f"{min(step, chosen.steps - 1) + 1} of {chosen.steps}",
+        )
     else:
         ax.axis("off")
-        ax.text(0, 0.5, f"{t_r} x {t_c} = {t_r * t_c} tiles: too many to draw.\n"
-                        f"Shrink N or grow Br, Bc to see the schedule.", fontsize=10)
+        ax.text(
+            0,
+            0.5,
+            f"{t_r} x {t_c} = {t_r * t_c} tiles: too many to draw.\n"
+            f"Shrink N or grow Br, Bc to see the schedule.",
+            fontsize=10,
+        )
     est, low, lines = {}, {}, []
     for g, spec in memory.GPUS.items():
         est[g], low[g] = {}, {}
@@ -281,27 +391,44 @@ def tile_explorer_figure(N: int = 1024, d: int = 64, sram_kib: int = 192,
         ai = memory.arithmetic_intensity(memory.matmul_flops(a, N, d), r.bytes(bpe))
         lines.append(f"{a}: {human_bytes(r.bytes(bpe))}, {ai:.0f} FLOP/byte")
     ax = fig.add_subplot(slots[2])
-    roofline_bars(est, ax=ax, unit="µs", floor=low,
-                  title="roofline ESTIMATE of one head, not a measurement")
+    roofline_bars(
+        est,
+        ax=ax,
+        unit="µs",
+        floor=low,
+        title="roofline ESTIMATE of one head, not a measurement",
+    )
     if not text_panel:
         return fig
     ax2 = fig.add_subplot(gs[1, 1])
     ax2.axis("off")
     ridge = ", ".join(f"{g} {s.ridge:.0f}" for g, s in memory.GPUS.items())
-    text = ("Arithmetic intensity (matmul FLOPs / HBM byte):\n  " + "\n  ".join(lines)
-            + f"\nRidge (peak FLOP/s / HBM B/s): {ridge}\n\n"
-            + f"SRAM: {sram_kib} KiB = M = {M} {dtype} elements;\n"
-            + f"  the tiles of {algorithm} need {chosen.sram_peak}.\n" + rule
-            + "\n\nEstimate = max(FLOPs / peak, bytes / HBM bandwidth), with\n"
-            + "\n".join(f"  {s.name}: {s.peak_tflops:g} TFLOP/s, {s.hbm_tbps:g} TB/s"
-                        for s in memory.GPUS.values()))
+    text = (
+        "Arithmetic intensity (matmul FLOPs / HBM byte):\n  "
+        + "\n  ".join(lines)
+        + f"\nRidge (peak FLOP/s / HBM B/s): {ridge}\n\n"
+        + f"SRAM: {sram_kib} KiB = M = {M} {dtype} elements;\n"
+        + f"  the tiles of {algorithm} need {chosen.sram_peak}.\n"
+        + rule
+        + "\n\nEstimate = max(FLOPs / peak, bytes / HBM bandwidth), with\n"
+        + "\n".join(
+            f"  {s.name}: {s.peak_tflops:g} TFLOP/s, {s.hbm_tbps:g} TB/s"
+            for s in memory.GPUS.values()
+        )
+    )
     ax2.text(0, 1, text, va="top", fontsize=8, family="monospace", wrap=True)
     return fig
 
 
-def tile_explorer_summary(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: int = 64,
-                          Bc: int = 64, dtype: str = "float16",
-                          algorithm: str = "flash2") -> str:
+def tile_explorer_summary(
+    N: int = 1024,
+    d: int = 64,
+    sram_kib: int = 192,
+    Br: int = 64,
+    Bc: int = 64,
+    dtype: str = "float16",
+    algorithm: str = "flash2",
+) -> str:
     """The numbers behind ``tile_explorer_figure`` as a short text, one fact a line:
     traffic and arithmetic intensity per algorithm, simulated (no L2) and compulsory
     (each tensor once), the GPUs' ridge points, what the SRAM holds and what the tiles
@@ -310,25 +437,33 @@ def tile_explorer_summary(N: int = 1024, d: int = 64, sram_kib: int = 192, Br: i
         raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
     bpe = DTYPE_BYTES[dtype]
     M = int(sram_kib) * 1024 // bpe
-    results = {a: memory.closed_form(a, N, d, Br=Br, Bc=Bc, M=M)
-               for a in _explorer_group(algorithm)}
+    results = {
+        a: memory.closed_form(a, N, d, Br=Br, Bc=Bc, M=M)
+        for a in _explorer_group(algorithm)
+    }
     fa1_br, fa1_bc = memory.fa1_block_sizes(M, d)
     fa1_need = memory.sram_need("flash1", N, d, fa1_br, fa1_bc)
-    lines = [f"{'':<18}{'simulated (no L2)':>28}{'compulsory':>24}",
-             f"{'algorithm':<18}{'HBM traffic':>16}{'FLOP/byte':>12}"
-             f"{'HBM traffic':>13}{'FLOP/byte':>11}"]
+    lines = [
+        f"{'':<18}{'simulated (no L2)':>28}{'compulsory':>24}",
+        f"{'algorithm':<18}{'HBM traffic':>16}{'FLOP/byte':>12}"
+        f"{'HBM traffic':>13}{'FLOP/byte':>11}",
+    ]
     for a, r in results.items():
         fl = memory.matmul_flops(a, N, d)
         once = memory.compulsory(a, N, d).bytes(bpe)
         ai, ai_once = (memory.arithmetic_intensity(fl, b) for b in (r.bytes(bpe), once))
-        lines.append(f"{a:<18}{human_bytes(r.bytes(bpe)):>16}{ai:>12.0f}"
-                     f"{human_bytes(once):>13}{ai_once:>11.0f}")
+        lines.append(
+            f"{a:<18}{human_bytes(r.bytes(bpe)):>16}{ai:>12.0f}"
+            f"{human_bytes(once):>13}{ai_once:>11.0f}"
+        )
     ridge = ", ".join(f"{g} {s.ridge:.0f}" for g, s in memory.GPUS.items())
-    lines += [f"ridge points (peak FLOP/s / HBM bytes/s): {ridge}",
-              f"SRAM: {sram_kib} KiB = M = {M} {dtype} elements; "
-              f"the tiles of {algorithm} need {results[algorithm].sram_peak}",
-              f"FA1 rule: Bc = ceil(M/4d) = {fa1_bc}, "
-              f"Br = min(ceil(M/4d), d) = {fa1_br}; "
-              f"its tiles need {fa1_need} elements "
-              f"({'fit' if fa1_need <= M else 'do NOT fit'})"]
+    lines += [
+        f"ridge points (peak FLOP/s / HBM bytes/s): {ridge}",
+        f"SRAM: {sram_kib} KiB = M = {M} {dtype} elements; "
+        f"the tiles of {algorithm} need {results[algorithm].sram_peak}",
+        f"FA1 rule: Bc = ceil(M/4d) = {fa1_bc}, "
+        f"Br = min(ceil(M/4d), d) = {fa1_br}; "
+        f"its tiles need {fa1_need} elements "
+        f"({'fit' if fa1_need <= M else 'do NOT fit'})",
+    ]
     return "\n".join(lines)

@@ -125,8 +125,9 @@ def _sig3(x: float) -> str:
     if x == 0:
         return "0"
     d = decimal.Decimal(x)  # exact
-    q = d.quantize(decimal.Decimal(1).scaleb(d.adjusted() - 2),
-                   rounding=decimal.ROUND_HALF_UP)
+    q = d.quantize(
+        decimal.Decimal(1).scaleb(d.adjusted() - 2), rounding=decimal.ROUND_HALF_UP
+    )
     return format(q.normalize(), "f")
 
 

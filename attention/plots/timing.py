@@ -14,17 +14,27 @@ def power_law_fit(x, y) -> tuple[float, float]:
     """Least-squares fit of y = c * x**slope in log-log space; returns (slope, c)."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if x.shape != y.shape or x.ndim != 1 or x.size < 2:
-        raise ValueError(f"x and y must be 1-D of the same length >= 2, got {x.shape}, "
-                         f"{y.shape}")
+        raise ValueError(
+            f"x and y must be 1-D of the same length >= 2, got {x.shape}, {y.shape}"
+        )
     if (x <= 0).any() or (y <= 0).any():
         raise ValueError("a power-law fit needs positive x and y")
     slope, intercept = np.polyfit(np.log(x), np.log(y), 1)
     return float(slope), float(np.exp(intercept))
 
 
-def scaling_plot(x, y, ax=None, label: str = "measured", color: str | None = None,
-                 expected: float | None = None, expected_label: str | None = None,
-                 xlabel: str = "n", ylabel: str = "time (s)", marker: str = "o"):
+def scaling_plot(
+    x,
+    y,
+    ax=None,
+    label: str = "measured",
+    color: str | None = None,
+    expected: float | None = None,
+    expected_label: str | None = None,
+    xlabel: str = "n",
+    ylabel: str = "time (s)",
+    marker: str = "o",
+):
     """Log-log plot of measurements, their fitted power law and an optional reference
     slope line.
 
@@ -41,8 +51,9 @@ def scaling_plot(x, y, ax=None, label: str = "measured", color: str | None = Non
     if expected is not None:
         x0, y0 = np.exp(np.log(x).mean()), np.exp(np.log(y).mean())
         ref = expected_label or f"slope {expected:g}"
-        ax.loglog(xs, y0 * (xs / x0) ** expected, ":", color="0.45", linewidth=1.2,
-                  label=ref)
+        ax.loglog(
+            xs, y0 * (xs / x0) ** expected, ":", color="0.45", linewidth=1.2, label=ref
+        )
     ax.xaxis.set_major_locator(mpl.ticker.LogLocator(base=2))
     ax.xaxis.set_major_formatter(mpl.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.xaxis.set_minor_formatter(mpl.ticker.NullFormatter())
@@ -50,8 +61,9 @@ def scaling_plot(x, y, ax=None, label: str = "measured", color: str | None = Non
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     # under the axes, so the legend never covers a measurement
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False,
-              fontsize=8)
+    ax.legend(
+        loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False, fontsize=8
+    )
     return ax, slope
 
 
@@ -68,9 +80,12 @@ def _length_axis(ax, ns) -> None:
     ax.set_xscale("log", base=2)
     ns = sorted(set(ns))
     if ns:
-        ax.set_xticks(ns, labels=[f"{n // 1024}k" if n >= 1024 and n % 1024 == 0
-                                  else str(n)
-                                  for n in ns])
+        ax.set_xticks(
+            ns,
+            labels=[
+                f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n) for n in ns
+            ],
+        )
         ax.minorticks_off()
     ax.set_xlabel("sequence length N")
 
@@ -81,24 +96,48 @@ def _impl_lines(ax, rows, value, scale: float = 1.0) -> None:
     for impl in sorted({r["impl"] for r in rows}, key=lambda n: (n != "triton", n)):
         mine = [r for r in rows if r["impl"] == impl]
         color = IMPL_COLORS.get(impl, "#333333")
-        pts = sorted((_seq_len(r["shape"]), value(r) / scale) for r in mine
-                     if r.get("error") is None and value(r) is not None)
+        pts = sorted(
+            (_seq_len(r["shape"]), value(r) / scale)
+            for r in mine
+            if r.get("error") is None and value(r) is not None
+        )
         if pts:
-            ax.plot(*zip(*pts), "o-", color=color, label=impl, markersize=4,
-                    linewidth=2.5 if impl == "triton" else 1.5)
-        failed = sorted((_seq_len(r["shape"]), r["error"])
-                        for r in mine if r.get("error"))
+            ax.plot(
+                *zip(*pts),
+                "o-",
+                color=color,
+                label=impl,
+                markersize=4,
+                linewidth=2.5 if impl == "triton" else 1.5,
+            )
+        failed = sorted(
+            (_seq_len(r["shape"]), r["error"]) for r in mine if r.get("error")
+        )
         if failed:
             why = "out of memory" if failed[0][1] == "OOM" else failed[0][1]
-            ax.plot([n for n, _ in failed], [0.03] * len(failed), "x", color=color,
-                    markersize=8, transform=ax.get_xaxis_transform(),
-                    label=f"{impl}: {why}")
+            ax.plot(
+                [n for n, _ in failed],
+                [0.03] * len(failed),
+                "x",
+                color=color,
+                markersize=8,
+                transform=ax.get_xaxis_transform(),
+                label=f"{impl}: {why}",
+            )
 
 
-def recorded_timing_figure(records: list[dict], label: str, *, d: int = 64,
-                           causal: bool = True, dtype: str = "float16",
-                           metric: str = "auto", modes=None, memory: bool = True,
-                           axes=None):
+def recorded_timing_figure(
+    records: list[dict],
+    label: str,
+    *,
+    d: int = 64,
+    causal: bool = True,
+    dtype: str = "float16",
+    metric: str = "auto",
+    modes=None,
+    memory: bool = True,
+    axes=None,
+):
     """Measured speed and peak memory against sequence length N, one line per
     implementation (Triton first).
 
@@ -123,18 +162,29 @@ def recorded_timing_figure(records: list[dict], label: str, *, d: int = 64,
 
     def matches(r):
         sh = r.get("shape", {})
-        return (sh.get("d") == d and bool(sh.get("causal", causal)) == causal
-                and r.get("dtype") == dtype and _seq_len(sh) and "BLOCK_M" not in sh)
+        return (
+            sh.get("d") == d
+            and bool(sh.get("causal", causal)) == causal
+            and r.get("dtype") == dtype
+            and _seq_len(sh)
+            and "BLOCK_M" not in sh
+        )
 
-    timing = [r for r in records
-              if r.get("op", "attention") == "attention" and matches(r)]
+    timing = [
+        r for r in records if r.get("op", "attention") == "attention" and matches(r)
+    ]
     timed = [r for r in timing if r.get("ms") is not None]
     present = list(dict.fromkeys(r["mode"] for r in timing))
     modes = present if modes is None else [m for m in modes if m in present]
     mem = []
     if memory:
-        mem = [r for r in records if r.get("op") == "attention-memory"
-               and r.get("dtype") == dtype and _seq_len(r.get("shape", {}))]
+        mem = [
+            r
+            for r in records
+            if r.get("op") == "attention-memory"
+            and r.get("dtype") == dtype
+            and _seq_len(r.get("shape", {}))
+        ]
         mem = mem or [r for r in timing if r.get("mode") == "fwd"]
     if not modes and not mem:
         return None
@@ -142,8 +192,9 @@ def recorded_timing_figure(records: list[dict], label: str, *, d: int = 64,
         metric = "tflops" if timed and all(r.get("tflops") for r in timed) else "ms"
     n_panels = len(modes) + bool(mem)
     if axes is None:
-        fig, axes = plt.subplots(1, n_panels, figsize=(4.4 * n_panels, 3.9),
-                                 squeeze=False)
+        fig, axes = plt.subplots(
+            1, n_panels, figsize=(4.4 * n_panels, 3.9), squeeze=False
+        )
         axes = list(axes[0])
     else:
         axes = list(np.ravel(axes))
@@ -156,11 +207,13 @@ def recorded_timing_figure(records: list[dict], label: str, *, d: int = 64,
         _length_axis(ax, [_seq_len(r["shape"]) for r in rows])
         if metric == "ms":
             ax.set_yscale("log")
-        ax.set_ylabel("TFLOP/s (measured)" if metric == "tflops"
-                      else "ms (measured, median)")
-        ax.set_title(f"{mode}, d = {d}, {'causal' if causal else 'not causal'}, "
-                     f"{dtype}",
-                     fontsize=9)
+        ax.set_ylabel(
+            "TFLOP/s (measured)" if metric == "tflops" else "ms (measured, median)"
+        )
+        ax.set_title(
+            f"{mode}, d = {d}, {'causal' if causal else 'not causal'}, {dtype}",
+            fontsize=9,
+        )
         ax.legend(fontsize=7)
     if mem:
         ax = axes[-1]
@@ -184,9 +237,13 @@ def block_sweep_figure(records: list[dict], label: str, simulated_bytes):
     ``simulated_bytes(shape, BLOCK_M, BLOCK_N)`` returns the simulator's bytes for a
     record's shape and tiles. Returns the figure, or None without sweep records.
     """
-    rows = [r for r in records
-            if r.get("ms") is not None and "BLOCK_M" in r.get("shape", {})
-            and "BLOCK_N" in r.get("shape", {})]
+    rows = [
+        r
+        for r in records
+        if r.get("ms") is not None
+        and "BLOCK_M" in r.get("shape", {})
+        and "BLOCK_N" in r.get("shape", {})
+    ]
     if not rows:
         return None
     r0 = rows[0]
@@ -196,8 +253,13 @@ def block_sweep_figure(records: list[dict], label: str, simulated_bytes):
     def problem(r):
         return {k: v for k, v in r["shape"].items() if k not in tile_keys}
 
-    rows = [r for r in rows if r["mode"] == r0["mode"] and r["dtype"] == r0["dtype"]
-            and problem(r) == problem(r0)]
+    rows = [
+        r
+        for r in rows
+        if r["mode"] == r0["mode"]
+        and r["dtype"] == r0["dtype"]
+        and problem(r) == problem(r0)
+    ]
     bms = sorted({r["shape"]["BLOCK_M"] for r in rows})
     bns = sorted({r["shape"]["BLOCK_N"] for r in rows})
     ms = np.full((len(bms), len(bns)), np.nan)
@@ -205,11 +267,14 @@ def block_sweep_figure(records: list[dict], label: str, simulated_bytes):
     for r in rows:
         i, j = bms.index(r["shape"]["BLOCK_M"]), bns.index(r["shape"]["BLOCK_N"])
         ms[i, j] = r["ms"]
-        sim[i, j] = simulated_bytes(r["shape"], r["shape"]["BLOCK_M"],
-                                    r["shape"]["BLOCK_N"])
+        sim[i, j] = simulated_bytes(
+            r["shape"], r["shape"]["BLOCK_M"], r["shape"]["BLOCK_N"]
+        )
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    panels = ((axes[0], ms, "measured ms", "Blues"),
-              (axes[1], sim / 2**20, "simulated HBM MiB", "Oranges"))
+    panels = (
+        (axes[0], ms, "measured ms", "Blues"),
+        (axes[1], sim / 2**20, "simulated HBM MiB", "Oranges"),
+    )
     for ax, data, name, cmap in panels:
         im = ax.imshow(data, cmap=cmap, aspect="auto")
         for (i, j), val in np.ndenumerate(data):
@@ -236,29 +301,46 @@ def selection_timing_figure(records: list, d: int = 64, title: str | None = None
     Solid = Triton, dashed = naive PyTorch. ``title`` should carry the provenance label.
     Returns the figure.
     """
-    rows = [r for r in records
-            if r.get("shape", {}).get("d") == d and r.get("ms") is not None]
+    rows = [
+        r
+        for r in records
+        if r.get("shape", {}).get("d") == d and r.get("ms") is not None
+    ]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
     panels = [
-        [("flash", "triton", "soft", "flash (soft) forward"),
-         ("hard", "triton", "hard", "hard argmax, Triton"),
-         ("hard-sample", "triton", "reinforce", "hard sampled, Triton"),
-         ("hard", "naive", "hard", "hard argmax, naive")],
-        [("flash", "triton", "soft", "flash (soft) forward"),
-         ("topk16", "triton", "topk", "top-16, Triton"),
-         ("topk64", "triton", "gumbel-st", "top-64, Triton"),
-         ("topk16", "naive", "topk", "top-16, naive"),
-         ("topk64", "naive", "gumbel-st", "top-64, naive")],
+        [
+            ("flash", "triton", "soft", "flash (soft) forward"),
+            ("hard", "triton", "hard", "hard argmax, Triton"),
+            ("hard-sample", "triton", "reinforce", "hard sampled, Triton"),
+            ("hard", "naive", "hard", "hard argmax, naive"),
+        ],
+        [
+            ("flash", "triton", "soft", "flash (soft) forward"),
+            ("topk16", "triton", "topk", "top-16, Triton"),
+            ("topk64", "triton", "gumbel-st", "top-64, Triton"),
+            ("topk16", "naive", "topk", "top-16, naive"),
+            ("topk64", "naive", "gumbel-st", "top-64, naive"),
+        ],
     ]
     for ax, lines in zip(axes, panels):
         for op, impl, color, label in lines:
-            pts = sorted((r["shape"]["N"], r["ms"]) for r in rows
-                         if r["op"] == op and r["impl"] == impl)
+            pts = sorted(
+                (r["shape"]["N"], r["ms"])
+                for r in rows
+                if r["op"] == op and r["impl"] == impl
+            )
             if not pts:
                 continue
             n, ms = zip(*pts)
-            ax.plot(n, ms, marker="o", ms=4, color=SELECTION_COLORS[color],
-                    ls="--" if impl == "naive" else "-", label=label)
+            ax.plot(
+                n,
+                ms,
+                marker="o",
+                ms=4,
+                color=SELECTION_COLORS[color],
+                ls="--" if impl == "naive" else "-",
+                label=label,
+            )
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("sequence length N (N_q = N_k)")
@@ -273,8 +355,9 @@ def selection_timing_figure(records: list, d: int = 64, title: str | None = None
     return fig
 
 
-def deformable_timing_figure(prov_label: str, records: list[dict],
-                             dtype: str = "float16"):
+def deformable_timing_figure(
+    prov_label: str, records: list[dict], dtype: str = "float16"
+):
     """Recorded GPU times (ms, log scale) of the deformable suite: MSDA and fused DAT
     against their PyTorch baselines, forward and forward + backward, one group of
     bars per shape. Each Triton bar is annotated with its speed-up over the naive
@@ -282,33 +365,57 @@ def deformable_timing_figure(prov_label: str, records: list[dict],
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
     for ax, op in zip(axes, ("msda", "dat")):
         rows = [r for r in records if r.get("op") == op and r.get("dtype") == dtype]
-        keys = list(dict.fromkeys(
-            (r["shape"].get("name") or f"L_q={r['shape'].get('L_q')}", r["mode"])
-            for r in rows))
+        keys = list(
+            dict.fromkeys(
+                (r["shape"].get("name") or f"L_q={r['shape'].get('L_q')}", r["mode"])
+                for r in rows
+            )
+        )
         impls = sorted({r["impl"] for r in rows}, key=lambda n: (n != "triton", n))
         width = 0.8 / max(len(impls), 1)
         for k, impl in enumerate(impls):
             for j, key in enumerate(keys):
-                rec = [r for r in rows if r["impl"] == impl and r["mode"] == key[1]
-                       and (r["shape"].get("name")
-                            or f"L_q={r['shape'].get('L_q')}") == key[0]]
+                rec = [
+                    r
+                    for r in rows
+                    if r["impl"] == impl
+                    and r["mode"] == key[1]
+                    and (r["shape"].get("name") or f"L_q={r['shape'].get('L_q')}")
+                    == key[0]
+                ]
                 if not rec or rec[0].get("ms") is None:
                     continue
                 x = j + (k - (len(impls) - 1) / 2) * width
-                ax.bar(x, rec[0]["ms"], width, color=IMPL_COLORS.get(impl, "#333333"),
-                       edgecolor="black", linewidth=0.4,
-                       label=impl if j == 0 else None)
+                ax.bar(
+                    x,
+                    rec[0]["ms"],
+                    width,
+                    color=IMPL_COLORS.get(impl, "#333333"),
+                    edgecolor="black",
+                    linewidth=0.4,
+                    label=impl if j == 0 else None,
+                )
                 if impl == "triton":
-                    base = [r for r in rows
-                            if r["impl"] == "naive" and r["mode"] == key[1]
-                            and (r["shape"].get("name")
-                                 or f"L_q={r['shape'].get('L_q')}") == key[0]]
+                    base = [
+                        r
+                        for r in rows
+                        if r["impl"] == "naive"
+                        and r["mode"] == key[1]
+                        and (r["shape"].get("name") or f"L_q={r['shape'].get('L_q')}")
+                        == key[0]
+                    ]
                     if base and base[0].get("ms"):
-                        ax.text(x, rec[0]["ms"],
-                                f"{base[0]['ms'] / rec[0]['ms']:.1f}x",
-                                ha="center", va="bottom", fontsize=7)
-        ax.set_xticks(range(len(keys)), labels=[f"{a}\n{b}" for a, b in keys],
-                      fontsize=8)
+                        ax.text(
+                            x,
+                            rec[0]["ms"],
+                            f"{base[0]['ms'] / rec[0]['ms']:.1f}x",
+                            ha="center",
+                            va="bottom",
+                            fontsize=7,
+                        )
+        ax.set_xticks(
+            range(len(keys)), labels=[f"{a}\n{b}" for a, b in keys], fontsize=8
+        )
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(mpl.ticker.FormatStrFormatter("%g"))
         ax.yaxis.set_minor_locator(mpl.ticker.LogLocator(base=10, subs=(2, 5)))

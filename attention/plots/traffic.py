@@ -19,8 +19,9 @@ from .style import (
 )
 
 
-def traffic_bars(per_tensor: dict, ax=None, title: str | None = None,
-                 unit: str = "elements"):
+def traffic_bars(
+    per_tensor: dict, ax=None, title: str | None = None, unit: str = "elements"
+):
     """Stacked bars of HBM reads and writes per tensor.
 
     ``per_tensor`` maps a tensor name to ``(reads, writes)``.
@@ -32,10 +33,20 @@ def traffic_bars(per_tensor: dict, ax=None, title: str | None = None,
     writes = np.array([per_tensor[n][1] for n in names], dtype=float)
     x = np.arange(len(names))
     colors = [tensor_color(n) for n in names]
-    ax.bar(x, reads, color=colors, edgecolor="black", linewidth=0.5,
-           label="read from HBM")
-    ax.bar(x, writes, bottom=reads, color=colors, edgecolor="black", linewidth=0.5,
-           hatch="///", alpha=0.6, label="written to HBM")
+    ax.bar(
+        x, reads, color=colors, edgecolor="black", linewidth=0.5, label="read from HBM"
+    )
+    ax.bar(
+        x,
+        writes,
+        bottom=reads,
+        color=colors,
+        edgecolor="black",
+        linewidth=0.5,
+        hatch="///",
+        alpha=0.6,
+        label="written to HBM",
+    )
     ax.set_xticks(x, labels=names)
     ax.set_ylabel(f"HBM traffic ({unit})")
     if title:
@@ -71,9 +82,20 @@ def _label_segments(ax, results, tensors, names, scale, top) -> None:
         for t in tensors:
             h = sum(results[n].per_tensor.get(t, (0, 0))) * scale
             if h >= 0.06 * top:
-                ax.text(xi, y + h / 2, t, ha="center", va="center", fontsize=8,
-                        bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none",
-                              "alpha": 0.7})
+                ax.text(
+                    xi,
+                    y + h / 2,
+                    t,
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    bbox={
+                        "boxstyle": "round,pad=0.1",
+                        "fc": "white",
+                        "ec": "none",
+                        "alpha": 0.7,
+                    },
+                )
             y += h
 
 
@@ -85,31 +107,51 @@ def _grouped_legend(ax, tensors) -> None:
     for header, members in TENSOR_GROUPS:
         shown = [t for t in members if t in tensors]
         if shown:
-            columns.append([(blank, header)]
-                           + [(mpl.patches.Patch(color=tensor_color(t)), t)
-                              for t in shown])
+            columns.append(
+                [(blank, header)]
+                + [(mpl.patches.Patch(color=tensor_color(t)), t) for t in shown]
+            )
     rest = [t for t in tensors if not any(t in m for _, m in TENSOR_GROUPS)]
     if rest:
-        columns.append([(blank, "other")]
-                       + [(mpl.patches.Patch(color=tensor_color(t)), t) for t in rest])
-    columns.append([(blank, "HBM"),
-                    (mpl.patches.Patch(facecolor="white", edgecolor="black"), "read"),
-                    (mpl.patches.Patch(facecolor="white", edgecolor="black",
-                                       hatch="///"),
-                     "written")])
+        columns.append(
+            [(blank, "other")]
+            + [(mpl.patches.Patch(color=tensor_color(t)), t) for t in rest]
+        )
+    columns.append(
+        [
+            (blank, "HBM"),
+            (mpl.patches.Patch(facecolor="white", edgecolor="black"), "read"),
+            (
+                mpl.patches.Patch(facecolor="white", edgecolor="black", hatch="///"),
+                "written",
+            ),
+        ]
+    )
     rows = max(len(c) for c in columns)
     entries = [e for c in columns for e in c + [(blank, "")] * (rows - len(c))]
-    leg = ax.legend([h for h, _ in entries], [lbl for _, lbl in entries],
-                    ncol=len(columns), fontsize=7, loc="upper center",
-                    bbox_to_anchor=(0.5, -0.1),
-                    frameon=False, handlelength=1.2, columnspacing=1.0)
+    leg = ax.legend(
+        [h for h, _ in entries],
+        [lbl for _, lbl in entries],
+        ncol=len(columns),
+        fontsize=7,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.1),
+        frameon=False,
+        handlelength=1.2,
+        columnspacing=1.0,
+    )
     for k, text in enumerate(leg.get_texts()):
         if k % rows == 0:
             text.set_fontweight("bold")
 
 
-def traffic_by_algorithm(results: dict, bytes_per_elem: int = 2, ax=None,
-                         title: str | None = None, floor: dict | None = None):
+def traffic_by_algorithm(
+    results: dict,
+    bytes_per_elem: int = 2,
+    ax=None,
+    title: str | None = None,
+    floor: dict | None = None,
+):
     """Stacked bars of HBM bytes per algorithm, split by tensor: reads solid, writes
     hatched.
 
@@ -121,20 +163,30 @@ def traffic_by_algorithm(results: dict, bytes_per_elem: int = 2, ax=None,
     _nonempty("results", results)
     ax = _ax(ax)
     names = list(results)
-    tensors = _by_group(dict.fromkeys(t for r in results.values()
-                                      for t in r.per_tensor))
+    tensors = _by_group(
+        dict.fromkeys(t for r in results.values() for t in r.per_tensor)
+    )
     div, unit = _unit(max(r.total for r in results.values()) * bytes_per_elem)
     x = np.arange(len(names))
     bottom = np.zeros(len(names))
     for t in tensors:
         for k, (hatch, alpha) in enumerate((("", 1.0), ("///", 0.6))):
-            h = np.array([results[n].per_tensor.get(t, (0, 0))[k] for n in names],
-                         dtype=float)
+            h = np.array(
+                [results[n].per_tensor.get(t, (0, 0))[k] for n in names], dtype=float
+            )
             h = h * bytes_per_elem / div
             if not h.any():
                 continue
-            ax.bar(x, h, bottom=bottom, color=tensor_color(t), hatch=hatch, alpha=alpha,
-                   edgecolor="black", linewidth=0.4)
+            ax.bar(
+                x,
+                h,
+                bottom=bottom,
+                color=tensor_color(t),
+                hatch=hatch,
+                alpha=alpha,
+                edgecolor="black",
+                linewidth=0.4,
+            )
             bottom += h
     for xi, tot in zip(x, bottom):
         ax.text(xi, tot, f"{tot:.3g}", ha="center", va="bottom", fontsize=8)
@@ -148,13 +200,26 @@ def traffic_by_algorithm(results: dict, bytes_per_elem: int = 2, ax=None,
         ax.hlines(lows, x - 0.42, x + 0.42, colors="black", linewidth=2.4, zorder=4)
         grouped = ax.get_legend()
         ax.add_artist(grouped)
-        ax.legend(handles=[
-            mpl.patches.Patch(facecolor="0.85", edgecolor="black",
-                              label="bar: simulated, no L2 (re-reads from HBM)"),
-            mpl.lines.Line2D([], [], color="black", linewidth=2.4,
-                             label="tick: compulsory, each tensor crosses\n"
-                                   "HBM once (an L2 holding the re-reads)")],
-            loc="upper right", fontsize=7, framealpha=0.9)
+        ax.legend(
+            handles=[
+                mpl.patches.Patch(
+                    facecolor="0.85",
+                    edgecolor="black",
+                    label="bar: simulated, no L2 (re-reads from HBM)",
+                ),
+                mpl.lines.Line2D(
+                    [],
+                    [],
+                    color="black",
+                    linewidth=2.4,
+                    label="tick: compulsory, each tensor crosses\n"
+                    "HBM once (an L2 holding the re-reads)",
+                ),
+            ],
+            loc="upper right",
+            fontsize=7,
+            framealpha=0.9,
+        )
     if title:
         ax.set_title(title)
     return ax
@@ -162,16 +227,34 @@ def traffic_by_algorithm(results: dict, bytes_per_elem: int = 2, ax=None,
 
 # Tensors whose counts coincide share a line: the first drawn thick, the second dashed
 # on top.
-_TRAFFIC_STYLES = {"Q": ("-", 3.0), "O": ("--", 1.5),
-                   "K": ("-", 3.0), "V": ("--", 1.5),
-                   "S": ("-", 3.0), "P": ("--", 1.5)}
-_TRAFFIC_FORMULAS = {"Q": "m d (read)", "O": "m d (written)", "K": "⌈m/Br⌉ n d",
-                     "V": "⌈m/Br⌉ n d", "S": "2 m n", "P": "2 m n"}
+_TRAFFIC_STYLES = {
+    "Q": ("-", 3.0),
+    "O": ("--", 1.5),
+    "K": ("-", 3.0),
+    "V": ("--", 1.5),
+    "S": ("-", 3.0),
+    "P": ("--", 1.5),
+}
+_TRAFFIC_FORMULAS = {
+    "Q": "m d (read)",
+    "O": "m d (written)",
+    "K": "⌈m/Br⌉ n d",
+    "V": "⌈m/Br⌉ n d",
+    "S": "2 m n",
+    "P": "2 m n",
+}
 
 
-def naive_traffic_vs_length(ns, d: int = 64, bytes_per_elem: int = 2,
-                            m: int | None = None, Br: int = 64, Bc: int = 64, ax=None,
-                            title: str | None = None):
+def naive_traffic_vs_length(
+    ns,
+    d: int = 64,
+    bytes_per_elem: int = 2,
+    m: int | None = None,
+    Br: int = 64,
+    Bc: int = 64,
+    ax=None,
+    title: str | None = None,
+):
     """HBM bytes of standard (materialising) attention against the key length n,
     per tensor.
 
@@ -190,35 +273,57 @@ def naive_traffic_vs_length(ns, d: int = 64, bytes_per_elem: int = 2,
         sims.append(memory.simulate("standard", n_q, d, Br=Br, Bc=Bc, N_k=n))
         forms.append(memory.closed_form("standard", n_q, d, Br=Br, Bc=Bc, N_k=n))
         if sims[-1].per_tensor != forms[-1].per_tensor:
-            raise ValueError(f"simulation and closed form disagree at n={n}: "
-                             f"{sims[-1].per_tensor} vs {forms[-1].per_tensor}")
+            raise ValueError(
+                f"simulation and closed form disagree at n={n}: "
+                f"{sims[-1].per_tensor} vs {forms[-1].per_tensor}"
+            )
     for t in ("Q", "O", "K", "V", "S", "P"):
         if t not in sims[-1].per_tensor:
             continue
-        sim = (np.array([sum(s.per_tensor.get(t, (0, 0))) for s in sims])
-               * bytes_per_elem)
-        form = (np.array([sum(f.per_tensor.get(t, (0, 0))) for f in forms])
-                * bytes_per_elem)
+        sim = (
+            np.array([sum(s.per_tensor.get(t, (0, 0))) for s in sims]) * bytes_per_elem
+        )
+        form = (
+            np.array([sum(f.per_tensor.get(t, (0, 0))) for f in forms]) * bytes_per_elem
+        )
         style, width = _TRAFFIC_STYLES.get(t, ("-", 1.5))
-        ax.loglog(ns, form, style, color=tensor_color(t), linewidth=width,
-                  label=f"{t}: {_TRAFFIC_FORMULAS.get(t, '')}")
+        ax.loglog(
+            ns,
+            form,
+            style,
+            color=tensor_color(t),
+            linewidth=width,
+            label=f"{t}: {_TRAFFIC_FORMULAS.get(t, '')}",
+        )
         ax.loglog(ns, sim, "o", color=tensor_color(t), markersize=3.5)
     total = np.array([s.total for s in sims]) * bytes_per_elem
     ax.loglog(ns, total, "-", color="black", linewidth=1.0, label="total")
-    ax.set_xlabel("key length n"
-                  + (" (m = n)" if m is None else f" (m = {m} queries)"))
+    ax.set_xlabel("key length n" + (" (m = n)" if m is None else f" (m = {m} queries)"))
     ax.set_ylabel(f"HBM traffic (bytes at {bytes_per_elem} B/element)")
-    ax.set_title(title or ("self-attention, m = n" if m is None
-                           else f"cross-attention, m = {m}")
-                 + f", d = {d}, Br = {Br}")
-    ax.legend(ncol=2, fontsize=8, title="lines: closed form, markers: simulated",
-              title_fontsize=8, loc="upper left")
+    ax.set_title(
+        title
+        or ("self-attention, m = n" if m is None else f"cross-attention, m = {m}")
+        + f", d = {d}, Br = {Br}"
+    )
+    ax.legend(
+        ncol=2,
+        fontsize=8,
+        title="lines: closed form, markers: simulated",
+        title_fontsize=8,
+        loc="upper left",
+    )
     return ax
 
 
-def naive_traffic_figure(n: int = 1024, m: int | None = None, d: int = 64,
-                         dtype: str = "float16", Br: int = 64, Bc: int = 64,
-                         n_range: tuple[int, int] = (16, 8192)):
+def naive_traffic_figure(
+    n: int = 1024,
+    m: int | None = None,
+    d: int = 64,
+    dtype: str = "float16",
+    Br: int = 64,
+    Bc: int = 64,
+    n_range: tuple[int, int] = (16, 8192),
+):
     """The chapter-1 traffic figure: bytes against n (left), and per tensor at
     (m, n) (right).
 
@@ -231,10 +336,12 @@ def naive_traffic_figure(n: int = 1024, m: int | None = None, d: int = 64,
         raise ValueError(f"n, m and d must be positive, got n={n}, m={m}, d={d}")
     bpe = DTYPE_BYTES[dtype]
     lo, hi = n_range
-    ns = ([int(x) for x in np.geomspace(lo, hi, int(round(np.log2(hi / lo))) + 1)]
-          + [int(n)])
-    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11.5, 4.2),
-                                   gridspec_kw={"width_ratios": [1.35, 1.0]})
+    ns = [int(x) for x in np.geomspace(lo, hi, int(round(np.log2(hi / lo))) + 1)] + [
+        int(n)
+    ]
+    fig, (ax0, ax1) = plt.subplots(
+        1, 2, figsize=(11.5, 4.2), gridspec_kw={"width_ratios": [1.35, 1.0]}
+    )
     naive_traffic_vs_length(ns, d=d, bytes_per_elem=bpe, m=m, Br=Br, Bc=Bc, ax=ax0)
     ax0.axvline(n, color="0.5", linewidth=0.8)
     n, d, Br, Bc = int(n), int(d), int(Br), int(Bc)
@@ -248,32 +355,51 @@ def naive_traffic_figure(n: int = 1024, m: int | None = None, d: int = 64,
     ax1.set_ylim(0, 1.3 * max(r + w for r, w in per.values()))
     ax1.legend(loc="upper left", ncol=2)
     sp = sum(sum(t.per_tensor.get(k, (0, 0))) for k in ("S", "P")) / t.total
-    ax1.set_title(f"m = {n_q}, n = {n}, d = {d}, {dtype}\n"
-                  f"{human_bytes(t.bytes(bpe))} in all, {sp:.0%} of it S and P")
+    ax1.set_title(
+        f"m = {n_q}, n = {n}, d = {d}, {dtype}\n"
+        f"{human_bytes(t.bytes(bpe))} in all, {sp:.0%} of it S and P"
+    )
     fig.tight_layout()
     return fig
 
 
-def selection_traffic_figure(N: int = 4096, d: int = 64, k: int = 8, Br: int = 64,
-                             Bc: int = 64, bytes_per_elem: int = 2, ns=None):
+def selection_traffic_figure(
+    N: int = 4096,
+    d: int = 64,
+    k: int = 8,
+    Br: int = 64,
+    Bc: int = 64,
+    bytes_per_elem: int = 2,
+    ns=None,
+):
     """HBM traffic of soft, hard and top-k attention (``attention.memory``, registered
     by ``attention.hard``): total bytes against N (closed form: lines; simulated:
     dots), and the per-tensor split at N. Returns the figure."""
     from attention import hard  # noqa: F401  (registers soft, hard, topk)
 
-    ns = (np.unique(np.geomspace(256, 65536, 9).astype(int)) if ns is None
-          else np.asarray(ns))
+    ns = (
+        np.unique(np.geomspace(256, 65536, 9).astype(int))
+        if ns is None
+        else np.asarray(ns)
+    )
     kw = {"soft": {}, "hard": {}, "topk": {"k": k}}
     label = {"soft": "soft", "hard": "hard (argmax)", "topk": f"top-k (k = {k})"}
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(12, 4.2))
     for name, extra in kw.items():
-        tot = [memory.closed_form(name, int(n), d, Br=Br, Bc=Bc,
-                                  **extra).bytes(bytes_per_elem)
-               for n in ns]
+        tot = [
+            memory.closed_form(name, int(n), d, Br=Br, Bc=Bc, **extra).bytes(
+                bytes_per_elem
+            )
+            for n in ns
+        ]
         ax0.plot(ns, tot, color=SELECTION_COLORS[name], lw=2, label=label[name])
         small = [n for n in ns if n <= 4096]
-        sim = [memory.simulate(name, int(n), d, Br=Br, Bc=Bc, keep_trace=False,
-                               **extra).bytes(bytes_per_elem) for n in small]
+        sim = [
+            memory.simulate(
+                name, int(n), d, Br=Br, Bc=Bc, keep_trace=False, **extra
+            ).bytes(bytes_per_elem)
+            for n in small
+        ]
         ax0.plot(small, sim, "o", color=SELECTION_COLORS[name], ms=5)
     ax0.axvline(N, color="#8C8C8C", lw=0.8, ls=":")
     ax0.set_xscale("log", base=2)
@@ -282,22 +408,36 @@ def selection_traffic_figure(N: int = 4096, d: int = 64, k: int = 8, Br: int = 6
     ax0.set_ylabel("HBM traffic (bytes)")
     ax0.set_title(f"one head, d = {d}, Br = {Br}: lines closed form, dots simulated")
     ax0.legend()
-    results = {label[n]: memory.closed_form(n, N, d, Br=Br, Bc=Bc, **e)
-               for n, e in kw.items()}
-    traffic_by_algorithm(results, bytes_per_elem=bytes_per_elem, ax=ax1,
-                         title=f"per tensor at N = {N} (closed form)")
+    results = {
+        label[n]: memory.closed_form(n, N, d, Br=Br, Bc=Bc, **e) for n, e in kw.items()
+    }
+    traffic_by_algorithm(
+        results,
+        bytes_per_elem=bytes_per_elem,
+        ax=ax1,
+        title=f"per tensor at N = {N} (closed form)",
+    )
     fig.tight_layout()
     return fig
 
 
-_DEFORM_ALGS = {"dense": "dense-image", "DAT fused": "dat",
-                "DAT unfused": "dat-unfused", "MSDA": "msda"}
-_DEFORM_STYLES = {"dense": ("#C44E52", "-"), "DAT fused": ("#4C72B0", "-"),
-                  "DAT unfused": ("#4C72B0", "--"), "MSDA": ("#55A868", "-")}
+_DEFORM_ALGS = {
+    "dense": "dense-image",
+    "DAT fused": "dat",
+    "DAT unfused": "dat-unfused",
+    "MSDA": "msda",
+}
+_DEFORM_STYLES = {
+    "dense": ("#C44E52", "-"),
+    "DAT fused": ("#4C72B0", "-"),
+    "DAT unfused": ("#4C72B0", "--"),
+    "MSDA": ("#55A868", "-"),
+}
 
 
-def _deform_kwargs(alg: str, side: int, d: int, r: int, n_points: int,
-                   n_levels: int) -> dict:
+def _deform_kwargs(
+    alg: str, side: int, d: int, r: int, n_points: int, n_levels: int
+) -> dict:
     if alg == "msda":
         return dict(n_queries=side * side, d=d, n_levels=n_levels, n_points=n_points)
     kw = dict(height=side, width=side, d=d)
@@ -306,9 +446,14 @@ def _deform_kwargs(alg: str, side: int, d: int, r: int, n_points: int,
     return kw
 
 
-def deformable_traffic_figure(side: int = 64, d: int = 32, r: int = 4,
-                              n_points: int = 4, n_levels: int = 4,
-                              bytes_per_elem: int = 2):
+def deformable_traffic_figure(
+    side: int = 64,
+    d: int = 32,
+    r: int = 4,
+    n_points: int = 4,
+    n_levels: int = 4,
+    bytes_per_elem: int = 2,
+):
     """HBM traffic of one head over a side x side map (every position a query): dense
     attention, DAT fused and unfused (grid_sample writes K̃, Ṽ) and MSDA.
 
@@ -318,28 +463,43 @@ def deformable_traffic_figure(side: int = 64, d: int = 32, r: int = 4,
     """
     from attention import deformable  # noqa: F401  (registers the algorithms)
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11.5, 4.0),
-                                   gridspec_kw={"width_ratios": [1.1, 1]})
-    results = {name: memory.simulate(alg, keep_trace=False,
-                                     **_deform_kwargs(alg, side, d, r, n_points,
-                                                      n_levels))
-               for name, alg in _DEFORM_ALGS.items()}
-    traffic_by_algorithm(results, bytes_per_elem=bytes_per_elem, ax=ax1,
-                         title=f"{side} x {side} map, d = {d}, r = {r}, L·P = "
-                               f"{n_levels} x {n_points}")
+    fig, (ax1, ax2) = plt.subplots(
+        1, 2, figsize=(11.5, 4.0), gridspec_kw={"width_ratios": [1.1, 1]}
+    )
+    results = {
+        name: memory.simulate(
+            alg, keep_trace=False, **_deform_kwargs(alg, side, d, r, n_points, n_levels)
+        )
+        for name, alg in _DEFORM_ALGS.items()
+    }
+    traffic_by_algorithm(
+        results,
+        bytes_per_elem=bytes_per_elem,
+        ax=ax1,
+        title=f"{side} x {side} map, d = {d}, r = {r}, L·P = {n_levels} x {n_points}",
+    )
     ax1.tick_params(axis="x", labelsize=8)
     sides = np.unique(np.geomspace(16, 512, 24).astype(int))
     for name, alg in _DEFORM_ALGS.items():
         color, ls = _DEFORM_STYLES[name]
-        tot = [memory.closed_form(alg, **_deform_kwargs(alg, s, d, r, n_points,
-                                                        n_levels)).total
-               * bytes_per_elem for s in sides]
+        tot = [
+            memory.closed_form(
+                alg, **_deform_kwargs(alg, s, d, r, n_points, n_levels)
+            ).total
+            * bytes_per_elem
+            for s in sides
+        ]
         ax2.plot(sides, tot, color=color, linestyle=ls, label=name)
         sim_sides = [16, 32, 64]
-        sims = [memory.simulate(alg, keep_trace=False,
-                                **_deform_kwargs(alg, s, d, r, n_points,
-                                                 n_levels)).total
-                * bytes_per_elem for s in sim_sides]
+        sims = [
+            memory.simulate(
+                alg,
+                keep_trace=False,
+                **_deform_kwargs(alg, s, d, r, n_points, n_levels),
+            ).total
+            * bytes_per_elem
+            for s in sim_sides
+        ]
         ax2.scatter(sim_sides, sims, color=color, s=18, zorder=3)
     ax2.axvline(side, color="#8C8C8C", linewidth=0.8, linestyle=":")
     ax2.set_xscale("log", base=2)

@@ -32,17 +32,24 @@ from kernels.timing.results import (  # noqa: E402
 OUT_DIR = ROOT / "figures"
 
 
-def draw(prov: dict, records: list[dict],
-         out_dir: pathlib.Path = OUT_DIR) -> list[pathlib.Path]:
+def draw(
+    prov: dict, records: list[dict], out_dir: pathlib.Path = OUT_DIR
+) -> list[pathlib.Path]:
     """Write this GPU's figures; return their paths."""
-    slug = prov.get("gpu_slug") or "".join(c if c.isalnum() else "-" for c in
-                                           (prov.get("gpu") or "gpu").lower())
+    slug = prov.get("gpu_slug") or "".join(
+        c if c.isalnum() else "-" for c in (prov.get("gpu") or "gpu").lower()
+    )
     label = provenance_label(prov)
     paths = []
     seen, unique = set(), []
     for r in records:  # the goal shapes recur in the sweeps: one point per case
-        key = (r.get("op"), r.get("impl"), r.get("mode"), r.get("dtype"),
-               repr(sorted((r.get("shape") or {}).items())))
+        key = (
+            r.get("op"),
+            r.get("impl"),
+            r.get("mode"),
+            r.get("dtype"),
+            repr(sorted((r.get("shape") or {}).items())),
+        )
         if key not in seen:
             seen.add(key)
             unique.append(r)
@@ -54,16 +61,26 @@ def draw(prov: dict, records: list[dict],
             for i, d in enumerate((64, 128)):
                 for j, causal in enumerate((False, True)):
                     ax = axes[i, j]
-                    if recorded_timing_figure(records, label, d=d,
-                                              causal=causal, dtype=dtype,
-                                              metric="tflops",
-                                              modes=[mode], memory=False,
-                                              axes=[ax]) is None:
+                    if (
+                        recorded_timing_figure(
+                            records,
+                            label,
+                            d=d,
+                            causal=causal,
+                            dtype=dtype,
+                            metric="tflops",
+                            modes=[mode],
+                            memory=False,
+                            axes=[ax],
+                        )
+                        is None
+                    ):
                         ax.set_axis_off()
                     ax.set_title(f"d = {d}, {'causal' if causal else 'full'}")
-            fig.suptitle(f"attention {mode}, {dtype}: TFLOP/s (higher is "
-                         f"better)\n{label}",
-                         fontsize=10)
+            fig.suptitle(
+                f"attention {mode}, {dtype}: TFLOP/s (higher is better)\n{label}",
+                fontsize=10,
+            )
             fig.tight_layout()
             path = out_dir / f"gpu_flash_{slug}_{mode.replace('+', '_')}_{dtype}.png"
             fig.savefig(path)
@@ -84,8 +101,10 @@ def draw(prov: dict, records: list[dict],
 def main() -> int:
     found = suite_records(load_results(), "flash")
     if not found:
-        print("no recorded results for the flash suite (run `make bench` on a CUDA "
-              "machine)")
+        print(
+            "no recorded results for the flash suite (run `make bench` on a CUDA "
+            "machine)"
+        )
         return 0
     use_book_style()
     for prov, records in found:

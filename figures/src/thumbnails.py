@@ -43,8 +43,14 @@ def ch1():
     w_q, w_k, w_v = (0.3 * rng.standard_normal((16, 8)) for _ in range(3))
     _, p = core.self_attention(x, w_q, w_k, w_v, causal=True, return_weights=True)
     fig, ax = _new()
-    plots.attention_heatmap(p, q_labels=tokens, k_labels=tokens, ax=ax,
-                            mask=core.causal_mask(len(tokens)), colorbar=False)
+    plots.attention_heatmap(
+        p,
+        q_labels=tokens,
+        k_labels=tokens,
+        ax=ax,
+        mask=core.causal_mask(len(tokens)),
+        colorbar=False,
+    )
     ax.set_xlabel("")
     ax.set_ylabel("")
     return fig
@@ -56,8 +62,12 @@ def ch2():
     algs = ["standard", "flash1", "flash2"]
     res = {a: memory.closed_form(a, N, d, Br=64, Bc=64) for a in algs}
     fig, ax = _new()
-    plots.traffic_by_algorithm(res, bytes_per_elem=2, ax=ax,
-                               floor={a: memory.compulsory(a, N, d) for a in algs})
+    plots.traffic_by_algorithm(
+        res,
+        bytes_per_elem=2,
+        ax=ax,
+        floor={a: memory.compulsory(a, N, d) for a in algs},
+    )
     for leg in list(ax.artists) + [ax.get_legend()]:  # the legends: too small to read
         leg.remove()
     for t in list(ax.texts):
@@ -71,8 +81,9 @@ def ch3():
     s = 1.5 * rng.standard_normal((8, 12))
     g = hard.gumbel(s.shape, rng)
     fig, ax = _new()
-    plots.attention_heatmap(hard.gumbel_softmax(s, 0.3, noise=g), ax=ax, vmax=1.0,
-                            colorbar=False)
+    plots.attention_heatmap(
+        hard.gumbel_softmax(s, 0.3, noise=g), ax=ax, vmax=1.0, colorbar=False
+    )
     ax.set_xlabel("")
     ax.set_ylabel("")
     return fig

@@ -44,8 +44,9 @@ def sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def choose_splits(programs: int, max_seqlen: int, sms: int,
-                  interpret: bool = False) -> int:
+def choose_splits(
+    programs: int, max_seqlen: int, sms: int, interpret: bool = False
+) -> int:
     """num_splits=0's heuristic: enough splits that ``programs`` (sequences x KV heads
     x query-row blocks) times the splits reach two programs per SM, but never a split
     shorter than ``MIN_KEYS_PER_SPLIT`` keys (each split's partial output costs a
@@ -62,31 +63,53 @@ def choose_splits(programs: int, max_seqlen: int, sms: int,
     return s
 
 
-def _validate(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
-              num_splits, return_lse):
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache),
-                    ("cache_seqlens", cache_seqlens)):
+def _validate(
+    q,
+    k_cache,
+    v_cache,
+    cache_seqlens,
+    block_table,
+    causal,
+    softmax_scale,
+    num_splits,
+    return_lse,
+):
+    for name, t in (
+        ("q", q),
+        ("k_cache", k_cache),
+        ("v_cache", v_cache),
+        ("cache_seqlens", cache_seqlens),
+    ):
         _tensor(name, t)
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if t.ndim != 4:
             raise ValueError(f"{name} must be 4-D, got shape {tuple(t.shape)}")
         if t.dtype not in _DTYPES:
-            raise TypeError(f"{name} must be float16, bfloat16 or float32, "
-                            f"got dtype {t.dtype}")
+            raise TypeError(
+                f"{name} must be float16, bfloat16 or float32, got dtype {t.dtype}"
+            )
     if not (q.dtype == k_cache.dtype == v_cache.dtype):
-        raise TypeError(f"q, k_cache, v_cache must share a dtype, got q {q.dtype}, "
-                        f"k_cache {k_cache.dtype}, v_cache {v_cache.dtype}")
+        raise TypeError(
+            f"q, k_cache, v_cache must share a dtype, got q {q.dtype}, "
+            f"k_cache {k_cache.dtype}, v_cache {v_cache.dtype}"
+        )
     _flag("causal", causal)
     _flag("return_lse", return_lse)
     if isinstance(num_splits, bool) or not isinstance(num_splits, numbers.Integral):
-        raise TypeError(f"num_splits must be an int (0: chosen by the heuristic), "
-                        f"got {type(num_splits).__name__}")
+        raise TypeError(
+            f"num_splits must be an int (0: chosen by the heuristic), "
+            f"got {type(num_splits).__name__}"
+        )
     if num_splits < 0:
-        raise ValueError(f"num_splits must be >= 0 (0: chosen by the heuristic), "
-                         f"got {num_splits}")
+        raise ValueError(
+            f"num_splits must be >= 0 (0: chosen by the heuristic), got {num_splits}"
+        )
     dev = q.device
-    tensors = [("k_cache", k_cache), ("v_cache", v_cache),
-               ("cache_seqlens", cache_seqlens)]
+    tensors = [
+        ("k_cache", k_cache),
+        ("v_cache", v_cache),
+        ("cache_seqlens", cache_seqlens),
+    ]
     if block_table is not None:
         _tensor("block_table", block_table)
         tensors.append(("block_table", block_table))
@@ -94,49 +117,67 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_s
         if t.device != dev:
             raise ValueError(f"{name} is on {t.device}, q on {dev}: one device needed")
     if not runtime.INTERPRET and dev.type != "cuda":
-        raise ValueError(f"q must be a CUDA tensor for the compiled kernels, got "
-                         f"device {dev} (set TRITON_INTERPRET=1 before importing "
-                         f"kernels to run on the CPU)")
+        raise ValueError(
+            f"q must be a CUDA tensor for the compiled kernels, got "
+            f"device {dev} (set TRITON_INTERPRET=1 before importing "
+            f"kernels to run on the CPU)"
+        )
     B, n_q, h_q, d = q.shape
     if k_cache.shape != v_cache.shape:
-        raise ValueError(f"k_cache and v_cache must have one shape, got "
-                         f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+        raise ValueError(
+            f"k_cache and v_cache must have one shape, got "
+            f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}"
+        )
     n_pages, page, h_kv, dk = k_cache.shape
     if B < 1 or n_q < 1:
-        raise ValueError(f"q (B, N_q, H_q, d) needs B >= 1 and N_q >= 1, "
-                         f"got {tuple(q.shape)}")
+        raise ValueError(
+            f"q (B, N_q, H_q, d) needs B >= 1 and N_q >= 1, got {tuple(q.shape)}"
+        )
     if B > 65535:
         raise ValueError(f"q batch {B} exceeds the launch grid's 65535")
     if dk != d:
         raise ValueError(f"k_cache head dim {dk} does not match q head dim {d}")
     if not 1 <= d <= MAX_HEAD_DIM:
-        raise ValueError(f"head dim d must be in 1..{MAX_HEAD_DIM}, got q shape "
-                         f"{tuple(q.shape)}")
+        raise ValueError(
+            f"head dim d must be in 1..{MAX_HEAD_DIM}, got q shape {tuple(q.shape)}"
+        )
     if h_kv < 1 or h_q % h_kv != 0:
-        raise ValueError(f"q heads H_q={h_q} must be a positive multiple of the "
-                         f"cache's KV heads H_kv={h_kv}")
+        raise ValueError(
+            f"q heads H_q={h_q} must be a positive multiple of the "
+            f"cache's KV heads H_kv={h_kv}"
+        )
     if k_cache.stride() != v_cache.stride():
-        raise ValueError(f"k_cache and v_cache must have one memory layout (strides "
-                         f"{k_cache.stride()} and {v_cache.stride()})")
+        raise ValueError(
+            f"k_cache and v_cache must have one memory layout (strides "
+            f"{k_cache.stride()} and {v_cache.stride()})"
+        )
     if cache_seqlens.dtype != torch.int32:
         raise TypeError(f"cache_seqlens must be int32, got {cache_seqlens.dtype}")
     if tuple(cache_seqlens.shape) != (B,):
-        raise ValueError(f"cache_seqlens must have shape (B,) = ({B},), got "
-                         f"{tuple(cache_seqlens.shape)}")
+        raise ValueError(
+            f"cache_seqlens must have shape (B,) = ({B},), got "
+            f"{tuple(cache_seqlens.shape)}"
+        )
     if block_table is None:
         if n_pages != B:
-            raise ValueError(f"without block_table, k_cache is (B, N_max, H_kv, d) "
-                             f"with B = {B}, got {tuple(k_cache.shape)}")
+            raise ValueError(
+                f"without block_table, k_cache is (B, N_max, H_kv, d) "
+                f"with B = {B}, got {tuple(k_cache.shape)}"
+            )
         capacity = page
     else:
         if block_table.dtype != torch.int32:
             raise TypeError(f"block_table must be int32, got {block_table.dtype}")
         if block_table.ndim != 2 or block_table.shape[0] != B:
-            raise ValueError(f"block_table must be (B, max_pages) with B = {B}, got "
-                             f"shape {tuple(block_table.shape)}")
+            raise ValueError(
+                f"block_table must be (B, max_pages) with B = {B}, got "
+                f"shape {tuple(block_table.shape)}"
+            )
         if n_pages < 1 or page < 1:
-            raise ValueError(f"k_cache (num_pages, page_size, H_kv, d) needs a page, "
-                             f"got {tuple(k_cache.shape)}")
+            raise ValueError(
+                f"k_cache (num_pages, page_size, H_kv, d) needs a page, "
+                f"got {tuple(k_cache.shape)}"
+            )
         capacity = block_table.shape[1] * page
     # one host synchronisation: the lengths and the pages they use
     lens = cache_seqlens.to(torch.int64)
@@ -144,35 +185,61 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_s
     too_short = (lens > 0) & (lens < n_q)
     checks = [too_long.any(), too_short.any(), lens.max()]
     if block_table is not None and block_table.shape[1] > 0:
-        used = (torch.arange(block_table.shape[1], device=dev)[None, :]
-                < (lens[:, None] + page - 1) // page)
+        used = (
+            torch.arange(block_table.shape[1], device=dev)[None, :]
+            < (lens[:, None] + page - 1) // page
+        )
         outside = used & ((block_table < 0) | (block_table >= n_pages))
         checks.append(outside.any())
     host = torch.stack([c.to(torch.int64) for c in checks]).tolist()
     if host[0]:
-        raise ValueError(f"cache_seqlens must lie in 0..{capacity} (the cache's "
-                         f"capacity per sequence), got {cache_seqlens.tolist()}")
+        raise ValueError(
+            f"cache_seqlens must lie in 0..{capacity} (the cache's "
+            f"capacity per sequence), got {cache_seqlens.tolist()}"
+        )
     if host[1]:
-        raise ValueError(f"cache_seqlens counts the N_q = {n_q} new tokens: each "
-                         f"must be 0 (an empty slot) or >= {n_q}, got "
-                         f"{cache_seqlens.tolist()}")
+        raise ValueError(
+            f"cache_seqlens counts the N_q = {n_q} new tokens: each "
+            f"must be 0 (an empty slot) or >= {n_q}, got "
+            f"{cache_seqlens.tolist()}"
+        )
     if len(host) > 3 and host[3]:
         bad = torch.nonzero(outside)[0].tolist()
-        raise ValueError(f"block_table[{bad[0]}, {bad[1]}] = "
-                         f"{int(block_table[bad[0], bad[1]])} points outside the pool "
-                         f"of {n_pages} pages (k_cache {tuple(k_cache.shape)})")
+        raise ValueError(
+            f"block_table[{bad[0]}, {bad[1]}] = "
+            f"{int(block_table[bad[0], bad[1]])} points outside the pool "
+            f"of {n_pages} pages (k_cache {tuple(k_cache.shape)})"
+        )
     scale = kernel_scale(softmax_scale, d)
     return scale, int(host[2])
 
 
-def prepare(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=True,
-            softmax_scale=None, num_splits=0, return_lse=False):
+def prepare(
+    q,
+    k_cache,
+    v_cache,
+    cache_seqlens,
+    block_table=None,
+    causal=True,
+    softmax_scale=None,
+    num_splits=0,
+    return_lse=False,
+):
     """Validate (one host sync) and return ``launch()``: the launches only, returning
     what ``attention_with_kvcache`` returns. The launcher reads the tensors each time
     it is called (their values may change; their shapes and the checked lengths and
     pages must not)."""
-    scale, max_len = _validate(q, k_cache, v_cache, cache_seqlens, block_table, causal,
-                               softmax_scale, num_splits, return_lse)
+    scale, max_len = _validate(
+        q,
+        k_cache,
+        v_cache,
+        cache_seqlens,
+        block_table,
+        causal,
+        softmax_scale,
+        num_splits,
+        return_lse,
+    )
     B, n_q, h_q, d = q.shape
     h_kv = k_cache.shape[2]
     group = h_q // h_kv
@@ -180,63 +247,129 @@ def prepare(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=True,
     page = k_cache.shape[1] if paged else 0
     cap = None if runtime.INTERPRET else torch.cuda.get_device_capability(q.device)
     if not K.supported(cap, d, q.dtype):
-        raise ValueError(f"float32 q/k_cache/v_cache support head dims up to 128 on a "
-                         f"GPU, got d = {d} (use float16 or bfloat16)")
+        raise ValueError(
+            f"float32 q/k_cache/v_cache support head dims up to 128 on a "
+            f"GPU, got d = {d} (use float16 or bfloat16)"
+        )
     bm = K.block_m(group, n_q, K.max_block_m(cap, d, q.dtype))
     bn = K.block_n(cap, d, bm, q.dtype, page if paged else None)
     _, warps, stages = K.tiles(cap, d, bm, q.dtype)
     m_blocks = triton.cdiv(group * n_q, bm)
     programs = B * h_kv * m_blocks
-    splits = num_splits or choose_splits(programs, max_len, sm_count(q.device),
-                                         runtime.INTERPRET)
+    splits = num_splits or choose_splits(
+        programs, max_len, sm_count(q.device), runtime.INTERPRET
+    )
     splits = max(1, min(splits, max(1, triton.cdiv(max_len, bn))))
-    bt = (block_table if paged else cache_seqlens)
+    bt = block_table if paged else cache_seqlens
     if paged and bt.stride(1) != 1:
         bt = bt.contiguous()
     seqlens = cache_seqlens.contiguous()
     bd = K.block_d(d)
-    common = dict(PAGED=paged, PAGE_SIZE=page, IS_CAUSAL=causal,
-                  UPCAST=_upcast(q.dtype, q.device),
-                  DOT_PRECISION=_dot_precision(q.dtype),
-                  BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, EVEN_D=d == bd,
-                  num_warps=warps, num_stages=stages)
+    common = dict(
+        PAGED=paged,
+        PAGE_SIZE=page,
+        IS_CAUSAL=causal,
+        UPCAST=_upcast(q.dtype, q.device),
+        DOT_PRECISION=_dot_precision(q.dtype),
+        BLOCK_M=bm,
+        BLOCK_N=bn,
+        BLOCK_D=bd,
+        EVEN_D=d == bd,
+        num_warps=warps,
+        num_stages=stages,
+    )
     grid = (h_kv * m_blocks, splits, B)
 
     def launch():
         out = torch.empty((B, n_q, h_q, d), dtype=q.dtype, device=q.device)
         lse = torch.empty((B, h_q, n_q), dtype=torch.float32, device=q.device)
         args = (q, k_cache, v_cache, bt, seqlens)
-        strides = (*q.stride(), *k_cache.stride(), *v_cache.stride(),
-                   bt.stride(0) if paged else 0)
+        strides = (
+            *q.stride(),
+            *k_cache.stride(),
+            *v_cache.stride(),
+            bt.stride(0) if paged else 0,
+        )
         if splits == 1:
             K._decode_split[grid](
-                *args, out, lse, scale, *strides, *out.stride(), *lse.stride(),
-                n_q, group, d, 1, m_blocks, SPLIT=False, **common)
+                *args,
+                out,
+                lse,
+                scale,
+                *strides,
+                *out.stride(),
+                *lse.stride(),
+                n_q,
+                group,
+                d,
+                1,
+                m_blocks,
+                SPLIT=False,
+                **common,
+            )
         else:
             # (B, H_q, N_q, splits, d) and (B, H_q, N_q, splits), fp32, base 2
-            o_part = torch.empty((B, h_q, n_q, splits, d), dtype=torch.float32,
-                                 device=q.device)
-            l_part = torch.empty((B, h_q, n_q, splits), dtype=torch.float32,
-                                 device=q.device)
+            o_part = torch.empty(
+                (B, h_q, n_q, splits, d), dtype=torch.float32, device=q.device
+            )
+            l_part = torch.empty(
+                (B, h_q, n_q, splits), dtype=torch.float32, device=q.device
+            )
             so = o_part.stride()
             sl = l_part.stride()
             K._decode_split[grid](
-                *args, o_part, l_part, scale, *strides, so[0], so[2], so[1], 1,
-                sl[0], sl[1], sl[2], n_q, group, d, splits, m_blocks, SPLIT=True,
-                **common)
+                *args,
+                o_part,
+                l_part,
+                scale,
+                *strides,
+                so[0],
+                so[2],
+                so[1],
+                1,
+                sl[0],
+                sl[1],
+                sl[2],
+                n_q,
+                group,
+                d,
+                splits,
+                m_blocks,
+                SPLIT=True,
+                **common,
+            )
             K._decode_merge[(B * h_q * n_q,)](
-                o_part, l_part, out, lse, n_q, h_q, splits, d, *out.stride(),
-                *lse.stride(), BLOCK_S=max(2, triton.next_power_of_2(splits)),
-                BLOCK_D=bd, num_warps=4 if bd >= 128 else 2)
+                o_part,
+                l_part,
+                out,
+                lse,
+                n_q,
+                h_q,
+                splits,
+                d,
+                *out.stride(),
+                *lse.stride(),
+                BLOCK_S=max(2, triton.next_power_of_2(splits)),
+                BLOCK_D=bd,
+                num_warps=4 if bd >= 128 else 2,
+            )
         return (out, lse) if return_lse else out
 
     launch.splits = splits
     return launch
 
 
-def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None,
-                           causal=True, softmax_scale=None, num_splits=0,
-                           return_lse=False):
+def attention_with_kvcache(
+    q,
+    k_cache,
+    v_cache,
+    cache_seqlens,
+    block_table=None,
+    causal=True,
+    softmax_scale=None,
+    num_splits=0,
+    return_lse=False,
+):
     """Attention of N_q new query tokens per sequence to its cached keys and values.
 
     q (B, N_q, H_q, d); k_cache, v_cache (num_pages, page_size, H_kv, d) with
@@ -245,5 +378,14 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None,
     included (0: an empty slot). Returns out (B, N_q, H_q, d) in q's dtype and, with
     ``return_lse``, lse (B, H_q, N_q) float32, natural log. See :mod:`kernels.decode`.
     """
-    return prepare(q, k_cache, v_cache, cache_seqlens, block_table, causal,
-                   softmax_scale, num_splits, return_lse)()
+    return prepare(
+        q,
+        k_cache,
+        v_cache,
+        cache_seqlens,
+        block_table,
+        causal,
+        softmax_scale,
+        num_splits,
+        return_lse,
+    )()

@@ -22,8 +22,16 @@ import triton.language as tl
 from ..flash.blocks import _finish_rows, _finite_dot, _masked_row_max
 from ..flash.tiles import _LOG2E, ARCHS, LN2, arch_class, block_d
 
-__all__ = ["ARCHS", "MAX_BLOCK_M", "block_d", "block_m", "block_n", "max_block_m",
-           "supported", "tiles"]
+__all__ = [
+    "ARCHS",
+    "MAX_BLOCK_M",
+    "block_d",
+    "block_m",
+    "block_n",
+    "max_block_m",
+    "supported",
+    "tiles",
+]
 
 _LN2: tl.constexpr = tl.constexpr(LN2)
 
@@ -37,19 +45,39 @@ MAX_BLOCK_M = 64
 #: Decode is bound by HBM bandwidth: the tiles aim at keeping enough K/V bytes in flight
 #: per SM (BLOCK_N x BLOCK_D x 2 tensors x (num_stages - 1)), within shared memory.
 _TABLE: dict[str, dict[int, tuple[int, int, int]]] = {
-    "sm90": {16: (64, 4, 3), 32: (64, 4, 3), 64: (64, 4, 4), 128: (64, 4, 3),
-             256: (32, 4, 3)},
-    "sm80": {16: (64, 4, 3), 32: (64, 4, 3), 64: (64, 4, 4), 128: (64, 4, 3),
-             256: (32, 4, 3)},
-    "sm89": {16: (64, 4, 3), 32: (64, 4, 3), 64: (64, 4, 3), 128: (64, 4, 2),
-             256: (32, 4, 2)},
+    "sm90": {
+        16: (64, 4, 3),
+        32: (64, 4, 3),
+        64: (64, 4, 4),
+        128: (64, 4, 3),
+        256: (32, 4, 3),
+    },
+    "sm80": {
+        16: (64, 4, 3),
+        32: (64, 4, 3),
+        64: (64, 4, 4),
+        128: (64, 4, 3),
+        256: (32, 4, 3),
+    },
+    "sm89": {
+        16: (64, 4, 3),
+        32: (64, 4, 3),
+        64: (64, 4, 3),
+        128: (64, 4, 2),
+        256: (32, 4, 2),
+    },
 }
 #: CUDA-core (FMA) dots: every dtype on sm_75 (Triton >= 3.2 has no tensor-core path
 #: there) and float32 inputs everywhere. FMA dots hold operand rows in registers.
 # (At BLOCK_D = 128, 4 warps spill on sm_75; at BLOCK_D = 256 a 64-row block needs
 # more than sm_75's 64 KB of shared memory and spills: such blocks are 32 rows.)
 _FMA_TABLE: dict[int, tuple[int, int, int]] = {
-    16: (32, 4, 2), 32: (32, 4, 2), 64: (32, 4, 2), 128: (16, 8, 2), 256: (16, 8, 1)}
+    16: (32, 4, 2),
+    32: (32, 4, 2),
+    64: (32, 4, 2),
+    128: (16, 8, 2),
+    256: (16, 8, 1),
+}
 #: Under the Triton interpreter: one small tile (the interpreter's cost is per op).
 INTERPRET_TILES = (16, 4, 1)
 
@@ -58,8 +86,11 @@ def _fma(capability, dtype) -> bool:
     return arch_class(capability) == "sm75" or dtype == torch.float32
 
 
-def max_block_m(capability: tuple[int, int] | None, head_dim: int,
-                dtype: torch.dtype = torch.float16) -> int:
+def max_block_m(
+    capability: tuple[int, int] | None,
+    head_dim: int,
+    dtype: torch.dtype = torch.float16,
+) -> int:
     """The most query rows a program holds: ``MAX_BLOCK_M``; 16 for float32 (its
     CUDA-core dots spill with more rows); 32 for fp16/bf16 on sm_75 at BLOCK_D = 256.
     """
@@ -72,12 +103,12 @@ def max_block_m(capability: tuple[int, int] | None, head_dim: int,
     return MAX_BLOCK_M
 
 
-def supported(capability: tuple[int, int] | None, head_dim: int,
-              dtype: torch.dtype) -> bool:
+def supported(
+    capability: tuple[int, int] | None, head_dim: int, dtype: torch.dtype
+) -> bool:
     """Whether a compiled tile is shipped: not float32 at head dims above 128 on a GPU
     (every CUDA-core tile spills registers there on sm_80/89/90)."""
-    return (capability is None or dtype != torch.float32
-            or block_d(head_dim) <= 128)
+    return capability is None or dtype != torch.float32 or block_d(head_dim) <= 128
 
 
 def block_m(group: int, n_q: int, most: int = MAX_BLOCK_M) -> int:
@@ -86,8 +117,12 @@ def block_m(group: int, n_q: int, most: int = MAX_BLOCK_M) -> int:
     return min(max(16, triton.next_power_of_2(group * n_q)), most)
 
 
-def tiles(capability: tuple[int, int] | None, head_dim: int, bm: int,
-          dtype: torch.dtype = torch.float16) -> tuple[int, int, int]:
+def tiles(
+    capability: tuple[int, int] | None,
+    head_dim: int,
+    bm: int,
+    dtype: torch.dtype = torch.float16,
+) -> tuple[int, int, int]:
     """(BLOCK_N, num_warps, num_stages) shipped for a GPU (``capability``; None under
     the interpreter), head dim, BLOCK_M and dtype."""
     if capability is None:
@@ -113,9 +148,18 @@ def block_n(capability, head_dim: int, bm: int, dtype, page_size: int | None) ->
 
 
 @triton.jit
-def _kv_offsets(bt_row, start_n, offs_n, seqlen, stride_kp, stride_kn,
-                PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-                MASKED: tl.constexpr):
+def _kv_offsets(
+    bt_row,
+    start_n,
+    offs_n,
+    seqlen,
+    stride_kp,
+    stride_kn,
+    PAGED: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+):
     """Where the key rows ``start_n + offs_n`` of one sequence lie in the cache: a
     scalar int64 element offset and per-row offsets (BLOCK_N,). Through the block table
     when PAGED (one entry per tile when a tile lies within a page: the per-row offsets
@@ -129,24 +173,49 @@ def _kv_offsets(bt_row, start_n, offs_n, seqlen, stride_kp, stride_kn,
         else:
             keys = start_n + offs_n
             if MASKED:
-                pages = tl.load(bt_row + keys // PAGE_SIZE, mask=keys < seqlen,
-                                other=0)
+                pages = tl.load(bt_row + keys // PAGE_SIZE, mask=keys < seqlen, other=0)
             else:
                 pages = tl.load(bt_row + keys // PAGE_SIZE)
-            return 0, (pages.to(tl.int64) * stride_kp
-                       + (keys % PAGE_SIZE).to(tl.int64) * stride_kn)
+            return 0, (
+                pages.to(tl.int64) * stride_kp
+                + (keys % PAGE_SIZE).to(tl.int64) * stride_kn
+            )
     else:
         return start_n.to(tl.int64) * stride_kn, offs_n * stride_kn
 
 
 @triton.jit
-def _decode_tiles(acc, l_i, m_i, q, k_base, v_base, bt_row, lo, hi, seqlen, n_q,
-                  row_t, qk_scale, offs_n0, offs_d, stride_kp, stride_kn, stride_kd,
-                  stride_vd, HEAD_DIM,
-                  PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr, MASKED: tl.constexpr,
-                  IS_CAUSAL: tl.constexpr, UPCAST: tl.constexpr,
-                  DOT_PRECISION: tl.constexpr):
+def _decode_tiles(
+    acc,
+    l_i,
+    m_i,
+    q,
+    k_base,
+    v_base,
+    bt_row,
+    lo,
+    hi,
+    seqlen,
+    n_q,
+    row_t,
+    qk_scale,
+    offs_n0,
+    offs_d,
+    stride_kp,
+    stride_kn,
+    stride_kd,
+    stride_vd,
+    HEAD_DIM,
+    PAGED: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    MASKED: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    UPCAST: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
     """Stream the key tiles [lo, hi) past the resident query tile (online softmax).
 
     MASKED=False: tiles every query row sees in full (no mask, no bounds). MASKED=True:
@@ -161,8 +230,18 @@ def _decode_tiles(acc, l_i, m_i, q, k_base, v_base, bt_row, lo, hi, seqlen, n_q,
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         offs_n = start_n + offs_n0
-        base, rows = _kv_offsets(bt_row, start_n, offs_n0, seqlen, stride_kp,
-                                 stride_kn, PAGED, PAGE_SIZE, BLOCK_N, MASKED)
+        base, rows = _kv_offsets(
+            bt_row,
+            start_n,
+            offs_n0,
+            seqlen,
+            stride_kp,
+            stride_kn,
+            PAGED,
+            PAGE_SIZE,
+            BLOCK_N,
+            MASKED,
+        )
         k_ptrs = (k_base + base) + rows[:, None] + offs_d[None, :] * stride_kd
         v_ptrs = (v_base + base) + rows[:, None] + offs_d[None, :] * stride_vd
         if MASKED:
@@ -185,8 +264,9 @@ def _decode_tiles(acc, l_i, m_i, q, k_base, v_base, bt_row, lo, hi, seqlen, n_q,
             if IS_CAUSAL:
                 visible = visible & (offs_n[None, :] <= row_t[:, None] + causal_offset)
             s = tl.where(visible, s, float("-inf"))
-            m_new, m_sub = _masked_row_max(m_i, s, start_n, row_t, seqlen,
-                                           causal_offset, IS_CAUSAL)
+            m_new, m_sub = _masked_row_max(
+                m_i, s, start_n, row_t, seqlen, causal_offset, IS_CAUSAL
+            )
         else:
             m_new = tl.maximum(m_i, tl.max(s, 1))
             m_sub = m_new
@@ -203,18 +283,51 @@ def _decode_tiles(acc, l_i, m_i, q, k_base, v_base, bt_row, lo, hi, seqlen, n_q,
 
 
 @triton.jit
-def _decode_split(Q, K, V, BT, SEQLENS, Out, LSE, sm_scale,
-                  stride_qb, stride_qt, stride_qh, stride_qd,
-                  stride_kp, stride_kn, stride_kh, stride_kd,
-                  stride_vp, stride_vn, stride_vh, stride_vd,
-                  stride_btb, stride_ob, stride_ot, stride_oh, stride_od,
-                  stride_lb, stride_lh, stride_lt,
-                  N_Q, GROUP, HEAD_DIM, N_SPLITS, M_BLOCKS,
-                  PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr,
-                  IS_CAUSAL: tl.constexpr, SPLIT: tl.constexpr,
-                  UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                  EVEN_D: tl.constexpr):
+def _decode_split(
+    Q,
+    K,
+    V,
+    BT,
+    SEQLENS,
+    Out,
+    LSE,
+    sm_scale,
+    stride_qb,
+    stride_qt,
+    stride_qh,
+    stride_qd,
+    stride_kp,
+    stride_kn,
+    stride_kh,
+    stride_kd,
+    stride_vp,
+    stride_vn,
+    stride_vh,
+    stride_vd,
+    stride_btb,
+    stride_ob,
+    stride_ot,
+    stride_oh,
+    stride_od,
+    stride_lb,
+    stride_lh,
+    stride_lt,
+    N_Q,
+    GROUP,
+    HEAD_DIM,
+    N_SPLITS,
+    M_BLOCKS,
+    PAGED: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    SPLIT: tl.constexpr,
+    UPCAST: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    EVEN_D: tl.constexpr,
+):
     """One split of one sequence's keys for one KV head's query rows.
 
     SPLIT=True: Out is the fp32 partial output (B, H_q, N_q, N_SPLITS, d), normalised
@@ -236,8 +349,13 @@ def _decode_split(Q, K, V, BT, SEQLENS, Out, LSE, sm_scale,
     g = offs_m // N_Q
     row_t = offs_m % N_Q
     head = hkv * GROUP + g
-    q_ptrs = (Q + b.to(tl.int64) * stride_qb + row_t[:, None] * stride_qt
-              + head[:, None].to(tl.int64) * stride_qh + offs_d[None, :] * stride_qd)
+    q_ptrs = (
+        Q
+        + b.to(tl.int64) * stride_qb
+        + row_t[:, None] * stride_qt
+        + head[:, None].to(tl.int64) * stride_qh
+        + offs_d[None, :] * stride_qd
+    )
     q = tl.load(q_ptrs, mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0)
     if UPCAST:
         q = q.to(tl.float32)
@@ -268,39 +386,117 @@ def _decode_split(Q, K, V, BT, SEQLENS, Out, LSE, sm_scale,
     offs_n0 = tl.arange(0, BLOCK_N)
     # K and V share a layout (checked on the host): one row offset serves both
     acc, l_i, m_i = _decode_tiles(
-        acc, l_i, m_i, q, k_base, v_base, bt_row, lo, mid, seqlen, N_Q, row_t,
-        qk_scale, offs_n0, offs_d, stride_kp, stride_kn, stride_kd, stride_vd,
-        HEAD_DIM, PAGED, PAGE_SIZE, BLOCK_N, BLOCK_D, EVEN_D, False, IS_CAUSAL, UPCAST,
-        DOT_PRECISION)
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_base,
+        v_base,
+        bt_row,
+        lo,
+        mid,
+        seqlen,
+        N_Q,
+        row_t,
+        qk_scale,
+        offs_n0,
+        offs_d,
+        stride_kp,
+        stride_kn,
+        stride_kd,
+        stride_vd,
+        HEAD_DIM,
+        PAGED,
+        PAGE_SIZE,
+        BLOCK_N,
+        BLOCK_D,
+        EVEN_D,
+        False,
+        IS_CAUSAL,
+        UPCAST,
+        DOT_PRECISION,
+    )
     acc, l_i, m_i = _decode_tiles(
-        acc, l_i, m_i, q, k_base, v_base, bt_row, mid, hi, seqlen, N_Q, row_t,
-        qk_scale, offs_n0, offs_d, stride_kp, stride_kn, stride_kd, stride_vd,
-        HEAD_DIM, PAGED, PAGE_SIZE, BLOCK_N, BLOCK_D, EVEN_D, True, IS_CAUSAL, UPCAST,
-        DOT_PRECISION)
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_base,
+        v_base,
+        bt_row,
+        mid,
+        hi,
+        seqlen,
+        N_Q,
+        row_t,
+        qk_scale,
+        offs_n0,
+        offs_d,
+        stride_kp,
+        stride_kn,
+        stride_kd,
+        stride_vd,
+        HEAD_DIM,
+        PAGED,
+        PAGE_SIZE,
+        BLOCK_N,
+        BLOCK_D,
+        EVEN_D,
+        True,
+        IS_CAUSAL,
+        UPCAST,
+        DOT_PRECISION,
+    )
     acc, lse2 = _finish_rows(acc, l_i, m_i)
 
-    o_rows = (b.to(tl.int64) * stride_ob + row_t.to(tl.int64) * stride_ot
-              + head.to(tl.int64) * stride_oh)
-    l_rows = (b.to(tl.int64) * stride_lb + head.to(tl.int64) * stride_lh
-              + row_t.to(tl.int64) * stride_lt)
+    o_rows = (
+        b.to(tl.int64) * stride_ob
+        + row_t.to(tl.int64) * stride_ot
+        + head.to(tl.int64) * stride_oh
+    )
+    l_rows = (
+        b.to(tl.int64) * stride_lb
+        + head.to(tl.int64) * stride_lh
+        + row_t.to(tl.int64) * stride_lt
+    )
     if SPLIT:  # the split index is the innermost (after t) of the partial buffers
         o_rows += split * stride_od * HEAD_DIM
         l_rows += split
         tl.store(LSE + l_rows, lse2, mask=row_ok)
-        tl.store(Out + o_rows[:, None] + offs_d[None, :] * stride_od, acc,
-                 mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM))
+        tl.store(
+            Out + o_rows[:, None] + offs_d[None, :] * stride_od,
+            acc,
+            mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM),
+        )
     else:
         tl.store(LSE + l_rows, lse2 * _LN2, mask=row_ok)
-        tl.store(Out + o_rows[:, None] + offs_d[None, :] * stride_od,
-                 acc.to(Out.dtype.element_ty),
-                 mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM))
+        tl.store(
+            Out + o_rows[:, None] + offs_d[None, :] * stride_od,
+            acc.to(Out.dtype.element_ty),
+            mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM),
+        )
 
 
 @triton.jit
-def _decode_merge(OP, LSEP, Out, LSE, N_Q, H_Q, N_SPLITS, HEAD_DIM,
-                  stride_ob, stride_ot, stride_oh, stride_od,
-                  stride_lb, stride_lh, stride_lt,
-                  BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+def _decode_merge(
+    OP,
+    LSEP,
+    Out,
+    LSE,
+    N_Q,
+    H_Q,
+    N_SPLITS,
+    HEAD_DIM,
+    stride_ob,
+    stride_ot,
+    stride_oh,
+    stride_od,
+    stride_lb,
+    stride_lh,
+    stride_lt,
+    BLOCK_S: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     """o = sum_s 2^(lse_s - lse) o_s with lse = log2 sum_s 2^lse_s, for one query row
     of one head (contiguous partials (B, H_q, N_q, N_SPLITS[, d]), base 2). Empty
     splits (lse_s = -inf) weigh 0; a row with no key anywhere gives 0 and -inf; a NaN
@@ -312,11 +508,16 @@ def _decode_merge(OP, LSEP, Out, LSE, N_Q, H_Q, N_SPLITS, HEAD_DIM,
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, BLOCK_D)
     s_ok = offs_s < N_SPLITS
-    lse_s = tl.load(LSEP + row.to(tl.int64) * N_SPLITS + offs_s, mask=s_ok,
-                    other=float("-inf"))
-    o_s = tl.load(OP + (row.to(tl.int64) * N_SPLITS + offs_s[:, None]) * HEAD_DIM
-                  + offs_d[None, :],
-                  mask=s_ok[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0)
+    lse_s = tl.load(
+        LSEP + row.to(tl.int64) * N_SPLITS + offs_s, mask=s_ok, other=float("-inf")
+    )
+    o_s = tl.load(
+        OP
+        + (row.to(tl.int64) * N_SPLITS + offs_s[:, None]) * HEAD_DIM
+        + offs_d[None, :],
+        mask=s_ok[:, None] & (offs_d[None, :] < HEAD_DIM),
+        other=0.0,
+    )
     m = tl.max(lse_s, 0)
     m_safe = tl.where(m == float("-inf"), 0.0, m)
     w = tl.exp2(lse_s - m_safe)  # (BLOCK_S,)
@@ -327,9 +528,18 @@ def _decode_merge(OP, LSEP, Out, LSE, N_Q, H_Q, N_SPLITS, HEAD_DIM,
     lse = tl.where(empty, float("-inf"), m_safe + tl.log2(tl.where(empty, 1.0, total)))
     o = tl.where(nan, float("nan"), o)
     lse = tl.where(nan, float("nan"), lse)
-    o_ptrs = (Out + b.to(tl.int64) * stride_ob + t.to(tl.int64) * stride_ot
-              + h.to(tl.int64) * stride_oh + offs_d * stride_od)
+    o_ptrs = (
+        Out
+        + b.to(tl.int64) * stride_ob
+        + t.to(tl.int64) * stride_ot
+        + h.to(tl.int64) * stride_oh
+        + offs_d * stride_od
+    )
     tl.store(o_ptrs, o.to(Out.dtype.element_ty), mask=offs_d < HEAD_DIM)
-    tl.store(LSE + b.to(tl.int64) * stride_lb + h.to(tl.int64) * stride_lh
-             + t.to(tl.int64) * stride_lt, lse * _LN2)
-
+    tl.store(
+        LSE
+        + b.to(tl.int64) * stride_lb
+        + h.to(tl.int64) * stride_lh
+        + t.to(tl.int64) * stride_lt,
+        lse * _LN2,
+    )

@@ -73,21 +73,28 @@ Known limits
 PyTorch versions built on ``grid_sample`` that the tests and benchmarks compare against.
 """
 
-
 from .dat import (
-           dat_config,
-           deformable_attention,
-           deformable_attention_reference,
-           sample_maps,
+    dat_config,
+    deformable_attention,
+    deformable_attention_reference,
+    sample_maps,
 )
 from .msda import (
-           MSDeformAttnFunction,
-           ms_deform_attn,
-           ms_deform_attn_reference,
-           msda_config,
+    MSDeformAttnFunction,
+    ms_deform_attn,
+    ms_deform_attn_reference,
+    msda_config,
 )
 from .sampling import MAX_HEAD_DIM
 
-__all__ = ["MAX_HEAD_DIM", "MSDeformAttnFunction", "dat_config", "deformable_attention",
-           "deformable_attention_reference", "ms_deform_attn",
-           "ms_deform_attn_reference", "msda_config", "sample_maps"]
+__all__ = [
+    "MAX_HEAD_DIM",
+    "MSDeformAttnFunction",
+    "dat_config",
+    "deformable_attention",
+    "deformable_attention_reference",
+    "ms_deform_attn",
+    "ms_deform_attn_reference",
+    "msda_config",
+    "sample_maps",
+]

@@ -35,8 +35,8 @@ from .sampling import (
 
 @triton.jit
 def _pixel(x, size, ALIGN_CORNERS: tl.constexpr):
-    """Normalised coordinate in [-1, 1] -> pixel coordinate (grid_sample's convention).
-    """
+    """Normalised coordinate in [-1, 1] -> pixel coordinate (grid_sample's
+    convention)."""
     if ALIGN_CORNERS:
         return (x + 1.0) * 0.5 * (size - 1)
     else:
@@ -44,39 +44,122 @@ def _pixel(x, size, ALIGN_CORNERS: tl.constexpr):
 
 
 @triton.jit
-def _gather_samples(base, Pts, offs_n, N_s, stride_pn, stride_pc, H_f, W_f,
-                    stride_my, stride_mx, stride_md, offs_d, mask_d,
-                    ALIGN_CORNERS: tl.constexpr):
+def _gather_samples(
+    base,
+    Pts,
+    offs_n,
+    N_s,
+    stride_pn,
+    stride_pc,
+    H_f,
+    W_f,
+    stride_my,
+    stride_mx,
+    stride_md,
+    offs_d,
+    mask_d,
+    ALIGN_CORNERS: tl.constexpr,
+):
     """Bilinear samples of one map at a block of points: (BLOCK_N, BLOCK_D) fp32."""
     mask_n = offs_n < N_s
     x = tl.load(Pts + offs_n * stride_pn, mask=mask_n, other=0.0).to(tl.float32)
-    y = tl.load(Pts + offs_n * stride_pn + stride_pc, mask=mask_n,
-                other=0.0).to(tl.float32)
-    x0, y0, lx, ly = _bilinear_setup(_pixel(x, W_f, ALIGN_CORNERS),
-                                     _pixel(y, H_f, ALIGN_CORNERS))
+    y = tl.load(Pts + offs_n * stride_pn + stride_pc, mask=mask_n, other=0.0).to(
+        tl.float32
+    )
+    x0, y0, lx, ly = _bilinear_setup(
+        _pixel(x, W_f, ALIGN_CORNERS), _pixel(y, H_f, ALIGN_CORNERS)
+    )
     hx = 1.0 - lx
     hy = 1.0 - ly
-    t = (hy * hx)[:, None] * _corner_rows(base, x0, y0, W_f, H_f, stride_my,
-                                          stride_mx, offs_d, stride_md, mask_n, mask_d)
-    t += (hy * lx)[:, None] * _corner_rows(base, x0 + 1, y0, W_f, H_f, stride_my,
-                                           stride_mx, offs_d, stride_md, mask_n, mask_d)
-    t += (ly * hx)[:, None] * _corner_rows(base, x0, y0 + 1, W_f, H_f, stride_my,
-                                           stride_mx, offs_d, stride_md, mask_n, mask_d)
-    t += (ly * lx)[:, None] * _corner_rows(base, x0 + 1, y0 + 1, W_f, H_f, stride_my,
-                                           stride_mx, offs_d, stride_md, mask_n, mask_d)
+    t = (hy * hx)[:, None] * _corner_rows(
+        base, x0, y0, W_f, H_f, stride_my, stride_mx, offs_d, stride_md, mask_n, mask_d
+    )
+    t += (hy * lx)[:, None] * _corner_rows(
+        base,
+        x0 + 1,
+        y0,
+        W_f,
+        H_f,
+        stride_my,
+        stride_mx,
+        offs_d,
+        stride_md,
+        mask_n,
+        mask_d,
+    )
+    t += (ly * hx)[:, None] * _corner_rows(
+        base,
+        x0,
+        y0 + 1,
+        W_f,
+        H_f,
+        stride_my,
+        stride_mx,
+        offs_d,
+        stride_md,
+        mask_n,
+        mask_d,
+    )
+    t += (ly * lx)[:, None] * _corner_rows(
+        base,
+        x0 + 1,
+        y0 + 1,
+        W_f,
+        H_f,
+        stride_my,
+        stride_mx,
+        offs_d,
+        stride_md,
+        mask_n,
+        mask_d,
+    )
     return t
 
 
 @triton.jit
-def _dat_fwd(Q, K, V, Pts, Out, LSE, qk_scale,
-             stride_qb, stride_qh, stride_qn, stride_qd,
-             stride_kb, stride_kh, stride_ky, stride_kx, stride_kd,
-             stride_vb, stride_vh, stride_vy, stride_vx, stride_vd,
-             stride_pb, stride_pg, stride_pn, stride_pc,
-             stride_ob, stride_oh, stride_on, stride_od,
-             N_q, N_s, H_f, W_f, N_HEADS, HEADS_PER_GROUP, HEAD_DIM,
-             ALIGN_CORNERS: tl.constexpr, DOT_FP32: tl.constexpr,
-             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+def _dat_fwd(
+    Q,
+    K,
+    V,
+    Pts,
+    Out,
+    LSE,
+    qk_scale,
+    stride_qb,
+    stride_qh,
+    stride_qn,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_ky,
+    stride_kx,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vy,
+    stride_vx,
+    stride_vd,
+    stride_pb,
+    stride_pg,
+    stride_pn,
+    stride_pc,
+    stride_ob,
+    stride_oh,
+    stride_on,
+    stride_od,
+    N_q,
+    N_s,
+    H_f,
+    W_f,
+    N_HEADS,
+    HEADS_PER_GROUP,
+    HEAD_DIM,
+    ALIGN_CORNERS: tl.constexpr,
+    DOT_FP32: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1).to(tl.int64)
     b = pid_bh // N_HEADS
@@ -85,9 +168,15 @@ def _dat_fwd(Q, K, V, Pts, Out, LSE, qk_scale,
     offs_d = tl.arange(0, BLOCK_D)
     mask_m = offs_m < N_q
     mask_d = offs_d < HEAD_DIM
-    q = tl.load(Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qn
-                + offs_d[None, :] * stride_qd, mask=mask_m[:, None] & mask_d[None, :],
-                other=0.0)  # q stays in SRAM for the whole inner loop
+    q = tl.load(
+        Q
+        + b * stride_qb
+        + h * stride_qh
+        + offs_m[:, None] * stride_qn
+        + offs_d[None, :] * stride_qd,
+        mask=mask_m[:, None] & mask_d[None, :],
+        other=0.0,
+    )  # q stays in SRAM for the whole inner loop
     k_base = K + b * stride_kb + h * stride_kh
     v_base = V + b * stride_vb + h * stride_vh
     p_base = Pts + b * stride_pb + (h // HEADS_PER_GROUP) * stride_pg
@@ -97,12 +186,38 @@ def _dat_fwd(Q, K, V, Pts, Out, LSE, qk_scale,
     for start_n in range(0, N_s, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         # sampled keys and values: built in registers from four corner gathers each
-        k = _gather_samples(k_base, p_base, offs_n, N_s, stride_pn, stride_pc, H_f, W_f,
-                            stride_ky, stride_kx, stride_kd, offs_d, mask_d,
-                            ALIGN_CORNERS)
-        v = _gather_samples(v_base, p_base, offs_n, N_s, stride_pn, stride_pc, H_f, W_f,
-                            stride_vy, stride_vx, stride_vd, offs_d, mask_d,
-                            ALIGN_CORNERS)
+        k = _gather_samples(
+            k_base,
+            p_base,
+            offs_n,
+            N_s,
+            stride_pn,
+            stride_pc,
+            H_f,
+            W_f,
+            stride_ky,
+            stride_kx,
+            stride_kd,
+            offs_d,
+            mask_d,
+            ALIGN_CORNERS,
+        )
+        v = _gather_samples(
+            v_base,
+            p_base,
+            offs_n,
+            N_s,
+            stride_pn,
+            stride_pc,
+            H_f,
+            W_f,
+            stride_vy,
+            stride_vx,
+            stride_vd,
+            offs_d,
+            mask_d,
+            ALIGN_CORNERS,
+        )
         if DOT_FP32:
             s = tl.dot(q.to(tl.float32), tl.trans(k), input_precision="ieee")
         else:
@@ -116,26 +231,72 @@ def _dat_fwd(Q, K, V, Pts, Out, LSE, qk_scale,
         if DOT_FP32:
             acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
         else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(Q.dtype.element_ty),
-                                                v.to(Q.dtype.element_ty))
+            acc = acc * alpha[:, None] + tl.dot(
+                p.to(Q.dtype.element_ty), v.to(Q.dtype.element_ty)
+            )
         m_i = m_new
     acc = acc / l_i[:, None]
-    tl.store(Out + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_on
-             + offs_d[None, :] * stride_od, acc.to(Out.dtype.element_ty),
-             mask=mask_m[:, None] & mask_d[None, :])
+    tl.store(
+        Out
+        + b * stride_ob
+        + h * stride_oh
+        + offs_m[:, None] * stride_on
+        + offs_d[None, :] * stride_od,
+        acc.to(Out.dtype.element_ty),
+        mask=mask_m[:, None] & mask_d[None, :],
+    )
     tl.store(LSE + pid_bh * N_q + offs_m, m_i + tl.log2(l_i), mask=mask_m)  # base 2
 
 
 @triton.jit
-def _dat_bwd_dkdv(Q, K, V, Pts, dO, LSE, Delta, dK, dV, dPts, qk_scale, sm_scale,
-                  stride_qb, stride_qh, stride_qn, stride_qd,
-                  stride_kb, stride_kh, stride_ky, stride_kx, stride_kd,
-                  stride_vb, stride_vh, stride_vy, stride_vx, stride_vd,
-                  stride_pb, stride_pg, stride_pn, stride_pc,
-                  stride_gb, stride_gh, stride_gn, stride_gd,
-                  N_q, N_s, H_f, W_f, N_HEADS, HEADS_PER_GROUP, HEAD_DIM,
-                  ALIGN_CORNERS: tl.constexpr, DOT_FP32: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+def _dat_bwd_dkdv(
+    Q,
+    K,
+    V,
+    Pts,
+    dO,
+    LSE,
+    Delta,
+    dK,
+    dV,
+    dPts,
+    qk_scale,
+    sm_scale,
+    stride_qb,
+    stride_qh,
+    stride_qn,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_ky,
+    stride_kx,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vy,
+    stride_vx,
+    stride_vd,
+    stride_pb,
+    stride_pg,
+    stride_pn,
+    stride_pc,
+    stride_gb,
+    stride_gh,
+    stride_gn,
+    stride_gd,
+    N_q,
+    N_s,
+    H_f,
+    W_f,
+    N_HEADS,
+    HEADS_PER_GROUP,
+    HEAD_DIM,
+    ALIGN_CORNERS: tl.constexpr,
+    DOT_FP32: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1).to(tl.int64)
     b = pid_bh // N_HEADS
@@ -147,10 +308,38 @@ def _dat_bwd_dkdv(Q, K, V, Pts, dO, LSE, Delta, dK, dV, dPts, qk_scale, sm_scale
     k_base = K + b * stride_kb + h * stride_kh
     v_base = V + b * stride_vb + h * stride_vh
     p_base = Pts + b * stride_pb + (h // HEADS_PER_GROUP) * stride_pg
-    k = _gather_samples(k_base, p_base, offs_n, N_s, stride_pn, stride_pc, H_f, W_f,
-                        stride_ky, stride_kx, stride_kd, offs_d, mask_d, ALIGN_CORNERS)
-    v = _gather_samples(v_base, p_base, offs_n, N_s, stride_pn, stride_pc, H_f, W_f,
-                        stride_vy, stride_vx, stride_vd, offs_d, mask_d, ALIGN_CORNERS)
+    k = _gather_samples(
+        k_base,
+        p_base,
+        offs_n,
+        N_s,
+        stride_pn,
+        stride_pc,
+        H_f,
+        W_f,
+        stride_ky,
+        stride_kx,
+        stride_kd,
+        offs_d,
+        mask_d,
+        ALIGN_CORNERS,
+    )
+    v = _gather_samples(
+        v_base,
+        p_base,
+        offs_n,
+        N_s,
+        stride_pn,
+        stride_pc,
+        H_f,
+        W_f,
+        stride_vy,
+        stride_vx,
+        stride_vd,
+        offs_d,
+        mask_d,
+        ALIGN_CORNERS,
+    )
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     q_base = Q + b * stride_qb + h * stride_qh
@@ -159,11 +348,16 @@ def _dat_bwd_dkdv(Q, K, V, Pts, dO, LSE, Delta, dK, dV, dPts, qk_scale, sm_scale
         offs_m = start_m + tl.arange(0, BLOCK_M)
         mask_m = offs_m < N_q
         tile_mask = mask_m[:, None] & mask_d[None, :]
-        q = tl.load(q_base + offs_m[:, None] * stride_qn + offs_d[None, :] * stride_qd,
-                    mask=tile_mask, other=0.0)
-        do = tl.load(do_base + offs_m[:, None] * stride_gn
-                     + offs_d[None, :] * stride_gd,
-                     mask=tile_mask, other=0.0)
+        q = tl.load(
+            q_base + offs_m[:, None] * stride_qn + offs_d[None, :] * stride_qd,
+            mask=tile_mask,
+            other=0.0,
+        )
+        do = tl.load(
+            do_base + offs_m[:, None] * stride_gn + offs_d[None, :] * stride_gd,
+            mask=tile_mask,
+            other=0.0,
+        )
         lse = tl.load(LSE + pid_bh * N_q + offs_m, mask=mask_m, other=0.0)
         delta = tl.load(Delta + pid_bh * N_q + offs_m, mask=mask_m, other=0.0)
         if DOT_FP32:
@@ -188,10 +382,12 @@ def _dat_bwd_dkdv(Q, K, V, Pts, dO, LSE, Delta, dK, dV, dPts, qk_scale, sm_scale
     # (B, H, H_f, W_f, d)) and differentiate the bilinear weights for the point
     # gradient.
     x = tl.load(p_base + offs_n * stride_pn, mask=mask_n, other=0.0).to(tl.float32)
-    y = tl.load(p_base + offs_n * stride_pn + stride_pc, mask=mask_n,
-                other=0.0).to(tl.float32)
-    x0, y0, lx, ly = _bilinear_setup(_pixel(x, W_f, ALIGN_CORNERS),
-                                     _pixel(y, H_f, ALIGN_CORNERS))
+    y = tl.load(p_base + offs_n * stride_pn + stride_pc, mask=mask_n, other=0.0).to(
+        tl.float32
+    )
+    x0, y0, lx, ly = _bilinear_setup(
+        _pixel(x, W_f, ALIGN_CORNERS), _pixel(y, H_f, ALIGN_CORNERS)
+    )
     hx = 1.0 - lx
     hy = 1.0 - ly
     map_stride_y = W_f * HEAD_DIM
@@ -207,14 +403,58 @@ def _dat_bwd_dkdv(Q, K, V, Pts, dO, LSE, Delta, dK, dV, dPts, qk_scale, sm_scale
         sgn_x = 1.0 if c % 2 == 1 else -1.0  # d wx / d px
         sgn_y = 1.0 if c // 2 == 1 else -1.0  # d wy / d py
         w = wx * wy
-        _corner_scatter(dk_base, cx, cy, W_f, H_f, map_stride_y, HEAD_DIM, offs_d,
-                        mask_n, mask_d, w[:, None] * dk)
-        _corner_scatter(dv_base, cx, cy, W_f, H_f, map_stride_y, HEAD_DIM, offs_d,
-                        mask_n, mask_d, w[:, None] * dv)
-        kc = _corner_rows(k_base, cx, cy, W_f, H_f, stride_ky, stride_kx, offs_d,
-                          stride_kd, mask_n, mask_d)
-        vc = _corner_rows(v_base, cx, cy, W_f, H_f, stride_vy, stride_vx, offs_d,
-                          stride_vd, mask_n, mask_d)
+        _corner_scatter(
+            dk_base,
+            cx,
+            cy,
+            W_f,
+            H_f,
+            map_stride_y,
+            HEAD_DIM,
+            offs_d,
+            mask_n,
+            mask_d,
+            w[:, None] * dk,
+        )
+        _corner_scatter(
+            dv_base,
+            cx,
+            cy,
+            W_f,
+            H_f,
+            map_stride_y,
+            HEAD_DIM,
+            offs_d,
+            mask_n,
+            mask_d,
+            w[:, None] * dv,
+        )
+        kc = _corner_rows(
+            k_base,
+            cx,
+            cy,
+            W_f,
+            H_f,
+            stride_ky,
+            stride_kx,
+            offs_d,
+            stride_kd,
+            mask_n,
+            mask_d,
+        )
+        vc = _corner_rows(
+            v_base,
+            cx,
+            cy,
+            W_f,
+            H_f,
+            stride_vy,
+            stride_vx,
+            offs_d,
+            stride_vd,
+            mask_n,
+            mask_d,
+        )
         dot_c = tl.sum(kc * dk + vc * dv, axis=1)  # <corner, d sample> for K and V
         g_px += sgn_x * wy * dot_c
         g_py += sgn_y * wx * dot_c
@@ -231,16 +471,56 @@ def _dat_bwd_dkdv(Q, K, V, Pts, dO, LSE, Delta, dK, dV, dPts, qk_scale, sm_scale
 
 
 @triton.jit
-def _dat_bwd_dq(Q, K, V, Pts, dO, LSE, Delta, dQ, qk_scale, sm_scale,
-                stride_qb, stride_qh, stride_qn, stride_qd,
-                stride_dqb, stride_dqh, stride_dqn, stride_dqd,
-                stride_kb, stride_kh, stride_ky, stride_kx, stride_kd,
-                stride_vb, stride_vh, stride_vy, stride_vx, stride_vd,
-                stride_pb, stride_pg, stride_pn, stride_pc,
-                stride_gb, stride_gh, stride_gn, stride_gd,
-                N_q, N_s, H_f, W_f, N_HEADS, HEADS_PER_GROUP, HEAD_DIM,
-                ALIGN_CORNERS: tl.constexpr, DOT_FP32: tl.constexpr,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+def _dat_bwd_dq(
+    Q,
+    K,
+    V,
+    Pts,
+    dO,
+    LSE,
+    Delta,
+    dQ,
+    qk_scale,
+    sm_scale,
+    stride_qb,
+    stride_qh,
+    stride_qn,
+    stride_qd,
+    stride_dqb,
+    stride_dqh,
+    stride_dqn,
+    stride_dqd,
+    stride_kb,
+    stride_kh,
+    stride_ky,
+    stride_kx,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vy,
+    stride_vx,
+    stride_vd,
+    stride_pb,
+    stride_pg,
+    stride_pn,
+    stride_pc,
+    stride_gb,
+    stride_gh,
+    stride_gn,
+    stride_gd,
+    N_q,
+    N_s,
+    H_f,
+    W_f,
+    N_HEADS,
+    HEADS_PER_GROUP,
+    HEAD_DIM,
+    ALIGN_CORNERS: tl.constexpr,
+    DOT_FP32: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1).to(tl.int64)
     b = pid_bh // N_HEADS
@@ -250,10 +530,24 @@ def _dat_bwd_dq(Q, K, V, Pts, dO, LSE, Delta, dQ, qk_scale, sm_scale,
     mask_m = offs_m < N_q
     mask_d = offs_d < HEAD_DIM
     tile_mask = mask_m[:, None] & mask_d[None, :]
-    q = tl.load(Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qn
-                + offs_d[None, :] * stride_qd, mask=tile_mask, other=0.0)
-    do = tl.load(dO + b * stride_gb + h * stride_gh + offs_m[:, None] * stride_gn
-                 + offs_d[None, :] * stride_gd, mask=tile_mask, other=0.0)
+    q = tl.load(
+        Q
+        + b * stride_qb
+        + h * stride_qh
+        + offs_m[:, None] * stride_qn
+        + offs_d[None, :] * stride_qd,
+        mask=tile_mask,
+        other=0.0,
+    )
+    do = tl.load(
+        dO
+        + b * stride_gb
+        + h * stride_gh
+        + offs_m[:, None] * stride_gn
+        + offs_d[None, :] * stride_gd,
+        mask=tile_mask,
+        other=0.0,
+    )
     lse = tl.load(LSE + pid_bh * N_q + offs_m, mask=mask_m, other=0.0)
     delta = tl.load(Delta + pid_bh * N_q + offs_m, mask=mask_m, other=0.0)
     k_base = K + b * stride_kb + h * stride_kh
@@ -262,12 +556,38 @@ def _dat_bwd_dq(Q, K, V, Pts, dO, LSE, Delta, dQ, qk_scale, sm_scale,
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     for start_n in range(0, N_s, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        k = _gather_samples(k_base, p_base, offs_n, N_s, stride_pn, stride_pc, H_f, W_f,
-                            stride_ky, stride_kx, stride_kd, offs_d, mask_d,
-                            ALIGN_CORNERS)
-        v = _gather_samples(v_base, p_base, offs_n, N_s, stride_pn, stride_pc, H_f, W_f,
-                            stride_vy, stride_vx, stride_vd, offs_d, mask_d,
-                            ALIGN_CORNERS)
+        k = _gather_samples(
+            k_base,
+            p_base,
+            offs_n,
+            N_s,
+            stride_pn,
+            stride_pc,
+            H_f,
+            W_f,
+            stride_ky,
+            stride_kx,
+            stride_kd,
+            offs_d,
+            mask_d,
+            ALIGN_CORNERS,
+        )
+        v = _gather_samples(
+            v_base,
+            p_base,
+            offs_n,
+            N_s,
+            stride_pn,
+            stride_pc,
+            H_f,
+            W_f,
+            stride_vy,
+            stride_vx,
+            stride_vd,
+            offs_d,
+            mask_d,
+            ALIGN_CORNERS,
+        )
         if DOT_FP32:
             s = tl.dot(q.to(tl.float32), tl.trans(k), input_precision="ieee")
             dp = tl.dot(do.to(tl.float32), tl.trans(v), input_precision="ieee")
@@ -282,8 +602,15 @@ def _dat_bwd_dq(Q, K, V, Pts, dO, LSE, Delta, dQ, qk_scale, sm_scale,
         else:
             dq += tl.dot(ds.to(Q.dtype.element_ty), k.to(Q.dtype.element_ty))
     dq = dq * sm_scale
-    tl.store(dQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqn
-             + offs_d[None, :] * stride_dqd, dq.to(dQ.dtype.element_ty), mask=tile_mask)
+    tl.store(
+        dQ
+        + b * stride_dqb
+        + h * stride_dqh
+        + offs_m[:, None] * stride_dqn
+        + offs_d[None, :] * stride_dqd,
+        dq.to(dQ.dtype.element_ty),
+        mask=tile_mask,
+    )
 
 
 def dot_fp32(dtype: torch.dtype, capability: tuple[int, int] | None) -> bool:
@@ -294,8 +621,13 @@ def dot_fp32(dtype: torch.dtype, capability: tuple[int, int] | None) -> bool:
     return dtype == torch.bfloat16 and capability[0] < 8
 
 
-def dat_config(kernel: str, n_s: int, head_dim: int, capability: tuple[int, int] | None,
-               fp32_dots: bool = False) -> tuple[int, int, int]:
+def dat_config(
+    kernel: str,
+    n_s: int,
+    head_dim: int,
+    capability: tuple[int, int] | None,
+    fp32_dots: bool = False,
+) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps) for ``"fwd"``, ``"dkdv"`` or ``"dq"``.
 
     Under the interpreter (``capability`` None): 64 queries and up to 64 samples per
@@ -327,22 +659,32 @@ def _validate_dat(q, k_map, v_map, points, sm_scale):
     _check_float("points", points, 4, "(B, G, N_s, 2)")
     b, n_h, n_q, d = q.shape
     if k_map.shape[:2] != (b, n_h) or k_map.shape[-1] != d:
-        raise ValueError(f"k_map must be (B, H, H_f, W_f, d) with B={b}, H={n_h}, "
-                         f"d={d}, got shape {tuple(k_map.shape)}")
+        raise ValueError(
+            f"k_map must be (B, H, H_f, W_f, d) with B={b}, H={n_h}, "
+            f"d={d}, got shape {tuple(k_map.shape)}"
+        )
     if v_map.shape != k_map.shape:
-        raise ValueError(f"v_map must have k_map's shape {tuple(k_map.shape)}, "
-                         f"got shape {tuple(v_map.shape)}")
+        raise ValueError(
+            f"v_map must have k_map's shape {tuple(k_map.shape)}, "
+            f"got shape {tuple(v_map.shape)}"
+        )
     if v_map.dtype != k_map.dtype or q.dtype != k_map.dtype:
-        raise TypeError(f"q, k_map and v_map must share a dtype, got {q.dtype}, "
-                        f"{k_map.dtype}, {v_map.dtype}")
+        raise TypeError(
+            f"q, k_map and v_map must share a dtype, got {q.dtype}, "
+            f"{k_map.dtype}, {v_map.dtype}"
+        )
     g = points.shape[1]
     if points.shape[0] != b or points.shape[-1] != 2 or g < 1 or n_h % g:
-        raise ValueError(f"points must be (B, G, N_s, 2) with B={b} and G dividing "
-                         f"H={n_h}, got shape {tuple(points.shape)}")
+        raise ValueError(
+            f"points must be (B, G, N_s, 2) with B={b} and G dividing "
+            f"H={n_h}, got shape {tuple(points.shape)}"
+        )
     if points.shape[2] < 1 or n_q < 1 or min(k_map.shape[2:4]) < 1:
-        raise ValueError(f"need N_q >= 1, N_s >= 1 and a non-empty map: "
-                         f"q {tuple(q.shape)}, k_map {tuple(k_map.shape)}, "
-                         f"points {tuple(points.shape)}")
+        raise ValueError(
+            f"need N_q >= 1, N_s >= 1 and a non-empty map: "
+            f"q {tuple(q.shape)}, k_map {tuple(k_map.shape)}, "
+            f"points {tuple(points.shape)}"
+        )
     if not 1 <= d <= MAX_HEAD_DIM:
         raise ValueError(f"head dim d={d} must be in 1..{MAX_HEAD_DIM}")
     for name, t in (("k_map", k_map), ("v_map", v_map), ("points", points)):
@@ -356,8 +698,15 @@ def _dat_args(q, k_map, v_map, points):
     b, n_h, n_q, d = q.shape
     g, n_s = points.shape[1:3]
     h_f, w_f = k_map.shape[2:4]
-    return (*q.stride(), *k_map.stride(), *v_map.stride(), *points.stride()), \
-        (n_q, n_s, h_f, w_f, n_h, n_h // g, d)
+    return (*q.stride(), *k_map.stride(), *v_map.stride(), *points.stride()), (
+        n_q,
+        n_s,
+        h_f,
+        w_f,
+        n_h,
+        n_h // g,
+        d,
+    )
 
 
 class _DeformableAttention(torch.autograd.Function):
@@ -373,11 +722,25 @@ class _DeformableAttention(torch.autograd.Function):
         block_m, block_n, num_warps = dat_config("fwd", n_s, d, cap, use_fp32)
         strides, sizes = _dat_args(q, k_map, v_map, points)
         grid = (triton.cdiv(n_q, block_m), b * n_h)
-        _dat_fwd[grid](q, k_map, v_map, points, out, lse, sm_scale * LOG2E,
-                       *strides, *out.stride(), *sizes,
-                       ALIGN_CORNERS=align_corners, DOT_FP32=use_fp32,
-                       BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=_block_d(d),
-                       num_warps=num_warps, num_stages=NUM_STAGES)
+        _dat_fwd[grid](
+            q,
+            k_map,
+            v_map,
+            points,
+            out,
+            lse,
+            sm_scale * LOG2E,
+            *strides,
+            *out.stride(),
+            *sizes,
+            ALIGN_CORNERS=align_corners,
+            DOT_FP32=use_fp32,
+            BLOCK_M=block_m,
+            BLOCK_N=block_n,
+            BLOCK_D=_block_d(d),
+            num_warps=num_warps,
+            num_stages=NUM_STAGES,
+        )
         ctx.save_for_backward(q, k_map, v_map, points, out, lse)
         ctx.sm_scale, ctx.align_corners = sm_scale, align_corners
         ctx.dot_fp32 = use_fp32
@@ -396,31 +759,77 @@ class _DeformableAttention(torch.autograd.Function):
         dv = torch.zeros_like(dk)
         dpts = torch.empty((b, n_h, n_s, 2), device=q.device, dtype=torch.float32)
         strides, sizes = _dat_args(q, k_map, v_map, points)
-        common = dict(ALIGN_CORNERS=ctx.align_corners, DOT_FP32=ctx.dot_fp32,
-                      BLOCK_D=_block_d(d))
+        common = dict(
+            ALIGN_CORNERS=ctx.align_corners, DOT_FP32=ctx.dot_fp32, BLOCK_D=_block_d(d)
+        )
         qk_scale = ctx.sm_scale * LOG2E
         cap = _capability(q.device)
         block_m, block_n, num_warps = dat_config("dkdv", n_s, d, cap, ctx.dot_fp32)
         _dat_bwd_dkdv[(triton.cdiv(n_s, block_n), b * n_h)](
-            q, k_map, v_map, points, do, lse, delta, dk, dv, dpts, qk_scale,
-            ctx.sm_scale, *strides, *do.stride(), *sizes,
-            BLOCK_M=block_m, BLOCK_N=block_n,
-            num_warps=num_warps, num_stages=NUM_STAGES, **common)
+            q,
+            k_map,
+            v_map,
+            points,
+            do,
+            lse,
+            delta,
+            dk,
+            dv,
+            dpts,
+            qk_scale,
+            ctx.sm_scale,
+            *strides,
+            *do.stride(),
+            *sizes,
+            BLOCK_M=block_m,
+            BLOCK_N=block_n,
+            num_warps=num_warps,
+            num_stages=NUM_STAGES,
+            **common,
+        )
         block_m, block_n, num_warps = dat_config("dq", n_s, d, cap, ctx.dot_fp32)
         _dat_bwd_dq[(triton.cdiv(n_q, block_m), b * n_h)](
-            q, k_map, v_map, points, do, lse, delta, dq, qk_scale, ctx.sm_scale,
-            *strides[:4], *dq.stride(), *strides[4:], *do.stride(), *sizes,
-            BLOCK_M=block_m, BLOCK_N=block_n,
-            num_warps=num_warps, num_stages=NUM_STAGES, **common)
+            q,
+            k_map,
+            v_map,
+            points,
+            do,
+            lse,
+            delta,
+            dq,
+            qk_scale,
+            ctx.sm_scale,
+            *strides[:4],
+            *dq.stride(),
+            *strides[4:],
+            *do.stride(),
+            *sizes,
+            BLOCK_M=block_m,
+            BLOCK_N=block_n,
+            num_warps=num_warps,
+            num_stages=NUM_STAGES,
+            **common,
+        )
         # (B, G, N_s, 2): the heads of a group summed
         dpts = dpts.view(b, g, n_h // g, n_s, 2).sum(2)
-        return (dq, dk.to(k_map.dtype), dv.to(v_map.dtype), dpts.to(points.dtype), None,
-                None)
+        return (
+            dq,
+            dk.to(k_map.dtype),
+            dv.to(v_map.dtype),
+            dpts.to(points.dtype),
+            None,
+            None,
+        )
 
 
-def deformable_attention(q: torch.Tensor, k_map: torch.Tensor, v_map: torch.Tensor,
-                         points: torch.Tensor, sm_scale: float | None = None,
-                         align_corners: bool = True) -> torch.Tensor:
+def deformable_attention(
+    q: torch.Tensor,
+    k_map: torch.Tensor,
+    v_map: torch.Tensor,
+    points: torch.Tensor,
+    sm_scale: float | None = None,
+    align_corners: bool = True,
+) -> torch.Tensor:
     """Attention over keys and values bilinearly sampled from maps, fused (DAT).
 
     q: (B, H, N_q, d); k_map, v_map: (B, H, H_f, W_f, d); points: (B, G, N_s, 2) as
@@ -430,13 +839,19 @@ def deformable_attention(q: torch.Tensor, k_map: torch.Tensor, v_map: torch.Tens
     """
     scale = _validate_dat(q, k_map, v_map, points, sm_scale)
     if not isinstance(align_corners, bool):
-        raise TypeError(f"align_corners must be a bool, "
-                        f"got {type(align_corners).__name__} {align_corners!r}")
+        raise TypeError(
+            f"align_corners must be a bool, "
+            f"got {type(align_corners).__name__} {align_corners!r}"
+        )
     return _DeformableAttention.apply(q, k_map, v_map, points, scale, align_corners)
 
 
-def sample_maps(k_map: torch.Tensor, v_map: torch.Tensor, points: torch.Tensor,
-                align_corners: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_maps(
+    k_map: torch.Tensor,
+    v_map: torch.Tensor,
+    points: torch.Tensor,
+    align_corners: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """grid_sample both maps at each group's points: k̃, ṽ of shape (B, H, N_s, d)."""
     b, n_h, h_f, w_f, d = k_map.shape
     g, n_s = points.shape[1:3]
@@ -444,14 +859,20 @@ def sample_maps(k_map: torch.Tensor, v_map: torch.Tensor, points: torch.Tensor,
     out = []
     for m in (k_map, v_map):
         m2 = m.reshape(b * n_h, h_f, w_f, d).permute(0, 3, 1, 2)  # (B*H, d, H_f, W_f)
-        s = F.grid_sample(m2, grid.to(m.dtype), mode="bilinear", padding_mode="zeros",
-                          align_corners=align_corners)  # (B*H, d, 1, N_s)
+        s = F.grid_sample(
+            m2,
+            grid.to(m.dtype),
+            mode="bilinear",
+            padding_mode="zeros",
+            align_corners=align_corners,
+        )  # (B*H, d, 1, N_s)
         out.append(s[:, :, 0].transpose(1, 2).reshape(b, n_h, n_s, d))  # (B, H, N_s, d)
     return out[0], out[1]
 
 
-def deformable_attention_reference(q, k_map, v_map, points, sm_scale=None,
-                                   align_corners=True) -> torch.Tensor:
+def deformable_attention_reference(
+    q, k_map, v_map, points, sm_scale=None, align_corners=True
+) -> torch.Tensor:
     """Naive PyTorch: grid_sample the maps, then materialise the attention matrix."""
     k, v = sample_maps(k_map, v_map, points, align_corners)
     scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale

@@ -42,31 +42,38 @@ def _bilinear_setup(px, py):
 
 
 @triton.jit
-def _corner_rows(base, xi, yi, W, H, stride_y, stride_x, offs_d, stride_d, mask_r,
-                 mask_d):
+def _corner_rows(
+    base, xi, yi, W, H, stride_y, stride_x, offs_d, stride_d, mask_r, mask_d
+):
     """Gather one corner for a block of samples: (BLOCK, BLOCK_D) fp32, 0 outside the
     map."""
     inside = (xi >= 0) & (xi < W) & (yi >= 0) & (yi < H) & mask_r
-    ptrs = base + (yi.to(tl.int64) * stride_y + xi.to(tl.int64) * stride_x)[:, None] \
+    ptrs = (
+        base
+        + (yi.to(tl.int64) * stride_y + xi.to(tl.int64) * stride_x)[:, None]
         + offs_d[None, :] * stride_d
-    return tl.load(ptrs, mask=inside[:, None] & mask_d[None, :],
-                   other=0.0).to(tl.float32)
+    )
+    return tl.load(ptrs, mask=inside[:, None] & mask_d[None, :], other=0.0).to(
+        tl.float32
+    )
 
 
 @triton.jit
-def _corner_scatter(base, xi, yi, W, H, stride_y, stride_x, offs_d, mask_r, mask_d,
-                    val):
+def _corner_scatter(
+    base, xi, yi, W, H, stride_y, stride_x, offs_d, mask_r, mask_d, val
+):
     """atomic_add a (BLOCK, BLOCK_D) tile into one corner of a contiguous fp32 map.
 
     Relaxed: a sum needs no ordering against other memory, only atomicity, so no fence
     (``MEMBAR.ALL.GPU``, a round trip to L2) is issued around each add, as the default
     ``acq_rel`` would."""
     inside = (xi >= 0) & (xi < W) & (yi >= 0) & (yi < H) & mask_r
-    ptrs = base + (yi.to(tl.int64) * stride_y + xi.to(tl.int64) * stride_x)[:, None] \
+    ptrs = (
+        base
+        + (yi.to(tl.int64) * stride_y + xi.to(tl.int64) * stride_x)[:, None]
         + offs_d[None, :]
+    )
     tl.atomic_add(ptrs, val, mask=inside[:, None] & mask_d[None, :], sem="relaxed")
-
-
 
 
 def _block_d(head_dim: int) -> int:
@@ -74,12 +81,11 @@ def _block_d(head_dim: int) -> int:
 
 
 def _capability(device: torch.device) -> tuple[int, int] | None:
-    """The GPU's compute capability, or None when the kernels run under the interpreter.
-    """
+    """The GPU's compute capability, or None when the kernels run under the
+    interpreter."""
     if runtime.INTERPRET or device.type != "cuda":
         return None
     return tuple(torch.cuda.get_device_capability(device))
-
 
 
 def _check_float(name: str, t, ndim: int, shape_doc: str, dtypes=_FLOAT_DTYPES) -> None:
@@ -90,4 +96,3 @@ def _check_float(name: str, t, ndim: int, shape_doc: str, dtypes=_FLOAT_DTYPES) 
         raise TypeError(f"{name} must be one of {names}, got {t.dtype}")
     if t.dim() != ndim:
         raise ValueError(f"{name} must be {shape_doc}, got shape {tuple(t.shape)}")
-

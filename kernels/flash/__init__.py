@@ -72,10 +72,14 @@ Known limits
     every tile of at least 16 x 16 spills registers there.
 """
 
-
 from .api import attention_probs, flash_attention
 from .forward import forward_with_tiles
 from .tiles import FORWARD_PATHS, MAX_HEAD_DIM
 
-__all__ = ["FORWARD_PATHS", "MAX_HEAD_DIM", "attention_probs", "flash_attention",
-           "forward_with_tiles"]
+__all__ = [
+    "FORWARD_PATHS",
+    "MAX_HEAD_DIM",
+    "attention_probs",
+    "flash_attention",
+    "forward_with_tiles",
+]

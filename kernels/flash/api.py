@@ -29,13 +29,15 @@ class _FlashAttention(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, sm_scale, return_lse, forward_path,
-                deterministic):
+    def forward(
+        ctx, q, k, v, causal, sm_scale, return_lse, forward_path, deterministic
+    ):
         if forward_path == "pointer":
             o, lse2 = _forward(q, k, v, causal, sm_scale)
         else:  # TMA descriptors (sm_90), kernels.flash.forward_tma
-            o, lse2 = forward_tma(q, k, v, causal, sm_scale,
-                                  warp_specialize=forward_path == "tma-ws")
+            o, lse2 = forward_tma(
+                q, k, v, causal, sm_scale, warp_specialize=forward_path == "tma-ws"
+            )
         ctx.save_for_backward(q, k, v, o, lse2)
         ctx.causal, ctx.sm_scale, ctx.deterministic = causal, sm_scale, deterministic
         if not return_lse:
@@ -46,22 +48,33 @@ class _FlashAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do, dlse=None):
         q, k, v, o, lse2 = ctx.saved_tensors
-        if ctx.deterministic or not (runtime.INTERPRET or fused.configs(
-                torch.cuda.get_device_capability(q.device), q.shape[-1], q.dtype)):
+        if ctx.deterministic or not (
+            runtime.INTERPRET
+            or fused.configs(
+                torch.cuda.get_device_capability(q.device), q.shape[-1], q.dtype
+            )
+        ):
             # (the fused kernel has no tile for this GPU and head dim: the two-kernel
             # backward, deterministic as well)
             dq, dk, dv = _backward(do, q, k, v, o, lse2, ctx.causal, ctx.sm_scale, dlse)
         else:  # one fused kernel, dQ by fp32 atomics: kernels.flash.backward_fused
             bad = _grad_flag(ctx.causal, q, k, v, do, lse2, dlse)
-            dq, dk, dv = fused.backward_fused(do, q, k, v, o, lse2, ctx.causal,
-                                              ctx.sm_scale, dlse=dlse, bad=bad)
+            dq, dk, dv = fused.backward_fused(
+                do, q, k, v, o, lse2, ctx.causal, ctx.sm_scale, dlse=dlse, bad=bad
+            )
         return dq, dk, dv, None, None, None, None, None
 
 
-def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                    causal: bool = False, sm_scale: float | None = None,
-                    return_lse: bool = False, forward_path: str = "pointer",
-                    deterministic: bool = True):
+def flash_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    return_lse: bool = False,
+    forward_path: str = "pointer",
+    deterministic: bool = True,
+):
     """softmax(q k^T * sm_scale) v without ever storing the N_q x N_k scores.
 
     Args:
@@ -93,15 +106,22 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         if not isinstance(flag, bool):
             raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
     if forward_path not in FORWARD_PATHS:
-        raise ValueError(f"forward_path must be one of {FORWARD_PATHS}, "
-                         f"got {forward_path!r}")
-    return _FlashAttention.apply(q, k, v, causal, scale, return_lse, forward_path,
-                                 deterministic)
+        raise ValueError(
+            f"forward_path must be one of {FORWARD_PATHS}, got {forward_path!r}"
+        )
+    return _FlashAttention.apply(
+        q, k, v, causal, scale, return_lse, forward_path, deterministic
+    )
 
 
-def attention_probs(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor,
-                    causal: bool = False, sm_scale: float | None = None,
-                    rows=None) -> torch.Tensor:
+def attention_probs(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    lse: torch.Tensor,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    rows=None,
+) -> torch.Tensor:
     """Recompute softmax probabilities P = exp(S * scale - lse) for chosen query rows.
 
     The kernel never stores P; this rebuilds it exactly from q, k and the lse the
@@ -121,8 +141,9 @@ def attention_probs(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor,
     B, H, N_q, d = q.shape
     H_kv, N_k = k.shape[1], k.shape[2]
     if not isinstance(lse, torch.Tensor) or tuple(lse.shape) != (B, H, N_q):
-        shape = (tuple(lse.shape) if isinstance(lse, torch.Tensor)
-                 else type(lse).__name__)
+        shape = (
+            tuple(lse.shape) if isinstance(lse, torch.Tensor) else type(lse).__name__
+        )
         raise ValueError(f"lse must be (B, H, N_q) = {(B, H, N_q)}, got {shape}")
     if rows is None:
         idx = torch.arange(N_q, device=q.device)
@@ -139,7 +160,8 @@ def attention_probs(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor,
     row_lse = lse.float()[:, :, idx]  # (B, H, R)
     visible = torch.isfinite(row_lse)[..., None].expand_as(s)  # (B, H, R, N_k)
     if causal:
-        visible = visible & (torch.arange(N_k, device=q.device)[None, :]
-                             <= idx[:, None] + (N_k - N_q))
+        visible = visible & (
+            torch.arange(N_k, device=q.device)[None, :] <= idx[:, None] + (N_k - N_q)
+        )
     p = torch.exp(s - torch.where(torch.isfinite(row_lse), row_lse, 0.0)[..., None])
     return torch.where(visible, p, 0.0)

@@ -73,21 +73,27 @@ __all__ = ["ARCHS", "backward_fused", "configs", "nonfinite_flag"]
 INTERPRET_CONFIG = (64, 64, 4, 1)
 
 _TABLE: dict[str, dict[int, list[tuple[int, int, int, int]]]] = {
-    "sm90": {16: [(64, 64, 4, 2), (64, 128, 8, 2)],
-             32: [(64, 64, 4, 2), (64, 128, 8, 2)],
-             64: [(64, 64, 4, 2), (64, 128, 8, 2)],
-             128: [(16, 64, 8, 1)],
-             256: [(16, 32, 8, 1)]},
-    "sm80": {16: [(32, 64, 8, 2), (32, 128, 8, 1)],
-             32: [(32, 64, 8, 2), (32, 128, 8, 1)],
-             64: [(32, 64, 8, 2), (32, 128, 8, 1)],
-             128: [(32, 64, 8, 2)],
-             256: [(16, 32, 8, 1)]},
-    "sm89": {16: [(32, 64, 8, 2), (32, 128, 8, 1)],
-             32: [(32, 64, 8, 2), (32, 128, 8, 1)],
-             64: [(32, 64, 8, 2), (32, 128, 8, 1)],
-             128: [(32, 64, 8, 2)],
-             256: [(16, 64, 8, 1), (16, 32, 8, 1)]},
+    "sm90": {
+        16: [(64, 64, 4, 2), (64, 128, 8, 2)],
+        32: [(64, 64, 4, 2), (64, 128, 8, 2)],
+        64: [(64, 64, 4, 2), (64, 128, 8, 2)],
+        128: [(16, 64, 8, 1)],
+        256: [(16, 32, 8, 1)],
+    },
+    "sm80": {
+        16: [(32, 64, 8, 2), (32, 128, 8, 1)],
+        32: [(32, 64, 8, 2), (32, 128, 8, 1)],
+        64: [(32, 64, 8, 2), (32, 128, 8, 1)],
+        128: [(32, 64, 8, 2)],
+        256: [(16, 32, 8, 1)],
+    },
+    "sm89": {
+        16: [(32, 64, 8, 2), (32, 128, 8, 1)],
+        32: [(32, 64, 8, 2), (32, 128, 8, 1)],
+        64: [(32, 64, 8, 2), (32, 128, 8, 1)],
+        128: [(32, 64, 8, 2)],
+        256: [(16, 64, 8, 1), (16, 32, 8, 1)],
+    },
 }
 # (From the full `make compile-check` matrix, triton 3.7.1: sm_75/80/89/90, d = 64, 80,
 # 128, 256, fp16/bf16/fp32, causal or not, N = 4096 and 4000. The 64-row tiles first
@@ -106,8 +112,9 @@ _FMA_TABLE: dict[str, dict[int, list[tuple[int, int, int, int]]]] = {
 }
 
 
-def configs(capability: tuple[int, int], head_dim: int,
-            dtype: torch.dtype = torch.float16) -> list[tuple[int, int, int, int]]:
+def configs(
+    capability: tuple[int, int], head_dim: int, dtype: torch.dtype = torch.float16
+) -> list[tuple[int, int, int, int]]:
     """Shipped (BLOCK_M, BLOCK_N, num_warps, num_stages) of the fused backward.
 
     Empty where it is not supported (sm_75 at head dim > 128).
@@ -124,12 +131,19 @@ def configs(capability: tuple[int, int], head_dim: int,
 def _all_configs() -> list[triton.Config]:
     if runtime.INTERPRET:
         bm, bn, w, s = INTERPRET_CONFIG
-        return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w,
-                              num_stages=s)]
-    seen = {c for t in (*_TABLE.values(), *_FMA_TABLE.values()) for cs in t.values()
-            for c in cs}
-    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-            for bm, bn, w, s in sorted(seen)]
+        return [
+            triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+        ]
+    seen = {
+        c
+        for t in (*_TABLE.values(), *_FMA_TABLE.values())
+        for cs in t.values()
+        for c in cs
+    }
+    return [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+        for bm, bn, w, s in sorted(seen)
+    ]
 
 
 def _prune(configs_, named_args, **kwargs):
@@ -137,21 +151,50 @@ def _prune(configs_, named_args, **kwargs):
     head_dim = kwargs.get("HEAD_DIM", named_args.get("HEAD_DIM"))
     cap = torch.cuda.get_device_capability(q.device)
     allowed = set(configs(cap, head_dim, q.dtype))
-    return [c for c in configs_
-            if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps,
-                c.num_stages) in allowed]
+    return [
+        c
+        for c in configs_
+        if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages)
+        in allowed
+    ]
 
 
 # --------------------------------------------------------------------------------------
 # Kernel
 # --------------------------------------------------------------------------------------
 @triton.jit
-def _select_pairs(dk, dv, q_base, do_base, k_base, v_base, dq_base, lse_base,
-                  delta_base, stride_qm, stride_qd, stride_dom, stride_dod,
-                  stride_kn, stride_kd, stride_vn, stride_vd, stride_dqm, stride_dqd,
-                  start_m, start_n, offs_d, qk_scale, N_CTX_Q, N_CTX_K, HEAD_DIM,
-                  causal_offset, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_D: tl.constexpr):
+def _select_pairs(
+    dk,
+    dv,
+    q_base,
+    do_base,
+    k_base,
+    v_base,
+    dq_base,
+    lse_base,
+    delta_base,
+    stride_qm,
+    stride_qd,
+    stride_dom,
+    stride_dod,
+    stride_kn,
+    stride_kd,
+    stride_vn,
+    stride_vd,
+    stride_dqm,
+    stride_dqd,
+    start_m,
+    start_n,
+    offs_d,
+    qk_scale,
+    N_CTX_Q,
+    N_CTX_K,
+    HEAD_DIM,
+    causal_offset,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     """One masked tile, pair by pair: only the VISIBLE (query, key) pairs are computed
     (p = exp2(q.k * scale - lse), ds = p (dO.v - delta)) and added into dV, dK and,
     by fp32 atomics, dQ, so a NaN/inf in a hidden query row (Q, dO) or a hidden key
@@ -163,37 +206,77 @@ def _select_pairs(dk, dv, q_base, do_base, k_base, v_base, dq_base, lse_base,
     rows = tl.arange(0, BLOCK_N)
     for jj in range(0, BLOCK_N):
         key = start_n + jj
-        k_j = tl.load(k_base + key * stride_kn + offs_d * stride_kd,
-                      mask=dmask & (key < N_CTX_K), other=0.0).to(tl.float32)
-        v_j = tl.load(v_base + key * stride_vn + offs_d * stride_vd,
-                      mask=dmask & (key < N_CTX_K), other=0.0).to(tl.float32)
+        k_j = tl.load(
+            k_base + key * stride_kn + offs_d * stride_kd,
+            mask=dmask & (key < N_CTX_K),
+            other=0.0,
+        ).to(tl.float32)
+        v_j = tl.load(
+            v_base + key * stride_vn + offs_d * stride_vd,
+            mask=dmask & (key < N_CTX_K),
+            other=0.0,
+        ).to(tl.float32)
         dk_j = tl.zeros([BLOCK_D], dtype=tl.float32)
         dv_j = tl.zeros([BLOCK_D], dtype=tl.float32)
         for ii in range(0, BLOCK_M):
             row = start_m + ii
             if (key <= row + causal_offset) & (key < N_CTX_K) & (row < N_CTX_Q):
-                q_i = tl.load(q_base + row * stride_qm + offs_d * stride_qd,
-                              mask=dmask, other=0.0).to(tl.float32)
-                do_i = tl.load(do_base + row * stride_dom + offs_d * stride_dod,
-                               mask=dmask, other=0.0).to(tl.float32)
+                q_i = tl.load(
+                    q_base + row * stride_qm + offs_d * stride_qd, mask=dmask, other=0.0
+                ).to(tl.float32)
+                do_i = tl.load(
+                    do_base + row * stride_dom + offs_d * stride_dod,
+                    mask=dmask,
+                    other=0.0,
+                ).to(tl.float32)
                 p = tl.exp2(tl.sum(q_i * k_j, 0) * qk_scale - tl.load(lse_base + row))
                 ds = p * (tl.sum(do_i * v_j, 0) - tl.load(delta_base + row))
                 dv_j += p * do_i
                 dk_j += ds * q_i
-                tl.atomic_add(dq_base + row * stride_dqm + offs_d * stride_dqd,
-                              ds * k_j, mask=dmask, sem="relaxed")
+                tl.atomic_add(
+                    dq_base + row * stride_dqm + offs_d * stride_dqd,
+                    ds * k_j,
+                    mask=dmask,
+                    sem="relaxed",
+                )
         dv = tl.where(rows[:, None] == jj, dv + dv_j[None, :], dv)
         dk = tl.where(rows[:, None] == jj, dk + dk_j[None, :], dk)
     return dk, dv
 
 
 @triton.jit
-def _tile_updates(dk, dv, k, v, q_base, do_base, dq_base, lse_base, delta_base,
-                  stride_qm, stride_qd, stride_dom, stride_dod, stride_dqm, stride_dqd,
-                  start_m, offs_n, offs_d, qk_scale, N_CTX_Q, N_CTX_K, HEAD_DIM,
-                  causal_offset, BLOCK_M: tl.constexpr, MASKED: tl.constexpr,
-                  EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr,
-                  UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+def _tile_updates(
+    dk,
+    dv,
+    k,
+    v,
+    q_base,
+    do_base,
+    dq_base,
+    lse_base,
+    delta_base,
+    stride_qm,
+    stride_qd,
+    stride_dom,
+    stride_dod,
+    stride_dqm,
+    stride_dqd,
+    start_m,
+    offs_n,
+    offs_d,
+    qk_scale,
+    N_CTX_Q,
+    N_CTX_K,
+    HEAD_DIM,
+    causal_offset,
+    BLOCK_M: tl.constexpr,
+    MASKED: tl.constexpr,
+    EVEN_M: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    UPCAST: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
     """The five matmuls for one query block against the resident key block.
 
     Transposed tiles (keys along rows), as kernels.flash's dK/dV kernel. MASKED=True:
@@ -202,13 +285,28 @@ def _tile_updates(dk, dv, k, v, q_base, do_base, dq_base, lse_base, delta_base,
     """
     offs_m = start_m + tl.arange(0, BLOCK_M)
     q, do, lse2, delta = _load_query_rows(
-        q_base, do_base, lse_base, delta_base, offs_m, offs_d, stride_qm, stride_qd,
-        stride_dom, stride_dod, N_CTX_Q, HEAD_DIM, EVEN_M, EVEN_D, UPCAST)
+        q_base,
+        do_base,
+        lse_base,
+        delta_base,
+        offs_m,
+        offs_d,
+        stride_qm,
+        stride_qd,
+        stride_dom,
+        stride_dod,
+        N_CTX_Q,
+        HEAD_DIM,
+        EVEN_M,
+        EVEN_D,
+        UPCAST,
+    )
     # S^T = K Q^T, (BLOCK_N, BLOCK_M), in base 2
     sT = tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION) * qk_scale
     if MASKED:
-        sT = tl.where(offs_n[:, None] <= offs_m[None, :] + causal_offset, sT,
-                      float("-inf"))
+        sT = tl.where(
+            offs_n[:, None] <= offs_m[None, :] + causal_offset, sT, float("-inf")
+        )
     if not EVEN_N:  # padded key rows: P = 0, never exp2(0 - lse)
         sT = tl.where(offs_n[:, None] < N_CTX_K, sT, float("-inf"))
     pT = tl.exp2(sT - lse2[None, :])
@@ -227,24 +325,61 @@ def _tile_updates(dk, dv, k, v, q_base, do_base, dq_base, lse_base, delta_base,
     elif EVEN_D:
         tl.atomic_add(dq_ptrs, dq, mask=offs_m[:, None] < N_CTX_Q, sem="relaxed")
     else:
-        tl.atomic_add(dq_ptrs, dq, mask=(offs_m[:, None] < N_CTX_Q)
-                      & (offs_d[None, :] < HEAD_DIM), sem="relaxed")
+        tl.atomic_add(
+            dq_ptrs,
+            dq,
+            mask=(offs_m[:, None] < N_CTX_Q) & (offs_d[None, :] < HEAD_DIM),
+            sem="relaxed",
+        )
     # dK += dS^T Q  (times sm_scale once, at the end)
     dk = tl.dot(dsT, q, dk, input_precision=DOT_PRECISION)
     return dk, dv
 
 
 @triton.jit
-def _attn_bwd_fused_inner(dk, dv, k, v, q_base, do_base, k_base, v_base, dq_base,
-                          lse_base, delta_base, stride_qm, stride_qd, stride_dom,
-                          stride_dod, stride_kn, stride_kd, stride_vn, stride_vd,
-                          stride_dqm, stride_dqd, start_n, offs_n, offs_d, lo, hi,
-                          qk_scale, N_CTX_Q, N_CTX_K, HEAD_DIM, causal_offset, bad,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                          BLOCK_D: tl.constexpr, MASKED: tl.constexpr,
-                          EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
-                          EVEN_D: tl.constexpr, UPCAST: tl.constexpr,
-                          DOT_PRECISION: tl.constexpr):
+def _attn_bwd_fused_inner(
+    dk,
+    dv,
+    k,
+    v,
+    q_base,
+    do_base,
+    k_base,
+    v_base,
+    dq_base,
+    lse_base,
+    delta_base,
+    stride_qm,
+    stride_qd,
+    stride_dom,
+    stride_dod,
+    stride_kn,
+    stride_kd,
+    stride_vn,
+    stride_vd,
+    stride_dqm,
+    stride_dqd,
+    start_n,
+    offs_n,
+    offs_d,
+    lo,
+    hi,
+    qk_scale,
+    N_CTX_Q,
+    N_CTX_K,
+    HEAD_DIM,
+    causal_offset,
+    bad,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    MASKED: tl.constexpr,
+    EVEN_M: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    UPCAST: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
     """Query blocks [lo, hi) against the resident key block. MASKED=True: the causal
     diagonal blocks, pair by pair when the inputs hold a NaN/inf (``bad``)."""
     for start_m in range(lo, hi, BLOCK_M):
@@ -252,45 +387,165 @@ def _attn_bwd_fused_inner(dk, dv, k, v, q_base, do_base, k_base, v_base, dq_base
         if MASKED:
             if bad != 0:
                 dk, dv = _select_pairs(
-                    dk, dv, q_base, do_base, k_base, v_base, dq_base, lse_base,
-                    delta_base, stride_qm, stride_qd, stride_dom, stride_dod,
-                    stride_kn, stride_kd, stride_vn, stride_vd, stride_dqm,
-                    stride_dqd, start_m, start_n, offs_d, qk_scale, N_CTX_Q, N_CTX_K,
-                    HEAD_DIM, causal_offset, BLOCK_M, BLOCK_N, BLOCK_D)
+                    dk,
+                    dv,
+                    q_base,
+                    do_base,
+                    k_base,
+                    v_base,
+                    dq_base,
+                    lse_base,
+                    delta_base,
+                    stride_qm,
+                    stride_qd,
+                    stride_dom,
+                    stride_dod,
+                    stride_kn,
+                    stride_kd,
+                    stride_vn,
+                    stride_vd,
+                    stride_dqm,
+                    stride_dqd,
+                    start_m,
+                    start_n,
+                    offs_d,
+                    qk_scale,
+                    N_CTX_Q,
+                    N_CTX_K,
+                    HEAD_DIM,
+                    causal_offset,
+                    BLOCK_M,
+                    BLOCK_N,
+                    BLOCK_D,
+                )
             else:
                 dk, dv = _tile_updates(
-                    dk, dv, k, v, q_base, do_base, dq_base, lse_base, delta_base,
-                    stride_qm, stride_qd, stride_dom, stride_dod, stride_dqm,
-                    stride_dqd, start_m, offs_n, offs_d, qk_scale, N_CTX_Q, N_CTX_K,
-                    HEAD_DIM, causal_offset, BLOCK_M, True, EVEN_M, EVEN_N, EVEN_D,
-                    UPCAST, DOT_PRECISION)
+                    dk,
+                    dv,
+                    k,
+                    v,
+                    q_base,
+                    do_base,
+                    dq_base,
+                    lse_base,
+                    delta_base,
+                    stride_qm,
+                    stride_qd,
+                    stride_dom,
+                    stride_dod,
+                    stride_dqm,
+                    stride_dqd,
+                    start_m,
+                    offs_n,
+                    offs_d,
+                    qk_scale,
+                    N_CTX_Q,
+                    N_CTX_K,
+                    HEAD_DIM,
+                    causal_offset,
+                    BLOCK_M,
+                    True,
+                    EVEN_M,
+                    EVEN_N,
+                    EVEN_D,
+                    UPCAST,
+                    DOT_PRECISION,
+                )
         else:
             dk, dv = _tile_updates(
-                dk, dv, k, v, q_base, do_base, dq_base, lse_base, delta_base,
-                stride_qm, stride_qd, stride_dom, stride_dod, stride_dqm, stride_dqd,
-                start_m, offs_n, offs_d, qk_scale, N_CTX_Q, N_CTX_K, HEAD_DIM,
-                causal_offset, BLOCK_M, False, EVEN_M, EVEN_N, EVEN_D, UPCAST,
-                DOT_PRECISION)
+                dk,
+                dv,
+                k,
+                v,
+                q_base,
+                do_base,
+                dq_base,
+                lse_base,
+                delta_base,
+                stride_qm,
+                stride_qd,
+                stride_dom,
+                stride_dod,
+                stride_dqm,
+                stride_dqd,
+                start_m,
+                offs_n,
+                offs_d,
+                qk_scale,
+                N_CTX_Q,
+                N_CTX_K,
+                HEAD_DIM,
+                causal_offset,
+                BLOCK_M,
+                False,
+                EVEN_M,
+                EVEN_N,
+                EVEN_D,
+                UPCAST,
+                DOT_PRECISION,
+            )
     return dk, dv
 
 
-@triton.autotune(configs=_all_configs(), key=["HEAD_DIM", "IS_CAUSAL"],
-                 prune_configs_by={"early_config_prune": _prune},
-                 reset_to_zero=["DQ"])  # the tuner's trial runs add into DQ too
+@triton.autotune(
+    configs=_all_configs(),
+    key=["HEAD_DIM", "IS_CAUSAL"],
+    prune_configs_by={"early_config_prune": _prune},
+    reset_to_zero=["DQ"],
+)  # the tuner's trial runs add into DQ too
 @triton.heuristics(_HEURISTICS)
 @triton.jit
-def _attn_bwd_fused(Q, K, V, DO, LSE2, Delta, DQ, DK, DV, BAD, sm_scale,
-                    stride_qz, stride_qh, stride_qm, stride_qd,
-                    stride_kz, stride_kh, stride_kn, stride_kd,
-                    stride_vz, stride_vh, stride_vn, stride_vd,
-                    stride_doz, stride_doh, stride_dom, stride_dod,
-                    stride_dqz, stride_dqh, stride_dqm, stride_dqd,
-                    stride_dkz, stride_dkh, stride_dkn, stride_dkd,
-                    H_KV, GROUP, N_CTX_Q, N_CTX_K, HEAD_DIM,
-                    IS_CAUSAL: tl.constexpr, BLOCK_D: tl.constexpr,
-                    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr):
+def _attn_bwd_fused(
+    Q,
+    K,
+    V,
+    DO,
+    LSE2,
+    Delta,
+    DQ,
+    DK,
+    DV,
+    BAD,
+    sm_scale,
+    stride_qz,
+    stride_qh,
+    stride_qm,
+    stride_qd,
+    stride_kz,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vz,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_doz,
+    stride_doh,
+    stride_dom,
+    stride_dod,
+    stride_dqz,
+    stride_dqh,
+    stride_dqm,
+    stride_dqd,
+    stride_dkz,
+    stride_dkh,
+    stride_dkn,
+    stride_dkd,
+    H_KV,
+    GROUP,
+    N_CTX_Q,
+    N_CTX_K,
+    HEAD_DIM,
+    IS_CAUSAL: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    UPCAST: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    EVEN_M: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    EVEN_D: tl.constexpr,
+):
     start_n = tl.program_id(0) * BLOCK_N  # first key of this program's block
     off_hz = tl.program_id(1)  # which (batch, k/v head)
     off_z = off_hz // H_KV
@@ -299,10 +554,24 @@ def _attn_bwd_fused(Q, K, V, DO, LSE2, Delta, DQ, DK, DV, BAD, sm_scale,
     offs_d = tl.arange(0, BLOCK_D)
     k_base = K + off_z.to(tl.int64) * stride_kz + off_hkv.to(tl.int64) * stride_kh
     v_base = V + off_z.to(tl.int64) * stride_vz + off_hkv.to(tl.int64) * stride_vh
-    k = _load_tile(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
-                   offs_n, offs_d, N_CTX_K, HEAD_DIM, EVEN_N, EVEN_D)
-    v = _load_tile(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
-                   offs_n, offs_d, N_CTX_K, HEAD_DIM, EVEN_N, EVEN_D)
+    k = _load_tile(
+        k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+        offs_n,
+        offs_d,
+        N_CTX_K,
+        HEAD_DIM,
+        EVEN_N,
+        EVEN_D,
+    )
+    v = _load_tile(
+        v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+        offs_n,
+        offs_d,
+        N_CTX_K,
+        HEAD_DIM,
+        EVEN_N,
+        EVEN_D,
+    )
     if UPCAST:
         k = k.to(tl.float32)
         v = v.to(tl.float32)
@@ -314,8 +583,9 @@ def _attn_bwd_fused(Q, K, V, DO, LSE2, Delta, DQ, DK, DV, BAD, sm_scale,
     # Query range, as kernels.flash's dK/dV kernel: key j is seen by rows
     # i >= j - causal_offset; rows from full_start on see every key of the block.
     causal_offset = N_CTX_K - N_CTX_Q
-    lo, full_start, end_m = _query_range(start_n, N_CTX_Q, N_CTX_K, IS_CAUSAL, BLOCK_M,
-                                         BLOCK_N)
+    lo, full_start, end_m = _query_range(
+        start_n, N_CTX_Q, N_CTX_K, IS_CAUSAL, BLOCK_M, BLOCK_N
+    )
 
     for g in range(GROUP):  # the q heads that share this k/v head (GQA)
         off_h = off_hkv * GROUP + g
@@ -327,19 +597,91 @@ def _attn_bwd_fused(Q, K, V, DO, LSE2, Delta, DQ, DK, DV, BAD, sm_scale,
         delta_base = Delta + off_bh.to(tl.int64) * N_CTX_Q
         if IS_CAUSAL:  # diagonal blocks, masked
             dk, dv = _attn_bwd_fused_inner(
-                dk, dv, k, v, q_base, do_base, k_base, v_base, dq_base, lse_base,
-                delta_base, stride_qm, stride_qd, stride_dom, stride_dod, stride_kn,
-                stride_kd, stride_vn, stride_vd, stride_dqm, stride_dqd, start_n,
-                offs_n, offs_d, lo, full_start,
-                qk_scale, N_CTX_Q, N_CTX_K, HEAD_DIM, causal_offset, bad, BLOCK_M,
-                BLOCK_N, BLOCK_D, True, EVEN_M, EVEN_N, EVEN_D, UPCAST, DOT_PRECISION)
+                dk,
+                dv,
+                k,
+                v,
+                q_base,
+                do_base,
+                k_base,
+                v_base,
+                dq_base,
+                lse_base,
+                delta_base,
+                stride_qm,
+                stride_qd,
+                stride_dom,
+                stride_dod,
+                stride_kn,
+                stride_kd,
+                stride_vn,
+                stride_vd,
+                stride_dqm,
+                stride_dqd,
+                start_n,
+                offs_n,
+                offs_d,
+                lo,
+                full_start,
+                qk_scale,
+                N_CTX_Q,
+                N_CTX_K,
+                HEAD_DIM,
+                causal_offset,
+                bad,
+                BLOCK_M,
+                BLOCK_N,
+                BLOCK_D,
+                True,
+                EVEN_M,
+                EVEN_N,
+                EVEN_D,
+                UPCAST,
+                DOT_PRECISION,
+            )
         dk, dv = _attn_bwd_fused_inner(
-            dk, dv, k, v, q_base, do_base, k_base, v_base, dq_base, lse_base,
-            delta_base, stride_qm, stride_qd, stride_dom, stride_dod, stride_kn,
-            stride_kd, stride_vn, stride_vd, stride_dqm, stride_dqd, start_n, offs_n,
-            offs_d, full_start, end_m,
-            qk_scale, N_CTX_Q, N_CTX_K, HEAD_DIM, causal_offset, bad, BLOCK_M, BLOCK_N,
-            BLOCK_D, False, EVEN_M, EVEN_N, EVEN_D, UPCAST, DOT_PRECISION)
+            dk,
+            dv,
+            k,
+            v,
+            q_base,
+            do_base,
+            k_base,
+            v_base,
+            dq_base,
+            lse_base,
+            delta_base,
+            stride_qm,
+            stride_qd,
+            stride_dom,
+            stride_dod,
+            stride_kn,
+            stride_kd,
+            stride_vn,
+            stride_vd,
+            stride_dqm,
+            stride_dqd,
+            start_n,
+            offs_n,
+            offs_d,
+            full_start,
+            end_m,
+            qk_scale,
+            N_CTX_Q,
+            N_CTX_K,
+            HEAD_DIM,
+            causal_offset,
+            bad,
+            BLOCK_M,
+            BLOCK_N,
+            BLOCK_D,
+            False,
+            EVEN_M,
+            EVEN_N,
+            EVEN_D,
+            UPCAST,
+            DOT_PRECISION,
+        )
 
     dk = dk * sm_scale  # S = scale * Q K^T  =>  dK = scale * dS^T Q
     dk_base = DK + off_z.to(tl.int64) * stride_dkz + off_hkv.to(tl.int64) * stride_dkh
@@ -357,8 +699,21 @@ def _attn_bwd_fused(Q, K, V, DO, LSE2, Delta, DQ, DK, DV, BAD, sm_scale,
 # --------------------------------------------------------------------------------------
 # Wrapper
 # --------------------------------------------------------------------------------------
-def backward_fused(do, q, k, v, o, lse2, causal: bool, scale: float, dlse=None,
-                   delta=None, bad=None, *, tiles=None):
+def backward_fused(
+    do,
+    q,
+    k,
+    v,
+    o,
+    lse2,
+    causal: bool,
+    scale: float,
+    dlse=None,
+    delta=None,
+    bad=None,
+    *,
+    tiles=None,
+):
     """dq, dk, dv of the FlashAttention forward in one fused kernel (dQ by atomics).
 
     Args as :func:`kernels.flash._backward`: do, q, o (B, H, N_q, d); k, v (B, H_kv,
@@ -375,19 +730,31 @@ def backward_fused(do, q, k, v, o, lse2, causal: bool, scale: float, dlse=None,
     if not runtime.INTERPRET:
         cap = torch.cuda.get_device_capability(q.device)
         if not configs(cap, d, q.dtype):
-            raise ValueError(f"the fused backward has no tile for head dim {d}, "
-                             f"dtype {q.dtype} (q shape {tuple(q.shape)}) on "
-                             f"sm_{cap[0]}{cap[1]}: every tile tried spills registers; "
-                             f"use the two-kernel backward (kernels.flash._backward, "
-                             f"flash_attention's default)")
+            raise ValueError(
+                f"the fused backward has no tile for head dim {d}, "
+                f"dtype {q.dtype} (q shape {tuple(q.shape)}) on "
+                f"sm_{cap[0]}{cap[1]}: every tile tried spills registers; "
+                f"use the two-kernel backward (kernels.flash._backward, "
+                f"flash_attention's default)"
+            )
     H_kv, N_k = k.shape[1], k.shape[2]
     bd = block_d(d)
     if delta is None:
         delta = torch.empty_like(lse2)  # (B, H, N_q) float32
         block_m_pre = preprocess_block_m(d)
         _attn_bwd_preprocess[(triton.cdiv(N_q, block_m_pre), B * H)](
-            o, do, delta, *o.stride(), *do.stride(), H, N_q, d,
-            BLOCK_M=block_m_pre, BLOCK_D=bd, num_warps=PREPROCESS_NUM_WARPS)
+            o,
+            do,
+            delta,
+            *o.stride(),
+            *do.stride(),
+            H,
+            N_q,
+            d,
+            BLOCK_M=block_m_pre,
+            BLOCK_D=bd,
+            num_warps=PREPROCESS_NUM_WARPS,
+        )
     if dlse is not None:  # d lse_i / d S_ij = P_ij: delta_i <- delta_i - dlse_i
         delta = delta - dlse.to(torch.float32)
     delta = delta.contiguous()
@@ -396,17 +763,43 @@ def backward_fused(do, q, k, v, o, lse2, causal: bool, scale: float, dlse=None,
     dq = torch.zeros((B, H, N_q, d), dtype=torch.float32, device=q.device)
     dk = torch.empty((B, H_kv, N_k, d), dtype=k.dtype, device=k.device)
     dv = torch.empty_like(dk)  # dk's layout: the kernel uses dk's strides for both
-    args = (q, k, v, do, lse2, delta, dq, dk, dv, bad, scale,
-            *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(),
-            *dk.stride(), H_kv, H // H_kv, N_q, N_k, d)
-    meta = dict(IS_CAUSAL=bool(causal), BLOCK_D=bd, UPCAST=_upcast(q.dtype, q.device),
-                DOT_PRECISION=_dot_precision(q.dtype))
+    args = (
+        q,
+        k,
+        v,
+        do,
+        lse2,
+        delta,
+        dq,
+        dk,
+        dv,
+        bad,
+        scale,
+        *q.stride(),
+        *k.stride(),
+        *v.stride(),
+        *do.stride(),
+        *dq.stride(),
+        *dk.stride(),
+        H_kv,
+        H // H_kv,
+        N_q,
+        N_k,
+        d,
+    )
+    meta = dict(
+        IS_CAUSAL=bool(causal),
+        BLOCK_D=bd,
+        UPCAST=_upcast(q.dtype, q.device),
+        DOT_PRECISION=_dot_precision(q.dtype),
+    )
     if tiles is None:
         grid = lambda META: (triton.cdiv(N_k, META["BLOCK_N"]), B * H_kv)
         _attn_bwd_fused[grid](*args, **meta)
     else:
         bm, bn, w, s = (*tiles, 4, 1)[:4] if len(tiles) == 2 else tiles
         _attn_bwd_fused.fn[(triton.cdiv(N_k, bn), B * H_kv)](
-            *args, **meta, BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=s)
+            *args, **meta, BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=s
+        )
     dq.mul_(scale)  # S = scale * Q K^T  =>  dQ = scale * dS K, once, in fp32
     return dq.to(q.dtype), dk, dv

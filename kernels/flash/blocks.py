@@ -13,10 +13,10 @@ import triton.language as tl
 
 
 @triton.jit
-def _load_tile(ptrs, offs_r, offs_d, n_rows, HEAD_DIM, EVEN_R: tl.constexpr,
-               EVEN_D: tl.constexpr):
-    """Load a (rows, BLOCK_D) tile; rows >= n_rows and columns >= HEAD_DIM read as 0.
-    """
+def _load_tile(
+    ptrs, offs_r, offs_d, n_rows, HEAD_DIM, EVEN_R: tl.constexpr, EVEN_D: tl.constexpr
+):
+    """Load a (rows, BLOCK_D) tile; rows >= n_rows and columns >= HEAD_DIM read as 0."""
     if EVEN_R and EVEN_D:
         return tl.load(ptrs)
     elif EVEN_R:
@@ -24,16 +24,25 @@ def _load_tile(ptrs, offs_r, offs_d, n_rows, HEAD_DIM, EVEN_R: tl.constexpr,
     elif EVEN_D:
         return tl.load(ptrs, mask=offs_r[:, None] < n_rows, other=0.0)
     else:
-        return tl.load(ptrs,
-                       mask=(offs_r[:, None] < n_rows) & (offs_d[None, :] < HEAD_DIM),
-                       other=0.0)
+        return tl.load(
+            ptrs,
+            mask=(offs_r[:, None] < n_rows) & (offs_d[None, :] < HEAD_DIM),
+            other=0.0,
+        )
 
 
 @triton.jit
-def _store_tile(ptrs, value, offs_r, offs_d, n_rows, HEAD_DIM, EVEN_R: tl.constexpr,
-                EVEN_D: tl.constexpr):
-    """Store a (rows, BLOCK_D) tile, skipping rows >= n_rows and columns >= HEAD_DIM.
-    """
+def _store_tile(
+    ptrs,
+    value,
+    offs_r,
+    offs_d,
+    n_rows,
+    HEAD_DIM,
+    EVEN_R: tl.constexpr,
+    EVEN_D: tl.constexpr,
+):
+    """Store a (rows, BLOCK_D) tile, skipping rows >= n_rows and columns >= HEAD_DIM."""
     if EVEN_R and EVEN_D:
         tl.store(ptrs, value)
     elif EVEN_R:
@@ -41,13 +50,26 @@ def _store_tile(ptrs, value, offs_r, offs_d, n_rows, HEAD_DIM, EVEN_R: tl.conste
     elif EVEN_D:
         tl.store(ptrs, value, mask=offs_r[:, None] < n_rows)
     else:
-        tl.store(ptrs, value,
-                 mask=(offs_r[:, None] < n_rows) & (offs_d[None, :] < HEAD_DIM))
+        tl.store(
+            ptrs, value, mask=(offs_r[:, None] < n_rows) & (offs_d[None, :] < HEAD_DIM)
+        )
 
 
 @triton.jit
-def _select_dot(acc, a, visible, b_base, stride_br, stride_bd, start, offs, offs_d,
-                n_rows, HEAD_DIM, BLOCK: tl.constexpr):
+def _select_dot(
+    acc,
+    a,
+    visible,
+    b_base,
+    stride_br,
+    stride_bd,
+    start,
+    offs,
+    offs_d,
+    n_rows,
+    HEAD_DIM,
+    BLOCK: tl.constexpr,
+):
     """acc += where(visible, a, 0) @ B[start : start + BLOCK], one column of ``a`` (one
     row of B, read from global memory) at a time: rank-1 updates selected by
     ``visible``, so a hidden pair's row of B never enters a product (in ``tl.dot`` a
@@ -58,16 +80,24 @@ def _select_dot(acc, a, visible, b_base, stride_br, stride_bd, start, offs, offs
         col = offs == start + jj  # (BLOCK,)
         a_j = tl.sum(tl.where(col[None, :], a, 0.0), 1)  # column jj of a
         vis_j = tl.sum(tl.where(col[None, :] & visible, 1, 0), 1) > 0
-        b_j = tl.load(b_base + (start + jj) * stride_br + offs_d * stride_bd,
-                      mask=(offs_d < HEAD_DIM) & (start + jj < n_rows),
-                      other=0.0).to(tl.float32)  # (BLOCK_D,)
+        b_j = tl.load(
+            b_base + (start + jj) * stride_br + offs_d * stride_bd,
+            mask=(offs_d < HEAD_DIM) & (start + jj < n_rows),
+            other=0.0,
+        ).to(tl.float32)  # (BLOCK_D,)
         acc += tl.where(vis_j[:, None], a_j[:, None] * b_j[None, :], 0.0)
     return acc
 
 
 @triton.jit
-def _key_range(start_m, N_CTX_Q, N_CTX_K, IS_CAUSAL: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _key_range(
+    start_m,
+    N_CTX_Q,
+    N_CTX_K,
+    IS_CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     """The keys of query block ``start_m``: (hi, full_end). Causal (bottom-right): row
     i sees keys j <= i + N_k - N_q, so the block needs keys < hi, and keys < full_end
     (a multiple of BLOCK_N) are visible to every row of the block: no mask there.
@@ -76,8 +106,9 @@ def _key_range(start_m, N_CTX_Q, N_CTX_K, IS_CAUSAL: tl.constexpr,
         causal_offset = N_CTX_K - N_CTX_Q
         hi = tl.maximum(tl.minimum(N_CTX_K, (start_m + 1) * BLOCK_M + causal_offset), 0)
         first_row_sees = tl.maximum(start_m * BLOCK_M + causal_offset + 1, 0)
-        full_end = tl.minimum((first_row_sees // BLOCK_N) * BLOCK_N,
-                              (N_CTX_K // BLOCK_N) * BLOCK_N)
+        full_end = tl.minimum(
+            (first_row_sees // BLOCK_N) * BLOCK_N, (N_CTX_K // BLOCK_N) * BLOCK_N
+        )
     else:
         hi = N_CTX_K
         full_end = (N_CTX_K // BLOCK_N) * BLOCK_N
@@ -85,8 +116,14 @@ def _key_range(start_m, N_CTX_Q, N_CTX_K, IS_CAUSAL: tl.constexpr,
 
 
 @triton.jit
-def _query_range(start_n, N_CTX_Q, N_CTX_K, IS_CAUSAL: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _query_range(
+    start_n,
+    N_CTX_Q,
+    N_CTX_K,
+    IS_CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     """The query blocks of key block ``start_n``: (lo, full_start, end_m). Causal: key
     j is seen by rows i >= j - (N_k - N_q); rows [lo, full_start) see some keys of the
     block (masked), rows [full_start, end_m) every key. Shared by the dK/dV kernel and
@@ -95,8 +132,10 @@ def _query_range(start_n, N_CTX_Q, N_CTX_K, IS_CAUSAL: tl.constexpr,
     if IS_CAUSAL:
         causal_offset = N_CTX_K - N_CTX_Q
         lo = (tl.maximum(start_n - causal_offset, 0) // BLOCK_M) * BLOCK_M
-        full_start = tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - causal_offset, 0),
-                             BLOCK_M) * BLOCK_M
+        full_start = (
+            tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - causal_offset, 0), BLOCK_M)
+            * BLOCK_M
+        )
         full_start = tl.minimum(full_start, end_m)
         lo = tl.minimum(lo, full_start)
     else:
@@ -106,8 +145,9 @@ def _query_range(start_n, N_CTX_Q, N_CTX_K, IS_CAUSAL: tl.constexpr,
 
 
 @triton.jit
-def _masked_row_max(m_i, s, start_n, offs_m, N_CTX_K, causal_offset,
-                    IS_CAUSAL: tl.constexpr):
+def _masked_row_max(
+    m_i, s, start_n, offs_m, N_CTX_K, causal_offset, IS_CAUSAL: tl.constexpr
+):
     """The running row max after a masked tile of base-2 scores ``s`` (hidden pairs
     -inf), and the value to subtract from the scores (0 for a row with no visible key
     yet, whose max stays -inf).
@@ -141,11 +181,30 @@ def _finish_rows(acc, l_i, m_i):
 
 
 @triton.jit
-def _softmax_pv_step(acc, l_i, m_i, qk, v, v_base, stride_vn, stride_vd, start_n,
-                     offs_n, offs_m, offs_d, qk_scale, N_CTX_K, HEAD_DIM, causal_offset,
-                     v_bad, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
-                     IS_CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                     NEG_SCALE: tl.constexpr):
+def _softmax_pv_step(
+    acc,
+    l_i,
+    m_i,
+    qk,
+    v,
+    v_base,
+    stride_vn,
+    stride_vd,
+    start_n,
+    offs_n,
+    offs_m,
+    offs_d,
+    qk_scale,
+    N_CTX_K,
+    HEAD_DIM,
+    causal_offset,
+    v_bad,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    NEG_SCALE: tl.constexpr,
+):
     """One key block of the online softmax, from the raw scores qk = q k^T of the
     block and its value tile v: the new running max, row sum and accumulator.
     (Shared by the pointer forward (kernels.flash.forward) and the TMA forward
@@ -165,8 +224,9 @@ def _softmax_pv_step(acc, l_i, m_i, qk, v, v_base, stride_vn, stride_vd, start_n
             visible = visible & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
         s = tl.where(visible, s, float("-inf"))
         # -- online softmax: new running max, rescale what was accumulated so far --
-        m_ij, m_ij_safe = _masked_row_max(m_i, s, start_n, offs_m, N_CTX_K,
-                                          causal_offset, IS_CAUSAL)
+        m_ij, m_ij_safe = _masked_row_max(
+            m_i, s, start_n, offs_m, N_CTX_K, causal_offset, IS_CAUSAL
+        )
         p = tl.exp2(s - m_ij_safe[:, None])
     else:
         # max of qk * scale without scaling every score: the scale is one number
@@ -188,8 +248,20 @@ def _softmax_pv_step(acc, l_i, m_i, qk, v, v_base, stride_vn, stride_vd, start_n
         # load as 0 and need no care. Scanning each tile for non-finite values
         # instead costs a float32 copy of it in registers: ptxas spills.)
         if v_bad != 0:
-            acc = _select_dot(acc, p, visible, v_base, stride_vn, stride_vd,
-                              start_n, offs_n, offs_d, N_CTX_K, HEAD_DIM, BLOCK_N)
+            acc = _select_dot(
+                acc,
+                p,
+                visible,
+                v_base,
+                stride_vn,
+                stride_vd,
+                start_n,
+                offs_n,
+                offs_d,
+                N_CTX_K,
+                HEAD_DIM,
+                BLOCK_N,
+            )
         else:
             acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
     else:
@@ -197,20 +269,46 @@ def _softmax_pv_step(acc, l_i, m_i, qk, v, v_base, stride_vn, stride_vd, start_n
     return acc, l_i, m_ij
 
 
-
 @triton.jit
-def _load_query_rows(q_base, do_base, lse_base, delta_base, offs_m, offs_d,
-                     stride_qm, stride_qd, stride_dom, stride_dod, N_CTX_Q, HEAD_DIM,
-                     EVEN_M: tl.constexpr, EVEN_D: tl.constexpr, UPCAST: tl.constexpr):
+def _load_query_rows(
+    q_base,
+    do_base,
+    lse_base,
+    delta_base,
+    offs_m,
+    offs_d,
+    stride_qm,
+    stride_qd,
+    stride_dom,
+    stride_dod,
+    N_CTX_Q,
+    HEAD_DIM,
+    EVEN_M: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
     """The backward's per-query-row inputs for rows ``offs_m``: q and dO tiles, the
     base-2 lse and delta. Rows past N_q read lse = +inf (P = 0), and a row with no
     visible key (lse = -inf) gets +inf too, so its P is 0, not inf. Shared by both
     backward kernels and kernels.flash.backward_fused."""
-    q = _load_tile(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
-                   offs_m, offs_d, N_CTX_Q, HEAD_DIM, EVEN_M, EVEN_D)
-    do = _load_tile(do_base + offs_m[:, None] * stride_dom
-                    + offs_d[None, :] * stride_dod,
-                    offs_m, offs_d, N_CTX_Q, HEAD_DIM, EVEN_M, EVEN_D)
+    q = _load_tile(
+        q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+        offs_m,
+        offs_d,
+        N_CTX_Q,
+        HEAD_DIM,
+        EVEN_M,
+        EVEN_D,
+    )
+    do = _load_tile(
+        do_base + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+        offs_m,
+        offs_d,
+        N_CTX_Q,
+        HEAD_DIM,
+        EVEN_M,
+        EVEN_D,
+    )
     if UPCAST:
         q = q.to(tl.float32)
         do = do.to(tl.float32)
@@ -238,10 +336,13 @@ def _finite_dot(acc, a, b, visible, COUNT: tl.constexpr, DOT_PRECISION: tl.const
     non-finite entries of b that feed it, and those outputs become NaN.
     """
     finite = tl.abs(b.to(tl.float32)) < float("inf")  # NaN compares False
-    acc = tl.dot(a.to(b.dtype), tl.where(finite, b, 0.0).to(b.dtype), acc,
-                 input_precision=DOT_PRECISION)
+    acc = tl.dot(
+        a.to(b.dtype),
+        tl.where(finite, b, 0.0).to(b.dtype),
+        acc,
+        input_precision=DOT_PRECISION,
+    )
     if COUNT:
         hits = tl.dot(visible.to(tl.float16), (~finite).to(tl.float16))
         acc = tl.where(hits > 0, float("nan"), acc)
     return acc
-

@@ -22,41 +22,58 @@ def _validate(q, k, v, sm_scale) -> float:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.ndim != 4:
-            raise ValueError(f"{name} must be 4-D (B, H, N, d), "
-                             f"got shape {tuple(t.shape)}")
+            raise ValueError(
+                f"{name} must be 4-D (B, H, N, d), got shape {tuple(t.shape)}"
+            )
         if t.dtype not in _DTYPES:
-            raise TypeError(f"{name} must be float16, bfloat16 or float32, "
-                            f"got dtype {t.dtype}")
+            raise TypeError(
+                f"{name} must be float16, bfloat16 or float32, got dtype {t.dtype}"
+            )
     if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k, v must share a dtype, got q {q.dtype}, k {k.dtype}, "
-                        f"v {v.dtype}")
+        raise TypeError(
+            f"q, k, v must share a dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}"
+        )
     if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must be on one device, got q {q.device}, "
-                         f"k {k.device}, v {v.device}")
+        raise ValueError(
+            f"q, k, v must be on one device, got q {q.device}, "
+            f"k {k.device}, v {v.device}"
+        )
     if not runtime.INTERPRET and q.device.type != "cuda":
-        raise ValueError(f"q, k, v must be CUDA tensors for the compiled kernels, "
-                         f"got device {q.device} (set TRITON_INTERPRET=1 before "
-                         f"importing kernels to run on the CPU)")
+        raise ValueError(
+            f"q, k, v must be CUDA tensors for the compiled kernels, "
+            f"got device {q.device} (set TRITON_INTERPRET=1 before "
+            f"importing kernels to run on the CPU)"
+        )
     B, H, N_q, d = q.shape
     if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape, got k {tuple(k.shape)} "
-                         f"and v {tuple(v.shape)}")
+        raise ValueError(
+            f"k and v must have the same shape, got k {tuple(k.shape)} "
+            f"and v {tuple(v.shape)}"
+        )
     Bk, H_kv, N_k, dk = k.shape
     if Bk != B:
-        raise ValueError(f"k batch {Bk} (shape {tuple(k.shape)}) does not match "
-                         f"q batch {B} (shape {tuple(q.shape)})")
+        raise ValueError(
+            f"k batch {Bk} (shape {tuple(k.shape)}) does not match "
+            f"q batch {B} (shape {tuple(q.shape)})"
+        )
     if dk != d:
-        raise ValueError(f"k head dim {dk} (shape {tuple(k.shape)}) does not match "
-                         f"q head dim {d} (shape {tuple(q.shape)})")
+        raise ValueError(
+            f"k head dim {dk} (shape {tuple(k.shape)}) does not match "
+            f"q head dim {d} (shape {tuple(q.shape)})"
+        )
     if not 1 <= d <= MAX_HEAD_DIM:
-        raise ValueError(f"head dim d must be in 1..{MAX_HEAD_DIM}, "
-                         f"got q shape {tuple(q.shape)}")
+        raise ValueError(
+            f"head dim d must be in 1..{MAX_HEAD_DIM}, got q shape {tuple(q.shape)}"
+        )
     if N_q < 1 or N_k < 1:
-        raise ValueError(f"sequence lengths must be >= 1, got q {tuple(q.shape)}, "
-                         f"k {tuple(k.shape)}")
+        raise ValueError(
+            f"sequence lengths must be >= 1, got q {tuple(q.shape)}, k {tuple(k.shape)}"
+        )
     if B < 1 or H_kv < 1 or H % H_kv != 0:
-        raise ValueError(f"q heads H={H} must be a positive multiple of k/v heads "
-                         f"H_kv={H_kv} (q {tuple(q.shape)}, k {tuple(k.shape)})")
+        raise ValueError(
+            f"q heads H={H} must be a positive multiple of k/v heads "
+            f"H_kv={H_kv} (q {tuple(q.shape)}, k {tuple(k.shape)})"
+        )
     # finite, and sm_scale * log2(e) (folded into the kernels' exp2 scores) within fp32
     return kernel_scale(sm_scale, d)
 
@@ -96,11 +113,11 @@ def _nonfinite_flag(causal, *tensors, nan_only=()) -> torch.Tensor:
 def _grad_flag(causal, q, k, v, do, lse2, dlse=None) -> torch.Tensor:
     """The backward's flag: a NaN/inf in q, k, v, dO or dlse, or a NaN in lse (its -inf
     marks an empty row)."""
-    return _nonfinite_flag(causal, q, k, v, do, *(() if dlse is None else (dlse,)),
-                           nan_only=(lse2,))
+    return _nonfinite_flag(
+        causal, q, k, v, do, *(() if dlse is None else (dlse,)), nan_only=(lse2,)
+    )
 
 
 def _v_bad(v: torch.Tensor, causal) -> torch.Tensor:
     """The forward's flag: a NaN/inf in v (a hidden k row is masked by selection)."""
     return _nonfinite_flag(causal, v)
-

@@ -19,14 +19,36 @@ from .tiles import _HEURISTICS, _LOG2E, _all_configs, _pruner, block_d, n_bucket
 
 
 @triton.jit
-def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base,
-                    stride_kn, stride_kd, stride_vn, stride_vd,
-                    offs_m, offs_n0, offs_d, lo, hi, qk_scale, N_CTX_K, HEAD_DIM,
-                    causal_offset, v_bad,
-                    BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
-                    IS_CAUSAL: tl.constexpr,
-                    EVEN_N: tl.constexpr, EVEN_D: tl.constexpr, UPCAST: tl.constexpr,
-                    DOT_PRECISION: tl.constexpr, NEG_SCALE: tl.constexpr):
+def _attn_fwd_inner(
+    acc,
+    l_i,
+    m_i,
+    q,
+    k_base,
+    v_base,
+    stride_kn,
+    stride_kd,
+    stride_vn,
+    stride_vd,
+    offs_m,
+    offs_n0,
+    offs_d,
+    lo,
+    hi,
+    qk_scale,
+    N_CTX_K,
+    HEAD_DIM,
+    causal_offset,
+    v_bad,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    UPCAST: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    NEG_SCALE: tl.constexpr,
+):
     """Stream key blocks [lo, hi) past the resident query tile, updating the
     online softmax.
 
@@ -43,37 +65,92 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base,
         # -- k, v tiles: HBM -> SRAM --
         k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
         v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
-        k = _load_tile(k_ptrs, offs_n, offs_d, N_CTX_K, HEAD_DIM, EVEN_N or not MASKED,
-                       EVEN_D)
-        v = _load_tile(v_ptrs, offs_n, offs_d, N_CTX_K, HEAD_DIM, EVEN_N or not MASKED,
-                       EVEN_D)
+        k = _load_tile(
+            k_ptrs, offs_n, offs_d, N_CTX_K, HEAD_DIM, EVEN_N or not MASKED, EVEN_D
+        )
+        v = _load_tile(
+            v_ptrs, offs_n, offs_d, N_CTX_K, HEAD_DIM, EVEN_N or not MASKED, EVEN_D
+        )
         if UPCAST:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
         # -- raw scores q k^T, (BLOCK_M, BLOCK_N), on chip --
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         acc, l_i, m_i = _softmax_pv_step(
-            acc, l_i, m_i, qk, v, v_base, stride_vn, stride_vd, start_n, offs_n,
-            offs_m, offs_d, qk_scale, N_CTX_K, HEAD_DIM, causal_offset, v_bad, BLOCK_N,
-            MASKED, IS_CAUSAL, DOT_PRECISION, NEG_SCALE)
+            acc,
+            l_i,
+            m_i,
+            qk,
+            v,
+            v_base,
+            stride_vn,
+            stride_vd,
+            start_n,
+            offs_n,
+            offs_m,
+            offs_d,
+            qk_scale,
+            N_CTX_K,
+            HEAD_DIM,
+            causal_offset,
+            v_bad,
+            BLOCK_N,
+            MASKED,
+            IS_CAUSAL,
+            DOT_PRECISION,
+            NEG_SCALE,
+        )
     return acc, l_i, m_i
 
 
-@triton.autotune(configs=_all_configs("fwd"), key=["HEAD_DIM", "IS_CAUSAL", "N_BUCKET"],
-                 prune_configs_by=_pruner("fwd"))
+@triton.autotune(
+    configs=_all_configs("fwd"),
+    key=["HEAD_DIM", "IS_CAUSAL", "N_BUCKET"],
+    prune_configs_by=_pruner("fwd"),
+)
 @triton.heuristics({**_HEURISTICS, "NEG_SCALE": lambda a: a["sm_scale"] < 0})
 @triton.jit
-def _attn_fwd(Q, K, V, Out, LSE2, V_BAD, sm_scale,
-              stride_qz, stride_qh, stride_qm, stride_qd,
-              stride_kz, stride_kh, stride_kn, stride_kd,
-              stride_vz, stride_vh, stride_vn, stride_vd,
-              stride_oz, stride_oh, stride_om, stride_od,
-              H, GROUP, N_CTX_Q, N_CTX_K, HEAD_DIM, N_BUCKET,
-              IS_CAUSAL: tl.constexpr, BLOCK_D: tl.constexpr, UPCAST: tl.constexpr,
-              DOT_PRECISION: tl.constexpr,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr,
-              NEG_SCALE: tl.constexpr):
+def _attn_fwd(
+    Q,
+    K,
+    V,
+    Out,
+    LSE2,
+    V_BAD,
+    sm_scale,
+    stride_qz,
+    stride_qh,
+    stride_qm,
+    stride_qd,
+    stride_kz,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vz,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_oz,
+    stride_oh,
+    stride_om,
+    stride_od,
+    H,
+    GROUP,
+    N_CTX_Q,
+    N_CTX_K,
+    HEAD_DIM,
+    N_BUCKET,
+    IS_CAUSAL: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    UPCAST: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    EVEN_M: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    NEG_SCALE: tl.constexpr,
+):
     # N_BUCKET (n_bucket(N_CTX_K)) is only the autotuner's key; NEG_SCALE: sm_scale < 0
     start_m = tl.program_id(0)  # which BLOCK_M query rows
     off_hz = tl.program_id(1)  # which (batch, head)
@@ -95,8 +172,15 @@ def _attn_fwd(Q, K, V, Out, LSE2, V_BAD, sm_scale,
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
 
     # q stays in SRAM for the whole inner loop
-    q = _load_tile(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
-                   offs_m, offs_d, N_CTX_Q, HEAD_DIM, EVEN_M, EVEN_D)
+    q = _load_tile(
+        q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+        offs_m,
+        offs_d,
+        N_CTX_Q,
+        HEAD_DIM,
+        EVEN_M,
+        EVEN_D,
+    )
     if UPCAST:
         q = q.to(tl.float32)
 
@@ -107,17 +191,67 @@ def _attn_fwd(Q, K, V, Out, LSE2, V_BAD, sm_scale,
     v_bad = tl.load(V_BAD)  # does V hold a NaN/inf anywhere? (causal launches set it)
     # stage 1: blocks every row sees in full, no masks
     acc, l_i, m_i = _attn_fwd_inner(
-        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-        offs_m, offs_n0, offs_d, 0, full_end, qk_scale, N_CTX_K, HEAD_DIM,
-        causal_offset, v_bad, BLOCK_N, False, IS_CAUSAL, EVEN_N, EVEN_D, UPCAST,
-        DOT_PRECISION, NEG_SCALE)
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_base,
+        v_base,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        offs_m,
+        offs_n0,
+        offs_d,
+        0,
+        full_end,
+        qk_scale,
+        N_CTX_K,
+        HEAD_DIM,
+        causal_offset,
+        v_bad,
+        BLOCK_N,
+        False,
+        IS_CAUSAL,
+        EVEN_N,
+        EVEN_D,
+        UPCAST,
+        DOT_PRECISION,
+        NEG_SCALE,
+    )
     # stage 2: the diagonal (causal) and the ragged last key block, masked
     if IS_CAUSAL or not EVEN_N:
         acc, l_i, m_i = _attn_fwd_inner(
-            acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn,
-            stride_vd, offs_m, offs_n0, offs_d, full_end, hi, qk_scale, N_CTX_K,
-            HEAD_DIM, causal_offset, v_bad, BLOCK_N, True, IS_CAUSAL, EVEN_N, EVEN_D,
-            UPCAST, DOT_PRECISION, NEG_SCALE)
+            acc,
+            l_i,
+            m_i,
+            q,
+            k_base,
+            v_base,
+            stride_kn,
+            stride_kd,
+            stride_vn,
+            stride_vd,
+            offs_m,
+            offs_n0,
+            offs_d,
+            full_end,
+            hi,
+            qk_scale,
+            N_CTX_K,
+            HEAD_DIM,
+            causal_offset,
+            v_bad,
+            BLOCK_N,
+            True,
+            IS_CAUSAL,
+            EVEN_N,
+            EVEN_D,
+            UPCAST,
+            DOT_PRECISION,
+            NEG_SCALE,
+        )
 
     acc, lse2 = _finish_rows(acc, l_i, m_i)
     lse_ptrs = LSE2 + off_hz.to(tl.int64) * N_CTX_Q + offs_m  # contiguous (B, H, N_q)
@@ -125,10 +259,16 @@ def _attn_fwd(Q, K, V, Out, LSE2, V_BAD, sm_scale,
         tl.store(lse_ptrs, lse2)
     else:
         tl.store(lse_ptrs, lse2, mask=offs_m < N_CTX_Q)
-    _store_tile(o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
-                acc.to(Out.dtype.element_ty), offs_m, offs_d, N_CTX_Q, HEAD_DIM,
-                EVEN_M, EVEN_D)
-
+    _store_tile(
+        o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
+        acc.to(Out.dtype.element_ty),
+        offs_m,
+        offs_d,
+        N_CTX_Q,
+        HEAD_DIM,
+        EVEN_M,
+        EVEN_D,
+    )
 
 
 def _forward(q, k, v, causal: bool, scale: float):
@@ -139,19 +279,42 @@ def _forward(q, k, v, causal: bool, scale: float):
     lse2 = torch.empty((B, H, N_q), dtype=torch.float32, device=q.device)
     grid = lambda META: (triton.cdiv(N_q, META["BLOCK_M"]), B * H)
     _attn_fwd[grid](
-        q, k, v, o, lse2, _v_bad(v, causal), scale,
-        *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-        H, H // H_kv, N_q, N_k, d, n_bucket(N_k),
-        IS_CAUSAL=causal, BLOCK_D=block_d(d), UPCAST=_upcast(q.dtype, q.device),
+        q,
+        k,
+        v,
+        o,
+        lse2,
+        _v_bad(v, causal),
+        scale,
+        *q.stride(),
+        *k.stride(),
+        *v.stride(),
+        *o.stride(),
+        H,
+        H // H_kv,
+        N_q,
+        N_k,
+        d,
+        n_bucket(N_k),
+        IS_CAUSAL=causal,
+        BLOCK_D=block_d(d),
+        UPCAST=_upcast(q.dtype, q.device),
         DOT_PRECISION=_dot_precision(q.dtype),
     )
     return o, lse2
 
 
-def forward_with_tiles(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_m: int,
-                       block_n: int, causal: bool = False,
-                       sm_scale: float | None = None, num_warps: int = 4,
-                       num_stages: int = 2) -> torch.Tensor:
+def forward_with_tiles(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    block_m: int,
+    block_n: int,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    num_warps: int = 4,
+    num_stages: int = 2,
+) -> torch.Tensor:
     """The forward kernel at a tile size of your choice, bypassing the autotuner.
 
     For tile-size experiments (the benchmark suite's BLOCK_M x BLOCK_N sweep): q (B, H,
@@ -170,12 +333,30 @@ def forward_with_tiles(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_
     lse2 = torch.empty((B, H, N_q), dtype=torch.float32, device=q.device)  # (B, H, N_q)
     grid = (triton.cdiv(N_q, block_m), B * H)
     _attn_fwd.fn[grid](  # .fn: the @heuristics-wrapped kernel under the @autotune
-        q, k, v, o, lse2, _v_bad(v, causal), scale,
-        *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-        H, H // H_kv, N_q, N_k, d, n_bucket(N_k),
-        IS_CAUSAL=bool(causal), BLOCK_D=block_d(d), UPCAST=_upcast(q.dtype, q.device),
-        DOT_PRECISION=_dot_precision(q.dtype), BLOCK_M=block_m, BLOCK_N=block_n,
-        num_warps=num_warps, num_stages=num_stages,
+        q,
+        k,
+        v,
+        o,
+        lse2,
+        _v_bad(v, causal),
+        scale,
+        *q.stride(),
+        *k.stride(),
+        *v.stride(),
+        *o.stride(),
+        H,
+        H // H_kv,
+        N_q,
+        N_k,
+        d,
+        n_bucket(N_k),
+        IS_CAUSAL=bool(causal),
+        BLOCK_D=block_d(d),
+        UPCAST=_upcast(q.dtype, q.device),
+        DOT_PRECISION=_dot_precision(q.dtype),
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        num_warps=num_warps,
+        num_stages=num_stages,
     )
     return o
-

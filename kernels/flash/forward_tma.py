@@ -78,18 +78,24 @@ def tma_problem(t: torch.Tensor, name: str) -> str | None:
     """Why ``t`` cannot be read through a TMA descriptor (None when it can)."""
     item = t.element_size()
     if t.data_ptr() % TMA_ALIGN:
-        return (f"{name} starts at an address that is not {TMA_ALIGN}-byte aligned "
-                f"(data_ptr % {TMA_ALIGN} = {t.data_ptr() % TMA_ALIGN})")
+        return (
+            f"{name} starts at an address that is not {TMA_ALIGN}-byte aligned "
+            f"(data_ptr % {TMA_ALIGN} = {t.data_ptr() % TMA_ALIGN})"
+        )
     if t.shape[-1] > 1 and t.stride(-1) != 1:
-        return (f"{name}'s last dim is not contiguous (strides {tuple(t.stride())}, "
-                f"shape {tuple(t.shape)})")
+        return (
+            f"{name}'s last dim is not contiguous (strides {tuple(t.stride())}, "
+            f"shape {tuple(t.shape)})"
+        )
     for i in range(t.ndim - 1):
         s = t.stride(i)
         if t.shape[i] > 1 and (s <= 0 or (s * item) % TMA_ALIGN):
-            return (f"{name}.stride({i}) = {s} elements = {s * item} bytes is not a "
-                    f"positive multiple of {TMA_ALIGN} bytes (shape {tuple(t.shape)}, "
-                    f"strides {tuple(t.stride())}, {t.dtype}): contiguous tensors need "
-                    f"d * itemsize to be a multiple of {TMA_ALIGN}")
+            return (
+                f"{name}.stride({i}) = {s} elements = {s * item} bytes is not a "
+                f"positive multiple of {TMA_ALIGN} bytes (shape {tuple(t.shape)}, "
+                f"strides {tuple(t.stride())}, {t.dtype}): contiguous tensors need "
+                f"d * itemsize to be a multiple of {TMA_ALIGN}"
+            )
     return None
 
 
@@ -124,8 +130,10 @@ def _set_block_shapes(nargs) -> None:
 #: forward's 128 x 128 (d = 128) and 128 x 64 (d = 256) tiles spill, so these replace
 #: them.
 _CAUSAL_TILES: dict[int, list[tuple[int, int, int, int]]] = {
-    16: [(128, 64, 4, 3)], 32: [(128, 64, 4, 3)],
-    64: [(128, 64, 8, 3), (64, 64, 4, 3)], 128: [(128, 64, 8, 2), (128, 64, 8, 3)],
+    16: [(128, 64, 4, 3)],
+    32: [(128, 64, 4, 3)],
+    64: [(128, 64, 8, 3), (64, 64, 4, 3)],
+    128: [(128, 64, 8, 2), (128, 64, 8, 3)],
     256: [(64, 64, 8, 2)],
 }
 #: Non-causal tiles of the warp-specialised loop. Triton 3.7's Hopper warp
@@ -137,15 +145,21 @@ _CAUSAL_TILES: dict[int, list[tuple[int, int, int, int]]] = {
 #: ``_CAUSAL_TILES`` unspecialised) and fails on a ragged N_k, where the loop is not
 #: marked (the WS_LOOP heuristic).
 _WS_TILES: dict[int, list[tuple[int, int, int, int]]] = {
-    16: [(64, 128, 4, 3), (64, 64, 4, 3)], 32: [(64, 128, 4, 3), (64, 64, 4, 3)],
-    64: [(64, 128, 4, 2), (64, 64, 4, 3)], 128: [(64, 64, 4, 2), (64, 128, 4, 2)],
+    16: [(64, 128, 4, 3), (64, 64, 4, 3)],
+    32: [(64, 128, 4, 3), (64, 64, 4, 3)],
+    64: [(64, 128, 4, 2), (64, 64, 4, 3)],
+    128: [(64, 64, 4, 2), (64, 128, 4, 2)],
     256: [(64, 64, 4, 2)],
 }
 
 
-def tma_configs(capability: tuple[int, int], head_dim: int,
-                dtype: torch.dtype = torch.float16, warp_specialize: bool = False,
-                causal: bool = False) -> list[tuple[int, int, int, int]]:
+def tma_configs(
+    capability: tuple[int, int],
+    head_dim: int,
+    dtype: torch.dtype = torch.float16,
+    warp_specialize: bool = False,
+    causal: bool = False,
+) -> list[tuple[int, int, int, int]]:
     """Shipped (BLOCK_M, BLOCK_N, num_warps, num_stages) of the TMA forward. Empty,
     so refused, below sm_90, on GPUs with less shared memory (sm_120) and for
     float32: with CUDA-core dots every fp32 tile spills once its tiles arrive by TMA
@@ -169,13 +183,27 @@ def _tma_configs(warp_specialize: tuple[bool, ...]) -> list[triton.Config]:
         tiles = {False: [INTERPRET_CONFIG], True: [INTERPRET_CONFIG]}
         warp_specialize = warp_specialize[:1]
     else:
-        tiles = {ws: sorted({c for d in _WS_TILES for causal in (False, True)
-                             for c in tma_configs((9, 0), d, torch.float16, ws,
-                                                  causal)})
-                 for ws in (False, True)}
-    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "WARP_SPECIALIZE": ws},
-                          num_warps=w, num_stages=s, pre_hook=_set_block_shapes)
-            for ws in warp_specialize for bm, bn, w, s in tiles[ws]]
+        tiles = {
+            ws: sorted(
+                {
+                    c
+                    for d in _WS_TILES
+                    for causal in (False, True)
+                    for c in tma_configs((9, 0), d, torch.float16, ws, causal)
+                }
+            )
+            for ws in (False, True)
+        }
+    return [
+        triton.Config(
+            {"BLOCK_M": bm, "BLOCK_N": bn, "WARP_SPECIALIZE": ws},
+            num_warps=w,
+            num_stages=s,
+            pre_hook=_set_block_shapes,
+        )
+        for ws in warp_specialize
+        for bm, bn, w, s in tiles[ws]
+    ]
 
 
 def _prune(configs_, named_args, **kwargs):
@@ -183,24 +211,51 @@ def _prune(configs_, named_args, **kwargs):
     head_dim = kwargs.get("HEAD_DIM", named_args.get("HEAD_DIM"))
     causal = kwargs.get("IS_CAUSAL", named_args.get("IS_CAUSAL"))
     cap = torch.cuda.get_device_capability(q.device)
-    return [c for c in configs_
-            if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages)
-            in tma_configs(cap, head_dim, q.dtype, c.kwargs["WARP_SPECIALIZE"],
-                           bool(causal))]
+    return [
+        c
+        for c in configs_
+        if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages)
+        in tma_configs(
+            cap, head_dim, q.dtype, c.kwargs["WARP_SPECIALIZE"], bool(causal)
+        )
+    ]
 
 
 # --------------------------------------------------------------------------------------
 # The kernel: kernels.flash._attn_fwd with descriptor loads and stores
 # --------------------------------------------------------------------------------------
 @triton.jit
-def _tma_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, off_z, off_hkv, v_base,
-                   stride_vn, stride_vd,
-                   offs_m, offs_n0, offs_d, lo, hi, qk_scale, N_CTX_K, HEAD_DIM,
-                   causal_offset, v_bad,
-                   BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr,
-                   IS_CAUSAL: tl.constexpr, UPCAST: tl.constexpr,
-                   DOT_PRECISION: tl.constexpr, NEG_SCALE: tl.constexpr,
-                   WARP_SPECIALIZE: tl.constexpr):
+def _tma_fwd_inner(
+    acc,
+    l_i,
+    m_i,
+    q,
+    desc_k,
+    desc_v,
+    off_z,
+    off_hkv,
+    v_base,
+    stride_vn,
+    stride_vd,
+    offs_m,
+    offs_n0,
+    offs_d,
+    lo,
+    hi,
+    qk_scale,
+    N_CTX_K,
+    HEAD_DIM,
+    causal_offset,
+    v_bad,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    MASKED: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    UPCAST: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    NEG_SCALE: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
+):
     """``kernels.flash._attn_fwd_inner`` with k/v tiles read by TMA: rows past N_CTX_K
     and columns past HEAD_DIM arrive as zeros, as the pointer path's masked loads give
     them. WARP_SPECIALIZE: producer/consumer warp groups for this loop."""
@@ -215,22 +270,65 @@ def _tma_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, off_z, off_hkv, v_base,
             v = v.to(tl.float32)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         acc, l_i, m_i = _softmax_pv_step(
-            acc, l_i, m_i, qk, v, v_base, stride_vn, stride_vd, start_n, offs_n,
-            offs_m, offs_d, qk_scale, N_CTX_K, HEAD_DIM, causal_offset, v_bad, BLOCK_N,
-            MASKED, IS_CAUSAL, DOT_PRECISION, NEG_SCALE)
+            acc,
+            l_i,
+            m_i,
+            qk,
+            v,
+            v_base,
+            stride_vn,
+            stride_vd,
+            start_n,
+            offs_n,
+            offs_m,
+            offs_d,
+            qk_scale,
+            N_CTX_K,
+            HEAD_DIM,
+            causal_offset,
+            v_bad,
+            BLOCK_N,
+            MASKED,
+            IS_CAUSAL,
+            DOT_PRECISION,
+            NEG_SCALE,
+        )
     return acc, l_i, m_i
 
 
 @triton.jit
-def _attn_fwd_tma(desc_q, desc_k, desc_v, desc_o, V, LSE2, V_BAD, sm_scale,
-                  stride_vz, stride_vh, stride_vn, stride_vd,
-                  H, GROUP, N_CTX_Q, N_CTX_K, HEAD_DIM, N_BUCKET,
-                  IS_CAUSAL: tl.constexpr, BLOCK_D: tl.constexpr, UPCAST: tl.constexpr,
-                  DOT_PRECISION: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  WARP_SPECIALIZE: tl.constexpr,
-                  EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr,
-                  NEG_SCALE: tl.constexpr, WS_LOOP: tl.constexpr):
+def _attn_fwd_tma(
+    desc_q,
+    desc_k,
+    desc_v,
+    desc_o,
+    V,
+    LSE2,
+    V_BAD,
+    sm_scale,
+    stride_vz,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    H,
+    GROUP,
+    N_CTX_Q,
+    N_CTX_K,
+    HEAD_DIM,
+    N_BUCKET,
+    IS_CAUSAL: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    UPCAST: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
+    EVEN_M: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    NEG_SCALE: tl.constexpr,
+    WS_LOOP: tl.constexpr,
+):
     # N_BUCKET (n_bucket(N_CTX_K)) is only the autotuner's key; NEG_SCALE: sm_scale < 0;
     # V and its strides serve only the key-by-key path of a V holding NaN/inf;
     # WARP_SPECIALIZE (the config's) asks for the warp-specialised loop, WS_LOOP (a
@@ -260,17 +358,69 @@ def _attn_fwd_tma(desc_q, desc_k, desc_v, desc_o, V, LSE2, V_BAD, sm_scale,
     v_bad = tl.load(V_BAD)
     # stage 1: blocks every row sees in full, no masks (warp-specialised if asked)
     acc, l_i, m_i = _tma_fwd_inner(
-        acc, l_i, m_i, q, desc_k, desc_v, off_z, off_hkv, v_base, stride_vn, stride_vd,
-        offs_m, offs_n0, offs_d, 0, full_end, qk_scale, N_CTX_K, HEAD_DIM,
-        causal_offset, v_bad, BLOCK_N, BLOCK_D, False, IS_CAUSAL, UPCAST,
-        DOT_PRECISION, NEG_SCALE, WS_LOOP)
+        acc,
+        l_i,
+        m_i,
+        q,
+        desc_k,
+        desc_v,
+        off_z,
+        off_hkv,
+        v_base,
+        stride_vn,
+        stride_vd,
+        offs_m,
+        offs_n0,
+        offs_d,
+        0,
+        full_end,
+        qk_scale,
+        N_CTX_K,
+        HEAD_DIM,
+        causal_offset,
+        v_bad,
+        BLOCK_N,
+        BLOCK_D,
+        False,
+        IS_CAUSAL,
+        UPCAST,
+        DOT_PRECISION,
+        NEG_SCALE,
+        WS_LOOP,
+    )
     # stage 2: the diagonal (causal) and the ragged last key block, masked
     if IS_CAUSAL or not EVEN_N:
         acc, l_i, m_i = _tma_fwd_inner(
-            acc, l_i, m_i, q, desc_k, desc_v, off_z, off_hkv, v_base, stride_vn,
-            stride_vd, offs_m, offs_n0, offs_d, full_end, hi, qk_scale, N_CTX_K,
-            HEAD_DIM, causal_offset, v_bad, BLOCK_N, BLOCK_D, True, IS_CAUSAL, UPCAST,
-            DOT_PRECISION, NEG_SCALE, False)
+            acc,
+            l_i,
+            m_i,
+            q,
+            desc_k,
+            desc_v,
+            off_z,
+            off_hkv,
+            v_base,
+            stride_vn,
+            stride_vd,
+            offs_m,
+            offs_n0,
+            offs_d,
+            full_end,
+            hi,
+            qk_scale,
+            N_CTX_K,
+            HEAD_DIM,
+            causal_offset,
+            v_bad,
+            BLOCK_N,
+            BLOCK_D,
+            True,
+            IS_CAUSAL,
+            UPCAST,
+            DOT_PRECISION,
+            NEG_SCALE,
+            False,
+        )
 
     acc, lse2 = _finish_rows(acc, l_i, m_i)
     lse_ptrs = LSE2 + off_hz.to(tl.int64) * N_CTX_Q + offs_m
@@ -279,33 +429,49 @@ def _attn_fwd_tma(desc_q, desc_k, desc_v, desc_o, V, LSE2, V_BAD, sm_scale,
     else:
         tl.store(lse_ptrs, lse2, mask=offs_m < N_CTX_Q)
     # rows past N_CTX_Q and columns past HEAD_DIM are clipped by the TMA store
-    desc_o.store([off_z, off_h, start_m * BLOCK_M, 0],
-                 acc.to(desc_o.dtype).reshape(1, 1, BLOCK_M, BLOCK_D))
+    desc_o.store(
+        [off_z, off_h, start_m * BLOCK_M, 0],
+        acc.to(desc_o.dtype).reshape(1, 1, BLOCK_M, BLOCK_D),
+    )
 
 
 _KEY = ["HEAD_DIM", "IS_CAUSAL", "N_BUCKET"]
-_HEUR = {**_HEURISTICS, "NEG_SCALE": lambda a: a["sm_scale"] < 0,
-         # the one key loop of an aligned non-causal launch: where Triton 3.7
-         # specialises (the causal kernel has two loops, a ragged N_k makes it fail)
-         "WS_LOOP": lambda a: (a["WARP_SPECIALIZE"] and not a["IS_CAUSAL"]
-                               and a["N_CTX_K"] % a["BLOCK_N"] == 0)}
+_HEUR = {
+    **_HEURISTICS,
+    "NEG_SCALE": lambda a: a["sm_scale"] < 0,
+    # the one key loop of an aligned non-causal launch: where Triton 3.7
+    # specialises (the causal kernel has two loops, a ragged N_k makes it fail)
+    "WS_LOOP": lambda a: (
+        a["WARP_SPECIALIZE"] and not a["IS_CAUSAL"] and a["N_CTX_K"] % a["BLOCK_N"] == 0
+    ),
+}
 
 
 def _autotuned(warp_specialize: tuple[bool, ...]):
-    return triton.autotune(configs=_tma_configs(warp_specialize), key=_KEY,
-                           prune_configs_by={"early_config_prune": _prune})(
-        triton.heuristics(_HEUR)(_attn_fwd_tma))
+    return triton.autotune(
+        configs=_tma_configs(warp_specialize),
+        key=_KEY,
+        prune_configs_by={"early_config_prune": _prune},
+    )(triton.heuristics(_HEUR)(_attn_fwd_tma))
 
 
 #: warp_specialize -> the autotuned kernel: False and True pin it; "auto" lets the
 #: autotuner choose among both (every tile with and without).
-_KERNELS = {False: _autotuned((False,)), True: _autotuned((True,)),
-            "auto": _autotuned((False, True))}
+_KERNELS = {
+    False: _autotuned((False,)),
+    True: _autotuned((True,)),
+    "auto": _autotuned((False, True)),
+}
 
 
-def forward_tma(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                causal: bool = False, sm_scale: float | None = None,
-                warp_specialize: bool | str = False):
+def forward_tma(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    warp_specialize: bool | str = False,
+):
     """The FlashAttention forward with TMA descriptor loads and stores.
 
     Args:
@@ -324,19 +490,24 @@ def forward_tma(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     scale = _validate(q, k, v, sm_scale)
     check_causal(causal)
     if not isinstance(warp_specialize, (bool, str)) or warp_specialize not in _KERNELS:
-        raise ValueError(f"warp_specialize must be False, True or 'auto', "
-                         f"got {warp_specialize!r}")
+        raise ValueError(
+            f"warp_specialize must be False, True or 'auto', got {warp_specialize!r}"
+        )
     if not runtime.INTERPRET:
         cap = torch.cuda.get_device_capability(q.device)
         if not tma_configs(cap, q.shape[-1], q.dtype, bool(warp_specialize), causal):
-            raise ValueError(f"the TMA forward has no tiles for q {q.dtype} "
-                             f"{tuple(q.shape)} on sm_{cap[0]}{cap[1]} (it needs "
-                             f"sm_90-class TMA and shared memory, and fp16/bf16): "
-                             f"use the pointer path")
+            raise ValueError(
+                f"the TMA forward has no tiles for q {q.dtype} "
+                f"{tuple(q.shape)} on sm_{cap[0]}{cap[1]} (it needs "
+                f"sm_90-class TMA and shared memory, and fp16/bf16): "
+                f"use the pointer path"
+            )
     for name, t in (("q", q), ("k", k), ("v", v)):
         if (why := tma_problem(t, name)) is not None:
-            raise ValueError(f"{why}; the TMA forward cannot read it (use the pointer "
-                             f"path, kernels.flash, or a contiguous copy)")
+            raise ValueError(
+                f"{why}; the TMA forward cannot read it (use the pointer "
+                f"path, kernels.flash, or a contiguous copy)"
+            )
     B, H, N_q, d = q.shape
     H_kv, N_k = k.shape[1], k.shape[2]
     bd = block_d(d)
@@ -344,17 +515,37 @@ def forward_tma(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     lse2 = torch.empty((B, H, N_q), dtype=torch.float32, device=q.device)
     grid = lambda META: (triton.cdiv(N_q, META["BLOCK_M"]), B * H)
     _KERNELS[warp_specialize][grid](
-        _descriptor(q, bd), _descriptor(k, bd), _descriptor(v, bd), _descriptor(o, bd),
-        v, lse2, _v_bad(v, causal), scale, *v.stride(),
-        H, H // H_kv, N_q, N_k, d, n_bucket(N_k),
-        IS_CAUSAL=bool(causal), BLOCK_D=bd, UPCAST=_upcast(q.dtype, q.device),
+        _descriptor(q, bd),
+        _descriptor(k, bd),
+        _descriptor(v, bd),
+        _descriptor(o, bd),
+        v,
+        lse2,
+        _v_bad(v, causal),
+        scale,
+        *v.stride(),
+        H,
+        H // H_kv,
+        N_q,
+        N_k,
+        d,
+        n_bucket(N_k),
+        IS_CAUSAL=bool(causal),
+        BLOCK_D=bd,
+        UPCAST=_upcast(q.dtype, q.device),
         DOT_PRECISION=_dot_precision(q.dtype),
     )
     return o, lse2
 
 
-def forward(q, k, v, causal: bool = False, sm_scale: float | None = None,
-            path: str = DEFAULT_FORWARD_PATH):
+def forward(
+    q,
+    k,
+    v,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    path: str = DEFAULT_FORWARD_PATH,
+):
     """``(o, lse2)`` by the named forward path (one of ``FORWARD_PATHS``)."""
     if path == "pointer":
         from .forward import _forward

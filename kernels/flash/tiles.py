@@ -35,46 +35,73 @@ INTERPRET_CONFIG = (64, 64, 4, 1)  # the one config used under the Triton interp
 # target's shared memory and ptxas reports no register spills.
 _TABLES: dict[str, dict[str, dict[int, list[tuple[int, int, int, int]]]]] = {
     "fwd": {
-        "sm90": {16: [(128, 64, 4, 3)], 32: [(128, 64, 4, 3)],
-                 64: [(128, 64, 8, 3), (64, 64, 4, 3)],
-                 128: [(128, 128, 8, 2), (128, 64, 8, 3)],
-                 256: [(128, 64, 8, 2)]},
-        "sm80": {16: [(128, 64, 4, 3)], 32: [(128, 64, 4, 3)],
-                 64: [(128, 64, 4, 3), (128, 128, 8, 3)],
-                 128: [(128, 32, 8, 3), (64, 64, 8, 2)],
-                 256: [(64, 32, 8, 2)]},
-        "sm89": {16: [(128, 64, 4, 2)], 32: [(128, 64, 4, 2)],
-                 64: [(128, 64, 8, 3), (128, 128, 8, 2)],
-                 128: [(64, 64, 8, 2), (64, 64, 4, 2)],
-                 256: [(64, 32, 8, 2)]},
+        "sm90": {
+            16: [(128, 64, 4, 3)],
+            32: [(128, 64, 4, 3)],
+            64: [(128, 64, 8, 3), (64, 64, 4, 3)],
+            128: [(128, 128, 8, 2), (128, 64, 8, 3)],
+            256: [(128, 64, 8, 2)],
+        },
+        "sm80": {
+            16: [(128, 64, 4, 3)],
+            32: [(128, 64, 4, 3)],
+            64: [(128, 64, 4, 3), (128, 128, 8, 3)],
+            128: [(128, 32, 8, 3), (64, 64, 8, 2)],
+            256: [(64, 32, 8, 2)],
+        },
+        "sm89": {
+            16: [(128, 64, 4, 2)],
+            32: [(128, 64, 4, 2)],
+            64: [(128, 64, 8, 3), (128, 128, 8, 2)],
+            128: [(64, 64, 8, 2), (64, 64, 4, 2)],
+            256: [(64, 32, 8, 2)],
+        },
     },
     "dkdv": {  # BLOCK_M = query rows per inner step, BLOCK_N = keys held by the program
-        "sm90": {16: [(32, 128, 8, 2)], 32: [(32, 128, 8, 2)],
-                 64: [(32, 128, 8, 2), (32, 64, 4, 2)],
-                 128: [(64, 64, 8, 2), (32, 128, 8, 2)],
-                 256: [(64, 32, 8, 2), (16, 64, 8, 2)]},
-        "sm80": {16: [(32, 128, 8, 2)], 32: [(32, 128, 8, 2)],
-                 64: [(32, 128, 8, 2), (32, 64, 4, 2)],
-                 128: [(64, 64, 8, 2), (32, 64, 8, 2)],
-                 256: [(64, 32, 8, 2), (32, 32, 8, 2)]},
-        "sm89": {16: [(32, 128, 8, 2)], 32: [(32, 128, 8, 2)],
-                 64: [(32, 128, 8, 2), (32, 64, 4, 2)],
-                 128: [(64, 64, 8, 2), (32, 64, 8, 2)],
-                 256: [(32, 32, 8, 2), (16, 64, 8, 2)]},
+        "sm90": {
+            16: [(32, 128, 8, 2)],
+            32: [(32, 128, 8, 2)],
+            64: [(32, 128, 8, 2), (32, 64, 4, 2)],
+            128: [(64, 64, 8, 2), (32, 128, 8, 2)],
+            256: [(64, 32, 8, 2), (16, 64, 8, 2)],
+        },
+        "sm80": {
+            16: [(32, 128, 8, 2)],
+            32: [(32, 128, 8, 2)],
+            64: [(32, 128, 8, 2), (32, 64, 4, 2)],
+            128: [(64, 64, 8, 2), (32, 64, 8, 2)],
+            256: [(64, 32, 8, 2), (32, 32, 8, 2)],
+        },
+        "sm89": {
+            16: [(32, 128, 8, 2)],
+            32: [(32, 128, 8, 2)],
+            64: [(32, 128, 8, 2), (32, 64, 4, 2)],
+            128: [(64, 64, 8, 2), (32, 64, 8, 2)],
+            256: [(32, 32, 8, 2), (16, 64, 8, 2)],
+        },
     },
     "dq": {  # BLOCK_M = query rows held by the program, BLOCK_N = keys per inner step
-        "sm90": {16: [(128, 64, 8, 2)], 32: [(128, 64, 8, 2)],
-                 64: [(128, 64, 8, 2), (128, 32, 4, 3)],
-                 128: [(128, 64, 8, 2), (128, 32, 8, 2)],
-                 256: [(128, 32, 8, 2), (64, 32, 4, 2)]},
-        "sm80": {16: [(128, 64, 8, 2)], 32: [(128, 64, 8, 2)],
-                 64: [(128, 64, 8, 2), (128, 32, 4, 3)],
-                 128: [(128, 32, 8, 2), (64, 64, 8, 2)],
-                 256: [(64, 32, 4, 2)]},
-        "sm89": {16: [(128, 64, 8, 2)], 32: [(128, 64, 8, 2)],
-                 64: [(128, 64, 8, 2), (128, 32, 4, 3)],
-                 128: [(128, 32, 8, 2), (64, 64, 8, 2)],
-                 256: [(64, 32, 4, 1)]},
+        "sm90": {
+            16: [(128, 64, 8, 2)],
+            32: [(128, 64, 8, 2)],
+            64: [(128, 64, 8, 2), (128, 32, 4, 3)],
+            128: [(128, 64, 8, 2), (128, 32, 8, 2)],
+            256: [(128, 32, 8, 2), (64, 32, 4, 2)],
+        },
+        "sm80": {
+            16: [(128, 64, 8, 2)],
+            32: [(128, 64, 8, 2)],
+            64: [(128, 64, 8, 2), (128, 32, 4, 3)],
+            128: [(128, 32, 8, 2), (64, 64, 8, 2)],
+            256: [(64, 32, 4, 2)],
+        },
+        "sm89": {
+            16: [(128, 64, 8, 2)],
+            32: [(128, 64, 8, 2)],
+            64: [(128, 64, 8, 2), (128, 32, 4, 3)],
+            128: [(128, 32, 8, 2), (64, 64, 8, 2)],
+            256: [(64, 32, 4, 1)],
+        },
     },
 }
 # (d = 256 forward on sm80/sm89 uses 8 warps: with 4, ptxas under triton 3.6 spills a
@@ -94,20 +121,50 @@ _TABLES: dict[str, dict[str, dict[int, list[tuple[int, int, int, int]]]]] = {
 # is refused.
 _FMA_TABLES: dict[str, dict[str, dict[int, list[tuple[int, int, int, int]]]]] = {
     "fp32": {
-        "fwd": {16: [(64, 32, 8, 2)], 32: [(64, 32, 8, 2)], 64: [(64, 32, 8, 2)],
-                128: [(32, 16, 4, 2)], 256: [(16, 16, 4, 1)]},
-        "dkdv": {16: [(16, 32, 8, 1)], 32: [(16, 32, 8, 1)], 64: [(16, 32, 8, 1)],
-                 128: [(16, 16, 4, 1)], 256: [(16, 16, 4, 1)]},
-        "dq": {16: [(32, 32, 8, 1)], 32: [(32, 32, 8, 1)], 64: [(32, 32, 8, 1)],
-               128: [(32, 16, 8, 1)], 256: [(16, 16, 4, 1)]},
+        "fwd": {
+            16: [(64, 32, 8, 2)],
+            32: [(64, 32, 8, 2)],
+            64: [(64, 32, 8, 2)],
+            128: [(32, 16, 4, 2)],
+            256: [(16, 16, 4, 1)],
+        },
+        "dkdv": {
+            16: [(16, 32, 8, 1)],
+            32: [(16, 32, 8, 1)],
+            64: [(16, 32, 8, 1)],
+            128: [(16, 16, 4, 1)],
+            256: [(16, 16, 4, 1)],
+        },
+        "dq": {
+            16: [(32, 32, 8, 1)],
+            32: [(32, 32, 8, 1)],
+            64: [(32, 32, 8, 1)],
+            128: [(32, 16, 8, 1)],
+            256: [(16, 16, 4, 1)],
+        },
     },
     "sm75": {
-        "fwd": {16: [(64, 32, 8, 2)], 32: [(64, 32, 8, 2)], 64: [(64, 32, 8, 2)],
-                128: [(32, 32, 8, 1)], 256: [(16, 16, 4, 1)]},
-        "dkdv": {16: [(16, 32, 8, 1)], 32: [(16, 32, 8, 1)], 64: [(16, 32, 8, 1)],
-                 128: [(16, 16, 8, 1)], 256: []},
-        "dq": {16: [(32, 32, 8, 1)], 32: [(32, 32, 8, 1)], 64: [(32, 32, 8, 1)],
-               128: [(16, 16, 8, 1)], 256: []},
+        "fwd": {
+            16: [(64, 32, 8, 2)],
+            32: [(64, 32, 8, 2)],
+            64: [(64, 32, 8, 2)],
+            128: [(32, 32, 8, 1)],
+            256: [(16, 16, 4, 1)],
+        },
+        "dkdv": {
+            16: [(16, 32, 8, 1)],
+            32: [(16, 32, 8, 1)],
+            64: [(16, 32, 8, 1)],
+            128: [(16, 16, 8, 1)],
+            256: [],
+        },
+        "dq": {
+            16: [(32, 32, 8, 1)],
+            32: [(32, 32, 8, 1)],
+            64: [(32, 32, 8, 1)],
+            128: [(16, 16, 8, 1)],
+            256: [],
+        },
     },
 }
 # The causal backward's second launch (SHIELD): it works only when an input holds
@@ -116,8 +173,13 @@ _FMA_TABLES: dict[str, dict[str, dict[int, list[tuple[int, int, int, int]]]]] = 
 # at BLOCK_D >= 128 spills even at 16 x 16 (a few hundred bytes on sm_80/90): the
 # compile check reports it and accepts it for this slow path only.
 _SHIELD_TABLE: dict[str, dict[int, tuple[int, int, int, int]]] = {
-    "tensor-core": {16: (32, 32, 4, 1), 32: (32, 32, 4, 1), 64: (32, 32, 4, 1),
-                    128: (16, 32, 4, 1), 256: (16, 16, 8, 1)},
+    "tensor-core": {
+        16: (32, 32, 4, 1),
+        32: (32, 32, 4, 1),
+        64: (32, 32, 4, 1),
+        128: (16, 32, 4, 1),
+        256: (16, 16, 8, 1),
+    },
     "fma": {bd: (16, 16, 8, 1) for bd in (16, 32, 64, 128, 256)},
 }
 #: Architectures the configs are written for, with their shared memory per block (bytes,
@@ -136,11 +198,18 @@ def arch_class(capability: tuple[int, int]) -> str:
     ``capability`` is a (major, minor) pair of ints, as
     ``torch.cuda.get_device_capability`` returns (not a string like "sm90").
     """
-    if (not isinstance(capability, (tuple, list)) or len(capability) != 2
-            or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0
-                       for c in capability)):
-        raise TypeError("capability must be a (major, minor) pair of ints such as "
-                        f"(9, 0), got {type(capability).__name__} {capability!r}")
+    if (
+        not isinstance(capability, (tuple, list))
+        or len(capability) != 2
+        or not all(
+            isinstance(c, int) and not isinstance(c, bool) and c >= 0
+            for c in capability
+        )
+    ):
+        raise TypeError(
+            "capability must be a (major, minor) pair of ints such as "
+            f"(9, 0), got {type(capability).__name__} {capability!r}"
+        )
     major, minor = capability
     if major < 8:
         return "sm75"
@@ -155,8 +224,9 @@ def block_d(head_dim: int) -> int:
     """Padded head dim: the next power of two, at least 16 (the smallest tl.dot tile).
     ``head_dim`` is an int >= 1."""
     if isinstance(head_dim, bool) or not isinstance(head_dim, int):
-        raise TypeError(f"head_dim must be an int, got {type(head_dim).__name__} "
-                        f"{head_dim!r}")
+        raise TypeError(
+            f"head_dim must be an int, got {type(head_dim).__name__} {head_dim!r}"
+        )
     if head_dim < 1:
         raise ValueError(f"head_dim must be >= 1, got {head_dim}")
     return max(16, triton.next_power_of_2(head_dim))
@@ -167,13 +237,19 @@ def check_head_dim(head_dim, limit: int) -> int:
     ValueError naming it."""
     bd = block_d(head_dim)  # type and >= 1
     if head_dim > limit:
-        raise ValueError(f"head_dim must be in 1..{limit} (the largest head dim the "
-                         f"tile tables cover), got {head_dim}")
+        raise ValueError(
+            f"head_dim must be in 1..{limit} (the largest head dim the "
+            f"tile tables cover), got {head_dim}"
+        )
     return bd
 
 
-def configs(kernel: str, capability: tuple[int, int], head_dim: int,
-            dtype: torch.dtype = torch.float16) -> list[tuple[int, int, int, int]]:
+def configs(
+    kernel: str,
+    capability: tuple[int, int],
+    head_dim: int,
+    dtype: torch.dtype = torch.float16,
+) -> list[tuple[int, int, int, int]]:
     """Shipped (BLOCK_M, BLOCK_N, num_warps, num_stages) for ``kernel`` in fwd/dkdv/dq,
     or dkdv-shield/dq-shield (the causal backward's NaN/inf launch).
 
@@ -199,17 +275,21 @@ def configs(kernel: str, capability: tuple[int, int], head_dim: int,
 
 
 def _all_configs(kernel: str) -> list[triton.Config]:
-    """Every config any architecture ships (autotune prunes to the current GPU's list).
-    """
+    """Every config any architecture ships (autotune prunes to the current GPU's
+    list)."""
     if runtime.INTERPRET:
         bm, bn, w, s = INTERPRET_CONFIG
-        return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w,
-                              num_stages=s)]
-    seen = {c for table in _TABLES[kernel].values() for cs in table.values()
-            for c in cs}
+        return [
+            triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+        ]
+    seen = {
+        c for table in _TABLES[kernel].values() for cs in table.values() for c in cs
+    }
     seen |= {c for t in _FMA_TABLES.values() for cs in t[kernel].values() for c in cs}
-    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-            for bm, bn, w, s in sorted(seen)]
+    return [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+        for bm, bn, w, s in sorted(seen)
+    ]
 
 
 def _pruner(kernel: str):
@@ -218,9 +298,13 @@ def _pruner(kernel: str):
         head_dim = kwargs.get("HEAD_DIM", named_args.get("HEAD_DIM"))
         cap = torch.cuda.get_device_capability(q.device)
         allowed = set(configs(kernel, cap, head_dim, q.dtype))
-        return [c for c in configs_
-                if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps,
-                    c.num_stages) in allowed]
+        return [
+            c
+            for c in configs_
+            if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages)
+            in allowed
+        ]
+
     return {"early_config_prune": prune}
 
 
@@ -236,4 +320,3 @@ def n_bucket(n_ctx_k: int) -> int:
     up to 65536, so a choice tuned at N = 512 is not reused at N = 65536 (nor retuned
     per N)."""
     return min(max(triton.next_power_of_2(n_ctx_k), 256), 65536)
-

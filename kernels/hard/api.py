@@ -33,13 +33,19 @@ def _validate(q, k, v, causal, sm_scale) -> float:
     """The checks of ``flash_attention`` (kernels/flash/checks.py), plus this module's
     head-dim limit. N_k = 0 is allowed (every row is empty): the other checks run on
     a one-key stand-in."""
-    if (isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor) and k.ndim == 4
-            and k.shape == v.shape and k.shape[2] == 0):
+    if (
+        isinstance(k, torch.Tensor)
+        and isinstance(v, torch.Tensor)
+        and k.ndim == 4
+        and k.shape == v.shape
+        and k.shape[2] == 0
+    ):
         k, v = (t.new_zeros(t.shape[:2] + (1,) + t.shape[3:]) for t in (k, v))
     scale = _flash_validate(q, k, v, sm_scale)
     if q.shape[-1] > MAX_HEAD_DIM:
-        raise ValueError(f"head dim d must be in 1..{MAX_HEAD_DIM}, "
-                         f"got q shape {tuple(q.shape)}")
+        raise ValueError(
+            f"head dim d must be in 1..{MAX_HEAD_DIM}, got q shape {tuple(q.shape)}"
+        )
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     return scale
@@ -60,8 +66,13 @@ def _strides(t):
 def _common(q, k):
     B, H, N_q, d = q.shape
     return {
-        "H": H, "N_Q": N_q, "N_K": k.shape[2], "GROUP": H // k.shape[1], "HEAD_DIM": d,
-        "HEAD_DIM_PAD": block_d(d), "UPCAST": _upcast(q.dtype, q.device),
+        "H": H,
+        "N_Q": N_q,
+        "N_K": k.shape[2],
+        "GROUP": H // k.shape[1],
+        "HEAD_DIM": d,
+        "HEAD_DIM_PAD": block_d(d),
+        "UPCAST": _upcast(q.dtype, q.device),
         "DOT_PRECISION": "ieee" if q.dtype == torch.float32 else "tf32",
     }
 
@@ -72,18 +83,42 @@ def _hard_forward(q, k, v, causal, sm_scale, sample, seed):
     idx = torch.empty((B, H, N_q), dtype=torch.int64, device=q.device)
     grid = lambda meta: (triton.cdiv(N_q, meta["BLOCK_M"]), B * H)  # noqa: E731
     _hard_attn_fwd[grid](
-        q, k, v, o, idx, sm_scale, seed,
-        *_strides(q), *_strides(k), *_strides(v), *_strides(o),
-        CAUSAL=causal, SAMPLE=sample, **_common(q, k),
+        q,
+        k,
+        v,
+        o,
+        idx,
+        sm_scale,
+        seed,
+        *_strides(q),
+        *_strides(k),
+        *_strides(v),
+        *_strides(o),
+        CAUSAL=causal,
+        SAMPLE=sample,
+        **_common(q, k),
     )
     # NaN rows (marked -2) get their first NaN key; a program without one stops at once
     nan_rows = idx == -2  # (B, H, N_q): a NaN among the row's visible scores
     common = _common(q, k)
     del common["HEAD_DIM_PAD"], common["N_Q"], common["N_K"], common["H"]
     _hard_nan_index[(triton.cdiv(N_q, NAN_INDEX_BLOCK), B * H)](
-        q, k, idx, sm_scale, *_strides(q), *_strides(k), H, N_q, k.shape[2],
-        common.pop("GROUP"), HEAD_DIM_PAD=block_d(d), CAUSAL=causal,
-        BLOCK_M=NAN_INDEX_BLOCK, BLOCK_N=NAN_INDEX_BLOCK, num_warps=4, **common,
+        q,
+        k,
+        idx,
+        sm_scale,
+        *_strides(q),
+        *_strides(k),
+        H,
+        N_q,
+        k.shape[2],
+        common.pop("GROUP"),
+        HEAD_DIM_PAD=block_d(d),
+        CAUSAL=causal,
+        BLOCK_M=NAN_INDEX_BLOCK,
+        BLOCK_N=NAN_INDEX_BLOCK,
+        num_warps=4,
+        **common,
     )
     return o, idx, nan_rows
 
@@ -95,9 +130,20 @@ def _topk_forward(q, k, v, topk, causal, sm_scale):
     lse = torch.empty((B, H, N_q), dtype=torch.float32, device=q.device)
     grid = lambda meta: (triton.cdiv(N_q, meta["BLOCK_M"]), B * H)  # noqa: E731
     _topk_attn_fwd[grid](
-        q, k, v, o, idx, lse, sm_scale,
-        *_strides(q), *_strides(k), *_strides(v), *_strides(o),
-        TOPK=topk, TOPK_PAD=max(16, triton.next_power_of_2(topk)), CAUSAL=causal,
+        q,
+        k,
+        v,
+        o,
+        idx,
+        lse,
+        sm_scale,
+        *_strides(q),
+        *_strides(k),
+        *_strides(v),
+        *_strides(o),
+        TOPK=topk,
+        TOPK_PAD=max(16, triton.next_power_of_2(topk)),
+        CAUSAL=causal,
         **_common(q, k),
     )
     return o, idx, lse
@@ -209,10 +255,16 @@ class _TopkAttention(torch.autograd.Function):
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None
 
 
-def hard_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                   causal: bool = False, sm_scale: float | None = None,
-                   sample: bool = False, seed: int | None = None,
-                   return_index: bool = False):
+def hard_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    sample: bool = False,
+    seed: int | None = None,
+    return_index: bool = False,
+):
     """o[b, h, i] = v[b, h_kv, idx[b, h, i]]: one key per query, by argmax or sampled.
 
     q: (B, H, N_q, d); k, v: (B, H_kv, N_k, d) with H % H_kv == 0. ``sm_scale``
@@ -237,9 +289,15 @@ def hard_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return (o, idx) if return_index else o
 
 
-def topk_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, topk: int,
-                   causal: bool = False, sm_scale: float | None = None,
-                   return_index: bool = False):
+def topk_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    topk: int,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    return_index: bool = False,
+):
     """Softmax over each row's ``topk`` largest scaled scores, times the kept rows of V.
 
     q: (B, H, N_q, d); k, v: (B, H_kv, N_k, d). When fewer than ``topk`` keys are

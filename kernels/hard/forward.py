@@ -32,21 +32,49 @@ def _log2_fast(x):
     """log2 by the SFU (``lg2.approx.f32``: one MUFU.LG2, ~2^-22 absolute error)
     instead of libdevice's polynomial; tl.log2 under the interpreter."""
     if _FAST_LOG:
-        return tl.inline_asm_elementwise("lg2.approx.f32 $0, $1;", "=r,r", [x],
-                                         dtype=tl.float32, is_pure=True, pack=1)
+        return tl.inline_asm_elementwise(
+            "lg2.approx.f32 $0, $1;",
+            "=r,r",
+            [x],
+            dtype=tl.float32,
+            is_pure=True,
+            pack=1,
+        )
     else:
         return tl.log2(x)
+
+
 GUMBEL_T_MIN = tl.constexpr(8.6e-8)  # -log2(u) for the largest u < 1 that tl.rand gives
 
 
 @triton.jit
-def _hard_inner(m_t, j_t, q, k_ptrs, stride_kn, offs_m, offs_n, offs_d, lo, hi,
-                sm_scale, seed, rnd_row, N_Q, N_K,
-                HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-                MASKED: tl.constexpr,
-                CAUSAL: tl.constexpr, SIGN: tl.constexpr, SAMPLE: tl.constexpr,
-                UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _hard_inner(
+    m_t,
+    j_t,
+    q,
+    k_ptrs,
+    stride_kn,
+    offs_m,
+    offs_n,
+    offs_d,
+    lo,
+    hi,
+    sm_scale,
+    seed,
+    rnd_row,
+    N_Q,
+    N_K,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    SIGN: tl.constexpr,
+    SAMPLE: tl.constexpr,
+    UPCAST: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     """Key blocks [lo, hi): a per-element running max m_t and the key j_t that set it.
 
     No row reductions in the loop: each score costs a compare, a select and a max.
@@ -76,8 +104,9 @@ def _hard_inner(m_t, j_t, q, k_ptrs, stride_kn, offs_m, offs_n, offs_d, lo, hi,
             # tile sizes.
             quads = start_n // 4 + tl.arange(0, BLOCK_N // 4)
             u0, u1, u2, u3 = tl.rand4x(seed, rnd_row[:, None] + quads[None, :])
-            u = tl.reshape(tl.join(tl.join(u0, u2), tl.join(u1, u3)),
-                           (BLOCK_M, BLOCK_N))
+            u = tl.reshape(
+                tl.join(tl.join(u0, u2), tl.join(u1, u3)), (BLOCK_M, BLOCK_N)
+            )
             # -log2(u) > 0; u = 0 gives +inf
             t = tl.maximum(-_log2_fast(u), GUMBEL_T_MIN)
             s = qk * (sm_scale * LOG2E) - _log2_fast(t)
@@ -98,22 +127,50 @@ def _hard_inner(m_t, j_t, q, k_ptrs, stride_kn, offs_m, offs_n, offs_d, lo, hi,
     return m_t, j_t
 
 
-@triton.autotune(configs=_all_configs("hard"),
-                 key=["N_Q", "N_K", "HEAD_DIM", "CAUSAL", "SAMPLE"],
-                 prune_configs_by=_pruner("hard"))
+@triton.autotune(
+    configs=_all_configs("hard"),
+    key=["N_Q", "N_K", "HEAD_DIM", "CAUSAL", "SAMPLE"],
+    prune_configs_by=_pruner("hard"),
+)
 @triton.heuristics({"SIGN": lambda a: (a["sm_scale"] > 0) - (a["sm_scale"] < 0)})
 @triton.jit(do_not_specialize=["seed"])  # a new seed must not recompile the kernel
 def _hard_attn_fwd(
-    Q, K, V, O, IDX, sm_scale, seed,
-    stride_qb, stride_qh, stride_qm, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_ob, stride_oh, stride_om, stride_od,
-    H, N_Q, N_K, GROUP,
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-    CAUSAL: tl.constexpr, SAMPLE: tl.constexpr, UPCAST: tl.constexpr,
+    Q,
+    K,
+    V,
+    O,
+    IDX,
+    sm_scale,
+    seed,
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_ob,
+    stride_oh,
+    stride_om,
+    stride_od,
+    H,
+    N_Q,
+    N_K,
+    GROUP,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    SAMPLE: tl.constexpr,
+    UPCAST: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SIGN: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SIGN: tl.constexpr,
 ):
     # SIGN: the sign of sm_scale (heuristic), so argmax ranks raw scores or
     # their negation
@@ -128,13 +185,23 @@ def _hard_attn_fwd(
     mask_d = offs_d < HEAD_DIM
 
     # q stays in SRAM for the whole pass over K
-    q_ptrs = Q + off_b * stride_qb + off_h * stride_qh \
-        + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
+    q_ptrs = (
+        Q
+        + off_b * stride_qb
+        + off_h * stride_qh
+        + offs_m[:, None] * stride_qm
+        + offs_d[None, :] * stride_qd
+    )
     q = tl.load(q_ptrs, mask=(offs_m[:, None] < N_Q) & mask_d[None, :], other=0.0)
     if UPCAST:
         q = q.to(tl.float32)
-    k_ptrs = K + off_b * stride_kb + off_hk * stride_kh \
-        + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd  # key block 0
+    k_ptrs = (
+        K
+        + off_b * stride_kb
+        + off_hk * stride_kh
+        + offs_n[:, None] * stride_kn
+        + offs_d[None, :] * stride_kd
+    )  # key block 0
     rnd_row = (off_bh.to(tl.int64) * N_Q + offs_m) * tl.cdiv(N_K, 4)  # Philox offsets
 
     # best per element
@@ -143,14 +210,60 @@ def _hard_attn_fwd(
     # causal, bottom-right: row i sees keys j <= i + N_K - N_Q; keys < full_end are seen
     # by every row of the block (no mask), keys < hi by some row
     hi, full_end = _key_range(start_m, N_Q, N_K, CAUSAL, BLOCK_M, BLOCK_N)
-    m_t, j_t = _hard_inner(m_t, j_t, q, k_ptrs, stride_kn, offs_m, offs_n, offs_d,
-                           0, full_end, sm_scale, seed, rnd_row, N_Q, N_K,
-                           HEAD_DIM, HEAD_DIM_PAD, False, CAUSAL, SIGN, SAMPLE, UPCAST,
-                           DOT_PRECISION, BLOCK_M, BLOCK_N)
-    m_t, j_t = _hard_inner(m_t, j_t, q, k_ptrs, stride_kn, offs_m, offs_n, offs_d,
-                           full_end, hi, sm_scale, seed, rnd_row, N_Q, N_K,
-                           HEAD_DIM, HEAD_DIM_PAD, True, CAUSAL, SIGN, SAMPLE, UPCAST,
-                           DOT_PRECISION, BLOCK_M, BLOCK_N)
+    m_t, j_t = _hard_inner(
+        m_t,
+        j_t,
+        q,
+        k_ptrs,
+        stride_kn,
+        offs_m,
+        offs_n,
+        offs_d,
+        0,
+        full_end,
+        sm_scale,
+        seed,
+        rnd_row,
+        N_Q,
+        N_K,
+        HEAD_DIM,
+        HEAD_DIM_PAD,
+        False,
+        CAUSAL,
+        SIGN,
+        SAMPLE,
+        UPCAST,
+        DOT_PRECISION,
+        BLOCK_M,
+        BLOCK_N,
+    )
+    m_t, j_t = _hard_inner(
+        m_t,
+        j_t,
+        q,
+        k_ptrs,
+        stride_kn,
+        offs_m,
+        offs_n,
+        offs_d,
+        full_end,
+        hi,
+        sm_scale,
+        seed,
+        rnd_row,
+        N_Q,
+        N_K,
+        HEAD_DIM,
+        HEAD_DIM_PAD,
+        True,
+        CAUSAL,
+        SIGN,
+        SAMPLE,
+        UPCAST,
+        DOT_PRECISION,
+        BLOCK_M,
+        BLOCK_N,
+    )
     # the row's choice: the lowest key index among the per-element maxima
     is_nan = m_t != m_t
     nan_i = tl.max(is_nan.to(tl.int32), 1)  # 1 where a visible score was NaN
@@ -166,16 +279,28 @@ def _hard_attn_fwd(
 
     # one row of V per query: a gather, not a stream
     has = (idx_i >= 0) & (offs_m < N_Q)
-    v_ptrs = V + off_b * stride_vb + off_hk * stride_vh \
-        + idx_i[:, None] * stride_vn + offs_d[None, :] * stride_vd
+    v_ptrs = (
+        V
+        + off_b * stride_vb
+        + off_hk * stride_vh
+        + idx_i[:, None] * stride_vn
+        + offs_d[None, :] * stride_vd
+    )
     o = tl.load(v_ptrs, mask=has[:, None] & mask_d[None, :], other=0.0).to(tl.float32)
     o = tl.where(nan_i[:, None] > 0, float("nan"), o)
-    o_ptrs = O + off_b * stride_ob + off_h * stride_oh \
-        + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
-    tl.store(o_ptrs, o.to(O.dtype.element_ty),
-             mask=(offs_m[:, None] < N_Q) & mask_d[None, :])
-    tl.store(IDX + off_bh.to(tl.int64) * N_Q + offs_m, idx_i.to(tl.int64),
-             mask=offs_m < N_Q)
+    o_ptrs = (
+        O
+        + off_b * stride_ob
+        + off_h * stride_oh
+        + offs_m[:, None] * stride_om
+        + offs_d[None, :] * stride_od
+    )
+    tl.store(
+        o_ptrs, o.to(O.dtype.element_ty), mask=(offs_m[:, None] < N_Q) & mask_d[None, :]
+    )
+    tl.store(
+        IDX + off_bh.to(tl.int64) * N_Q + offs_m, idx_i.to(tl.int64), mask=offs_m < N_Q
+    )
 
 
 NAN_INDEX_BLOCK = 32  # BLOCK_M = BLOCK_N of _hard_nan_index (small: it rarely works)
@@ -183,13 +308,29 @@ NAN_INDEX_BLOCK = 32  # BLOCK_M = BLOCK_N of _hard_nan_index (small: it rarely w
 
 @triton.jit
 def _hard_nan_index(
-    Q, K, IDX, sm_scale,
-    stride_qb, stride_qh, stride_qm, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    H, N_Q, N_K, GROUP,
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, CAUSAL: tl.constexpr,
-    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    Q,
+    K,
+    IDX,
+    sm_scale,
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    H,
+    N_Q,
+    N_K,
+    GROUP,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    UPCAST: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
     """The index of a NaN row (marked -2 by ``_hard_attn_fwd``): its first visible key
     whose score q k^T * sm_scale is NaN, as ``torch.argmax`` answers. A program
@@ -209,9 +350,15 @@ def _hard_nan_index(
     idx_ptrs = IDX + off_bh.to(tl.int64) * N_Q + offs_m
     todo = tl.load(idx_ptrs, mask=offs_m < N_Q, other=0) == -2
     if tl.max(todo.to(tl.int32), 0) > 0:
-        q = tl.load(Q + off_b * stride_qb + off_h * stride_qh
-                    + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
-                    mask=(offs_m[:, None] < N_Q) & mask_d[None, :], other=0.0)
+        q = tl.load(
+            Q
+            + off_b * stride_qb
+            + off_h * stride_qh
+            + offs_m[:, None] * stride_qm
+            + offs_d[None, :] * stride_qd,
+            mask=(offs_m[:, None] < N_Q) & mask_d[None, :],
+            other=0.0,
+        )
         if UPCAST:
             q = q.to(tl.float32)
         hi = N_K
@@ -220,17 +367,24 @@ def _hard_nan_index(
         first = tl.full([BLOCK_M], 2147483647, dtype=tl.int32)
         for start_n in range(0, hi, BLOCK_N):
             cols = start_n + offs_n
-            k = tl.load(K + off_b * stride_kb + off_hk * stride_kh
-                        + cols[:, None] * stride_kn + offs_d[None, :] * stride_kd,
-                        mask=(cols[:, None] < N_K) & mask_d[None, :], other=0.0)
+            k = tl.load(
+                K
+                + off_b * stride_kb
+                + off_hk * stride_kh
+                + cols[:, None] * stride_kn
+                + offs_d[None, :] * stride_kd,
+                mask=(cols[:, None] < N_K) & mask_d[None, :],
+                other=0.0,
+            )
             if UPCAST:
                 k = k.to(tl.float32)
             s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale
             nan_s = (s != s) & (cols[None, :] < N_K)
             if CAUSAL:
                 nan_s = nan_s & (cols[None, :] <= offs_m[:, None] + (N_K - N_Q))
-            first = tl.minimum(first, tl.min(tl.where(nan_s, cols[None, :],
-                                                      2147483647), 1))
+            first = tl.minimum(
+                first, tl.min(tl.where(nan_s, cols[None, :], 2147483647), 1)
+            )
         first = tl.where(first < 2147483647, first, 0)
         tl.store(idx_ptrs, first.to(tl.int64), mask=todo & (offs_m < N_Q))
 
@@ -240,21 +394,51 @@ def _hard_nan_index(
 # ---------------------------------------------------------------------------------
 
 
-@triton.autotune(configs=_all_configs("topk"),
-                 key=["N_Q", "N_K", "HEAD_DIM", "CAUSAL", "TOPK_PAD"],
-                 prune_configs_by=_pruner("topk"))
+@triton.autotune(
+    configs=_all_configs("topk"),
+    key=["N_Q", "N_K", "HEAD_DIM", "CAUSAL", "TOPK_PAD"],
+    prune_configs_by=_pruner("topk"),
+)
 @triton.heuristics({"SIGN": lambda a: (a["sm_scale"] > 0) - (a["sm_scale"] < 0)})
 @triton.jit
 def _topk_attn_fwd(
-    Q, K, V, O, IDX, LSE, sm_scale,
-    stride_qb, stride_qh, stride_qm, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_ob, stride_oh, stride_om, stride_od,
-    H, N_Q, N_K, GROUP, TOPK,
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, TOPK_PAD: tl.constexpr,
-    CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SIGN: tl.constexpr,
+    Q,
+    K,
+    V,
+    O,
+    IDX,
+    LSE,
+    sm_scale,
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_ob,
+    stride_oh,
+    stride_om,
+    stride_od,
+    H,
+    N_Q,
+    N_K,
+    GROUP,
+    TOPK,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    TOPK_PAD: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    UPCAST: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SIGN: tl.constexpr,
 ):
     # the buffer ranks raw scores q k^T (SIGN = 1), or -q k^T for a negative scale: no
     # multiply per score; the kept ones are scaled by |sm_scale| for the softmax
@@ -269,8 +453,13 @@ def _topk_attn_fwd(
     mask_d = offs_d < HEAD_DIM
     slots = tl.arange(0, TOPK_PAD)
 
-    q_ptrs = Q + off_b * stride_qb + off_h * stride_qh \
-        + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
+    q_ptrs = (
+        Q
+        + off_b * stride_qb
+        + off_h * stride_qh
+        + offs_m[:, None] * stride_qm
+        + offs_d[None, :] * stride_qd
+    )
     q = tl.load(q_ptrs, mask=(offs_m[:, None] < N_Q) & mask_d[None, :], other=0.0)
     if UPCAST:
         q = q.to(tl.float32)
@@ -279,8 +468,9 @@ def _topk_attn_fwd(
     # The buffer: TOPK real slots start empty (-inf); padding slots hold +inf so they
     # are never the minimum. Empty slots carry distinct placeholder ids >= N_K.
     real = slots[None, :] < TOPK  # (1, TOPK_PAD)
-    buf_s = (tl.where(real, float("-inf"), float("inf"))
-             + tl.zeros([BLOCK_M, TOPK_PAD], tl.float32))
+    buf_s = tl.where(real, float("-inf"), float("inf")) + tl.zeros(
+        [BLOCK_M, TOPK_PAD], tl.float32
+    )
     buf_j = (N_K + slots)[None, :] + tl.zeros([BLOCK_M, TOPK_PAD], tl.int32)
     thr = tl.min(buf_s, 1)  # the k-th best score so far: a key must beat it to get in
     nan_i = tl.zeros([BLOCK_M], dtype=tl.int32)  # 1 once a visible score is NaN
@@ -291,8 +481,9 @@ def _topk_attn_fwd(
     for start_n in range(0, hi, BLOCK_N):
         cols = start_n + offs_n
         k_ptrs = k_base + cols[:, None] * stride_kn + offs_d[None, :] * stride_kd
-        k = tl.load(k_ptrs, mask=(cols[:, None] < N_K) & mask_d[None, :],
-                    other=0.0)  # (BLOCK_N, d)
+        k = tl.load(
+            k_ptrs, mask=(cols[:, None] < N_K) & mask_d[None, :], other=0.0
+        )  # (BLOCK_N, d)
         if UPCAST:
             k = k.to(tl.float32)
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # (BLOCK_M, BLOCK_N)
@@ -315,8 +506,9 @@ def _topk_attn_fwd(
             # the best remaining score of each row (consumed ones are -inf), lowest
             # index on ties
             c_max = tl.max(s, 1)
-            c_j = tl.min(tl.where(s == c_max[:, None], cols[None, :],
-                                  N_K + TOPK_PAD), 1)
+            c_j = tl.min(
+                tl.where(s == c_max[:, None], cols[None, :], N_K + TOPK_PAD), 1
+            )
             ins = c_max > thr  # does it beat the weakest kept entry?
             # evict the weakest entry: the minimum score, and among equal scores the
             # largest index
@@ -347,8 +539,11 @@ def _topk_attn_fwd(
         j_t = tl.sum(tl.where(pick, buf_j, 0), 1)
         p_t = tl.sum(tl.where(pick, p, 0.0), 1)
         ok = (p_t > 0) & (offs_m < N_Q)
-        v_t = tl.load(v_base + j_t[:, None] * stride_vn + offs_d[None, :] * stride_vd,
-                      mask=ok[:, None] & mask_d[None, :], other=0.0)
+        v_t = tl.load(
+            v_base + j_t[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+            mask=ok[:, None] & mask_d[None, :],
+            other=0.0,
+        )
         acc += p_t[:, None] * v_t.to(tl.float32)
 
     has = l_i > 0
@@ -357,12 +552,16 @@ def _topk_attn_fwd(
     o = tl.where(nan_i[:, None] > 0, float("nan"), o)
     lse = tl.where(nan_i > 0, float("nan"), lse)
     row = offs_m < N_Q
-    o_ptrs = O + off_b * stride_ob + off_h * stride_oh \
-        + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
+    o_ptrs = (
+        O
+        + off_b * stride_ob
+        + off_h * stride_oh
+        + offs_m[:, None] * stride_om
+        + offs_d[None, :] * stride_od
+    )
     tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=row[:, None] & mask_d[None, :])
     tl.store(LSE + off_bh.to(tl.int64) * N_Q + offs_m, lse, mask=row)
-    idx_ptrs = (IDX + (off_bh.to(tl.int64) * N_Q + offs_m[:, None]) * TOPK
-                + slots[None, :])
-    tl.store(idx_ptrs, tl.where(kept, buf_j, -1).to(tl.int64),
-             mask=row[:, None] & real)
-
+    idx_ptrs = (
+        IDX + (off_bh.to(tl.int64) * N_Q + offs_m[:, None]) * TOPK + slots[None, :]
+    )
+    tl.store(idx_ptrs, tl.where(kept, buf_j, -1).to(tl.int64), mask=row[:, None] & real)

@@ -26,12 +26,18 @@ MAX_TOPK = 128
 # does): shared memory within the limit and no register spills. Top-k uses the first
 # entry for float32 tiles.
 _HARD_TABLE: dict[str, dict[int, list[tuple[int, int, int, int]]]] = {
-    "sm90": {64: [(64, 64, 4, 2), (128, 64, 8, 2), (128, 32, 4, 3)],
-             128: [(64, 64, 4, 2), (128, 64, 8, 2), (128, 32, 4, 3)]},
-    "sm80": {64: [(64, 64, 4, 2), (128, 64, 8, 2), (128, 32, 4, 3)],
-             128: [(64, 64, 4, 2), (128, 64, 8, 2)]},
-    "sm89": {64: [(64, 64, 4, 2), (128, 64, 8, 2), (128, 32, 4, 3)],
-             128: [(64, 64, 4, 2)]},
+    "sm90": {
+        64: [(64, 64, 4, 2), (128, 64, 8, 2), (128, 32, 4, 3)],
+        128: [(64, 64, 4, 2), (128, 64, 8, 2), (128, 32, 4, 3)],
+    },
+    "sm80": {
+        64: [(64, 64, 4, 2), (128, 64, 8, 2), (128, 32, 4, 3)],
+        128: [(64, 64, 4, 2), (128, 64, 8, 2)],
+    },
+    "sm89": {
+        64: [(64, 64, 4, 2), (128, 64, 8, 2), (128, 32, 4, 3)],
+        128: [(64, 64, 4, 2)],
+    },
     "sm75": {64: [(64, 64, 4, 2), (128, 64, 8, 2)], 128: [(32, 32, 4, 2)]},
 }
 # Argmax only (SAMPLE=False): no Philox draws or logs in the loop, so its registers
@@ -44,23 +50,37 @@ _ARGMAX_EXTRA: dict[str, dict[int, list[tuple[int, int, int, int]]]] = {
     "sm80": {64: [(128, 128, 8, 2)], 128: []},
 }
 # float32 inputs (IEEE FMA dot products need the most registers), every architecture
-_HARD_FP32: dict[int, tuple[int, int, int, int]] = {64: (64, 64, 4, 2),
-                                                    128: (32, 32, 4, 2)}
+_HARD_FP32: dict[int, tuple[int, int, int, int]] = {
+    64: (64, 64, 4, 2),
+    128: (32, 32, 4, 2),
+}
 # top-k, by TOPK_PAD (<= 64 or 128): the (BLOCK_M, TOPK_PAD) buffer lives in registers
 _TOPK_TABLE: dict[str, dict[int, list[tuple[int, int, int, int]]]] = {
-    "sm90": {64: [(32, 64, 4, 2), (64, 64, 4, 2), (64, 32, 4, 2)],
-             128: [(32, 64, 4, 2)]},
-    "sm80": {64: [(32, 64, 4, 2), (64, 64, 4, 2), (64, 32, 4, 2)],
-             128: [(32, 64, 4, 2)]},
-    "sm89": {64: [(32, 64, 4, 2), (64, 64, 4, 2), (64, 32, 4, 2)],
-             128: [(32, 64, 4, 2)]},
+    "sm90": {
+        64: [(32, 64, 4, 2), (64, 64, 4, 2), (64, 32, 4, 2)],
+        128: [(32, 64, 4, 2)],
+    },
+    "sm80": {
+        64: [(32, 64, 4, 2), (64, 64, 4, 2), (64, 32, 4, 2)],
+        128: [(32, 64, 4, 2)],
+    },
+    "sm89": {
+        64: [(32, 64, 4, 2), (64, 64, 4, 2), (64, 32, 4, 2)],
+        128: [(32, 64, 4, 2)],
+    },
     "sm75": {64: [(32, 64, 4, 2), (64, 32, 4, 2)], 128: [(32, 64, 4, 2)]},
 }
 INTERPRET_CONFIG = (64, 64, 4, 1)  # the one config used under the Triton interpreter
 
 
-def configs(kind: str, capability: tuple[int, int], head_dim: int, dtype=torch.float16,
-            topk: int = 16, sample: bool = False) -> list[tuple[int, int, int, int]]:
+def configs(
+    kind: str,
+    capability: tuple[int, int],
+    head_dim: int,
+    dtype=torch.float16,
+    topk: int = 16,
+    sample: bool = False,
+) -> list[tuple[int, int, int, int]]:
     """Shipped (BLOCK_M, BLOCK_N, num_warps, num_stages) for kind "hard" (argmax, or
     Gumbel sampling with ``sample``) or "topk" (``topk`` in 1..MAX_TOPK). Bad arguments
     (an unknown kind, a head dim outside 1..MAX_HEAD_DIM) are refused naming them."""
@@ -73,8 +93,9 @@ def configs(kind: str, capability: tuple[int, int], head_dim: int, dtype=torch.f
         raise ValueError(f"topk must be in 1..{MAX_TOPK}, got {topk}")
     arch = arch_class(capability)
     # float32 tiles: float32 inputs, and bf16 on sm_75 (upcast: no bf16 tensor cores)
-    fp32_tiles = dtype == torch.float32 or (dtype == torch.bfloat16
-                                            and tuple(capability) < (8, 0))
+    fp32_tiles = dtype == torch.float32 or (
+        dtype == torch.bfloat16 and tuple(capability) < (8, 0)
+    )
     if kind == "hard":
         d_class = 64 if block_d(head_dim) <= 64 else 128
         if fp32_tiles:
@@ -96,8 +117,10 @@ def _all_configs(kind: str) -> list[triton.Config]:
             tables.append(list(_HARD_FP32.values()))
             tables += [cs for t in _ARGMAX_EXTRA.values() for cs in t.values()]
     seen = sorted({c for cs in tables for c in cs})
-    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
-            for bm, bn, w, st in seen]
+    return [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
+        for bm, bn, w, st in seen
+    ]
 
 
 def _pruner(kind: str):
@@ -106,11 +129,21 @@ def _pruner(kind: str):
             return configs_
         q = named_args["Q"]
         args = {**named_args, **kwargs}
-        allowed = set(configs(kind, torch.cuda.get_device_capability(q.device),
-                              args["HEAD_DIM"], q.dtype, args.get("TOPK_PAD", 16),
-                              bool(args.get("SAMPLE", False))))
-        return [c for c in configs_
-                if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps,
-                    c.num_stages) in allowed]
-    return {"early_config_prune": prune}
+        allowed = set(
+            configs(
+                kind,
+                torch.cuda.get_device_capability(q.device),
+                args["HEAD_DIM"],
+                q.dtype,
+                args.get("TOPK_PAD", 16),
+                bool(args.get("SAMPLE", False)),
+            )
+        )
+        return [
+            c
+            for c in configs_
+            if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages)
+            in allowed
+        ]
 
+    return {"early_config_prune": prune}

@@ -29,9 +29,15 @@ os.environ["TRITON_INTERPRET"] = "0"  # compile, do not interpret
 from kernels import runtime  # noqa: E402
 
 if runtime.INTERPRET and __name__ == "__main__":  # see machine_code.compile_check
-    os.execv(sys.executable,
-             [sys.executable, "-m", "kernels.machine_code.backward_fused_check",
-              *sys.argv[1:]])
+    os.execv(
+        sys.executable,
+        [
+            sys.executable,
+            "-m",
+            "kernels.machine_code.backward_fused_check",
+            *sys.argv[1:],
+        ],
+    )
 
 import torch  # noqa: E402
 
@@ -42,8 +48,9 @@ from kernels.machine_code import sass  # noqa: E402
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
 
-def compile_fused(target: str, head_dim: int, dtype, causal: bool, config,
-                  n_ctx: int = 4096):
+def compile_fused(
+    target: str, head_dim: int, dtype, causal: bool, config, n_ctx: int = 4096
+):
     """``triton.compile`` of ``_attn_bwd_fused`` for ``target`` as a launch on
     contiguous (B, 16, n_ctx, head_dim) tensors would specialise it (compile_check's
     "bwd-fused" kernel)."""
@@ -56,23 +63,34 @@ def atomics_report(cubin: bytes) -> dict:
     loop_idx = set()
     for a, b in sass.loops(instrs, labels):
         loop_idx.update(range(a, b + 1))
-    atom = [(i, ins) for i, ins in enumerate(instrs) if ins.base in ("RED", "ATOM",
-                                                                    "ATOMG", "REDG")]
+    atom = [
+        (i, ins)
+        for i, ins in enumerate(instrs)
+        if ins.base in ("RED", "ATOM", "ATOMG", "REDG")
+    ]
     membar = [ins.opcode for ins in instrs if ins.base == "MEMBAR"]
     hot = sass.report(cubin)
-    return {"atomic_opcodes": sorted({ins.opcode for _, ins in atom}),
-            "atomics": len(atom),
-            "atomics_in_loops": sum(1 for i, _ in atom if i in loop_idx),
-            "membar": sorted(set(membar)),
-            "membar_gpu_in_hot_loop": hot["membar_gpu_in_loop"],
-            "hot_loop": hot["hot_loop"]}
+    return {
+        "atomic_opcodes": sorted({ins.opcode for _, ins in atom}),
+        "atomics": len(atom),
+        "atomics_in_loops": sum(1 for i, _ in atom if i in loop_idx),
+        "membar": sorted(set(membar)),
+        "membar_gpu_in_hot_loop": hot["membar_gpu_in_loop"],
+        "hot_loop": hot["hot_loop"],
+    }
 
 
 def check(target, head_dim, dtype_name, causal, config, n_ctx=4096) -> dict:
     dtype = DTYPES[dtype_name]
-    row = {"target": target, "head_dim": head_dim, "dtype": dtype_name,
-           "causal": causal, "config": list(config), "n_ctx": n_ctx,
-           "shared_limit": fused.ARCHS[target][1]}
+    row = {
+        "target": target,
+        "head_dim": head_dim,
+        "dtype": dtype_name,
+        "causal": causal,
+        "config": list(config),
+        "n_ctx": n_ctx,
+        "shared_limit": fused.ARCHS[target][1],
+    }
     t0 = time.perf_counter()
     try:
         c = compile_fused(target, head_dim, dtype, causal, config, n_ctx)
@@ -80,33 +98,45 @@ def check(target, head_dim, dtype_name, causal, config, n_ctx=4096) -> dict:
         row["shared"] = int(c.metadata.shared)
         row["registers"], row["spill_stores"], row["spill_loads"] = cc.ptxas_usage(ptx)
         row["wgmma"] = "wgmma" in ptx if target == "sm90" else None
-        row["wgmma_n"] = sorted({int(n) for n in re.findall(
-            r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k", ptx)})
+        row["wgmma_n"] = sorted(
+            {
+                int(n)
+                for n in re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k", ptx)
+            }
+        )
         row["ptx_red"] = sorted(set(re.findall(r"\b(red\.[\w.]+|atom\.[\w.]+)", ptx)))
         row.update(atomics_report(c.asm["cubin"]))
     except Exception as e:  # noqa: BLE001 - a failed compile is a reported result
         row["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0]}"
     row["seconds"] = round(time.perf_counter() - t0, 1)
-    row["ok"] = ("error" not in row and row["shared"] <= row["shared_limit"]
-                 and not row["spill_stores"] and not row["spill_loads"])
+    row["ok"] = (
+        "error" not in row
+        and row["shared"] <= row["shared_limit"]
+        and not row["spill_stores"]
+        and not row["spill_loads"]
+    )
     return row
 
 
 def format_row(r: dict) -> str:
     cfg = "x".join(map(str, r["config"][:2])) + f" w{r['config'][2]} s{r['config'][3]}"
     if "error" in r:
-        return (f"{r['target']} d={r['head_dim']} {r['dtype']} "
-                f"{'causal' if r['causal'] else 'full'} {cfg}: {r['error']}")
+        return (
+            f"{r['target']} d={r['head_dim']} {r['dtype']} "
+            f"{'causal' if r['causal'] else 'full'} {cfg}: {r['error']}"
+        )
     hl = r["hot_loop"] or {}
-    return (f"{r['target']:<5} {r['head_dim']:>4} {r['dtype']:<4} "
-            f"{'causal' if r['causal'] else 'full':<6} {r['n_ctx']:>5} {cfg:<15} "
-            f"smem {r['shared'] / 1024:6.1f}/{r['shared_limit'] // 1024} "
-            f"regs {r['registers']:>3} spill {r['spill_stores']}/{r['spill_loads']} "
-            f"wgmma {r['wgmma']} n{r['wgmma_n']} "
-            f"red {r['atomic_opcodes']} x{r['atomics']} "
-            f"(loops {r['atomics_in_loops']}) membar {r['membar']} "
-            f"hot-loop instr {hl.get('instructions')} mma {hl.get('tensor_core')} "
-            f"{r['seconds']}s {'ok' if r['ok'] else 'FAIL'}")
+    return (
+        f"{r['target']:<5} {r['head_dim']:>4} {r['dtype']:<4} "
+        f"{'causal' if r['causal'] else 'full':<6} {r['n_ctx']:>5} {cfg:<15} "
+        f"smem {r['shared'] / 1024:6.1f}/{r['shared_limit'] // 1024} "
+        f"regs {r['registers']:>3} spill {r['spill_stores']}/{r['spill_loads']} "
+        f"wgmma {r['wgmma']} n{r['wgmma_n']} "
+        f"red {r['atomic_opcodes']} x{r['atomics']} "
+        f"(loops {r['atomics_in_loops']}) membar {r['membar']} "
+        f"hot-loop instr {hl.get('instructions')} mma {hl.get('tensor_core')} "
+        f"{r['seconds']}s {'ok' if r['ok'] else 'FAIL'}"
+    )
 
 
 def main(argv=None) -> int:
@@ -127,9 +157,11 @@ def main(argv=None) -> int:
         for d in args.head_dim or [64, 128]:
             for dn in args.dtype or ["fp16", "bf16", "fp32"]:
                 for c in args.causal or ["no", "yes"]:
-                    cfgs = ([tuple(int(x) for x in args.config.split("x"))]
-                            if args.config else
-                            fused.configs(fused.ARCHS[t][0], d, DTYPES[dn]))
+                    cfgs = (
+                        [tuple(int(x) for x in args.config.split("x"))]
+                        if args.config
+                        else fused.configs(fused.ARCHS[t][0], d, DTYPES[dn])
+                    )
                     for cfg in cfgs:
                         for n in args.n or [4096]:
                             r = check(t, d, dn, c == "yes", cfg, n)

@@ -68,8 +68,10 @@ if runtime.INTERPRET and __name__ == "__main__":
     # `python -m kernels.machine_code.compile_check` imports the package (which chose
     # the interpreter on a CPU machine) before this line runs: start again with
     # TRITON_INTERPRET=0 inherited.
-    os.execv(sys.executable, [sys.executable, "-m",
-                              "kernels.machine_code.compile_check", *sys.argv[1:]])
+    os.execv(
+        sys.executable,
+        [sys.executable, "-m", "kernels.machine_code.compile_check", *sys.argv[1:]],
+    )
 
 import torch  # noqa: E402
 import triton  # noqa: E402
@@ -84,14 +86,29 @@ from kernels.flash import backward, backward_fused, forward, forward_tma, tiles 
 #: dkdv-shield / dq-shield: the causal backward's second launch (SHIELD=True), which
 #: recomputes the gradients only when an input holds NaN/inf. bwd-fused:
 #: kernels.flash.backward_fused (flash_attention(..., deterministic=False)).
-KERNELS = ("fwd", "preprocess", "dkdv", "dq", "dkdv-shield", "dq-shield", "bwd-fused",
-           "fwd-tma", "fwd-tma-ws")
+KERNELS = (
+    "fwd",
+    "preprocess",
+    "dkdv",
+    "dq",
+    "dkdv-shield",
+    "dq-shield",
+    "bwd-fused",
+    "fwd-tma",
+    "fwd-tma-ws",
+)
 TMA_KERNELS = ("fwd-tma", "fwd-tma-ws")
-KERNEL_FNS = {"fwd": "_attn_fwd", "preprocess": "_attn_bwd_preprocess",
-              "dkdv": "_attn_bwd_dkdv", "dq": "_attn_bwd_dq",
-              "dkdv-shield": "_attn_bwd_dkdv", "dq-shield": "_attn_bwd_dq",
-              "bwd-fused": "_attn_bwd_fused",
-              "fwd-tma": "_attn_fwd_tma", "fwd-tma-ws": "_attn_fwd_tma"}
+KERNEL_FNS = {
+    "fwd": "_attn_fwd",
+    "preprocess": "_attn_bwd_preprocess",
+    "dkdv": "_attn_bwd_dkdv",
+    "dq": "_attn_bwd_dq",
+    "dkdv-shield": "_attn_bwd_dkdv",
+    "dq-shield": "_attn_bwd_dq",
+    "bwd-fused": "_attn_bwd_fused",
+    "fwd-tma": "_attn_fwd_tma",
+    "fwd-tma-ws": "_attn_fwd_tma",
+}
 HEAD_DIMS = (64, 80, 128, 256)  # 80: the padded, masked head-dim path (BLOCK_D = 128)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
@@ -119,10 +136,15 @@ class Result:
     @property
     def ok(self) -> bool:
         # the shield launches (NaN/inf inputs only) may spill: reported, not refused
-        return (self.error is None and self.shared is not None
-                and self.shared <= self.shared_limit
-                and (self.kernel.endswith("-shield")
-                     or not (self.spill_stores or self.spill_loads)))
+        return (
+            self.error is None
+            and self.shared is not None
+            and self.shared <= self.shared_limit
+            and (
+                self.kernel.endswith("-shield")
+                or not (self.spill_stores or self.spill_loads)
+            )
+        )
 
 
 def _jit_function(kernel) -> triton.runtime.JITFunction:
@@ -132,8 +154,14 @@ def _jit_function(kernel) -> triton.runtime.JITFunction:
     return kernel
 
 
-def _launch_values(kernel: str, dtype, head_dim: int, n_ctx: int, causal: bool,
-                   config: tuple[int, int, int, int]) -> dict:
+def _launch_values(
+    kernel: str,
+    dtype,
+    head_dim: int,
+    n_ctx: int,
+    causal: bool,
+    config: tuple[int, int, int, int],
+) -> dict:
     """Argument values of a representative launch, keyed by parameter name."""
     H = 16  # heads; the batch size only enters through stride_qz
     bd = tiles.block_d(head_dim)
@@ -143,14 +171,27 @@ def _launch_values(kernel: str, dtype, head_dim: int, n_ctx: int, causal: bool,
     # contiguous (B, H, N, d)
     strides = (H * n_ctx * head_dim, n_ctx * head_dim, head_dim, 1)
     bm, bn = config[0], config[1]
-    values = {"sm_scale": 0.125, "H": H, "H_KV": H, "GROUP": 1, "N_CTX_Q": n_ctx,
-              "N_CTX_K": n_ctx, "HEAD_DIM": head_dim, "IS_CAUSAL": causal,
-              "BLOCK_D": bd, "UPCAST": False,
-              "DOT_PRECISION": "ieee" if dtype == torch.float32 else "tf32",
-              "BLOCK_M": bm, "BLOCK_N": bn, "EVEN_M": n_ctx % bm == 0,
-              "EVEN_N": n_ctx % bn == 0, "EVEN_D": head_dim == bd,
-              "N_BUCKET": tiles.n_bucket(n_ctx), "NEG_SCALE": False,
-              "SHIELD": kernel.endswith("-shield")}
+    values = {
+        "sm_scale": 0.125,
+        "H": H,
+        "H_KV": H,
+        "GROUP": 1,
+        "N_CTX_Q": n_ctx,
+        "N_CTX_K": n_ctx,
+        "HEAD_DIM": head_dim,
+        "IS_CAUSAL": causal,
+        "BLOCK_D": bd,
+        "UPCAST": False,
+        "DOT_PRECISION": "ieee" if dtype == torch.float32 else "tf32",
+        "BLOCK_M": bm,
+        "BLOCK_N": bn,
+        "EVEN_M": n_ctx % bm == 0,
+        "EVEN_N": n_ctx % bn == 0,
+        "EVEN_D": head_dim == bd,
+        "N_BUCKET": tiles.n_bucket(n_ctx),
+        "NEG_SCALE": False,
+        "SHIELD": kernel.endswith("-shield"),
+    }
     for name in ("Q", "K", "V", "Out", "O", "DO", "DQ", "DK", "DV"):
         values[name] = t
     values["LSE2"] = values["Delta"] = lse
@@ -162,19 +203,25 @@ def _launch_values(kernel: str, dtype, head_dim: int, n_ctx: int, causal: bool,
     if kernel in TMA_KERNELS:  # host-side descriptors: dtype and block shape matter
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        for name, rows in (("desc_q", bm), ("desc_o", bm), ("desc_k", bn),
-                           ("desc_v", bn)):
-            values[name] = TensorDescriptor(t, [1, H, n_ctx, head_dim], list(strides),
-                                            [1, 1, rows, bd])
+        for name, rows in (
+            ("desc_q", bm),
+            ("desc_o", bm),
+            ("desc_k", bn),
+            ("desc_v", bn),
+        ):
+            values[name] = TensorDescriptor(
+                t, [1, H, n_ctx, head_dim], list(strides), [1, 1, rows, bd]
+            )
         values["WARP_SPECIALIZE"] = ws = kernel == "fwd-tma-ws"
         values["WS_LOOP"] = ws and not causal and n_ctx % bn == 0
     return values
 
 
-def _compile_values(fn, values: dict, cap: tuple[int, int], num_warps: int,
-                    num_stages: int):
-    """``triton.compile`` of jit function ``fn`` with argument ``values`` keyed by name.
-    """
+def _compile_values(
+    fn, values: dict, cap: tuple[int, int], num_warps: int, num_stages: int
+):
+    """``triton.compile`` of jit function ``fn`` with argument ``values`` keyed by
+    name."""
     signature, constexprs, attrs = {}, {}, {}
     for i, p in enumerate(fn.params):  # specialised as a launch does
         val = values[p.name]
@@ -190,16 +237,25 @@ def _compile_values(fn, values: dict, cap: tuple[int, int], num_warps: int,
     return triton.compile(
         ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs),
         target=GPUTarget("cuda", cap[0] * 10 + cap[1], 32),
-        options={"num_warps": num_warps, "num_stages": num_stages})
+        options={"num_warps": num_warps, "num_stages": num_stages},
+    )
 
 
-def _compile(kernel: str, target: str, head_dim: int, dtype, causal: bool,
-             config: tuple[int, int, int, int], n_ctx: int):
+def _compile(
+    kernel: str,
+    target: str,
+    head_dim: int,
+    dtype,
+    causal: bool,
+    config: tuple[int, int, int, int],
+    n_ctx: int,
+):
     """``triton.compile`` of one kernel/config for one target, as a launch would
     specialise."""
     cap = tiles.ARCHS[target][0]
-    module = ({"fwd": forward, "bwd-fused": backward_fused}.get(kernel)
-              or (forward_tma if kernel in TMA_KERNELS else backward))
+    module = {"fwd": forward, "bwd-fused": backward_fused}.get(kernel) or (
+        forward_tma if kernel in TMA_KERNELS else backward
+    )
     fn = _jit_function(getattr(module, KERNEL_FNS[kernel]))
     values = _launch_values(kernel, dtype, head_dim, n_ctx, causal, config)
     values["UPCAST"] = dtype == torch.bfloat16 and cap < (8, 0)
@@ -208,21 +264,37 @@ def _compile(kernel: str, target: str, head_dim: int, dtype, causal: bool,
     return _compile_values(fn, values, cap, config[2], config[3])
 
 
-def compile_one(kernel: str, target: str, head_dim: int, dtype, causal: bool,
-                config: tuple[int, int, int, int], n_ctx: int = 4096) -> Result:
+def compile_one(
+    kernel: str,
+    target: str,
+    head_dim: int,
+    dtype,
+    causal: bool,
+    config: tuple[int, int, int, int],
+    n_ctx: int = 4096,
+) -> Result:
     """Compile one kernel/config for one target; measure shared memory, registers,
     spills."""
     limit = tiles.ARCHS[target][1]
-    res = Result(kernel, target, head_dim, DTYPE_NAMES[dtype], causal, config, n_ctx,
-                 shared_limit=limit)
+    res = Result(
+        kernel,
+        target,
+        head_dim,
+        DTYPE_NAMES[dtype],
+        causal,
+        config,
+        n_ctx,
+        shared_limit=limit,
+    )
     t0 = time.perf_counter()
     try:
         compiled = _compile(kernel, target, head_dim, dtype, causal, config, n_ctx)
         ptx = compiled.asm["ptx"]
         res.shared = int(compiled.metadata.shared)
         res.registers, res.spill_stores, res.spill_loads = ptxas_usage(ptx)
-        res.wgmma = ("wgmma" in ptx if target == "sm90" and kernel != "preprocess"
-                     else None)
+        res.wgmma = (
+            "wgmma" in ptx if target == "sm90" and kernel != "preprocess" else None
+        )
     except Exception as e:  # noqa: BLE001 - any compile failure is a reported result
         first = str(e).strip().splitlines()[0] if str(e) else ""
         res.error = f"{type(e).__name__}: {first}"
@@ -238,28 +310,51 @@ def ptxas_usage(ptx: str) -> tuple[int, int, int]:
         src.write_text(ptx)
         # the flags Triton's own ptxas call uses
         # (backends/nvidia/compiler.py: make_cubin)
-        out = subprocess.run([str(PTXAS), "-lineinfo", "-v", "--regAllocOptLevel=2",
-                              f"--gpu-name={arch}", str(src), "-o", str(src) + ".o"],
-                             capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [
+                str(PTXAS),
+                "-lineinfo",
+                "-v",
+                "--regAllocOptLevel=2",
+                f"--gpu-name={arch}",
+                str(src),
+                "-o",
+                str(src) + ".o",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     log = out.stdout + out.stderr
     regs = int(re.search(r"Used (\d+) registers", log).group(1))
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
     return regs, int(spill.group(1)), int(spill.group(2))
 
 
-def shipped(kernel: str, target: str, head_dim: int, dtype,
-            causal: bool = False) -> list[tuple[int, int, int, int]]:
+def shipped(
+    kernel: str, target: str, head_dim: int, dtype, causal: bool = False
+) -> list[tuple[int, int, int, int]]:
     """The configs kernels.flash (its forward_tma) launches for this kernel/target/
     head dim/dtype (and causal flag: the TMA forward's tiles depend on it)."""
     if kernel == "preprocess":
-        return [(backward.preprocess_block_m(head_dim), tiles.block_d(head_dim),
-                 backward.PREPROCESS_NUM_WARPS, 1)]
+        return [
+            (
+                backward.preprocess_block_m(head_dim),
+                tiles.block_d(head_dim),
+                backward.PREPROCESS_NUM_WARPS,
+                1,
+            )
+        ]
     if kernel == "bwd-fused":
         return backward_fused.configs(tiles.ARCHS[target][0], head_dim, dtype)
     if kernel in TMA_KERNELS:  # TMA needs Hopper: sm_90 only
-        return (forward_tma.tma_configs(tiles.ARCHS[target][0], head_dim, dtype,
-                                      kernel == "fwd-tma-ws", causal)
-                if target == "sm90" else [])
+        return (
+            forward_tma.tma_configs(
+                tiles.ARCHS[target][0], head_dim, dtype, kernel == "fwd-tma-ws", causal
+            )
+            if target == "sm90"
+            else []
+        )
     return tiles.configs(kernel, tiles.ARCHS[target][0], head_dim, dtype)
 
 
@@ -289,11 +384,19 @@ def peaks(results: list[Result]) -> list[dict]:
         by_regs = max(rs, key=lambda r: (r.registers, r.shared))
         by_smem = max(rs, key=lambda r: (r.shared, r.registers))
         for why, r in (("registers", by_regs), ("shared", by_smem)):
-            case = {"kernel": kernel, "target": target, "dot": path,
-                    "head_dim": r.head_dim, "dtype": r.dtype, "causal": r.causal,
-                    "config": list(r.config),
-                    "n_ctx": r.n_ctx, "registers": r.registers, "shared": r.shared,
-                    "peak": why}
+            case = {
+                "kernel": kernel,
+                "target": target,
+                "dot": path,
+                "head_dim": r.head_dim,
+                "dtype": r.dtype,
+                "causal": r.causal,
+                "config": list(r.config),
+                "n_ctx": r.n_ctx,
+                "registers": r.registers,
+                "shared": r.shared,
+                "peak": why,
+            }
             if by_regs is by_smem and why == "shared":
                 out[-1]["peak"] = "registers+shared"
                 continue
@@ -316,11 +419,21 @@ def _recorded_peaks(targets, kernels) -> list[tuple] | None:
         now = shipped(c["kernel"], c["target"], c["head_dim"], dt, c["causal"])
         cfgs = [tuple(c["config"])] if tuple(c["config"]) in now else now
         if tuple(c["config"]) not in now:
-            print(f"# {PEAKS_FILE.name} is stale for {c['kernel']} {c['target']} "
-                  f"d={c['head_dim']}: run make compile-check", flush=True)
+            print(
+                f"# {PEAKS_FILE.name} is stale for {c['kernel']} {c['target']} "
+                f"d={c['head_dim']}: run make compile-check",
+                flush=True,
+            )
         for cfg in cfgs:
-            job = (c["kernel"], c["target"], c["head_dim"], dt, c["causal"], cfg,
-                   c["n_ctx"])
+            job = (
+                c["kernel"],
+                c["target"],
+                c["head_dim"],
+                dt,
+                c["causal"],
+                cfg,
+                c["n_ctx"],
+            )
             if job not in jobs:
                 jobs.append(job)
     return jobs
@@ -335,8 +448,13 @@ def plan(quick: bool, targets=None, kernels=None) -> list[tuple]:
         if jobs is None:
             raise SystemExit(f"no {PEAKS_FILE.name}: run `make compile-check` first")
         return jobs
-    cases = [(t, d, dt, c) for t in targets for d in HEAD_DIMS for dt in DTYPES
-             for c in (False, True)]
+    cases = [
+        (t, d, dt, c)
+        for t in targets
+        for d in HEAD_DIMS
+        for dt in DTYPES
+        for c in (False, True)
+    ]
     jobs = []
     for t, d, dt, c in cases:
         for k in kernels:
@@ -354,22 +472,27 @@ def plan(quick: bool, targets=None, kernels=None) -> list[tuple]:
 
 def format_row(r: Result) -> str:
     cfg = "x".join(str(x) for x in r.config[:2]) + f" w{r.config[2]} s{r.config[3]}"
-    shared = ("-" if r.shared is None
-              else f"{r.shared / 1024:.1f}/{r.shared_limit // 1024}")
+    shared = (
+        "-" if r.shared is None else f"{r.shared / 1024:.1f}/{r.shared_limit // 1024}"
+    )
     spills = "-" if r.spill_stores is None else f"{r.spill_stores}/{r.spill_loads}"
     wg = {True: "yes", False: "no", None: ""}[r.wgmma]
     status = "ok" if r.ok else (r.error or "FAIL")
-    return (f"{r.kernel:<10} {r.target:<5} {r.head_dim:>4} {r.dtype:<4} "
-            f"{'causal' if r.causal else 'full':<6} {r.n_ctx:>5} {cfg:<16} "
-            f"{shared:>11} "
-            f"{r.registers if r.registers is not None else '-':>4} {spills:>7} {wg:>5} "
-            f"{r.seconds:5.1f}s {status}")
+    return (
+        f"{r.kernel:<10} {r.target:<5} {r.head_dim:>4} {r.dtype:<4} "
+        f"{'causal' if r.causal else 'full':<6} {r.n_ctx:>5} {cfg:<16} "
+        f"{shared:>11} "
+        f"{r.registers if r.registers is not None else '-':>4} {spills:>7} {wg:>5} "
+        f"{r.seconds:5.1f}s {status}"
+    )
 
 
-HEADER = (f"{'kernel':<10} {'arch':<5} {'d':>4} {'type':<4} {'mask':<6} {'N':>5} "
-          f"{'BMxBN warps st':<16} "
-          f"{'smem KB/lim':>11} {'regs':>4} {'spill':>7} {'wgmma':>5} {'time':>6} "
-          f"status")
+HEADER = (
+    f"{'kernel':<10} {'arch':<5} {'d':>4} {'type':<4} {'mask':<6} {'N':>5} "
+    f"{'BMxBN warps st':<16} "
+    f"{'smem KB/lim':>11} {'regs':>4} {'spill':>7} {'wgmma':>5} {'time':>6} "
+    f"status"
+)
 
 
 #: The hot loop to beat, as recorded (not recompiled here: the tutorial is not shipped
@@ -378,9 +501,15 @@ HEADER = (f"{'kernel':<10} {'arch':<5} {'d':>4} {'type':<4} {'mask':<6} {'N':>5}
 #: triton 3.7.1 at fp16, d = 128, 128 x 128 tiles, 8 warps, 3 stages, non-causal.
 TUTORIAL_FWD_SM90 = {
     "what": "Triton fused-attention tutorial forward, fp16, d=128, 128x128, 8 warps, "
-            "3 stages, non-causal, sm_90, triton 3.7.1 (recorded, not recompiled)",
-    "hot_loop": {"instructions": 492, "tensor_core": 16, "FMUL": 66, "FFMA": 66,
-                 "MUFU.EX2": 66, "integer": 13},
+    "3 stages, non-causal, sm_90, triton 3.7.1 (recorded, not recompiled)",
+    "hot_loop": {
+        "instructions": 492,
+        "tensor_core": 16,
+        "FMUL": 66,
+        "FFMA": 66,
+        "MUFU.EX2": 66,
+        "integer": 13,
+    },
     "tma": True,
 }
 #: The report's shapes: bf16 at the head dims models use, long aligned sequences.
@@ -400,39 +529,71 @@ def machine_code_report(target: str) -> dict:
         for d in REPORT_SHAPES["head_dims"]:
             for causal in (False, True):
                 for cfg in shipped(kernel, target, d, REPORT_SHAPES["dtype"], causal):
-                    c = _compile(kernel, target, d, REPORT_SHAPES["dtype"], causal, cfg,
-                                 REPORT_SHAPES["n_ctx"])
+                    c = _compile(
+                        kernel,
+                        target,
+                        d,
+                        REPORT_SHAPES["dtype"],
+                        causal,
+                        cfg,
+                        REPORT_SHAPES["n_ctx"],
+                    )
                     regs, st, ld = ptxas_usage(c.asm["ptx"])
                     rep = sass.report(c.asm["cubin"])
                     loop = rep["hot_loop"] or {}
                     # instructions per score, per thread (sass.per_score)
                     per_score = sass.per_score(loop.get("instructions", 0), *cfg[:3])
-                    rows.append({"kernel": kernel, "head_dim": d, "dtype": "bf16",
-                                 "causal": causal, "n_ctx": REPORT_SHAPES["n_ctx"],
-                                 "config": dict(zip(("BLOCK_M", "BLOCK_N", "num_warps",
-                                                     "num_stages"), cfg)),
-                                 "registers": regs, "spill_bytes": st + ld,
-                                 "shared_bytes": int(c.metadata.shared),
-                                 "launch_warps": int(c.metadata.num_warps),
-                                 "thread_instructions_per_score": round(per_score, 3),
-                                 **rep})
-    fwd = [r for r in rows if r["kernel"] == "fwd" and r["head_dim"] == 128
-           and not r["causal"]]
+                    rows.append(
+                        {
+                            "kernel": kernel,
+                            "head_dim": d,
+                            "dtype": "bf16",
+                            "causal": causal,
+                            "n_ctx": REPORT_SHAPES["n_ctx"],
+                            "config": dict(
+                                zip(
+                                    ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"),
+                                    cfg,
+                                )
+                            ),
+                            "registers": regs,
+                            "spill_bytes": st + ld,
+                            "shared_bytes": int(c.metadata.shared),
+                            "launch_warps": int(c.metadata.num_warps),
+                            "thread_instructions_per_score": round(per_score, 3),
+                            **rep,
+                        }
+                    )
+    fwd = [
+        r
+        for r in rows
+        if r["kernel"] == "fwd" and r["head_dim"] == 128 and not r["causal"]
+    ]
     rows += hard_machine_code_report(
-        target, fwd[0]["thread_instructions_per_score"] if fwd else None)
-    return {"target": target, "triton": triton.__version__, "torch": torch.__version__,
-            "date": time.strftime("%Y-%m-%d"), "command":
-            f"python -m kernels.machine_code.compile_check --report --target {target}",
-            "note": "instruction counts of the compiled machine code, not time",
-            "reference": TUTORIAL_FWD_SM90 if target == "sm90" else None,
-            "kernels": rows}
+        target, fwd[0]["thread_instructions_per_score"] if fwd else None
+    )
+    return {
+        "target": target,
+        "triton": triton.__version__,
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d"),
+        "command": (
+            f"python -m kernels.machine_code.compile_check --report --target {target}"
+        ),
+        "note": "instruction counts of the compiled machine code, not time",
+        "reference": TUTORIAL_FWD_SM90 if target == "sm90" else None,
+        "kernels": rows,
+    }
 
 
 #: kernels/hard.py in the report: argmax, Gumbel-max sampling and top-k (k = 16), bf16,
 #: d = 128, non-causal, N = 16384, every config the kernel ships for the target (the
 #: autotuner picks among them at run time).
-HARD_REPORT = (("hard-argmax", "hard", False), ("hard-sample", "hard", True),
-               ("topk16", "topk", False))
+HARD_REPORT = (
+    ("hard-argmax", "hard", False),
+    ("hard-sample", "hard", True),
+    ("topk16", "topk", False),
+)
 
 
 def hard_machine_code_report(target: str, fwd_per_score: float | None) -> list[dict]:
@@ -445,49 +606,88 @@ def hard_machine_code_report(target: str, fwd_per_score: float | None) -> list[d
     cap = tiles.ARCHS[target][0]
     n, d, H = REPORT_SHAPES["n_ctx"], 128, 16
     rows = []
-    cases = [(name, kind, sample, cfg) for name, kind, sample in HARD_REPORT
-             for cfg in hard.configs(kind, cap, d, REPORT_SHAPES["dtype"], 16,
-                                     sample)]
+    cases = [
+        (name, kind, sample, cfg)
+        for name, kind, sample in HARD_REPORT
+        for cfg in hard.configs(kind, cap, d, REPORT_SHAPES["dtype"], 16, sample)
+    ]
     for name, kind, sample, cfg in cases:
         topk = 16
         t = torch.empty(16, dtype=REPORT_SHAPES["dtype"])
-        vals = {"sm_scale": 0.125, "SIGN": 1, "seed": 12345, "H": H, "N_Q": n, "N_K": n,
-                "GROUP": 1, "HEAD_DIM": d, "HEAD_DIM_PAD": 128, "CAUSAL": False,
-                "SAMPLE": sample, "UPCAST": False, "DOT_PRECISION": "tf32",
-                "BLOCK_M": cfg[0], "BLOCK_N": cfg[1], "TOPK": topk, "TOPK_PAD": topk,
-                "Q": t, "K": t, "V": t, "O": t,
-                "IDX": torch.empty(16, dtype=torch.int64), "LSE": torch.empty(16)}
+        vals = {
+            "sm_scale": 0.125,
+            "SIGN": 1,
+            "seed": 12345,
+            "H": H,
+            "N_Q": n,
+            "N_K": n,
+            "GROUP": 1,
+            "HEAD_DIM": d,
+            "HEAD_DIM_PAD": 128,
+            "CAUSAL": False,
+            "SAMPLE": sample,
+            "UPCAST": False,
+            "DOT_PRECISION": "tf32",
+            "BLOCK_M": cfg[0],
+            "BLOCK_N": cfg[1],
+            "TOPK": topk,
+            "TOPK_PAD": topk,
+            "Q": t,
+            "K": t,
+            "V": t,
+            "O": t,
+            "IDX": torch.empty(16, dtype=torch.int64),
+            "LSE": torch.empty(16),
+        }
         for pfx in "qkvo":
-            for suf, st in zip(("b", "h", "m" if pfx in "qo" else "n", "d"),
-                               (H * n * d, n * d, d, 1)):
+            for suf, st in zip(
+                ("b", "h", "m" if pfx in "qo" else "n", "d"), (H * n * d, n * d, d, 1)
+            ):
                 vals[f"stride_{pfx}{suf}"] = st
-        fn = _jit_function(hard.forward._hard_attn_fwd if kind == "hard"
-                           else hard.forward._topk_attn_fwd)
+        fn = _jit_function(
+            hard.forward._hard_attn_fwd
+            if kind == "hard"
+            else hard.forward._topk_attn_fwd
+        )
         c = _compile_values(fn, vals, cap, cfg[2], cfg[3])
         regs, st, ld = ptxas_usage(c.asm["ptx"])
         rep = sass.report(c.asm["cubin"])
-        per_score = sass.per_score((rep["hot_loop"] or {}).get("instructions", 0),
-                                   *cfg[:3])
-        rows.append({"kernel": name, "head_dim": d, "dtype": "bf16", "causal": False,
-                     "n_ctx": n, "config": dict(zip(("BLOCK_M", "BLOCK_N", "num_warps",
-                                                     "num_stages"), cfg)),
-                     "registers": regs, "spill_bytes": st + ld,
-                     "shared_bytes": int(c.metadata.shared),
-                     "thread_instructions_per_score": round(per_score, 3),
-                     "vs_flash_fwd": (round(per_score / fwd_per_score, 3)
-                                      if fwd_per_score else None),
-                     **rep})
+        per_score = sass.per_score(
+            (rep["hot_loop"] or {}).get("instructions", 0), *cfg[:3]
+        )
+        rows.append(
+            {
+                "kernel": name,
+                "head_dim": d,
+                "dtype": "bf16",
+                "causal": False,
+                "n_ctx": n,
+                "config": dict(
+                    zip(("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"), cfg)
+                ),
+                "registers": regs,
+                "spill_bytes": st + ld,
+                "shared_bytes": int(c.metadata.shared),
+                "thread_instructions_per_score": round(per_score, 3),
+                "vs_flash_fwd": (
+                    round(per_score / fwd_per_score, 3) if fwd_per_score else None
+                ),
+                **rep,
+            }
+        )
     return rows
 
 
 def format_report(rep: dict) -> str:
-    lines = [f"# {rep['target']}: hot loop per iteration (triton {rep['triton']}); "
-             "instruction counts, not time;\n# thr/score: instructions "
-             "one thread issues per score (loop instr. x 32 x warps / (BM x BN))",
-             f"{'kernel':<10} {'d':>4} {'mask':<6} {'BMxBN w s':<14} {'instr':>6} "
-             f"{'thr/score':>9} "
-             f"{'mma':>4} {'FMUL':>5} {'FFMA':>5} {'EX2':>4} {'int':>4} {'cp.as':>5} "
-             f"{'TMA':>4} {'WS':>3} {'regs':>4}"]
+    lines = [
+        f"# {rep['target']}: hot loop per iteration (triton {rep['triton']}); "
+        "instruction counts, not time;\n# thr/score: instructions "
+        "one thread issues per score (loop instr. x 32 x warps / (BM x BN))",
+        f"{'kernel':<10} {'d':>4} {'mask':<6} {'BMxBN w s':<14} {'instr':>6} "
+        f"{'thr/score':>9} "
+        f"{'mma':>4} {'FMUL':>5} {'FFMA':>5} {'EX2':>4} {'int':>4} {'cp.as':>5} "
+        f"{'TMA':>4} {'WS':>3} {'regs':>4}",
+    ]
     for r in rep["kernels"]:
         c, hl = r["config"], r["hot_loop"] or {}
         cfg = f"{c['BLOCK_M']}x{c['BLOCK_N']} w{c['num_warps']} s{c['num_stages']}"
@@ -500,7 +700,8 @@ def format_report(rep: dict) -> str:
             f"{hl.get('FFMA', '-'):>5} "
             f"{hl.get('MUFU.EX2', '-'):>4} {hl.get('integer', '-'):>4} "
             f"{hl.get('LDGSTS', '-'):>5} {'yes' if r['tma'] else 'no':>4} "
-            f"{'yes' if r.get('warp_specialized') else 'no':>3} {r['registers']:>4}")
+            f"{'yes' if r.get('warp_specialized') else 'no':>3} {r['registers']:>4}"
+        )
     if rep["reference"]:
         ref = rep["reference"]
         lines.append(f"# to beat: {ref['what']}: {ref['hot_loop']}")
@@ -509,19 +710,30 @@ def format_report(rep: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
-    ap.add_argument("--quick", action="store_true",
-                    help="the recorded peaks (kernels/machine_code/compile_peaks.json)")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="the recorded peaks (kernels/machine_code/compile_peaks.json)",
+    )
     ap.add_argument("--target", action="append", choices=list(tiles.ARCHS))
-    ap.add_argument("--kernel", action="append", choices=list(KERNELS),
-                    help="fwd-tma, fwd-tma-ws: kernels.flash.forward_tma's forward "
-                         "(sm90 only)")
-    ap.add_argument("--report", action="store_true",
-                    help="hot-loop SASS instruction counts (sm90/sm80) "
-                         "-> benchmarks/static/")
+    ap.add_argument(
+        "--kernel",
+        action="append",
+        choices=list(KERNELS),
+        help="fwd-tma, fwd-tma-ws: kernels.flash.forward_tma's forward (sm90 only)",
+    )
+    ap.add_argument(
+        "--report",
+        action="store_true",
+        help="hot-loop SASS instruction counts (sm90/sm80) -> benchmarks/static/",
+    )
     args = ap.parse_args(argv)
     if runtime.INTERPRET:
-        print("compile_check needs TRITON_INTERPRET unset (kernels were imported under "
-              "the interpreter)", file=sys.stderr)
+        print(
+            "compile_check needs TRITON_INTERPRET unset (kernels were imported under "
+            "the interpreter)",
+            file=sys.stderr,
+        )
         return 2
     if args.report:
         import json
@@ -542,8 +754,10 @@ def main(argv=None) -> int:
         results.append(r)
         print(format_row(r), flush=True)
     bad = [r for r in results if not r.ok]
-    print(f"# {len(results) - len(bad)}/{len(results)} ok"
-          + (f"; {len(bad)} over shared memory, spilling or failing" if bad else ""))
+    print(
+        f"# {len(results) - len(bad)}/{len(results)} ok"
+        + (f"; {len(bad)} over shared memory, spilling or failing" if bad else "")
+    )
     if not (args.quick or args.target or args.kernel or bad):
         write_peaks(results)
         print(f"# peaks per kernel and target written to {PEAKS_FILE}")
@@ -553,11 +767,19 @@ def main(argv=None) -> int:
 def write_peaks(results: list[Result]) -> None:
     import json
 
-    PEAKS_FILE.write_text(json.dumps(
-        {"triton": triton.__version__, "date": time.strftime("%Y-%m-%d"),
-         "command": "python -m kernels.machine_code.compile_check",
-         "compilations": len(results),
-         "peaks": peaks(results)}, indent=1) + "\n")
+    PEAKS_FILE.write_text(
+        json.dumps(
+            {
+                "triton": triton.__version__,
+                "date": time.strftime("%Y-%m-%d"),
+                "command": "python -m kernels.machine_code.compile_check",
+                "compilations": len(results),
+                "peaks": peaks(results),
+            },
+            indent=1,
+        )
+        + "\n"
+    )
 
 
 if __name__ == "__main__":

@@ -32,8 +32,10 @@ os.environ["TRITON_INTERPRET"] = "0"  # before kernels is imported: compile
 from kernels import runtime  # noqa: E402
 
 if runtime.INTERPRET and __name__ == "__main__":
-    os.execv(sys.executable,
-             [sys.executable, "-m", "kernels.machine_code.decode_check", *sys.argv[1:]])
+    os.execv(
+        sys.executable,
+        [sys.executable, "-m", "kernels.machine_code.decode_check", *sys.argv[1:]],
+    )
 
 import torch  # noqa: E402
 import triton  # noqa: E402
@@ -75,23 +77,32 @@ class Case:
 
     @property
     def ok(self) -> bool:
-        return (self.error is None and self.shared is not None
-                and self.shared <= self.shared_limit and self.spills == 0)
+        return (
+            self.error is None
+            and self.shared is not None
+            and self.shared <= self.shared_limit
+            and self.spills == 0
+        )
 
     def row(self) -> str:
         tile = "x".join(map(str, self.tile[:1])) + (
-            f" w{self.tile[1]} s{self.tile[2]}" if self.tile else "")
+            f" w{self.tile[1]} s{self.tile[2]}" if self.tile else ""
+        )
         smem = "-" if self.shared is None else f"{self.shared / 1024:.1f}"
-        return (f"{self.kernel:<6} {self.target:<5} {self.head_dim:>4} "
-                f"{self.dtype:<5} {self.block_m:>3} {self.layout:<10} "
-                f"{tile:<10} {smem:>6}/{self.shared_limit // 1024:<4} "
-                f"{self.registers if self.registers is not None else '-':>4} "
-                f"{self.spills if self.spills is not None else '-':>5} "
-                f"{self.seconds:5.1f}s {'ok' if self.ok else self.error or 'FAIL'}")
+        return (
+            f"{self.kernel:<6} {self.target:<5} {self.head_dim:>4} "
+            f"{self.dtype:<5} {self.block_m:>3} {self.layout:<10} "
+            f"{tile:<10} {smem:>6}/{self.shared_limit // 1024:<4} "
+            f"{self.registers if self.registers is not None else '-':>4} "
+            f"{self.spills if self.spills is not None else '-':>5} "
+            f"{self.seconds:5.1f}s {'ok' if self.ok else self.error or 'FAIL'}"
+        )
 
 
-HEADER = (f"{'kernel':<6} {'arch':<5} {'d':>4} {'dtype':<5} {'BM':>3} {'layout':<10} "
-          f"{'BN w s':<10} {'smem KB/lim':>11} {'regs':>4} {'spill':>5} {'time':>6}")
+HEADER = (
+    f"{'kernel':<6} {'arch':<5} {'d':>4} {'dtype':<5} {'BM':>3} {'layout':<10} "
+    f"{'BN w s':<10} {'smem KB/lim':>11} {'regs':>4} {'spill':>5} {'time':>6}"
+)
 
 
 def _page(layout: str) -> int | None:
@@ -113,22 +124,45 @@ def _split_values(case: Case, cap) -> tuple[dict, int, int]:
     i32 = torch.empty(16, dtype=torch.int32)
     rows = page or 32768  # tokens per page (or per sequence, contiguous)
     kv = (rows * H_KV * d, H_KV * d, d, 1)
-    vals = {"Q": t, "K": t, "V": t, "BT": i32, "SEQLENS": i32, "Out": f32, "LSE": f32,
-            "sm_scale": 0.125, "N_Q": n_q, "GROUP": group, "HEAD_DIM": d,
-            "N_SPLITS": 4, "M_BLOCKS": max(1, group * n_q // bm),
-            "PAGED": page is not None,
-            "PAGE_SIZE": page or 0, "IS_CAUSAL": case.causal, "SPLIT": True,
-            "UPCAST": dt == torch.bfloat16 and cap < (8, 0),
-            "DOT_PRECISION": _dot_precision(dt),
-            "BLOCK_M": bm, "BLOCK_N": bn,
-            "BLOCK_D": K.block_d(d), "EVEN_D": d == K.block_d(d), "stride_btb": 512}
+    vals = {
+        "Q": t,
+        "K": t,
+        "V": t,
+        "BT": i32,
+        "SEQLENS": i32,
+        "Out": f32,
+        "LSE": f32,
+        "sm_scale": 0.125,
+        "N_Q": n_q,
+        "GROUP": group,
+        "HEAD_DIM": d,
+        "N_SPLITS": 4,
+        "M_BLOCKS": max(1, group * n_q // bm),
+        "PAGED": page is not None,
+        "PAGE_SIZE": page or 0,
+        "IS_CAUSAL": case.causal,
+        "SPLIT": True,
+        "UPCAST": dt == torch.bfloat16 and cap < (8, 0),
+        "DOT_PRECISION": _dot_precision(dt),
+        "BLOCK_M": bm,
+        "BLOCK_N": bn,
+        "BLOCK_D": K.block_d(d),
+        "EVEN_D": d == K.block_d(d),
+        "stride_btb": 512,
+    }
     for pfx, st in (("q", (n_q * h_q * d, h_q * d, d, 1)), ("k", kv), ("v", kv)):
         names = ("b", "t", "h", "d") if pfx == "q" else ("p", "n", "h", "d")
         vals.update({f"stride_{pfx}{n}": s for n, s in zip(names, st)})
     # the fp32 partials (B, H_q, N_q, 4 splits, d)
-    vals.update(stride_ob=h_q * n_q * 4 * d, stride_ot=4 * d, stride_oh=n_q * 4 * d,
-                stride_od=1,
-                stride_lb=h_q * n_q * 4, stride_lh=n_q * 4, stride_lt=4)
+    vals.update(
+        stride_ob=h_q * n_q * 4 * d,
+        stride_ot=4 * d,
+        stride_oh=n_q * 4 * d,
+        stride_od=1,
+        stride_lb=h_q * n_q * 4,
+        stride_lh=n_q * 4,
+        stride_lt=4,
+    )
     return vals, warps, stages
 
 
@@ -139,10 +173,29 @@ def _merge_values(case: Case) -> tuple[dict, int, int]:
     f32 = torch.empty(16, dtype=torch.float32)
     h_q = 32
     case.tile = (0, 4 if bd >= 128 else 2, 1)
-    return ({"OP": f32, "LSEP": f32, "Out": t, "LSE": f32, "N_Q": 1, "H_Q": h_q,
-             "N_SPLITS": 16, "HEAD_DIM": d, "stride_ob": h_q * d, "stride_ot": h_q * d,
-             "stride_oh": d, "stride_od": 1, "stride_lb": h_q, "stride_lh": 1,
-             "stride_lt": 1, "BLOCK_S": 16, "BLOCK_D": bd}, case.tile[1], 1)
+    return (
+        {
+            "OP": f32,
+            "LSEP": f32,
+            "Out": t,
+            "LSE": f32,
+            "N_Q": 1,
+            "H_Q": h_q,
+            "N_SPLITS": 16,
+            "HEAD_DIM": d,
+            "stride_ob": h_q * d,
+            "stride_ot": h_q * d,
+            "stride_oh": d,
+            "stride_od": 1,
+            "stride_lb": h_q,
+            "stride_lh": 1,
+            "stride_lt": 1,
+            "BLOCK_S": 16,
+            "BLOCK_D": bd,
+        },
+        case.tile[1],
+        1,
+    )
 
 
 def compile_case(case: Case):
@@ -191,8 +244,9 @@ def plan(quick: bool, targets=TARGETS, dims=None, dtypes=None) -> list[Case]:
     return cases
 
 
-def machine_code_report(target: str, head_dim: int = 128, dtype: str = "bf16",
-                        layout: str = "paged256") -> list[dict]:
+def machine_code_report(
+    target: str, head_dim: int = 128, dtype: str = "bf16", layout: str = "paged256"
+) -> list[dict]:
     """Hot-loop SASS counts of the split kernel (BLOCK_M 16 and 64) on ``target``,
     with the K/V bytes its loop loads per iteration (BLOCK_N x d x 2 tensors x the
     element size: counted from the tile, not measured)."""
@@ -207,8 +261,13 @@ def machine_code_report(target: str, head_dim: int = 128, dtype: str = "bf16",
             continue
         rep = sass.report(c.asm["cubin"])
         size = DTYPES[dtype].itemsize
-        out.append({"case": dataclasses.asdict(case), **rep,
-                    "kv_bytes_per_iteration": 2 * case.tile[0] * head_dim * size})
+        out.append(
+            {
+                "case": dataclasses.asdict(case),
+                **rep,
+                "kv_bytes_per_iteration": 2 * case.tile[0] * head_dim * size,
+            }
+        )
     return out
 
 
@@ -233,21 +292,35 @@ def main(argv=None) -> int:
             rows = machine_code_report(t)
             for r in rows:
                 c, hl = r["case"], r.get("hot_loop") or {}
-                print(f"{t} BM={c['block_m']} tile={c['tile']} regs={c['registers']} "
-                      f"kv_bytes/iter={r.get('kv_bytes_per_iteration')} hot loop: "
-                      f"{hl}", flush=True)
+                print(
+                    f"{t} BM={c['block_m']} tile={c['tile']} regs={c['registers']} "
+                    f"kv_bytes/iter={r.get('kv_bytes_per_iteration')} hot loop: "
+                    f"{hl}",
+                    flush=True,
+                )
             path = STATIC_DIR / f"decode-{t}.json"
-            path.write_text(json.dumps(
-                {"target": t, "triton": triton.__version__,
-                 "date": time.strftime("%Y-%m-%d"),
-                 "command": f"python -m kernels.machine_code.decode_check --report "
-                            f"--target {t}",
-                 "note": "instruction counts of the compiled machine code, not time",
-                 "kernels": rows}, indent=1) + "\n")
+            path.write_text(
+                json.dumps(
+                    {
+                        "target": t,
+                        "triton": triton.__version__,
+                        "date": time.strftime("%Y-%m-%d"),
+                        "command": (
+                            "python -m kernels.machine_code.decode_check "
+                            f"--report --target {t}"
+                        ),
+                        "note": (
+                            "instruction counts of the compiled machine code, not time"
+                        ),
+                        "kernels": rows,
+                    },
+                    indent=1,
+                )
+                + "\n"
+            )
             print(f"# written to {path}", flush=True)
         return 0
-    cases = plan(args.quick, tuple(args.target or TARGETS), args.head_dim,
-                 args.dtype)
+    cases = plan(args.quick, tuple(args.target or TARGETS), args.head_dim, args.dtype)
     print(f"# triton {triton.__version__}, {len(cases)} compilations", flush=True)
     print(HEADER, flush=True)
     for c in cases:

@@ -32,19 +32,32 @@ import tempfile
 
 import triton
 
-NVDISASM = (pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-            / "nvdisasm")
+NVDISASM = (
+    pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
+)
 
-_INSTR = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(@!?U?P[0-9T]+\s+)?"
-                    r"([A-Z][A-Z0-9_.]*)\s*(.*?);")
+_INSTR = re.compile(
+    r"^\s*/\*([0-9a-f]+)\*/\s+(@!?U?P[0-9T]+\s+)?"
+    r"([A-Z][A-Z0-9_.]*)\s*(.*?);"
+)
 _LABEL = re.compile(r"^(\.L_x_\d+):")
 _TARGET = re.compile(r"`\((\.L_x_\d+)\)")
 
 TENSOR_CORE = ("HGMMA", "HMMA", "IMMA", "QGMMA")
 #: Integer and address arithmetic on the vector datapath (per thread). The uniform
 #: datapath's ``U*`` forms (one per warp, e.g. loop counters) are counted apart.
-INTEGER = ("IMAD", "IADD3", "IADD", "LEA", "SHF", "LOP3", "ISETP", "IABS", "SEL",
-           "IMNMX")
+INTEGER = (
+    "IMAD",
+    "IADD3",
+    "IADD",
+    "LEA",
+    "SHF",
+    "LOP3",
+    "ISETP",
+    "IABS",
+    "SEL",
+    "IMNMX",
+)
 
 
 @dataclasses.dataclass
@@ -63,8 +76,9 @@ def disassemble(cubin: bytes) -> tuple[list[Instr], dict[str, int]]:
     with tempfile.TemporaryDirectory() as d:
         path = pathlib.Path(d) / "k.cubin"
         path.write_bytes(cubin)
-        out = subprocess.run([str(NVDISASM), "-c", str(path)], capture_output=True,
-                             text=True, check=True).stdout
+        out = subprocess.run(
+            [str(NVDISASM), "-c", str(path)], capture_output=True, text=True, check=True
+        ).stdout
     return parse(out)
 
 
@@ -81,8 +95,8 @@ def parse(text: str) -> tuple[list[Instr], dict[str, int]]:
 
 
 def loops(instrs: list[Instr], labels: dict[str, int]) -> list[tuple[int, int]]:
-    """(first, last) instruction index of every loop: a branch back to an earlier label.
-    """
+    """(first, last) instruction index of every loop: a branch back to an earlier
+    label."""
     out = []
     for i, ins in enumerate(instrs):
         if ins.base == "BRA" and (m := _TARGET.search(ins.operands)):
@@ -93,13 +107,19 @@ def loops(instrs: list[Instr], labels: dict[str, int]) -> list[tuple[int, int]]:
 
 
 def hot_loop(instrs: list[Instr], labels: dict[str, int]) -> tuple[int, int] | None:
-    """The innermost loop that issues tensor-core instructions (None if no loop does).
-    """
-    cands = [(a, b) for a, b in loops(instrs, labels)
-             if any(ins.base in TENSOR_CORE for ins in instrs[a:b + 1])]
+    """The innermost loop that issues tensor-core instructions (None if no loop
+    does)."""
+    cands = [
+        (a, b)
+        for a, b in loops(instrs, labels)
+        if any(ins.base in TENSOR_CORE for ins in instrs[a : b + 1])
+    ]
     if not cands:  # CUDA-core dots (fp32, sm_75): the longest loop doing FFMA
-        cands = [(a, b) for a, b in loops(instrs, labels)
-                 if any(ins.base == "FFMA" for ins in instrs[a:b + 1])]
+        cands = [
+            (a, b)
+            for a, b in loops(instrs, labels)
+            if any(ins.base == "FFMA" for ins in instrs[a : b + 1])
+        ]
     return min(cands, key=lambda ab: ab[1] - ab[0]) if cands else None
 
 
@@ -110,14 +130,20 @@ def count(instrs: list[Instr]) -> dict[str, int]:
     return {
         "instructions": len(instrs),
         "tensor_core": sum(by[k] for k in TENSOR_CORE),
-        "FMUL": by["FMUL"], "FFMA": by["FFMA"], "FADD": by["FADD"],
+        "FMUL": by["FMUL"],
+        "FFMA": by["FFMA"],
+        "FADD": by["FADD"],
         "FMNMX": by["FMNMX"],
         "MUFU.EX2": full["MUFU.EX2"],
         "integer": sum(by[k] for k in INTEGER),
-        "uniform": sum(n for k, n in by.items()
-                       if k.startswith("U") and k not in TENSOR_CORE),
-        "LDGSTS": by["LDGSTS"], "UTMALDG": by["UTMALDG"], "LDG": by["LDG"],
-        "LDS": by["LDS"] + by["LDSM"], "STG": by["STG"],
+        "uniform": sum(
+            n for k, n in by.items() if k.startswith("U") and k not in TENSOR_CORE
+        ),
+        "LDGSTS": by["LDGSTS"],
+        "UTMALDG": by["UTMALDG"],
+        "LDG": by["LDG"],
+        "LDS": by["LDS"] + by["LDSM"],
+        "STG": by["STG"],
         "RED/ATOM": by["RED"] + by["ATOM"],
         "MEMBAR": by["MEMBAR"],
     }
@@ -127,15 +153,16 @@ def report(cubin: bytes) -> dict:
     """Counts for the hot loop (per iteration) and a few whole-kernel facts."""
     instrs, labels = disassemble(cubin)
     loop = hot_loop(instrs, labels)
-    body = instrs[loop[0]:loop[1] + 1] if loop else []
+    body = instrs[loop[0] : loop[1] + 1] if loop else []
     opcodes = {ins.opcode for ins in instrs}
     return {
         "hot_loop": count(body) if loop else None,
         "kernel_instructions": len(instrs),
         "tma": any(o.startswith(("UTMALDG", "UBLKCP")) for o in opcodes),
         "warp_specialized": any(o.startswith("USETMAXREG") for o in opcodes),
-        "membar_gpu_in_loop": any(ins.opcode.startswith("MEMBAR")
-                                  and "GPU" in ins.opcode for ins in body),
+        "membar_gpu_in_loop": any(
+            ins.opcode.startswith("MEMBAR") and "GPU" in ins.opcode for ins in body
+        ),
     }
 
 
@@ -149,6 +176,7 @@ def per_score(instructions: float, block_m: int, block_n: int, num_warps: int) -
     kernel ``num_warps`` is the config's, one consumer warpgroup's (the producer warps
     run another loop)."""
     if min(block_m, block_n, num_warps) <= 0:
-        raise ValueError(f"tile and warps must be positive, got {block_m}x{block_n} "
-                         f"w{num_warps}")
+        raise ValueError(
+            f"tile and warps must be positive, got {block_m}x{block_n} w{num_warps}"
+        )
     return instructions * 32 * num_warps / (block_m * block_n)

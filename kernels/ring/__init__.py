@@ -86,5 +86,15 @@ PyTorch's own context parallelism
 from .layout import LAYOUTS, local_length, positions, segments, shard, unshard
 from .ring import Block, block_plan, merge, ring_attention
 
-__all__ = ["LAYOUTS", "Block", "block_plan", "local_length", "merge", "positions",
-           "ring_attention", "segments", "shard", "unshard"]
+__all__ = [
+    "LAYOUTS",
+    "Block",
+    "block_plan",
+    "local_length",
+    "merge",
+    "positions",
+    "ring_attention",
+    "segments",
+    "shard",
+    "unshard",
+]

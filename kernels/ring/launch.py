@@ -42,17 +42,25 @@ def _to_cpu(x):
     return x
 
 
-def _worker(rank, world_size, port, backend, timeout, group_timeout, fn, args,
-            results):
+def _worker(rank, world_size, port, backend, timeout, group_timeout, fn, args, results):
     faulthandler.dump_traceback_later(timeout, exit=True)  # the rank's own watchdog
     try:
-        store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False,
-                              timeout=datetime.timedelta(seconds=timeout))
+        store = dist.TCPStore(
+            "127.0.0.1",
+            port,
+            world_size,
+            is_master=False,
+            timeout=datetime.timedelta(seconds=timeout),
+        )
         if backend == "nccl":
             torch.cuda.set_device(rank % torch.cuda.device_count())
-        dist.init_process_group(backend, store=store, rank=rank,
-                                world_size=world_size,
-                                timeout=datetime.timedelta(seconds=group_timeout))
+        dist.init_process_group(
+            backend,
+            store=store,
+            rank=rank,
+            world_size=world_size,
+            timeout=datetime.timedelta(seconds=group_timeout),
+        )
         out = _to_cpu(fn(rank, world_size, *args))
         buf = io.BytesIO()
         torch.save(out, buf)
@@ -77,8 +85,14 @@ def _stop(procs):
             p.join()
 
 
-def run_local(fn, world_size: int, *args, timeout: float = 60.0,
-              backend: str = "gloo", collective_timeout: float | None = None) -> list:
+def run_local(
+    fn,
+    world_size: int,
+    *args,
+    timeout: float = 60.0,
+    backend: str = "gloo",
+    collective_timeout: float | None = None,
+) -> list:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` local processes.
 
     Args:
@@ -100,23 +114,45 @@ def run_local(fn, world_size: int, *args, timeout: float = 60.0,
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     if backend not in ("gloo", "nccl"):
         raise ValueError(f"backend must be 'gloo' or 'nccl', got {backend!r}")
-    for name, value in (("timeout", timeout),
-                        ("collective_timeout", collective_timeout or timeout)):
-        if isinstance(value, bool) or not (isinstance(value, (int, float))
-                                           and value > 0):
-            raise ValueError(f"{name} must be a positive number of seconds, got "
-                             f"{value!r}")
+    for name, value in (
+        ("timeout", timeout),
+        ("collective_timeout", collective_timeout or timeout),
+    ):
+        if isinstance(value, bool) or not (
+            isinstance(value, (int, float)) and value > 0
+        ):
+            raise ValueError(
+                f"{name} must be a positive number of seconds, got {value!r}"
+            )
     ctx = mp.get_context("spawn")
     # the rendezvous: open on a free port now, so no other process can take it
-    store = dist.TCPStore("127.0.0.1", 0, world_size + 1, is_master=True,
-                          timeout=datetime.timedelta(seconds=timeout),
-                          wait_for_workers=False)
+    store = dist.TCPStore(
+        "127.0.0.1",
+        0,
+        world_size + 1,
+        is_master=True,
+        timeout=datetime.timedelta(seconds=timeout),
+        wait_for_workers=False,
+    )
     results = ctx.Queue()
-    procs = [ctx.Process(target=_worker, daemon=True,
-                         args=(rank, world_size, store.port, backend, float(timeout),
-                               float(collective_timeout or timeout), fn, args,
-                               results))
-             for rank in range(world_size)]
+    procs = [
+        ctx.Process(
+            target=_worker,
+            daemon=True,
+            args=(
+                rank,
+                world_size,
+                store.port,
+                backend,
+                float(timeout),
+                float(collective_timeout or timeout),
+                fn,
+                args,
+                results,
+            ),
+        )
+        for rank in range(world_size)
+    ]
     try:
         for p in procs:
             p.start()
@@ -126,19 +162,23 @@ def run_local(fn, world_size: int, *args, timeout: float = 60.0,
             try:
                 status, rank, payload = results.get(timeout=1.0)
             except queue_mod.Empty:
-                dead = [r for r, p in enumerate(procs)
-                        if not p.is_alive() and r not in out]
+                dead = [
+                    r for r, p in enumerate(procs) if not p.is_alive() and r not in out
+                ]
                 if dead:  # died without a word (killed, segfault, watchdog)
                     time.sleep(0.5)  # its last message may still be in flight
                     if results.empty():
                         raise RuntimeError(
                             f"rank {dead[0]} exited with code "
-                            f"{procs[dead[0]].exitcode} without a result") from None
+                            f"{procs[dead[0]].exitcode} without a result"
+                        ) from None
                 if time.monotonic() > deadline:
                     missing = sorted(set(range(world_size)) - set(out))
-                    raise TimeoutError(f"ranks {missing} of {world_size} did not "
-                                       f"finish within {timeout} s (+ start-up); "
-                                       f"all ranks stopped") from None
+                    raise TimeoutError(
+                        f"ranks {missing} of {world_size} did not "
+                        f"finish within {timeout} s (+ start-up); "
+                        f"all ranks stopped"
+                    ) from None
                 continue
             if status == "error":
                 raise RuntimeError(f"rank {rank} of {world_size} raised:\n{payload}")

@@ -40,8 +40,9 @@ def check_world(rank, world_size) -> None:
     """Raise naming ``world_size`` or ``rank`` unless 0 <= rank < world_size."""
     for name, value in (("world_size", world_size), ("rank", rank)):
         if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__} "
-                            f"{value!r}")
+            raise TypeError(
+                f"{name} must be an int, got {type(value).__name__} {value!r}"
+            )
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     if not 0 <= rank < world_size:
@@ -68,9 +69,11 @@ def chunk_bounds(n: int, chunks: int) -> list[tuple[int, int]]:
 def check_length(n: int, world_size: int, layout: str, name: str = "x") -> None:
     need = n_chunks(world_size, layout)
     if n < need:
-        raise ValueError(f"{name}: a sequence of {n} positions cannot be split over "
-                         f"world_size={world_size} ranks with layout={layout!r} "
-                         f"(needs at least {need}: one position per chunk)")
+        raise ValueError(
+            f"{name}: a sequence of {n} positions cannot be split over "
+            f"world_size={world_size} ranks with layout={layout!r} "
+            f"(needs at least {need}: one position per chunk)"
+        )
 
 
 def segments(n: int, rank: int, world_size: int, layout: str) -> list[tuple[int, int]]:
@@ -90,21 +93,29 @@ def local_length(n: int, rank: int, world_size: int, layout: str) -> int:
 
 def positions(n: int, rank: int, world_size: int, layout: str) -> torch.Tensor:
     """(N_local,) int64: the global position of each local row of rank ``rank``."""
-    return torch.cat([torch.arange(s, e) for s, e in
-                      segments(n, rank, world_size, layout)])
+    return torch.cat(
+        [torch.arange(s, e) for s, e in segments(n, rank, world_size, layout)]
+    )
 
 
 def _check_dim(x: torch.Tensor, dim, name: str) -> int:
     if isinstance(dim, bool) or not isinstance(dim, int):
         raise TypeError(f"dim must be an int, got {type(dim).__name__} {dim!r}")
     if not -x.ndim <= dim < x.ndim:
-        raise ValueError(f"dim must be in {-x.ndim}..{x.ndim - 1} for {name} of "
-                         f"shape {tuple(x.shape)}, got {dim}")
+        raise ValueError(
+            f"dim must be in {-x.ndim}..{x.ndim - 1} for {name} of "
+            f"shape {tuple(x.shape)}, got {dim}"
+        )
     return dim % x.ndim
 
 
-def shard(x: torch.Tensor, rank: int, world_size: int, layout: str = "contiguous",
-          dim: int = 2) -> torch.Tensor:
+def shard(
+    x: torch.Tensor,
+    rank: int,
+    world_size: int,
+    layout: str = "contiguous",
+    dim: int = 2,
+) -> torch.Tensor:
     """Rank ``rank``'s shard of the full sequence ``x`` (sequence along ``dim``).
 
     Args:
@@ -122,13 +133,16 @@ def shard(x: torch.Tensor, rank: int, world_size: int, layout: str = "contiguous
     check_world(rank, world_size)
     dim = _check_dim(x, dim, "x")
     check_length(x.shape[dim], world_size, layout, "x")
-    parts = [x.narrow(dim, s, e - s)
-             for s, e in segments(x.shape[dim], rank, world_size, layout)]
+    parts = [
+        x.narrow(dim, s, e - s)
+        for s, e in segments(x.shape[dim], rank, world_size, layout)
+    ]
     return torch.cat(parts, dim=dim).contiguous()
 
 
-def unshard(shards: Sequence[torch.Tensor], layout: str = "contiguous",
-            dim: int = 2) -> torch.Tensor:
+def unshard(
+    shards: Sequence[torch.Tensor], layout: str = "contiguous", dim: int = 2
+) -> torch.Tensor:
     """Put the full sequence back from every rank's shard (``shards[r]`` from rank r).
 
     The inverse of :func:`shard`: the shards' lengths must be those the split rule gives
@@ -137,38 +151,49 @@ def unshard(shards: Sequence[torch.Tensor], layout: str = "contiguous",
     """
     check_layout(layout)
     if isinstance(shards, torch.Tensor) or not isinstance(shards, Sequence):
-        raise TypeError(f"shards must be a list of tensors (one per rank), got "
-                        f"{type(shards).__name__}")
+        raise TypeError(
+            f"shards must be a list of tensors (one per rank), got "
+            f"{type(shards).__name__}"
+        )
     if len(shards) == 0:
         raise ValueError("shards must hold one tensor per rank, got an empty list")
     for r, t in enumerate(shards):
         if not isinstance(t, torch.Tensor):
-            raise TypeError(f"shards[{r}] must be a torch.Tensor, got "
-                            f"{type(t).__name__}")
+            raise TypeError(
+                f"shards[{r}] must be a torch.Tensor, got {type(t).__name__}"
+            )
     first = shards[0]
     dim = _check_dim(first, dim, "shards[0]")
     for r, t in enumerate(shards):
         other = [s for i, s in enumerate(t.shape) if i != dim]
         ref = [s for i, s in enumerate(first.shape) if i != dim]
         if t.ndim != first.ndim or other != ref:
-            raise ValueError(f"shards must agree in every dim but {dim}: shards[{r}] "
-                             f"has shape {tuple(t.shape)}, shards[0] "
-                             f"{tuple(first.shape)}")
+            raise ValueError(
+                f"shards must agree in every dim but {dim}: shards[{r}] "
+                f"has shape {tuple(t.shape)}, shards[0] "
+                f"{tuple(first.shape)}"
+            )
         if t.dtype != first.dtype:
-            raise TypeError(f"shards must share a dtype: shards[{r}] is {t.dtype}, "
-                            f"shards[0] {first.dtype}")
+            raise TypeError(
+                f"shards must share a dtype: shards[{r}] is {t.dtype}, "
+                f"shards[0] {first.dtype}"
+            )
         if t.device != first.device:
-            raise ValueError(f"shards must share a device: shards[{r}] is on "
-                             f"{t.device}, shards[0] on {first.device}")
+            raise ValueError(
+                f"shards must share a device: shards[{r}] is on "
+                f"{t.device}, shards[0] on {first.device}"
+            )
     world_size = len(shards)
     n = sum(t.shape[dim] for t in shards)
     check_length(n, world_size, layout, "shards")
     lengths = [t.shape[dim] for t in shards]
     expected = [local_length(n, r, world_size, layout) for r in range(world_size)]
     if lengths != expected:
-        raise ValueError(f"shards: lengths {lengths} along dim {dim} are not the "
-                         f"{layout!r} split of {n} positions over {world_size} ranks "
-                         f"(expected {expected})")
+        raise ValueError(
+            f"shards: lengths {lengths} along dim {dim} are not the "
+            f"{layout!r} split of {n} positions over {world_size} ranks "
+            f"(expected {expected})"
+        )
     pieces: dict[int, torch.Tensor] = {}
     for r, t in enumerate(shards):
         offset = 0

@@ -35,8 +35,14 @@ _TAG_KV, _TAG_DKV = 1, 2  # P2P tags: K/V shards and dK/dV accumulators
 # --------------------------------------------------------------------------------------
 # The log-sum-exp merge
 # --------------------------------------------------------------------------------------
-def merge(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor,
-          lse_b: torch.Tensor, *, base2: bool = False):
+def merge(
+    o_a: torch.Tensor,
+    lse_a: torch.Tensor,
+    o_b: torch.Tensor,
+    lse_b: torch.Tensor,
+    *,
+    base2: bool = False,
+):
     """Merge two partial attentions of the same query rows over disjoint key sets.
 
     o: (..., N, d), lse: (..., N) (natural log, or base 2 with ``base2``). Returns
@@ -81,9 +87,11 @@ def _span_of(segs, picked):
     """Local [start, end) of the picked segments (which must be consecutive)."""
     lengths = [e - s for s, e in segs]
     if picked != list(range(picked[0], picked[-1] + 1)):
-        raise RuntimeError(f"ring attention: visible segments {picked} of {segs} "
-                           f"are not consecutive rows")
-    return sum(lengths[:picked[0]]), sum(lengths[:picked[-1] + 1])
+        raise RuntimeError(
+            f"ring attention: visible segments {picked} of {segs} "
+            f"are not consecutive rows"
+        )
+    return sum(lengths[: picked[0]]), sum(lengths[: picked[-1] + 1])
 
 
 def block_plan(q_segs, k_segs, causal: bool) -> Block | None:
@@ -111,8 +119,9 @@ def block_plan(q_segs, k_segs, causal: bool) -> Block | None:
     sub_q, sub_k = [q_segs[i] for i in rows], [k_segs[j] for j in cols]
     if sub_q == sub_k and all(a[1] <= b[0] for a, b in zip(sub_q, sub_q[1:])):
         return Block(q0, q1, k0, k1, True)
-    raise RuntimeError(f"ring attention: no block plan for queries {q_segs} against "
-                       f"keys {k_segs}")
+    raise RuntimeError(
+        f"ring attention: no block plan for queries {q_segs} against keys {k_segs}"
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -155,8 +164,17 @@ def make_ring(q, k, causal: bool, group, layout: str, scale: float) -> Ring:
     """
     P, rank = group_size(group)
     B, H, n, d = q.shape
-    meta = [B, H, k.shape[1], d, n, _DTYPES.index(q.dtype), int(causal),
-            ("contiguous", "zigzag").index(layout), scale]
+    meta = [
+        B,
+        H,
+        k.shape[1],
+        d,
+        n,
+        _DTYPES.index(q.dtype),
+        int(causal),
+        ("contiguous", "zigzag").index(layout),
+        scale,
+    ]
     # float64 holds every integer here exactly, and the scale bit for bit
     mine = torch.tensor(meta, dtype=torch.float64, device=q.device)
     table = [torch.empty_like(mine) for _ in range(P)]
@@ -166,10 +184,12 @@ def make_ring(q, k, causal: bool, group, layout: str, scale: float) -> Ring:
     for r, row in enumerate(rows):
         for name, a, b in zip(names, row, rows[0]):
             if name is not None and a != b:
-                raise ValueError(f"q, k, v: rank {r} of the group has "
-                                 f"{name}={a:.17g} but rank 0 has {b:.17g} (every "
-                                 f"rank must pass shards of one sequence with the "
-                                 f"same arguments)")
+                raise ValueError(
+                    f"q, k, v: rank {r} of the group has "
+                    f"{name}={a:.17g} but rank 0 has {b:.17g} (every "
+                    f"rank must pass shards of one sequence with the "
+                    f"same arguments)"
+                )
     lengths = [int(row[4]) for row in rows]
     n_total = sum(lengths)
     if layout == "contiguous":  # any positive lengths: positions follow the ranks
@@ -177,18 +197,31 @@ def make_ring(q, k, causal: bool, group, layout: str, scale: float) -> Ring:
         segs = [[(s, s + m)] for s, m in zip(starts, lengths)]
     else:
         if n_total < 2 * P:
-            raise ValueError(f"q: a zigzag sequence of {n_total} positions over {P} "
-                             f"ranks needs at least {2 * P} (one per chunk)")
+            raise ValueError(
+                f"q: a zigzag sequence of {n_total} positions over {P} "
+                f"ranks needs at least {2 * P} (one per chunk)"
+            )
         segs = [segments(n_total, r, P, layout) for r in range(P)]
         expected = [sum(e - s for s, e in sg) for sg in segs]
         if lengths != expected:
-            raise ValueError(f"q: shard lengths {lengths} over the ranks are not the "
-                             f"zigzag split of {n_total} positions (expected "
-                             f"{expected}; use kernels.ring.shard)")
-    to_global = (lambda r: r) if group is None else (
-        lambda r: dist.get_global_rank(group, r))
-    return Ring(group, P, rank, to_global((rank + 1) % P), to_global((rank - 1) % P),
-                segs, causal, _wait_timeout(group, q.device))
+            raise ValueError(
+                f"q: shard lengths {lengths} over the ranks are not the "
+                f"zigzag split of {n_total} positions (expected "
+                f"{expected}; use kernels.ring.shard)"
+            )
+    to_global = (
+        (lambda r: r) if group is None else (lambda r: dist.get_global_rank(group, r))
+    )
+    return Ring(
+        group,
+        P,
+        rank,
+        to_global((rank + 1) % P),
+        to_global((rank - 1) % P),
+        segs,
+        causal,
+        _wait_timeout(group, q.device),
+    )
 
 
 def _wait_timeout(group, device):
@@ -235,8 +268,17 @@ def _span(kind, step, phase, ring, device, what="block"):
     start = time.perf_counter()
     yield
     _sync(device)
-    _RECORD.append(dict(rank=ring.rank, step=step, kind=kind, phase=phase,
-                        what=what, start=start, end=time.perf_counter()))
+    _RECORD.append(
+        dict(
+            rank=ring.rank,
+            step=step,
+            kind=kind,
+            phase=phase,
+            what=what,
+            start=start,
+            end=time.perf_counter(),
+        )
+    )
 
 
 class _Transfer:
@@ -249,9 +291,12 @@ class _Transfer:
         self.buf = buf  # kept alive until the transfer is done
         self.recv = torch.empty(shape, dtype=buf.dtype, device=buf.device)
         self.start = time.perf_counter()
-        self.reqs = dist.batch_isend_irecv([
-            dist.P2POp(dist.isend, buf, ring.next, ring.group, tag),
-            dist.P2POp(dist.irecv, self.recv, ring.prev, ring.group, tag)])
+        self.reqs = dist.batch_isend_irecv(
+            [
+                dist.P2POp(dist.isend, buf, ring.next, ring.group, tag),
+                dist.P2POp(dist.irecv, self.recv, ring.prev, ring.group, tag),
+            ]
+        )
 
     def wait(self, step: int) -> torch.Tensor:
         """Block until done (``step``: the ring step that waits, for the timeline)."""
@@ -260,9 +305,17 @@ class _Transfer:
             for req in self.reqs:
                 req.wait(timeout) if timeout is not None else req.wait()
         if _RECORD is not None:
-            _RECORD.append(dict(rank=self.ring.rank, step=self.step, kind="send",
-                                phase=self.phase, what=self.what, start=self.start,
-                                end=time.perf_counter()))
+            _RECORD.append(
+                dict(
+                    rank=self.ring.rank,
+                    step=self.step,
+                    kind="send",
+                    phase=self.phase,
+                    what=self.what,
+                    start=self.start,
+                    end=time.perf_counter(),
+                )
+            )
         return self.recv
 
 
@@ -281,17 +334,23 @@ def ring_forward(q, k, v, ring: Ring, scale: float):
         transfer = None
         if step < P - 1:  # the next shard moves while this one computes
             nxt = ring.length(ring.src(step + 1))
-            transfer = _Transfer(ring, kv, (2, B, k.shape[1], nxt, d), _TAG_KV, step,
-                                 "forward")
+            transfer = _Transfer(
+                ring, kv, (2, B, k.shape[1], nxt, d), _TAG_KV, step, "forward"
+            )
         block = ring.plan(step)
         if block is not None:
             with _span("compute", step, "forward", ring, q.device):
                 rows = slice(block.q0, block.q1)
-                o_b, l_b = _forward(q[:, :, rows], kv[0, :, :, block.k0:block.k1],
-                                    kv[1, :, :, block.k0:block.k1], block.causal,
-                                    scale)
+                o_b, l_b = _forward(
+                    q[:, :, rows],
+                    kv[0, :, :, block.k0 : block.k1],
+                    kv[1, :, :, block.k0 : block.k1],
+                    block.causal,
+                    scale,
+                )
                 o[:, :, rows], lse2[:, :, rows] = merge(
-                    o[:, :, rows], lse2[:, :, rows], o_b.float(), l_b, base2=True)
+                    o[:, :, rows], lse2[:, :, rows], o_b.float(), l_b, base2=True
+                )
         if transfer is not None:
             kv = transfer.wait(step)
     return o.to(q.dtype), lse2
@@ -312,8 +371,9 @@ def ring_backward(do, dlse, q, k, v, o, lse2, ring: Ring, scale: float):
         kv_transfer = None
         if step < P - 1:
             nxt = ring.length(ring.src(step + 1))
-            kv_transfer = _Transfer(ring, kv, (2, B, H_kv, nxt, d), _TAG_KV, step,
-                                    "backward")
+            kv_transfer = _Transfer(
+                ring, kv, (2, B, H_kv, nxt, d), _TAG_KV, step, "backward"
+            )
         block = ring.plan(step)
         grads = None
         if block is not None:
@@ -321,22 +381,38 @@ def ring_backward(do, dlse, q, k, v, o, lse2, ring: Ring, scale: float):
                 rows = slice(block.q0, block.q1)
                 keys = slice(block.k0, block.k1)
                 # the kernels index lse (and delta) as contiguous (B, H, N) rows
-                grads = _backward(do[:, :, rows], q[:, :, rows], kv[0, :, :, keys],
-                                  kv[1, :, :, keys], o[:, :, rows],
-                                  lse2[:, :, rows].contiguous(), block.causal, scale,
-                                  None if dlse is None
-                                  else dlse[:, :, rows].contiguous())
+                grads = _backward(
+                    do[:, :, rows],
+                    q[:, :, rows],
+                    kv[0, :, :, keys],
+                    kv[1, :, :, keys],
+                    o[:, :, rows],
+                    lse2[:, :, rows].contiguous(),
+                    block.causal,
+                    scale,
+                    None if dlse is None else dlse[:, :, rows].contiguous(),
+                )
                 dq[:, :, rows] += grads[0].float()
         # the accumulator of shard `src`: fresh at step 0, else from the previous rank
-        dkv = (torch.zeros((2, B, H_kv, ring.length(src), d), dtype=torch.float32,
-                           device=q.device) if dkv_transfer is None
-               else dkv_transfer.wait(step))
+        dkv = (
+            torch.zeros(
+                (2, B, H_kv, ring.length(src), d), dtype=torch.float32, device=q.device
+            )
+            if dkv_transfer is None
+            else dkv_transfer.wait(step)
+        )
         if grads is not None:
             dkv[0, :, :, keys] += grads[1].float()
             dkv[1, :, :, keys] += grads[2].float()
         # pass it on (after the last step it goes to its owner, rank + 1's shard)
-        dkv_transfer = _Transfer(ring, dkv, (2, B, H_kv, ring.length(ring.src(
-            step + 1)), d), _TAG_DKV, step, "backward")
+        dkv_transfer = _Transfer(
+            ring,
+            dkv,
+            (2, B, H_kv, ring.length(ring.src(step + 1)), d),
+            _TAG_DKV,
+            step,
+            "backward",
+        )
         if kv_transfer is not None:
             kv = kv_transfer.wait(step)
     dkv = dkv_transfer.wait(P - 1)  # (2, B, H_kv, n, d): this rank's own dK, dV
@@ -364,9 +440,16 @@ class _RingAttention(torch.autograd.Function):
         return dq, dk, dv, None, None
 
 
-def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                   causal: bool = False, group=None, layout: str = "contiguous",
-                   return_lse: bool = False, sm_scale: float | None = None):
+def ring_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    group=None,
+    layout: str = "contiguous",
+    return_lse: bool = False,
+    sm_scale: float | None = None,
+):
     """Attention of this rank's query shard over the whole sequence, K/V on a ring.
 
     Args:
@@ -390,9 +473,11 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if not isinstance(return_lse, bool):
         raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
     if k.shape[2] != q.shape[2]:
-        raise ValueError(f"k and v must hold the same positions as q: q has "
-                         f"N_local={q.shape[2]}, k {k.shape[2]} (q {tuple(q.shape)}, "
-                         f"k {tuple(k.shape)})")
+        raise ValueError(
+            f"k and v must hold the same positions as q: q has "
+            f"N_local={q.shape[2]}, k {k.shape[2]} (q {tuple(q.shape)}, "
+            f"k {tuple(k.shape)})"
+        )
     if group_size(group)[0] == 1:  # one rank: one flash call, nothing else
         return flash_attention(q, k, v, causal, scale, return_lse)
     ring = make_ring(q, k, causal, group, layout, scale)

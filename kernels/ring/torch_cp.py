@@ -25,8 +25,15 @@ import torch
 from .launch import run_local
 
 
-def _cp_rank(rank: int, world_size: int, n: int, causal: bool, heads: int,
-             head_dim: int, seed: int) -> dict:
+def _cp_rank(
+    rank: int,
+    world_size: int,
+    n: int,
+    causal: bool,
+    heads: int,
+    head_dim: int,
+    seed: int,
+) -> dict:
     """On each rank: torch's context_parallel and ring_attention (zigzag) on the same
     shards of one random fp32 sequence; differences of this rank's rows."""
     import torch.nn.functional as F
@@ -41,8 +48,11 @@ def _cp_rank(rank: int, world_size: int, n: int, causal: bool, heads: int,
     q, k, v, _ = _inputs(n, heads, heads, head_dim, seed)  # (1, H, N, d) float32
     ref, _ = reference_attention(q.double(), k.double(), v.double(), causal)
     ref = shard(ref, rank, world_size, "zigzag")  # (1, H, N_local, d) float64
-    mine = ring_attention(*(shard(t, rank, world_size, "zigzag") for t in (q, k, v)),
-                          causal=causal, layout="zigzag")
+    mine = ring_attention(
+        *(shard(t, rank, world_size, "zigzag") for t in (q, k, v)),
+        causal=causal,
+        layout="zigzag",
+    )
     out = dict(rank=rank, ring_vs_fp64=(mine.double() - ref).abs().max().item())
     mesh = init_device_mesh("cpu", (world_size,))
     bq, bk, bv = q.clone(), k.clone(), v.clone()  # sharded in place by the context
@@ -57,9 +67,15 @@ def _cp_rank(rank: int, world_size: int, n: int, causal: bool, heads: int,
     return out
 
 
-def compare_context_parallel(world_size: int = 2, n: int = 32, causal: bool = False,
-                             heads: int = 2, head_dim: int = 16, seed: int = 0,
-                             timeout: float = 60.0) -> dict:
+def compare_context_parallel(
+    world_size: int = 2,
+    n: int = 32,
+    causal: bool = False,
+    heads: int = 2,
+    head_dim: int = 16,
+    seed: int = 0,
+    timeout: float = 60.0,
+) -> dict:
     """Run torch's context_parallel and ring_attention on ``world_size`` gloo ranks.
 
     ``n`` must be a multiple of 2 * world_size (torch's head-tail layout, equal to
@@ -69,20 +85,30 @@ def compare_context_parallel(world_size: int = 2, n: int = 32, causal: bool = Fa
     raised), ``ring_vs_fp64``, and the setup (torch version, backend, device, shapes).
     """
     if not isinstance(n, int) or n < 2 * world_size or n % (2 * world_size):
-        raise ValueError(f"n must be a positive multiple of 2 * world_size = "
-                         f"{2 * world_size}, got {n!r}")
-    ranks = run_local(_cp_rank, world_size, n, causal, heads, head_dim, seed,
-                      timeout=timeout)
+        raise ValueError(
+            f"n must be a positive multiple of 2 * world_size = "
+            f"{2 * world_size}, got {n!r}"
+        )
+    ranks = run_local(
+        _cp_rank, world_size, n, causal, heads, head_dim, seed, timeout=timeout
+    )
     errors = [r["error"] for r in ranks if "error" in r]
     ran = not errors
 
     def worst(key):
         return max(r[key] for r in ranks) if ran else None
 
-    return dict(ran=ran, error=errors[0] if errors else None,
-                torch_vs_ring=worst("torch_vs_ring"),
-                torch_vs_fp64=worst("torch_vs_fp64"),
-                ring_vs_fp64=max(r["ring_vs_fp64"] for r in ranks),
-                torch=torch.__version__, backend="gloo", device="cpu",
-                world_size=world_size, shape=(1, heads, n, head_dim), causal=causal,
-                layout="zigzag (torch: head-tail)")
+    return dict(
+        ran=ran,
+        error=errors[0] if errors else None,
+        torch_vs_ring=worst("torch_vs_ring"),
+        torch_vs_fp64=worst("torch_vs_fp64"),
+        ring_vs_fp64=max(r["ring_vs_fp64"] for r in ranks),
+        torch=torch.__version__,
+        backend="gloo",
+        device="cpu",
+        world_size=world_size,
+        shape=(1, heads, n, head_dim),
+        causal=causal,
+        layout="zigzag (torch: head-tail)",
+    )

@@ -103,9 +103,15 @@ def _probe(fn) -> tuple[int, bool]:
     return int(torch.cuda.max_memory_allocated() - base), synced
 
 
-def time_fn(fn: Callable[[], object], warmup: int = 5, rep: int = MIN_REPS, *,
-            flush_l2: bool = True, head_start: bool = True,
-            cuda_graph: bool = False) -> dict:
+def time_fn(
+    fn: Callable[[], object],
+    warmup: int = 5,
+    rep: int = MIN_REPS,
+    *,
+    flush_l2: bool = True,
+    head_start: bool = True,
+    cuda_graph: bool = False,
+) -> dict:
     """Time ``fn()`` on the GPU: a fixed number of reps, each between CUDA events.
 
     The protocol, the same for every implementation:
@@ -161,8 +167,9 @@ def time_fn(fn: Callable[[], object], warmup: int = 5, rep: int = MIN_REPS, *,
             call, graph_state = graph.replay, True
         except Exception as e:  # noqa: BLE001 - recorded, and timed without a graph
             torch.cuda.synchronize()
-            graph_state = ("capture failed, timed without: "
-                           f"{type(e).__name__}: {str(e)[:200]}")
+            graph_state = (
+                f"capture failed, timed without: {type(e).__name__}: {str(e)[:200]}"
+            )
     flush = _l2_flush_buffer() if flush_l2 else None
     spin_ms = min(1.5 * host_ms + 0.05, 50.0) if head_start and call is fn else 0.0
     cycles = int(spin_ms * _sleep_cycles_per_ms()) if spin_ms else 0
@@ -178,10 +185,18 @@ def time_fn(fn: Callable[[], object], warmup: int = 5, rep: int = MIN_REPS, *,
         ends[i].record()
     torch.cuda.synchronize()
     stats = spread([s.elapsed_time(e) for s, e in zip(starts, ends)])
-    stats.update({"warmup": max(warmup, 1), "first_call_ms": first_ms,
-                  "host_ms": host_ms, "head_start_ms": spin_ms,
-                  "l2_flush": flush is not None, "cuda_graph": graph_state,
-                  "host_sync": synced, "timer": "cuda-events"})
+    stats.update(
+        {
+            "warmup": max(warmup, 1),
+            "first_call_ms": first_ms,
+            "host_ms": host_ms,
+            "head_start_ms": spin_ms,
+            "l2_flush": flush is not None,
+            "cuda_graph": graph_state,
+            "host_sync": synced,
+            "timer": "cuda-events",
+        }
+    )
     return {"ms": stats["median_ms"], "peak_mem_bytes": peak, "stats": stats}
 
 
@@ -206,15 +221,29 @@ class FakeTimer:
         self.kw.append({"warmup": warmup, "rep": rep, **kw})
         self.log.append({"event": "time", "n": len(self.calls)})
         stats = spread([self.ms * (1 + 0.01 * (i % 5)) for i in range(rep)])
-        stats.update({"warmup": warmup, "first_call_ms": first, "host_ms": None,
-                      "head_start_ms": None, "l2_flush": False, "cuda_graph": False,
-                      "host_sync": None, "timer": "fake"})
+        stats.update(
+            {
+                "warmup": warmup,
+                "first_call_ms": first,
+                "host_ms": None,
+                "head_start_ms": None,
+                "l2_flush": False,
+                "cuda_graph": False,
+                "host_sync": None,
+                "timer": "fake",
+            }
+        )
         return {"ms": stats["median_ms"], "peak_mem_bytes": 123, "stats": stats}
 
 
-def measure(record: Record, fn: Callable[[], object], flops: float | None = None,
-            bytes_moved: float | None = None, timer: Callable[..., dict] | None = None,
-            **kw) -> Record:
+def measure(
+    record: Record,
+    fn: Callable[[], object],
+    flops: float | None = None,
+    bytes_moved: float | None = None,
+    timer: Callable[..., dict] | None = None,
+    **kw,
+) -> Record:
     """Time ``fn`` into ``record``; an out-of-memory error is recorded, not raised.
 
     ``timer(fn, **kw)`` returns ``{"ms", "peak_mem_bytes"}`` and optionally "stats":
@@ -241,8 +270,9 @@ def measure(record: Record, fn: Callable[[], object], flops: float | None = None
 # ---------------------------------------------------------------------------------
 
 
-def attention_flops(B: int, H: int, N_q: int, N_k: int, d: int, causal: bool = False,
-                    mode: str = "fwd") -> float:
+def attention_flops(
+    B: int, H: int, N_q: int, N_k: int, d: int, causal: bool = False, mode: str = "fwd"
+) -> float:
     """Matmul FLOPs of attention: 4 B H N_q N_k d forward (S = Q K^T and P V), halved
     when causal. Forward + backward counts 3.5x the forward (the backward does 2.5x:
     five matmuls, one of them the recomputation of S)."""
@@ -251,8 +281,12 @@ def attention_flops(B: int, H: int, N_q: int, N_k: int, d: int, causal: bool = F
 
 
 #: Each PyTorch SDPA backend timed on its own: impl name -> ``SDPBackend`` member.
-SDPA_BACKENDS = {"sdpa-cudnn": "CUDNN_ATTENTION", "sdpa-flash": "FLASH_ATTENTION",
-                 "sdpa-efficient": "EFFICIENT_ATTENTION", "sdpa-math": "MATH"}
+SDPA_BACKENDS = {
+    "sdpa-cudnn": "CUDNN_ATTENTION",
+    "sdpa-flash": "FLASH_ATTENTION",
+    "sdpa-efficient": "EFFICIENT_ATTENTION",
+    "sdpa-math": "MATH",
+}
 
 
 def attention_impls(sdpa_backends: bool = False) -> dict[str, Callable]:
@@ -269,11 +303,14 @@ def attention_impls(sdpa_backends: bool = False) -> dict[str, Callable]:
     from ..flash import flash_attention
     from ..naive import naive_attention
 
-    impls = {"triton": lambda q, k, v, causal: flash_attention(q, k, v, causal=causal),
-             "naive": lambda q, k, v, causal: naive_attention(q, k, v, causal=causal)}
+    impls = {
+        "triton": lambda q, k, v, causal: flash_attention(q, k, v, causal=causal),
+        "naive": lambda q, k, v, causal: naive_attention(q, k, v, causal=causal),
+    }
     if not sdpa_backends:
         impls["sdpa"] = lambda q, k, v, causal: F.scaled_dot_product_attention(
-            q, k, v, is_causal=causal)
+            q, k, v, is_causal=causal
+        )
         return impls
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -281,6 +318,7 @@ def attention_impls(sdpa_backends: bool = False) -> dict[str, Callable]:
         def attn(q, k, v, causal):
             with sdpa_kernel(backend):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
         return attn
 
     for name, attr in SDPA_BACKENDS.items():
@@ -294,9 +332,19 @@ def _torch_dtype(dtype) -> tuple[torch.dtype, str]:
     return dt, str(dt).removeprefix("torch.")
 
 
-def random_qkv(B: int, H: int, N_q: int, d: int, *, H_kv: int | None = None,
-               N_k: int | None = None, dtype="float16", device=None, seed: int = 0,
-               grad: bool = False) -> list[torch.Tensor]:
+def random_qkv(
+    B: int,
+    H: int,
+    N_q: int,
+    d: int,
+    *,
+    H_kv: int | None = None,
+    N_k: int | None = None,
+    dtype="float16",
+    device=None,
+    seed: int = 0,
+    grad: bool = False,
+) -> list[torch.Tensor]:
     """Standard-normal q (B, H, N_q, d) and k, v (B, H_kv, N_k, d), drawn in that order
     from a generator seeded with ``seed`` on ``device`` (default ``runtime.DEVICE``)."""
     dt, _ = _torch_dtype(dtype)
@@ -304,17 +352,21 @@ def random_qkv(B: int, H: int, N_q: int, d: int, *, H_kv: int | None = None,
     g = torch.Generator(device=device).manual_seed(seed)
     h_kv, n_k = H if H_kv is None else H_kv, N_q if N_k is None else N_k
     shapes = ((B, H, N_q, d), (B, h_kv, n_k, d), (B, h_kv, n_k, d))
-    return [torch.randn(s, generator=g, device=device, dtype=dt).requires_grad_(grad)
-            for s in shapes]
+    return [
+        torch.randn(s, generator=g, device=device, dtype=dt).requires_grad_(grad)
+        for s in shapes
+    ]
 
 
 def attention_step(attn, mode: str, q, k, v, causal: bool, do) -> Callable[[], object]:
     """One forward (no autograd graph), or one forward and its backward of ``do``."""
     if mode == "fwd":
+
         def fn():
             with torch.no_grad():
                 return attn(q, k, v, causal)
     elif mode == "fwd+bwd":
+
         def fn():
             return torch.autograd.grad(attn(q, k, v, causal), (q, k, v), do)
     else:
@@ -322,15 +374,29 @@ def attention_step(attn, mode: str, q, k, v, causal: bool, do) -> Callable[[], o
     return fn
 
 
-def time_attention(lengths: Iterable[int], impls: dict[str, Callable] | None = None, *,
-                   d: int = 64, causal: bool | tuple = False, dtype="float16",
-                   modes: tuple = ("fwd",), batch: int | None = None,
-                   heads: int | None = None, tokens: int = 16 * 1024, width: int = 1024,
-                   suite: str = "live", op: str = "attention", device=None,
-                   seed: int = 0, timer: Callable[..., dict] | None = None,
-                   deadline: float | None = None, progress: bool = False,
-                   log: Callable[[Record], None] | None = None,
-                   stage: str | None = None, **timing) -> list[Record]:
+def time_attention(
+    lengths: Iterable[int],
+    impls: dict[str, Callable] | None = None,
+    *,
+    d: int = 64,
+    causal: bool | tuple = False,
+    dtype="float16",
+    modes: tuple = ("fwd",),
+    batch: int | None = None,
+    heads: int | None = None,
+    tokens: int = 16 * 1024,
+    width: int = 1024,
+    suite: str = "live",
+    op: str = "attention",
+    device=None,
+    seed: int = 0,
+    timer: Callable[..., dict] | None = None,
+    deadline: float | None = None,
+    progress: bool = False,
+    log: Callable[[Record], None] | None = None,
+    stage: str | None = None,
+    **timing,
+) -> list[Record]:
     """Time attention at each sequence length N = N_q = N_k: one Record per case.
 
     Shapes: q, k, v are (B, H, N, d) in ``dtype`` with B = ``batch`` or tokens // N (at
@@ -362,19 +428,30 @@ def time_attention(lengths: Iterable[int], impls: dict[str, Callable] | None = N
         B = batch or max(1, tokens // N)
         H = heads or max(1, width // d)
         try:
-            q, k, v = random_qkv(B, H, N, d, dtype=dt, device=device, seed=seed,
-                                 grad=grad)
+            q, k, v = random_qkv(
+                B, H, N, d, dtype=dt, device=device, seed=seed, grad=grad
+            )
             do = torch.randn_like(q) if grad else None  # (B, H, N, d)
         except torch.cuda.OutOfMemoryError:  # the inputs alone do not fit
             q = k = v = do = None
-        cases = [(c, name, attn, mode) for c in causals for name, attn in impls.items()
-                 for mode in modes]
+        cases = [
+            (c, name, attn, mode)
+            for c in causals
+            for name, attn in impls.items()
+            for mode in modes
+        ]
         for c, name, attn, mode in cases:
             if deadline is not None and time.monotonic() > deadline:
                 return records
-            rec = Record(suite, op, name, mode, dt_name,
-                         {"B": B, "H": H, "N_q": N, "N_k": N, "d": d, "causal": c},
-                         stage=stage)
+            rec = Record(
+                suite,
+                op,
+                name,
+                mode,
+                dt_name,
+                {"B": B, "H": H, "N_q": N, "N_k": N, "d": d, "causal": c},
+                stage=stage,
+            )
             caught: list = []
             if q is None:
                 rec.error = "OOM"
@@ -383,19 +460,31 @@ def time_attention(lengths: Iterable[int], impls: dict[str, Callable] | None = N
                     warnings.simplefilter("always")
                     try:
                         step = attention_step(attn, mode, q, k, v, c, do)
-                        measure(rec, step, timer=timer,
-                                flops=attention_flops(B, H, N, N, d, c, mode), **timing)
+                        measure(
+                            rec,
+                            step,
+                            timer=timer,
+                            flops=attention_flops(B, H, N, N, d, c, mode),
+                            **timing,
+                        )
                     except torch.cuda.OutOfMemoryError:
                         rec.error = "OOM"
                     except RuntimeError as e:
                         if not name.startswith("sdpa"):
                             raise RuntimeError(
-                                f"{name} {mode} {rec.shape} {dt_name}: {e}") from e
+                                f"{name} {mode} {rec.shape} {dt_name}: {e}"
+                            ) from e
                         # a backend without this GPU/shape/dtype: recorded, with
                         # its reasons
                         why = [str(w.message) for w in caught]
-                        rec.error, rec.detail = "unsupported", _clip("; ".join(
-                            [f"{type(e).__name__}: {e}", *dict.fromkeys(why)]))
+                        rec.error, rec.detail = (
+                            "unsupported",
+                            _clip(
+                                "; ".join(
+                                    [f"{type(e).__name__}: {e}", *dict.fromkeys(why)]
+                                )
+                            ),
+                        )
             if rec.error != "unsupported":  # pass on what was not a backend's refusal
                 for w in caught:
                     warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -407,13 +496,25 @@ def time_attention(lengths: Iterable[int], impls: dict[str, Callable] | None = N
     return records
 
 
-def time_tiles(blocks: Iterable[int] = (16, 32, 64, 128), *, batch: int = 4,
-               heads: int = 32, N: int = 4096, d: int = 64, causal: bool = False,
-               dtype="float16", num_stages: int = 2, suite: str = "live",
-               device=None, seed: int = 0, timer: Callable[..., dict] | None = None,
-               deadline: float | None = None,
-               log: Callable[[Record], None] | None = None, stage: str | None = None,
-               **timing) -> list[Record]:
+def time_tiles(
+    blocks: Iterable[int] = (16, 32, 64, 128),
+    *,
+    batch: int = 4,
+    heads: int = 32,
+    N: int = 4096,
+    d: int = 64,
+    causal: bool = False,
+    dtype="float16",
+    num_stages: int = 2,
+    suite: str = "live",
+    device=None,
+    seed: int = 0,
+    timer: Callable[..., dict] | None = None,
+    deadline: float | None = None,
+    log: Callable[[Record], None] | None = None,
+    stage: str | None = None,
+    **timing,
+) -> list[Record]:
     """Forward time of ``kernels.flash`` at each BLOCK_M x BLOCK_N, autotuner bypassed.
 
     One Record per tile pair, the tiles and warps in its shape (8 warps from 128 x 64
@@ -431,14 +532,32 @@ def time_tiles(blocks: Iterable[int] = (16, 32, 64, 128), *, batch: int = 4,
             if deadline is not None and time.monotonic() > deadline:
                 return records
             warps = 8 if bm * bn >= 128 * 64 else 4
-            rec = Record(suite, "attention", "triton", "fwd", dt_name,
-                         {**shape, "BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps,
-                          "num_stages": num_stages}, stage=stage)
+            rec = Record(
+                suite,
+                "attention",
+                "triton",
+                "fwd",
+                dt_name,
+                {
+                    **shape,
+                    "BLOCK_M": bm,
+                    "BLOCK_N": bn,
+                    "num_warps": warps,
+                    "num_stages": num_stages,
+                },
+                stage=stage,
+            )
             fn = lambda bm=bm, bn=bn, w=warps: forward_with_tiles(  # noqa: E731
-                q, k, v, bm, bn, causal=causal, num_warps=w, num_stages=num_stages)
+                q, k, v, bm, bn, causal=causal, num_warps=w, num_stages=num_stages
+            )
             try:
-                measure(rec, fn, timer=timer,
-                        flops=attention_flops(batch, heads, N, N, d, causal), **timing)
+                measure(
+                    rec,
+                    fn,
+                    timer=timer,
+                    flops=attention_flops(batch, heads, N, N, d, causal),
+                    **timing,
+                )
             except Exception as e:  # noqa: BLE001 - a tile that does not fit is a result
                 rec.error, rec.detail = type(e).__name__, _clip(str(e))
             records.append(rec)
@@ -447,9 +566,11 @@ def time_tiles(blocks: Iterable[int] = (16, 32, 64, 128), *, batch: int = 4,
     return records
 
 
-def live_or_recorded(suite: str, live: Callable[[], list[Record]],
-                     results_dir: pathlib.Path | None = None
-                     ) -> list[tuple[str, list[dict]]]:
+def live_or_recorded(
+    suite: str,
+    live: Callable[[], list[Record]],
+    results_dir: pathlib.Path | None = None,
+) -> list[tuple[str, list[dict]]]:
     """What a chapter's timing cell draws: a list of ``(label, records as dicts)``.
 
     On a CUDA GPU, ``live()`` measured now, labelled "measured live: <provenance>";
@@ -459,5 +580,7 @@ def live_or_recorded(suite: str, live: Callable[[], list[Record]],
     if runtime.HAS_CUDA and not runtime.INTERPRET:
         rows = [r.to_dict() if isinstance(r, Record) else r for r in live()]
         return [("measured live: " + provenance_label(runtime.describe()), rows)]
-    return [("recorded: " + provenance_label(prov), records)
-            for prov, records in suite_records(load_results(results_dir), suite)]
+    return [
+        ("recorded: " + provenance_label(prov), records)
+        for prov, records in suite_records(load_results(results_dir), suite)
+    ]

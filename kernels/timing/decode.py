@@ -42,18 +42,29 @@ from .records import Record
 IMPLS = ("triton", "naive", "sdpa", "flash")
 
 
-def make_paged_cache(B: int, L: int, h_q: int, h_kv: int, d: int, page_size: int,
-                     dtype=torch.float16, device=None, seed: int = 0):
+def make_paged_cache(
+    B: int,
+    L: int,
+    h_q: int,
+    h_kv: int,
+    d: int,
+    page_size: int,
+    dtype=torch.float16,
+    device=None,
+    seed: int = 0,
+):
     """q (B, 1, H_q, d) and paged k, v (B * pages, page_size, H_kv, d), standard
     normal, cache_seqlens = L and a block table that is a random permutation of the
     pages (as an allocator serving many requests leaves them)."""
     device = runtime.DEVICE if device is None else device
     g = torch.Generator(device=device).manual_seed(seed)
     pages = -(-L // page_size)
-    k = torch.randn(B * pages, page_size, h_kv, d, generator=g, device=device,
-                    dtype=dtype)
-    v = torch.randn(B * pages, page_size, h_kv, d, generator=g, device=device,
-                    dtype=dtype)
+    k = torch.randn(
+        B * pages, page_size, h_kv, d, generator=g, device=device, dtype=dtype
+    )
+    v = torch.randn(
+        B * pages, page_size, h_kv, d, generator=g, device=device, dtype=dtype
+    )
     q = torch.randn(B, 1, h_q, d, generator=g, device=device, dtype=dtype)
     perm = torch.randperm(B * pages, generator=g, device=device)
     bt = perm.reshape(B, pages).to(torch.int32)
@@ -83,8 +94,9 @@ def naive_decode(q, k, v, lens, bt, causal=True):
     s = (qq @ kk.transpose(-1, -2)).float() / math.sqrt(d)  # (B, H_kv, G N_q, L)
     if causal and n_q > 1:
         t = torch.arange(n_q, device=q.device).repeat(G)
-        s = s.masked_fill(torch.arange(L, device=q.device) > (L - n_q + t)[:, None],
-                          float("-inf"))
+        s = s.masked_fill(
+            torch.arange(L, device=q.device) > (L - n_q + t)[:, None], float("-inf")
+        )
     o = torch.softmax(s, -1).to(q.dtype) @ vv  # (B, H_kv, G N_q, d)
     return o.reshape(B, h_kv, G, n_q, d).permute(0, 3, 1, 2, 4).reshape(B, n_q, h_q, d)
 
@@ -99,20 +111,23 @@ def reference_decode(q, k, v, lens, bt, causal=True):
         L = int(lens[b])
         if L == 0:
             continue
-        pages = bt[b, :-(-L // page)].long()
+        pages = bt[b, : -(-L // page)].long()
         kk = k[pages].reshape(-1, h_kv, d)[:L].double().repeat_interleave(G, 1)
         vv = v[pages].reshape(-1, h_kv, d)[:L].double().repeat_interleave(G, 1)
         s = torch.einsum("thd,jhd->htj", q[b].double(), kk) / math.sqrt(d)
         if causal:
             pos = L - n_q + torch.arange(n_q, device=q.device)
-            s = s.masked_fill(torch.arange(L, device=q.device)[None, None, :]
-                              > pos[None, :, None], float("-inf"))
+            s = s.masked_fill(
+                torch.arange(L, device=q.device)[None, None, :] > pos[None, :, None],
+                float("-inf"),
+            )
         out[b] = torch.einsum("htj,jhd->thd", torch.softmax(s, -1), vv)
     return out
 
 
-def decode_bytes(B: int, L: int, h_q: int, h_kv: int, d: int, n_q: int,
-                 elem: int) -> int:
+def decode_bytes(
+    B: int, L: int, h_q: int, h_kv: int, d: int, n_q: int, elem: int
+) -> int:
     """The unavoidable HBM traffic of one decode step: K and V of B x L keys once, q
     and o."""
     return 2 * B * L * h_kv * d * elem + 2 * B * n_q * h_q * d * elem
@@ -145,8 +160,13 @@ def _footprints(B, L, h_q, h_kv, d, page, elem) -> dict[str, int]:
     cache = 2 * B * Lp * h_kv * d * elem
     scores = B * h_q * L * (4 + 4 + elem)  # fp32 scores, softmax, cast
     contiguous = 2 * B * L * h_kv * d * elem
-    return {"cache": cache, "triton": 0, "naive": cache + scores,
-            "sdpa": contiguous + scores, "flash": contiguous}
+    return {
+        "cache": cache,
+        "triton": 0,
+        "naive": cache + scores,
+        "sdpa": contiguous + scores,
+        "flash": contiguous,
+    }
 
 
 def decode_cases(q, k, v, lens, bt, kc=None, vc=None, impls=IMPLS):
@@ -162,20 +182,39 @@ def decode_cases(q, k, v, lens, bt, kc=None, vc=None, impls=IMPLS):
         out.append(("naive", lambda: naive_decode(q, k, v, lens, bt)))
     qh = q.transpose(1, 2)  # (B, H_q, 1, d)
     if "sdpa" in impls:
-        out.append(("sdpa", lambda: F.scaled_dot_product_attention(
-            qh, kc, vc, enable_gqa=h_q != h_kv)))
+        out.append(
+            (
+                "sdpa",
+                lambda: F.scaled_dot_product_attention(
+                    qh, kc, vc, enable_gqa=h_q != h_kv
+                ),
+            )
+        )
     if "flash" in impls:
         out.append(("flash", lambda: flash_attention(qh, kc, vc, causal=True)))
     return out
 
 
-def time_decode(batches: Iterable[int], contexts: Iterable[int], *, h_q: int = 32,
-                h_kv: int = 8, d: int = 128, page_size: int = 256, dtype="float16",
-                impls: Iterable[str] = IMPLS, mem_budget: float | None = None,
-                suite: str = "live", stage: str | None = None, device=None,
-                seed: int = 0, timer: Callable[..., dict] | None = None,
-                deadline: float | None = None,
-                log: Callable[[Record], None] | None = None, **timing) -> list[Record]:
+def time_decode(
+    batches: Iterable[int],
+    contexts: Iterable[int],
+    *,
+    h_q: int = 32,
+    h_kv: int = 8,
+    d: int = 128,
+    page_size: int = 256,
+    dtype="float16",
+    impls: Iterable[str] = IMPLS,
+    mem_budget: float | None = None,
+    suite: str = "live",
+    stage: str | None = None,
+    device=None,
+    seed: int = 0,
+    timer: Callable[..., dict] | None = None,
+    deadline: float | None = None,
+    log: Callable[[Record], None] | None = None,
+    **timing,
+) -> list[Record]:
     """Time each impl at every (B, L): one Record each (shape: B, L, H_q, H_kv, d,
     N_q, page_size, num_splits (triton), bytes). ``mem_budget``: bytes the tensors of
     one case may take (default: 80% of the GPU's free memory; unbounded on a CPU).
@@ -192,22 +231,41 @@ def time_decode(batches: Iterable[int], contexts: Iterable[int], *, h_q: int = 3
             if deadline is not None and time.monotonic() > deadline:
                 return records
             nbytes = decode_bytes(B, L, h_q, h_kv, d, 1, elem)
-            shape = {"B": B, "L": L, "H_q": h_q, "H_kv": h_kv, "d": d, "N_q": 1,
-                     "page_size": page_size, "causal": True, "bytes": nbytes}
+            shape = {
+                "B": B,
+                "L": L,
+                "H_q": h_q,
+                "H_kv": h_kv,
+                "d": d,
+                "N_q": 1,
+                "page_size": page_size,
+                "causal": True,
+                "bytes": nbytes,
+            }
             foot = _footprints(B, L, h_q, h_kv, d, page_size, elem)
             if mem_budget is not None and foot["cache"] > mem_budget:
                 for impl in impls:
-                    records.append(Record(
-                        suite, "decode", impl, "fwd", dt_name, dict(shape),
-                        error="unsupported", stage=stage,
-                        detail=f"skipped: the cache needs {foot['cache'] / 1e9:.1f} GB,"
-                               f" the budget is {mem_budget / 1e9:.1f} GB"))
+                    records.append(
+                        Record(
+                            suite,
+                            "decode",
+                            impl,
+                            "fwd",
+                            dt_name,
+                            dict(shape),
+                            error="unsupported",
+                            stage=stage,
+                            detail=f"skipped: the cache needs "
+                            f"{foot['cache'] / 1e9:.1f} GB,"
+                            f" the budget is {mem_budget / 1e9:.1f} GB",
+                        )
+                    )
                 continue
-            tensors = make_paged_cache(B, L, h_q, h_kv, d, page_size, dt, device,
-                                       seed)
+            tensors = make_paged_cache(B, L, h_q, h_kv, d, page_size, dt, device, seed)
             contiguous = ()
             if {"sdpa", "flash"} & set(impls) and (
-                    mem_budget is None or foot["cache"] + foot["flash"] <= mem_budget):
+                mem_budget is None or foot["cache"] + foot["flash"] <= mem_budget
+            ):
                 contiguous = contiguous_cache(*tensors[1:3], tensors[4], L)
             cases = dict(decode_cases(*tensors, *contiguous, impls=impls))
             for impl in impls:
@@ -221,8 +279,10 @@ def time_decode(batches: Iterable[int], contexts: Iterable[int], *, h_q: int = 3
                 need = foot["cache"] + foot[impl]
                 if fn is None or mem_budget is not None and need > mem_budget:
                     rec.error = "unsupported"
-                    rec.detail = (f"skipped: needs {need / 1e9:.1f} GB with the cache, "
-                                  f"the budget is {mem_budget / 1e9:.1f} GB")
+                    rec.detail = (
+                        f"skipped: needs {need / 1e9:.1f} GB with the cache, "
+                        f"the budget is {mem_budget / 1e9:.1f} GB"
+                    )
                     records.append(rec)
                     continue
                 try:
@@ -255,12 +315,18 @@ def decode_summary(records: Iterable, gpu_name: str | None) -> list[dict]:
     for (dtype, B, L), g in groups.items():
         ms = {i: r["ms"] for i, r in g.items() if r.get("ms")}
         tri = g.get("triton", {})
-        row = {"dtype": dtype, "B": B, "L": L, "ms": ms,
-               "gbps": {i: r["gbps"] for i, r in g.items() if r.get("gbps")},
-               "triton_percent_of_peak": percent_of_peak(tri.get("gbps"), gpu_name),
-               "skipped": {i: r.get("detail") for i, r in g.items() if r.get("error")}}
+        row = {
+            "dtype": dtype,
+            "B": B,
+            "L": L,
+            "ms": ms,
+            "gbps": {i: r["gbps"] for i, r in g.items() if r.get("gbps")},
+            "triton_percent_of_peak": percent_of_peak(tri.get("gbps"), gpu_name),
+            "skipped": {i: r.get("detail") for i, r in g.items() if r.get("error")},
+        }
         for other in ("naive", "sdpa", "flash"):
-            row[f"vs_{other}"] = (ms[other] / ms["triton"]
-                                  if "triton" in ms and other in ms else None)
+            row[f"vs_{other}"] = (
+                ms[other] / ms["triton"] if "triton" in ms and other in ms else None
+            )
         rows.append(row)
     return rows

@@ -57,12 +57,15 @@ def msda_inputs(b, l_q, levels, dtype, seed=0, grad=False, lo=-0.1, hi=1.1):
     areas = shapes[:, 0] * shapes[:, 1]
     starts = torch.cat([areas.new_zeros(1), areas.cumsum(0)[:-1]])
     s, n_l = int(areas.sum()), len(levels)
-    value = torch.randn(b, s, MSDA_HEADS, MSDA_HEAD_DIM, generator=g,
-                        device=runtime.DEVICE)
-    loc = lo + (hi - lo) * torch.rand(b, l_q, MSDA_HEADS, n_l, MSDA_POINTS, 2,
-                                      generator=g, device=runtime.DEVICE)
-    w = torch.rand(b, l_q, MSDA_HEADS, n_l, MSDA_POINTS, generator=g,
-                   device=runtime.DEVICE)
+    value = torch.randn(
+        b, s, MSDA_HEADS, MSDA_HEAD_DIM, generator=g, device=runtime.DEVICE
+    )
+    loc = lo + (hi - lo) * torch.rand(
+        b, l_q, MSDA_HEADS, n_l, MSDA_POINTS, 2, generator=g, device=runtime.DEVICE
+    )
+    w = torch.rand(
+        b, l_q, MSDA_HEADS, n_l, MSDA_POINTS, generator=g, device=runtime.DEVICE
+    )
     w = w / w.sum((-1, -2), keepdim=True)
     tensors = [t.to(dtype).requires_grad_(grad) for t in (value, loc, w)]
     return tensors, shapes, starts
@@ -84,9 +87,11 @@ def dat_inputs(b, n_h, g_, h_f, w_f, d, r, dtype, seed=0, grad=False, spread=1.1
 def _step(fn, tensors, mode: str) -> Callable[[], None]:
     """One forward without an autograd graph, or one forward and its backward."""
     if mode == "fwd":
+
         def step():
             with torch.no_grad():
                 fn(*tensors)
+
         return step
     do = torch.ones_like(fn(*tensors))
 
@@ -94,6 +99,7 @@ def _step(fn, tensors, mode: str) -> Callable[[], None]:
         for t in tensors:
             t.grad = None
         fn(*tensors).backward(do)
+
     return fwd_bwd
 
 
@@ -101,14 +107,17 @@ def _grid_sample_then(attn):
     def fn(q, km, vm, pts):
         k, v = kd.sample_maps(km, vm, pts, align_corners=True)  # (B, H, N_s, d)
         return attn(q, k, v)
+
     return fn
 
 
 def dat_impls() -> dict[str, Callable]:
     """The fused DAT kernel and its baselines, each ``fn(q, k_map, v_map, points)``."""
-    impls = {"triton": lambda q, km, vm, p: kd.deformable_attention(q, km, vm, p),
-             "grid_sample+sdpa": _grid_sample_then(F.scaled_dot_product_attention),
-             "naive": kd.deformable_attention_reference}
+    impls = {
+        "triton": lambda q, km, vm, p: kd.deformable_attention(q, km, vm, p),
+        "grid_sample+sdpa": _grid_sample_then(F.scaled_dot_product_attention),
+        "naive": kd.deformable_attention_reference,
+    }
     try:
         from ..flash import flash_attention
     except ImportError:  # the flash chapter's kernel is not in this checkout
@@ -123,8 +132,9 @@ def msda_query_count(queries, levels) -> int:
     if queries == ENCODER:
         return int(sum(h * w for h, w in levels))
     if isinstance(queries, bool) or not isinstance(queries, int) or queries < 1:
-        raise ValueError(f"queries must be a positive count or {ENCODER!r}, got "
-                         f"{queries!r}")
+        raise ValueError(
+            f"queries must be a positive count or {ENCODER!r}, got {queries!r}"
+        )
     return queries
 
 
@@ -132,12 +142,19 @@ def _past(deadline: float | None) -> bool:
     return deadline is not None and time.monotonic() > deadline
 
 
-def time_msda(queries: Iterable[int] = MSDA_QUERIES, *, levels=MSDA_LEVELS,
-              dtypes: Iterable = ("float16",),
-              modes: Iterable[str] = ("fwd", "fwd+bwd"), suite: str = "live",
-              stage: str | None = None,
-              timer: Callable[..., dict] | None = None, deadline: float | None = None,
-              log: Callable[[Record], None] | None = None, **timing) -> list[Record]:
+def time_msda(
+    queries: Iterable[int] = MSDA_QUERIES,
+    *,
+    levels=MSDA_LEVELS,
+    dtypes: Iterable = ("float16",),
+    modes: Iterable[str] = ("fwd", "fwd+bwd"),
+    suite: str = "live",
+    stage: str | None = None,
+    timer: Callable[..., dict] | None = None,
+    deadline: float | None = None,
+    log: Callable[[Record], None] | None = None,
+    **timing,
+) -> list[Record]:
     """MSDA, triton against naive, at each (dtype, L_q in ``queries``, mode); an entry
     ``ENCODER`` makes every pixel of ``levels`` a query. The naive
     version gets ``spatial_shapes`` on the host, so it never synchronises with the GPU
@@ -149,34 +166,53 @@ def time_msda(queries: Iterable[int] = MSDA_QUERIES, *, levels=MSDA_LEVELS,
         for q_entry in queries:
             l_q = msda_query_count(q_entry, levels)
             for mode in modes:
-                for impl, fn in (("triton", kd.ms_deform_attn),
-                                 ("naive", kd.ms_deform_attn_reference)):
+                for impl, fn in (
+                    ("triton", kd.ms_deform_attn),
+                    ("naive", kd.ms_deform_attn_reference),
+                ):
                     if _past(deadline):
                         return records
-                    tensors, shapes, starts = msda_inputs(MSDA_BATCH, l_q, levels, dt,
-                                                          grad=mode != "fwd")
+                    tensors, shapes, starts = msda_inputs(
+                        MSDA_BATCH, l_q, levels, dt, grad=mode != "fwd"
+                    )
                     if impl == "naive":  # shapes on the host: no copy per call
                         shapes, starts = shapes.cpu(), starts.cpu()
                     call = lambda v, lc, w, f=fn, sh=shapes, st=starts: f(  # noqa: E731
-                        v, sh, st, lc, w)
-                    shape = {"B": MSDA_BATCH, "L_q": l_q, "H": MSDA_HEADS,
-                             "D_h": MSDA_HEAD_DIM, "levels": levels,
-                             "S": int(sum(h * w for h, w in levels)), "P": MSDA_POINTS}
+                        v, sh, st, lc, w
+                    )
+                    shape = {
+                        "B": MSDA_BATCH,
+                        "L_q": l_q,
+                        "H": MSDA_HEADS,
+                        "D_h": MSDA_HEAD_DIM,
+                        "levels": levels,
+                        "S": int(sum(h * w for h, w in levels)),
+                        "P": MSDA_POINTS,
+                    }
                     if q_entry == ENCODER:
                         shape["name"] = ENCODER
                     rec = Record(suite, "msda", impl, mode, dt_name, shape, stage=stage)
-                    records.append(measure(rec, _step(call, tensors, mode), timer=timer,
-                                           **timing))
+                    records.append(
+                        measure(rec, _step(call, tensors, mode), timer=timer, **timing)
+                    )
                     if log is not None:
                         log(rec)
     return records
 
 
-def time_dat(shapes: Iterable = DAT_SHAPES, *, dtypes: Iterable = ("float16",),
-             modes: Iterable[str] = ("fwd", "fwd+bwd"), impls: dict | None = None,
-             suite: str = "live", stage: str | None = None,
-             timer: Callable[..., dict] | None = None, deadline: float | None = None,
-             log: Callable[[Record], None] | None = None, **timing) -> list[Record]:
+def time_dat(
+    shapes: Iterable = DAT_SHAPES,
+    *,
+    dtypes: Iterable = ("float16",),
+    modes: Iterable[str] = ("fwd", "fwd+bwd"),
+    impls: dict | None = None,
+    suite: str = "live",
+    stage: str | None = None,
+    timer: Callable[..., dict] | None = None,
+    deadline: float | None = None,
+    log: Callable[[Record], None] | None = None,
+    **timing,
+) -> list[Record]:
     """Fused DAT against its baselines (``dat_impls()`` unless ``impls``) at each
     (dtype, shape, mode). A shape is a ``DAT_SHAPES`` tuple or the name of one."""
     named = {s[0]: s for s in DAT_SHAPES}
@@ -187,34 +223,60 @@ def time_dat(shapes: Iterable = DAT_SHAPES, *, dtypes: Iterable = ("float16",),
         for s in shapes:
             name, b, n_h, g_, h_f, w_f, d, r = named[s] if isinstance(s, str) else s
             n_s = (h_f // r) * (w_f // r)
-            shape = {"name": name, "B": b, "H": n_h, "G": g_, "N_q": h_f * w_f,
-                     "H_f": h_f, "W_f": w_f, "N_s": n_s, "d": d, "r": r}
+            shape = {
+                "name": name,
+                "B": b,
+                "H": n_h,
+                "G": g_,
+                "N_q": h_f * w_f,
+                "H_f": h_f,
+                "W_f": w_f,
+                "N_s": n_s,
+                "d": d,
+                "r": r,
+            }
             flops = 4 * b * n_h * h_f * w_f * n_s * d  # QK^T and PV
             for mode in modes:
                 for impl, fn in impls.items():
                     if _past(deadline):
                         return records
-                    tensors = dat_inputs(b, n_h, g_, h_f, w_f, d, r, dt,
-                                         grad=mode != "fwd")
-                    rec = Record(suite, "dat", impl, mode, dt_name, dict(shape),
-                                 stage=stage)
-                    records.append(measure(rec, _step(fn, tensors, mode), timer=timer,
-                                           flops=flops * (1 if mode == "fwd" else 3.5),
-                                           **timing))
+                    tensors = dat_inputs(
+                        b, n_h, g_, h_f, w_f, d, r, dt, grad=mode != "fwd"
+                    )
+                    rec = Record(
+                        suite, "dat", impl, mode, dt_name, dict(shape), stage=stage
+                    )
+                    records.append(
+                        measure(
+                            rec,
+                            _step(fn, tensors, mode),
+                            timer=timer,
+                            flops=flops * (1 if mode == "fwd" else 3.5),
+                            **timing,
+                        )
+                    )
                     if log is not None:
                         log(rec)
     return records
 
 
-def time_deformable(queries: Iterable[int] = MSDA_QUERIES,
-                    dat_shapes: Iterable = DAT_SHAPES, *, levels=MSDA_LEVELS,
-                    dtypes: Iterable = ("float16",), suite: str = "live",
-                    deadline: float | None = None, **kw) -> list[Record]:
+def time_deformable(
+    queries: Iterable[int] = MSDA_QUERIES,
+    dat_shapes: Iterable = DAT_SHAPES,
+    *,
+    levels=MSDA_LEVELS,
+    dtypes: Iterable = ("float16",),
+    suite: str = "live",
+    deadline: float | None = None,
+    **kw,
+) -> list[Record]:
     """``time_msda(queries)``, then ``time_dat(dat_shapes)``, one list of Records;
     both stop at ``deadline``. ``kw`` (modes, stage, timer, log, warmup, rep) goes to
     both."""
     dtypes = list(dtypes)
-    msda = time_msda(queries, levels=levels, dtypes=dtypes, suite=suite,
-                     deadline=deadline, **kw)
-    return msda + time_dat(dat_shapes, dtypes=dtypes, suite=suite, deadline=deadline,
-                           **kw)
+    msda = time_msda(
+        queries, levels=levels, dtypes=dtypes, suite=suite, deadline=deadline, **kw
+    )
+    return msda + time_dat(
+        dat_shapes, dtypes=dtypes, suite=suite, deadline=deadline, **kw
+    )

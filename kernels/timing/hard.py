@@ -27,8 +27,9 @@ from .records import Record
 NAIVE_MAX_BYTES = 40 * 2**30
 
 
-def hard_cases(q, k, v, topks: Iterable[int] = (16, 64), naive: bool = True
-               ) -> list[tuple[str, str, Callable[[], object], float, dict | None]]:
+def hard_cases(
+    q, k, v, topks: Iterable[int] = (16, 64), naive: bool = True
+) -> list[tuple[str, str, Callable[[], object], float, dict | None]]:
     """(op, impl, fn, FLOPs, extra shape keys) for one input shape, in timing order.
 
     FLOPs count S = q k^T (2 B H N_q N_k d) for the selection kernels, twice that for
@@ -42,27 +43,60 @@ def hard_cases(q, k, v, topks: Iterable[int] = (16, 64), naive: bool = True
     cases = [
         ("flash", "triton", lambda: flash_attention(q, k, v), 2 * qk, None),
         ("hard", "triton", lambda: hard_attention(q, k, v), qk, None),
-        ("hard-sample", "triton", lambda: hard_attention(q, k, v, sample=True, seed=1),
-         qk, None),
-        *((f"topk{t}", "triton", lambda t=t: topk_attention(q, k, v, t), qk,
-           {"topk": t}) for t in topks),
+        (
+            "hard-sample",
+            "triton",
+            lambda: hard_attention(q, k, v, sample=True, seed=1),
+            qk,
+            None,
+        ),
+        *(
+            (
+                f"topk{t}",
+                "triton",
+                lambda t=t: topk_attention(q, k, v, t),
+                qk,
+                {"topk": t},
+            )
+            for t in topks
+        ),
     ]
     if naive:
         cases += [
             ("hard", "naive", lambda: naive_hard_attention(q, k, v), qk, None),
-            *((f"topk{t}", "naive", lambda t=t: naive_topk_attention(q, k, v, t), qk,
-               {"topk": t}) for t in topks),
+            *(
+                (
+                    f"topk{t}",
+                    "naive",
+                    lambda t=t: naive_topk_attention(q, k, v, t),
+                    qk,
+                    {"topk": t},
+                )
+                for t in topks
+            ),
         ]
     return cases
 
 
-def time_hard(lengths: Iterable[int], dims: Iterable[int] = (64,), *, batch: int = 2,
-              heads: int = 16, topks: Iterable[int] = (16, 64), dtype="float16",
-              naive_max_bytes: float = NAIVE_MAX_BYTES, suite: str = "live",
-              stage: str | None = None, device=None, seed: int = 0,
-              timer: Callable[..., dict] | None = None, deadline: float | None = None,
-              log: Callable[[Record], None] | None = None, progress: bool = False,
-              **timing) -> list[Record]:
+def time_hard(
+    lengths: Iterable[int],
+    dims: Iterable[int] = (64,),
+    *,
+    batch: int = 2,
+    heads: int = 16,
+    topks: Iterable[int] = (16, 64),
+    dtype="float16",
+    naive_max_bytes: float = NAIVE_MAX_BYTES,
+    suite: str = "live",
+    stage: str | None = None,
+    device=None,
+    seed: int = 0,
+    timer: Callable[..., dict] | None = None,
+    deadline: float | None = None,
+    log: Callable[[Record], None] | None = None,
+    progress: bool = False,
+    **timing,
+) -> list[Record]:
     """Time ``hard_cases`` at each (d in ``dims``, N in ``lengths``): one Record each.
 
     q, k, v are standard normal (``bench.random_qkv``, ``seed``), (batch, heads, N, d)
@@ -87,11 +121,18 @@ def time_hard(lengths: Iterable[int], dims: Iterable[int] = (64,), *, batch: int
             q, k, v = random_qkv(batch, heads, N, d, dtype=dt, device=device, seed=seed)
             s_bytes = batch * heads * N * N * q.element_size()
             for op, impl, fn, flops, extra in hard_cases(
-                    q, k, v, topks, naive=3 * s_bytes <= naive_max_bytes):
+                q, k, v, topks, naive=3 * s_bytes <= naive_max_bytes
+            ):
                 if deadline is not None and time.monotonic() > deadline:
                     return records
-                shape = {"B": batch, "H": heads, "N": N, "d": d, "causal": False,
-                         **(extra or {})}
+                shape = {
+                    "B": batch,
+                    "H": heads,
+                    "N": N,
+                    "d": d,
+                    "causal": False,
+                    **(extra or {}),
+                }
                 rec = Record(suite, op, impl, "fwd", dt_name, shape, stage=stage)
                 with torch.no_grad():
                     records.append(measure(rec, fn, flops=flops, timer=timer, **timing))
@@ -103,16 +144,20 @@ def time_hard(lengths: Iterable[int], dims: Iterable[int] = (64,), *, batch: int
     return records
 
 
-def speedups(records: Iterable[dict], lengths: Iterable[int] = (8192, 4096),
-             d: int = 64) -> tuple[int | None, dict[str, float]]:
+def speedups(
+    records: Iterable[dict], lengths: Iterable[int] = (8192, 4096), d: int = 64
+) -> tuple[int | None, dict[str, float]]:
     """Chapter 3's target ratios, from measured records (dicts) only, never estimated:
     at the first N of ``lengths`` with any forward time at head dim ``d``, flash time /
     hard time, naive hard time / Triton hard time and, per k, top-k time / flash time.
     Returns ``(N, {name: ratio})``, or ``(None, {})`` where none can be formed."""
     records = list(records)
     for n in lengths:
-        ms = {(r["op"], r["impl"]): r["ms"] for r in records
-              if r["shape"].get("N") == n and r["shape"].get("d") == d and r.get("ms")}
+        ms = {
+            (r["op"], r["impl"]): r["ms"]
+            for r in records
+            if r["shape"].get("N") == n and r["shape"].get("d") == d and r.get("ms")
+        }
         flash, hard, out = ms.get(("flash", "triton")), ms.get(("hard", "triton")), {}
         if flash and hard:
             out["hard: flash time / hard time"] = flash / hard

@@ -37,9 +37,24 @@ class Record:
 #: Timed repetitions a benchmark file must have per case (``time_fn`` refuses fewer).
 MIN_REPS = 20
 #: Keys of ``Record.stats`` (and of ``time_fn``'s "stats"), every one always present.
-STAT_KEYS = ("reps", "warmup", "median_ms", "min_ms", "max_ms", "mean_ms", "p20_ms",
-             "p80_ms", "iqr_ms", "first_call_ms", "host_ms", "head_start_ms",
-             "l2_flush", "cuda_graph", "host_sync", "timer")
+STAT_KEYS = (
+    "reps",
+    "warmup",
+    "median_ms",
+    "min_ms",
+    "max_ms",
+    "mean_ms",
+    "p20_ms",
+    "p80_ms",
+    "iqr_ms",
+    "first_call_ms",
+    "host_ms",
+    "head_start_ms",
+    "l2_flush",
+    "cuda_graph",
+    "host_sync",
+    "timer",
+)
 
 
 def spread(samples_ms: list[float]) -> dict:
@@ -53,12 +68,18 @@ def spread(samples_ms: list[float]) -> dict:
         lo, hi = math.floor(pos), math.ceil(pos)
         return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
-    return {"reps": len(xs), "median_ms": pct(50), "min_ms": xs[0], "max_ms": xs[-1],
-            "mean_ms": sum(xs) / len(xs), "p20_ms": pct(20), "p80_ms": pct(80),
-            "iqr_ms": pct(75) - pct(25)}
-
+    return {
+        "reps": len(xs),
+        "median_ms": pct(50),
+        "min_ms": xs[0],
+        "max_ms": xs[-1],
+        "mean_ms": sum(xs) / len(xs),
+        "p20_ms": pct(20),
+        "p80_ms": pct(80),
+        "iqr_ms": pct(75) - pct(25),
+    }
 
 
 def _clip(text: str, n: int = 600) -> str:
     text = " ".join(str(text).split())
-    return text if len(text) <= n else text[:n - 3] + "..."
+    return text if len(text) <= n else text[: n - 3] + "..."

@@ -33,9 +33,24 @@ def _yes(flag) -> str:
     return "yes" if flag else "no"
 
 
-STATIC_COLUMNS = ("kernel", "d", "mask", "tile", "regs", "spill B", "smem KB",
-                  "loop instr.", "thread instr. / score", "MMA", "FMUL", "FFMA", "EX2",
-                  "int", "TMA", "warp spec.")
+STATIC_COLUMNS = (
+    "kernel",
+    "d",
+    "mask",
+    "tile",
+    "regs",
+    "spill B",
+    "smem KB",
+    "loop instr.",
+    "thread instr. / score",
+    "MMA",
+    "FMUL",
+    "FFMA",
+    "EX2",
+    "int",
+    "TMA",
+    "warp spec.",
+)
 
 
 def static_rows(rep: dict, kernels: tuple[str, ...] | None = None) -> list[tuple]:
@@ -51,25 +66,48 @@ def static_rows(rep: dict, kernels: tuple[str, ...] | None = None) -> list[tuple
             continue
         hl = r.get("hot_loop") or {}
         c = r["config"]
-        per = (None if not hl else per_score(hl["instructions"], c["BLOCK_M"],
-                                             c["BLOCK_N"], c["num_warps"]))
-        rows.append((r["kernel"], r["head_dim"], "causal" if r["causal"] else "full",
-                     _cfg(r["config"]), r["registers"], r["spill_bytes"],
-                     f"{r['shared_bytes'] / 1024:.0f}", hl.get("instructions", "-"),
-                     "-" if per is None else f"{per:.2f}", hl.get("tensor_core", "-"),
-                     hl.get("FMUL", "-"), hl.get("FFMA", "-"),
-                     hl.get("MUFU.EX2", "-"), hl.get("integer", "-"),
-                     _yes(r.get("tma")), _yes(r.get("warp_specialized"))))
+        per = (
+            None
+            if not hl
+            else per_score(
+                hl["instructions"], c["BLOCK_M"], c["BLOCK_N"], c["num_warps"]
+            )
+        )
+        rows.append(
+            (
+                r["kernel"],
+                r["head_dim"],
+                "causal" if r["causal"] else "full",
+                _cfg(r["config"]),
+                r["registers"],
+                r["spill_bytes"],
+                f"{r['shared_bytes'] / 1024:.0f}",
+                hl.get("instructions", "-"),
+                "-" if per is None else f"{per:.2f}",
+                hl.get("tensor_core", "-"),
+                hl.get("FMUL", "-"),
+                hl.get("FFMA", "-"),
+                hl.get("MUFU.EX2", "-"),
+                hl.get("integer", "-"),
+                _yes(r.get("tma")),
+                _yes(r.get("warp_specialized")),
+            )
+        )
     return rows
 
 
 def static_table(rep: dict, kernels: tuple[str, ...] | None = None) -> str:
     """``static_rows`` as a Markdown table."""
-    lines = ["| " + " | ".join(STATIC_COLUMNS) + " |",
-             "|" + "|".join("---" if i < 4 else "--:" for i in
-                            range(len(STATIC_COLUMNS))) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |"
-              for row in static_rows(rep, kernels)]
+    lines = [
+        "| " + " | ".join(STATIC_COLUMNS) + " |",
+        "|"
+        + "|".join("---" if i < 4 else "--:" for i in range(len(STATIC_COLUMNS)))
+        + "|",
+    ]
+    lines += [
+        "| " + " | ".join(str(c) for c in row) + " |"
+        for row in static_rows(rep, kernels)
+    ]
     return "\n".join(lines)
 
 
@@ -80,12 +118,18 @@ def html_table(columns, rows) -> str:
 
     cell = 'style="padding:2px 5px; text-align:right"'
     head = "".join(f"<th {cell}>{html.escape(str(c))}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td {cell}>{html.escape(str(c))}</td>"
-                                    for c in row) + "</tr>" for row in rows)
-    return ('<div class="report-table" style="overflow-x:auto; max-width:100%">'
-            '<table style="font-size:0.7em; white-space:nowrap; '
-            'border-collapse:collapse">'
-            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>")
+    body = "".join(
+        "<tr>"
+        + "".join(f"<td {cell}>{html.escape(str(c))}</td>" for c in row)
+        + "</tr>"
+        for row in rows
+    )
+    return (
+        '<div class="report-table" style="overflow-x:auto; max-width:100%">'
+        '<table style="font-size:0.7em; white-space:nowrap; '
+        'border-collapse:collapse">'
+        f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
+    )
 
 
 def reference_line(rep: dict) -> str:
@@ -94,10 +138,12 @@ def reference_line(rep: dict) -> str:
     if not ref:
         return ""
     hl = ref["hot_loop"]
-    return (f"To beat: {ref['what']}: {hl['instructions']} instructions per hot-loop "
-            f"iteration, {hl['tensor_core']} tensor-core (HGMMA), {hl['FMUL']} FMUL, "
-            f"{hl['FFMA']} FFMA, {hl['MUFU.EX2']} MUFU.EX2, {hl['integer']} integer; "
-            f"TMA loads: {_yes(ref.get('tma'))}.")
+    return (
+        f"To beat: {ref['what']}: {hl['instructions']} instructions per hot-loop "
+        f"iteration, {hl['tensor_core']} tensor-core (HGMMA), {hl['FMUL']} FMUL, "
+        f"{hl['FFMA']} FFMA, {hl['MUFU.EX2']} MUFU.EX2, {hl['integer']} integer; "
+        f"TMA loads: {_yes(ref.get('tma'))}."
+    )
 
 
 def _ms(x) -> str:
@@ -115,15 +161,29 @@ def gpu_table(results: list[dict] | None = None) -> str | None:
             prov = s.get("provenance", res)
             for row in summarize(s.get("records", [])):
                 sh = row["shape"]
-                lines.append("| " + " | ".join(str(c) for c in (
-                    prov.get("gpu"), suite, row["mode"],
-                    "causal" if row["causal"] else "full", row["dtype"],
-                    f"{sh.get('B')}x{sh.get('H')}x{sh.get('N_q')}x{sh.get('d')}",
-                    _ms(row["triton_ms"]),
-                    f"{row['best_sdpa'] or 'none ran'} {_ms(row['best_sdpa_ms'])}",
-                    _ms(row["naive_ms"]))) + " |")
+                lines.append(
+                    "| "
+                    + " | ".join(
+                        str(c)
+                        for c in (
+                            prov.get("gpu"),
+                            suite,
+                            row["mode"],
+                            "causal" if row["causal"] else "full",
+                            row["dtype"],
+                            f"{sh.get('B')}x{sh.get('H')}x{sh.get('N_q')}x{sh.get('d')}",
+                            _ms(row["triton_ms"]),
+                            f"{row['best_sdpa'] or 'none ran'} "
+                            f"{_ms(row['best_sdpa_ms'])}",
+                            _ms(row["naive_ms"]),
+                        )
+                    )
+                    + " |"
+                )
     if not lines:
         return None
-    head = ("| GPU | suite | pass | mask | dtype | B x H x N x d | Triton ms "
-            "| best SDPA ms | naive ms |\n|---|---|---|---|---|---|--:|--:|--:|")
+    head = (
+        "| GPU | suite | pass | mask | dtype | B x H x N x d | Triton ms "
+        "| best SDPA ms | naive ms |\n|---|---|---|---|---|---|--:|--:|--:|"
+    )
     return head + "\n" + "\n".join(lines)

@@ -36,15 +36,26 @@ def results_path(gpu: str | None = None) -> pathlib.Path:
 # ---------------------------------------------------------------------------------
 
 #: provenance key -> the ``nvidia-smi --query-gpu`` field it comes from.
-SMI_FIELDS = {"driver": "driver_version", "clock_sm_mhz": "clocks.sm",
-              "clock_mem_mhz": "clocks.mem", "clock_sm_max_mhz": "clocks.max.sm",
-              "clock_mem_max_mhz": "clocks.max.mem", "power_limit_w": "power.limit",
-              "power_max_limit_w": "power.max_limit", "mig_mode": "mig.mode.current",
-              "persistence_mode": "persistence_mode", "pstate": "pstate",
-              "temperature_c": "temperature.gpu", "pci_bus_id": "pci.bus_id"}
+SMI_FIELDS = {
+    "driver": "driver_version",
+    "clock_sm_mhz": "clocks.sm",
+    "clock_mem_mhz": "clocks.mem",
+    "clock_sm_max_mhz": "clocks.max.sm",
+    "clock_mem_max_mhz": "clocks.max.mem",
+    "power_limit_w": "power.limit",
+    "power_max_limit_w": "power.max_limit",
+    "mig_mode": "mig.mode.current",
+    "persistence_mode": "persistence_mode",
+    "pstate": "pstate",
+    "temperature_c": "temperature.gpu",
+    "pci_bus_id": "pci.bus_id",
+}
 #: provenance key -> ``torch.cuda.get_device_properties`` attribute.
-PROP_FIELDS = {"sm_count": "multi_processor_count",
-               "total_memory_bytes": "total_memory", "l2_cache_bytes": "L2_cache_size"}
+PROP_FIELDS = {
+    "sm_count": "multi_processor_count",
+    "total_memory_bytes": "total_memory",
+    "l2_cache_bytes": "L2_cache_size",
+}
 #: Every key ``gpu_provenance`` adds to ``runtime.describe()`` (a value or null).
 GPU_FIELDS = (*PROP_FIELDS, *SMI_FIELDS)
 
@@ -56,9 +67,13 @@ def _run_nvidia_smi(fields: list[str]) -> str:
     exe = shutil.which("nvidia-smi")
     if exe is None:
         raise FileNotFoundError("nvidia-smi not found on PATH")
-    return subprocess.run([exe, f"--query-gpu={','.join(fields)}",
-                           "--format=csv,noheader,nounits"],
-                          capture_output=True, text=True, check=True, timeout=20).stdout
+    return subprocess.run(
+        [exe, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=20,
+    ).stdout
 
 
 def gpu_provenance(smi: Callable[[list[str]], str] | None = None) -> dict:
@@ -81,12 +96,14 @@ def gpu_provenance(smi: Callable[[list[str]], str] | None = None) -> dict:
         value = getattr(props, attr, None) if props is not None else None
         prov[key] = int(value) if value is not None else None
         if value is None:
-            missing[key] = (reason if props is None
-                            else f"torch has no device property {attr}")
+            missing[key] = (
+                reason if props is None else f"torch has no device property {attr}"
+            )
     keys, fields = list(SMI_FIELDS), list(SMI_FIELDS.values())
     try:
-        lines = [ln for ln in (smi or _run_nvidia_smi)(fields).splitlines()
-                 if ln.strip()]
+        lines = [
+            ln for ln in (smi or _run_nvidia_smi)(fields).splitlines() if ln.strip()
+        ]
         if not lines:
             raise RuntimeError("nvidia-smi listed no GPU")
         rows = [[c.strip() for c in ln.split(",")] for ln in lines]
@@ -94,8 +111,9 @@ def gpu_provenance(smi: Callable[[list[str]], str] | None = None) -> dict:
         row = rows[0]
         if len(rows) > 1 and bus is not None:  # the GPU torch uses (by PCI bus id)
             for r in rows:
-                if (len(r) == len(fields)
-                        and r[-1].lower().endswith(f"{int(bus):02x}:00.0")):
+                if len(r) == len(fields) and r[-1].lower().endswith(
+                    f"{int(bus):02x}:00.0"
+                ):
                     row = r
         if len(row) != len(fields):
             raise RuntimeError(f"nvidia-smi gave {len(row)} fields for {len(fields)}")
@@ -151,22 +169,37 @@ def summarize(records: Iterable) -> list[dict]:
             r = impls.get(name)
             return r["ms"] if r and r.get("error") is None else None
 
-        sdpa = {n: (r["ms"] if r.get("error") is None else None)
-                for n, r in impls.items() if n.startswith("sdpa")}
-        sdpa_errors = {n: {"error": r.get("error"), "detail": r.get("detail")}
-                       for n, r in impls.items()
-                       if n.startswith("sdpa") and r.get("error")}
+        sdpa = {
+            n: (r["ms"] if r.get("error") is None else None)
+            for n, r in impls.items()
+            if n.startswith("sdpa")
+        }
+        sdpa_errors = {
+            n: {"error": r.get("error"), "detail": r.get("detail")}
+            for n, r in impls.items()
+            if n.startswith("sdpa") and r.get("error")
+        }
         ran = {n: t for n, t in sdpa.items() if t is not None}
         best = min(ran, key=ran.get) if ran else None
         tri, naive = ms("triton"), ms("naive")
-        rows.append({
-            "op": op, "mode": mode, "dtype": dtype, "shape": g["shape"],
-            "stage": g["stage"], "causal": bool(g["shape"].get("causal", False)),
-            "triton_ms": tri, "naive_ms": naive,
-            "speedup_vs_naive": naive / tri if tri and naive else None,
-            "sdpa_ms": sdpa, "sdpa_failed": sdpa_errors, "best_sdpa": best,
-            "best_sdpa_ms": ran.get(best), "best_sdpa_vs_triton":
-                ran[best] / tri if best and tri else None})
+        rows.append(
+            {
+                "op": op,
+                "mode": mode,
+                "dtype": dtype,
+                "shape": g["shape"],
+                "stage": g["stage"],
+                "causal": bool(g["shape"].get("causal", False)),
+                "triton_ms": tri,
+                "naive_ms": naive,
+                "speedup_vs_naive": naive / tri if tri and naive else None,
+                "sdpa_ms": sdpa,
+                "sdpa_failed": sdpa_errors,
+                "best_sdpa": best,
+                "best_sdpa_ms": ran.get(best),
+                "best_sdpa_vs_triton": ran[best] / tri if best and tri else None,
+            }
+        )
     return rows
 
 
@@ -177,22 +210,31 @@ def summarize(records: Iterable) -> list[dict]:
 
 def summary_line(row: dict) -> str:
     """One ``summarize`` row (a goal shape) as a line of text."""
+
     def f(x, spec=".3f"):
         return "n/a" if x is None else format(x, spec)
 
     sh = row["shape"]
-    return (f"goal {row['mode']} {'causal' if row['causal'] else 'non-causal'} "
-            f"{row['dtype']} N={sh.get('N_q')} d={sh.get('d')}: "
-            f"triton {f(row['triton_ms'])} ms, "
-            f"best SDPA {row['best_sdpa'] or 'none ran'} {f(row['best_sdpa_ms'])} ms "
-            f"(best SDPA / triton {f(row['best_sdpa_vs_triton'], '.2f')}), naive "
-            f"{f(row['naive_ms'])} ms "
-            f"(speed-up vs naive {f(row['speedup_vs_naive'], '.2f')}x)")
+    return (
+        f"goal {row['mode']} {'causal' if row['causal'] else 'non-causal'} "
+        f"{row['dtype']} N={sh.get('N_q')} d={sh.get('d')}: "
+        f"triton {f(row['triton_ms'])} ms, "
+        f"best SDPA {row['best_sdpa'] or 'none ran'} {f(row['best_sdpa_ms'])} ms "
+        f"(best SDPA / triton {f(row['best_sdpa_vs_triton'], '.2f')}), naive "
+        f"{f(row['naive_ms'])} ms "
+        f"(speed-up vs naive {f(row['speedup_vs_naive'], '.2f')}x)"
+    )
 
 
-def save_results(suite: str, records: list[Record], correctness: list[dict],
-                 path: pathlib.Path | None = None, provenance: dict | None = None,
-                 extra: dict | None = None, top: dict | None = None) -> pathlib.Path:
+def save_results(
+    suite: str,
+    records: list[Record],
+    correctness: list[dict],
+    path: pathlib.Path | None = None,
+    provenance: dict | None = None,
+    extra: dict | None = None,
+    top: dict | None = None,
+) -> pathlib.Path:
     """Merge one suite's rows into the GPU's results file (other suites are kept).
 
     The suite's section holds its provenance, correctness checks, records, ``summary``
@@ -202,8 +244,12 @@ def save_results(suite: str, records: list[Record], correctness: list[dict],
     path = path or results_path(prov.get("gpu"))
     path.parent.mkdir(parents=True, exist_ok=True)
     data = json.loads(path.read_text()) if path.exists() else {}
-    data.update({k: prov.get(k)
-                 for k in ("gpu", "capability", "torch", "triton", "cuda", "date")})
+    data.update(
+        {
+            k: prov.get(k)
+            for k in ("gpu", "capability", "torch", "triton", "cuda", "date")
+        }
+    )
     data["gpu_slug"] = runtime.slug(prov.get("gpu") or "unknown")
     data.update(top or {})
     rows = [r.to_dict() if isinstance(r, Record) else r for r in records]
@@ -216,13 +262,27 @@ def save_results(suite: str, records: list[Record], correctness: list[dict],
     }
     # strict JSON: json.dumps writes a float NaN/inf as a bare NaN/Infinity (never
     # passing it to ``default``), which is not JSON; they are written as null
-    path.write_text(json.dumps(_finite(data), indent=1, sort_keys=True,
-                               default=_json_default, allow_nan=False) + "\n")
+    path.write_text(
+        json.dumps(
+            _finite(data),
+            indent=1,
+            sort_keys=True,
+            default=_json_default,
+            allow_nan=False,
+        )
+        + "\n"
+    )
     return path
 
 
-_RECORD_TYPES = {"suite": str, "op": str, "impl": str, "mode": str, "dtype": str,
-                 "shape": dict}
+_RECORD_TYPES = {
+    "suite": str,
+    "op": str,
+    "impl": str,
+    "mode": str,
+    "dtype": str,
+    "shape": dict,
+}
 
 
 def validate_results(data: dict, *, full_provenance: bool = True) -> list[str]:
@@ -234,8 +294,16 @@ def validate_results(data: dict, *, full_provenance: bool = True) -> list[str]:
     ``STAT_KEYS`` key and at least ``MIN_REPS`` reps; a failed one an ``error``), and
     the summary rows."""
     bad: list[str] = []
-    for k in ("gpu", "gpu_slug", "capability", "torch", "triton", "cuda", "date",
-              "suites"):
+    for k in (
+        "gpu",
+        "gpu_slug",
+        "capability",
+        "torch",
+        "triton",
+        "cuda",
+        "date",
+        "suites",
+    ):
         if k not in data:
             bad.append(f"top level: no {k!r}")
     for name, s in (data.get("suites") or {}).items():
@@ -255,10 +323,12 @@ def validate_results(data: dict, *, full_provenance: bool = True) -> list[str]:
                 elif prov[k] is None and not missing.get(k):
                     bad.append(f"{where}.provenance: {k!r} is null with no reason")
         for i, c in enumerate(s.get("correctness") or []):
-            if (set(c) < {"name", "max_err", "tol", "ok"}
-                    or not isinstance(c.get("ok"), bool)):
-                bad.append(f"{where}.correctness[{i}]: "
-                           "needs name, max_err, tol, ok (bool)")
+            if set(c) < {"name", "max_err", "tol", "ok"} or not isinstance(
+                c.get("ok"), bool
+            ):
+                bad.append(
+                    f"{where}.correctness[{i}]: needs name, max_err, tol, ok (bool)"
+                )
         for i, r in enumerate(s.get("records") or []):
             w = f"{where}.records[{i}]"
             for k, t in _RECORD_TYPES.items():
@@ -275,15 +345,20 @@ def validate_results(data: dict, *, full_provenance: bool = True) -> list[str]:
             st = r.get("stats")
             if not isinstance(st, dict) or set(STAT_KEYS) - set(st):
                 bad.append(f"{w}: stats lacks {sorted(set(STAT_KEYS) - set(st or {}))}")
-            elif (st["reps"] < MIN_REPS
-                  or not st["min_ms"] <= st["median_ms"] <= st["max_ms"]):
-                bad.append(f"{w}: stats reps {st['reps']} or order "
-                           "min <= median <= max")
+            elif (
+                st["reps"] < MIN_REPS
+                or not st["min_ms"] <= st["median_ms"] <= st["max_ms"]
+            ):
+                bad.append(
+                    f"{w}: stats reps {st['reps']} or order min <= median <= max"
+                )
             elif abs(st["median_ms"] - r["ms"]) > 1e-9 * max(1.0, r["ms"]):
                 bad.append(f"{w}: ms is not the median")
         for i, row in enumerate(s.get("summary") or []):
-            if (row.get("best_sdpa") is not None
-                    and row["best_sdpa"] not in row["sdpa_ms"]):
+            if (
+                row.get("best_sdpa") is not None
+                and row["best_sdpa"] not in row["sdpa_ms"]
+            ):
                 bad.append(f"{where}.summary[{i}]: best_sdpa not among sdpa_ms")
     return bad
 
@@ -319,12 +394,16 @@ def load_results(results_dir: pathlib.Path | None = None) -> list[dict]:
         try:
             data = json.loads(f.read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            warnings.warn(f"skipping results file {f}: not readable JSON ({err})",
-                          stacklevel=2)
+            warnings.warn(
+                f"skipping results file {f}: not readable JSON ({err})", stacklevel=2
+            )
             continue
         if not isinstance(data, dict):
-            warnings.warn(f"skipping results file {f}: expected a JSON object, got "
-                          f"{type(data).__name__}", stacklevel=2)
+            warnings.warn(
+                f"skipping results file {f}: expected a JSON object, got "
+                f"{type(data).__name__}",
+                stacklevel=2,
+            )
             continue
         out.append(data)
     return sorted(out, key=lambda r: str(r.get("date") or ""), reverse=True)
@@ -344,5 +423,7 @@ def provenance_label(prov: dict) -> str:
     """A figure caption's provenance line:
     'NVIDIA H200 · torch 2.11 · triton 3.6 · CUDA 12.8 · 2026-11-29'."""
     date = (prov.get("date") or "")[:10]
-    return (f"{prov.get('gpu')} · torch {prov.get('torch')}"
-            f" · triton {prov.get('triton')} · CUDA {prov.get('cuda')} · {date}")
+    return (
+        f"{prov.get('gpu')} · torch {prov.get('torch')}"
+        f" · triton {prov.get('triton')} · CUDA {prov.get('cuda')} · {date}"
+    )

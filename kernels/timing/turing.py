@@ -32,7 +32,8 @@ NOTE = (
     "sm_75, not to its tensor cores,\nso the book's Triton kernels run on CUDA cores "
     "here and are slower than PyTorch's SDPA\nbackends, which do use the tensor cores "
     "(timed beside them below). For the speed story pick\nan L4 or A100 runtime. What "
-    "still holds on a T4 is the memory, measured here:")
+    "still holds on a T4 is the memory, measured here:"
+)
 
 
 def is_sm75() -> bool:
@@ -49,8 +50,9 @@ def timed_impls() -> dict[str, Callable]:
 
 def device_memory_bytes() -> int:
     """This GPU's memory as the driver reports it (a T4: 15 GiB of its 16 GB)."""
-    return int(torch.cuda.get_device_properties(torch.cuda.current_device())
-               .total_memory)
+    return int(
+        torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    )
 
 
 def cuda_peak_bytes(fn: Callable[[], object]) -> int:
@@ -63,10 +65,15 @@ def cuda_peak_bytes(fn: Callable[[], object]) -> int:
     return int(torch.cuda.max_memory_allocated() - before)
 
 
-def peak_memory(lengths=MEMORY_LENGTHS, *, batch: int = 1, heads: int = 8, d: int = 64,
-                dtype: str = "float16",
-                measure: Callable[[Callable[[], object]], int] | None = None
-                ) -> list[dict]:
+def peak_memory(
+    lengths=MEMORY_LENGTHS,
+    *,
+    batch: int = 1,
+    heads: int = 8,
+    d: int = 64,
+    dtype: str = "float16",
+    measure: Callable[[Callable[[], object]], int] | None = None,
+) -> list[dict]:
     """Measured peak bytes of one forward (no autograd) of naive attention and of the
     kernel at each N: ``[{"N", "naive", "triton"}, ...]`` (inputs not counted)."""
     measure = cuda_peak_bytes if measure is None else measure
@@ -76,9 +83,11 @@ def peak_memory(lengths=MEMORY_LENGTHS, *, batch: int = 1, heads: int = 8, d: in
         q, k, v = random_qkv(batch, heads, n, d, dtype=dtype)  # (B, H, N, d)
         row = {"N": n}
         for name in ("naive", "triton"):
+
             def fwd(attn=impls[name], q=q, k=k, v=v):
                 with torch.no_grad():
                     return attn(q, k, v, False)
+
             row[name] = measure(fwd)
         rows.append(row)
     return rows
@@ -95,8 +104,12 @@ def naive_limit(rows: list[dict], memory_bytes: int) -> int:
     return int(math.sqrt(memory_bytes / per_n2))
 
 
-def t4_report(lengths=MEMORY_LENGTHS, *, out: Callable[[str], object] = print,
-              measure: Callable[[Callable[[], object]], int] | None = None) -> bool:
+def t4_report(
+    lengths=MEMORY_LENGTHS,
+    *,
+    out: Callable[[str], object] = print,
+    measure: Callable[[Callable[[], object]], int] | None = None,
+) -> bool:
     """On sm_75: print the note and the memory comparison, and return True; elsewhere
     print nothing and return False. Each chapter's timing cell calls it first."""
     if not is_sm75():
@@ -104,13 +117,19 @@ def t4_report(lengths=MEMORY_LENGTHS, *, out: Callable[[str], object] = print,
     out(NOTE.format(name=runtime.gpu_name()))
     rows = peak_memory(lengths, measure=measure)
     mib = 2**20
-    out(f"{'N':>6} {'naive peak':>12} {'kernel peak':>12}  (B = 1, H = 8, d = 64, "
-        "float16, one forward, measured)")
+    out(
+        f"{'N':>6} {'naive peak':>12} {'kernel peak':>12}  (B = 1, H = 8, d = 64, "
+        "float16, one forward, measured)"
+    )
     for r in rows:
-        out(f"{r['N']:>6} {r['naive'] / mib:>8.1f} MiB {r['triton'] / mib:>8.1f} MiB"
-            f"  naive {r['naive'] / max(r['triton'], 1):.0f}x")
+        out(
+            f"{r['N']:>6} {r['naive'] / mib:>8.1f} MiB {r['triton'] / mib:>8.1f} MiB"
+            f"  naive {r['naive'] / max(r['triton'], 1):.0f}x"
+        )
     total = device_memory_bytes()
-    out(f"computed from these bytes: naive attention needs more than this GPU's "
+    out(
+        f"computed from these bytes: naive attention needs more than this GPU's "
         f"{total / 2**30:.1f} GiB from N = {naive_limit(rows, total):,} on (same B, "
-        "H, d); the kernel's extra memory grows as N.")
+        "H, d); the kernel's extra memory grows as N."
+    )
     return True

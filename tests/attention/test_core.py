@@ -60,11 +60,12 @@ def test_softmax_matches_definition_and_torch(rng):
     e = np.exp(x)
     want = e / e.sum(-1, keepdims=True)
     np.testing.assert_allclose(core.softmax(x), want, rtol=1e-12)
-    np.testing.assert_allclose(core.softmax(x),
-                               torch.softmax(torch.from_numpy(x), -1).numpy(),
-                               rtol=1e-12)
-    np.testing.assert_allclose(core.softmax(x, axis=0),
-                               torch.softmax(torch.from_numpy(x), 0), rtol=1e-12)
+    np.testing.assert_allclose(
+        core.softmax(x), torch.softmax(torch.from_numpy(x), -1).numpy(), rtol=1e-12
+    )
+    np.testing.assert_allclose(
+        core.softmax(x, axis=0), torch.softmax(torch.from_numpy(x), 0), rtol=1e-12
+    )
     np.testing.assert_allclose(core.softmax(x).sum(-1), 1.0, rtol=1e-12)
 
 
@@ -77,8 +78,9 @@ def test_naive_softmax_overflows_stable_does_not():
     x = np.array([[10.0, 50.0, 100.0], [1000.0, 1001.0, 1002.0]], dtype=np.float32)
     with np.errstate(over="ignore", invalid="ignore"):
         naive = core.naive_softmax(x)
-    assert np.isnan(naive).any(), ("exp(100) overflows float32, so the naive softmax "
-                                   "gives inf/inf")
+    assert np.isnan(naive).any(), (
+        "exp(100) overflows float32, so the naive softmax gives inf/inf"
+    )
     stable = core.softmax(x)
     assert stable.dtype == np.float32
     assert np.isfinite(stable).all()
@@ -139,19 +141,20 @@ def test_causal_mask_default_square():
 def test_padding_mask():
     m = core.padding_mask([3, 1, 0], 4)
     assert m.shape == (3, 1, 4)
-    np.testing.assert_array_equal(
-        m[:, 0], [[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]]
-    )
+    np.testing.assert_array_equal(m[:, 0], [[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]])
 
 
 # ---------------------------------------------------------------------------- attention
 
 
-@pytest.mark.parametrize("shape_q,shape_k,d_v", [
-    ((7, 8), (7, 8), 8),  # self, single head
-    ((3, 16), (11, 16), 5),  # cross, d_v != d
-    ((2, 3, 13, 8), (2, 3, 9, 8), 8),  # (B, H, N_q, d) vs (B, H, N_k, d)
-])
+@pytest.mark.parametrize(
+    "shape_q,shape_k,d_v",
+    [
+        ((7, 8), (7, 8), 8),  # self, single head
+        ((3, 16), (11, 16), 5),  # cross, d_v != d
+        ((2, 3, 13, 8), (2, 3, 9, 8), 8),  # (B, H, N_q, d) vs (B, H, N_k, d)
+    ],
+)
 def test_sdpa_matches_reference_and_torch(rng, shape_q, shape_k, d_v):
     q = rng.normal(size=shape_q)
     k = rng.normal(size=shape_k)
@@ -180,8 +183,9 @@ def test_float32_stays_float32(rng):
     q, k, v = (rng.normal(size=(2, 6, 16)).astype(np.float32) for _ in range(3))
     o = core.scaled_dot_product_attention(q, k, v, causal=True)
     assert o.dtype == np.float32
-    np.testing.assert_allclose(o, ref_attention(q, k, v, core.causal_mask(6))[0],
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        o, ref_attention(q, k, v, core.causal_mask(6))[0], rtol=1e-5, atol=1e-6
+    )
 
 
 def test_large_scores_do_not_overflow(rng):
@@ -212,9 +216,12 @@ def test_causal_attention_bottom_right(rng, n_q, n_k):
         np.testing.assert_array_equal(o[..., : n_q - n_k, :], 0.0)
         np.testing.assert_array_equal(p[..., : n_q - n_k, :], 0.0)
         rows = slice(n_q - n_k, None)
-        np.testing.assert_allclose(o[..., rows, :],
-                                   torch_sdpa(q[..., rows, :], k, v, keep[rows]),
-                                   rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(
+            o[..., rows, :],
+            torch_sdpa(q[..., rows, :], k, v, keep[rows]),
+            rtol=1e-10,
+            atol=1e-12,
+        )
 
 
 def test_padding_mask_attention(rng):
@@ -227,8 +234,9 @@ def test_padding_mask_attention(rng):
         np.testing.assert_array_equal(p[bi, :, length:], 0.0)
         o_ref, _ = ref_attention(q[bi], k[bi, :length], v[bi, :length])
         np.testing.assert_allclose(o[bi], o_ref, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(o, torch_sdpa(q, k, v, np.broadcast_to(keep, (b, n, n))),
-                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        o, torch_sdpa(q, k, v, np.broadcast_to(keep, (b, n, n))), rtol=1e-10, atol=1e-12
+    )
 
 
 def test_padding_and_causal_combine(rng):
@@ -237,8 +245,9 @@ def test_padding_and_causal_combine(rng):
     pad = core.padding_mask([5, 3], n)
     o = core.scaled_dot_product_attention(q, k, v, mask=pad, causal=True)
     keep = pad & core.causal_mask(n)  # (B, n, n)
-    np.testing.assert_allclose(o, ref_attention(q, k, v, keep)[0],
-                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        o, ref_attention(q, k, v, keep)[0], rtol=1e-10, atol=1e-12
+    )
 
 
 def test_fully_masked_rows_are_zero_not_nan(rng):
@@ -257,11 +266,13 @@ def test_fully_masked_rows_are_zero_not_nan(rng):
 def test_sdpa_validates_shapes(rng):
     q = rng.normal(size=(4, 8))
     with pytest.raises(ValueError, match="head dim"):
-        core.scaled_dot_product_attention(q, rng.normal(size=(4, 7)),
-                                          rng.normal(size=(4, 8)))
+        core.scaled_dot_product_attention(
+            q, rng.normal(size=(4, 7)), rng.normal(size=(4, 8))
+        )
     with pytest.raises(ValueError, match="same length"):
-        core.scaled_dot_product_attention(q, rng.normal(size=(5, 8)),
-                                          rng.normal(size=(4, 8)))
+        core.scaled_dot_product_attention(
+            q, rng.normal(size=(5, 8)), rng.normal(size=(4, 8))
+        )
     with pytest.raises(ValueError, match="2-D"):
         core.scaled_dot_product_attention(np.ones(8), q, q)
 
@@ -279,9 +290,12 @@ def test_self_attention(rng):
     np.testing.assert_allclose(o, o_ref, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(p, p_ref, rtol=1e-10, atol=1e-12)
     oc = core.self_attention(x, w_q, w_k, w_v, causal=True)
-    np.testing.assert_allclose(oc, ref_attention(x @ w_q, x @ w_k, x @ w_v,
-                                                 core.causal_mask(n))[0],
-                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        oc,
+        ref_attention(x @ w_q, x @ w_k, x @ w_v, core.causal_mask(n))[0],
+        rtol=1e-10,
+        atol=1e-12,
+    )
     # Causal: the first query sees only itself, so its output is its own value.
     np.testing.assert_allclose(oc[0], (x @ w_v)[0], rtol=1e-12)
 
@@ -301,9 +315,12 @@ def test_cross_attention(rng):
     keep = np.zeros((m, n), bool)
     keep[:, :5] = True
     o_pad = core.cross_attention(x_dec, x_enc, w_q, w_k, w_v, mask=keep)
-    np.testing.assert_allclose(o_pad,
-                               ref_attention(x_dec @ w_q, x_enc @ w_k, x_enc @ w_v,
-                                                    keep)[0], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        o_pad,
+        ref_attention(x_dec @ w_q, x_enc @ w_k, x_enc @ w_v, keep)[0],
+        rtol=1e-10,
+        atol=1e-12,
+    )
 
 
 # --------------------------------------------------------------------------- multi-head
@@ -326,14 +343,22 @@ def _torch_mha(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, attn_mask=None):
     transposed; its attn_mask is True where attention is *not* allowed.
     """
     d_model = w_q.shape[0]
-    mha = torch.nn.MultiheadAttention(d_model, n_heads, bias=False, batch_first=True,
-                                      dtype=torch.float64)
+    mha = torch.nn.MultiheadAttention(
+        d_model, n_heads, bias=False, batch_first=True, dtype=torch.float64
+    )
     with torch.no_grad():
-        mha.in_proj_weight.copy_(torch.from_numpy(np.concatenate([w_q.T,
-                                                                  w_k.T, w_v.T])))
+        mha.in_proj_weight.copy_(
+            torch.from_numpy(np.concatenate([w_q.T, w_k.T, w_v.T]))
+        )
         mha.out_proj.weight.copy_(torch.from_numpy(w_o.T))
-    out, w = mha(torch.from_numpy(x_q), torch.from_numpy(x_kv), torch.from_numpy(x_kv),
-                 attn_mask=attn_mask, need_weights=True, average_attn_weights=False)
+    out, w = mha(
+        torch.from_numpy(x_q),
+        torch.from_numpy(x_kv),
+        torch.from_numpy(x_kv),
+        attn_mask=attn_mask,
+        need_weights=True,
+        average_attn_weights=False,
+    )
     return out.detach().numpy(), w.detach().numpy()
 
 
@@ -343,8 +368,9 @@ def test_multi_head_matches_torch_mha(rng, n_q, n_k):
     x_q = rng.normal(size=(b, n_q, d_model))
     x_kv = x_q if n_q == n_k else rng.normal(size=(b, n_k, d_model))
     w_q, w_k, w_v, w_o = (rng.normal(size=(d_model, d_model)) / 4 for _ in range(4))
-    out, p = core.multi_head_attention(x_q, x_kv, w_q, w_k, w_v, w_o, h,
-                                       return_weights=True)
+    out, p = core.multi_head_attention(
+        x_q, x_kv, w_q, w_k, w_v, w_o, h, return_weights=True
+    )
     assert out.shape == (b, n_q, d_model) and p.shape == (b, h, n_q, n_k)
     want, w_torch = _torch_mha(x_q, x_kv, w_q, w_k, w_v, w_o, h)
     np.testing.assert_allclose(out, want, rtol=1e-9, atol=1e-12)
@@ -356,13 +382,15 @@ def test_multi_head_causal_and_padding(rng):
     x = rng.normal(size=(b, n, d_model))
     w_q, w_k, w_v, w_o = (rng.normal(size=(d_model, d_model)) / 3 for _ in range(4))
     out = core.multi_head_attention(x, x, w_q, w_k, w_v, w_o, h, causal=True)
-    want, _ = _torch_mha(x, x, w_q, w_k, w_v, w_o, h,
-                         attn_mask=~torch.from_numpy(core.causal_mask(n)))
+    want, _ = _torch_mha(
+        x, x, w_q, w_k, w_v, w_o, h, attn_mask=~torch.from_numpy(core.causal_mask(n))
+    )
     np.testing.assert_allclose(out, want, rtol=1e-9, atol=1e-12)
     # (B, 1, 1, n): broadcasts over heads and queries
     pad = core.padding_mask([5, 2], n)[:, None]
-    out_pad, p = core.multi_head_attention(x, x, w_q, w_k, w_v, w_o, h, mask=pad,
-                                           return_weights=True)
+    out_pad, p = core.multi_head_attention(
+        x, x, w_q, w_k, w_v, w_o, h, mask=pad, return_weights=True
+    )
     assert (p[1, :, :, 2:] == 0).all()
     # Batch 1 with its padded keys dropped is the same as attending over its
     # first 2 keys only.
@@ -379,8 +407,9 @@ def test_multi_head_is_per_head_sdpa(rng):
     d = d_model // h
     for head in range(h):
         cols = slice(head * d, (head + 1) * d)
-        o_ref, _ = ref_attention((x @ w_q)[0, :, cols], (x @ w_k)[0, :, cols],
-                                 (x @ w_v)[0, :, cols])
+        o_ref, _ = ref_attention(
+            (x @ w_q)[0, :, cols], (x @ w_k)[0, :, cols], (x @ w_v)[0, :, cols]
+        )
         np.testing.assert_allclose(out[0, :, cols], o_ref, rtol=1e-10, atol=1e-12)
 
 
@@ -396,11 +425,13 @@ def test_nan_row_is_nan_never_the_empty_row():
     # item 1: a NaN gives a NaN row; a row with nothing visible gives 0 (and lse -inf)
     p = core.softmax(np.array([[1.0, np.nan, 0.0], [1.0, 2.0, 3.0]]))
     assert np.isnan(p[0]).all() and np.isfinite(p[1]).all()
-    p = core.softmax(np.array([[1.0, np.nan, 0.0]]),
-                     mask=np.array([[True, False, True]]))
+    p = core.softmax(
+        np.array([[1.0, np.nan, 0.0]]), mask=np.array([[True, False, True]])
+    )
     assert np.isfinite(p).all()  # the NaN is hidden: the row is fine
-    assert np.all(core.softmax(np.array([[1.0, 2.0]]),
-                               mask=np.zeros((1, 2), bool)) == 0)
+    assert np.all(
+        core.softmax(np.array([[1.0, 2.0]]), mask=np.zeros((1, 2), bool)) == 0
+    )
     assert np.isnan(core.logsumexp(np.array([1.0, np.nan])))
     assert core.logsumexp(np.array([-np.inf, -np.inf])) == -np.inf
     assert core.logsumexp(np.zeros((2, 0))).tolist() == [-np.inf, -np.inf]
@@ -421,33 +452,61 @@ def test_causal_mask_shields_earlier_rows_from_hidden_value_rows(bad):
     assert not np.isfinite(o[7, 2]) and np.isfinite(np.delete(o[7], 2)).all()
 
 
-@pytest.mark.parametrize("call,exc", [
-    (lambda: core.scaled_dot_product_attention(np.ones((4, 8)), np.ones((4, 8)),
-                                               np.ones((4, 8)),
-                                               causal="False"), TypeError),
-    (lambda: core.scaled_dot_product_attention(np.ones((4, 0)), np.ones((4, 0)),
-                                               np.ones((4, 3))), ValueError),  # d = 0
-    (lambda: core.scaled_dot_product_attention(np.ones((2, 4, 8)), np.ones((3, 4, 8)),
-                                               np.ones((3, 4, 8))),
-     ValueError),  # batch
-    (lambda: core.scaled_dot_product_attention(np.ones((4, 8)), np.ones((4, 8)),
-                                               np.ones((4, 8)),
-                                               scale=np.inf), ValueError),
-    (lambda: core.scaled_dot_product_attention(np.ones((4, 8)), np.ones((4, 8)),
-                                               np.ones((4, 8)),
-                                               mask=np.ones((4, 4))), TypeError),
-    (lambda: core.scaled_dot_product_attention(np.ones((4, 8)), np.ones((4, 8)),
-                                               np.ones((4, 8)),
-                                               mask=np.ones((3, 4), bool)),
-     ValueError),
-    (lambda: core.softmax(np.ones(3), axis=1), ValueError),
-    (lambda: core.softmax(np.array(["a"])), TypeError),
-    (lambda: core.causal_mask(2.5), TypeError),
-    (lambda: core.split_heads(np.ones((1, 4, 8)), 3), ValueError),
-    (lambda: core.split_heads(np.ones((4, 8)), 2), ValueError),
-    (lambda: core.multi_head_attention(np.ones((1, 4, 8)), np.ones((2, 4, 8)),
-                                       *[np.eye(8)] * 4, n_heads=2), ValueError),
-])
+@pytest.mark.parametrize(
+    "call,exc",
+    [
+        (
+            lambda: core.scaled_dot_product_attention(
+                np.ones((4, 8)), np.ones((4, 8)), np.ones((4, 8)), causal="False"
+            ),
+            TypeError,
+        ),
+        (
+            lambda: core.scaled_dot_product_attention(
+                np.ones((4, 0)), np.ones((4, 0)), np.ones((4, 3))
+            ),
+            ValueError,
+        ),  # d = 0
+        (
+            lambda: core.scaled_dot_product_attention(
+                np.ones((2, 4, 8)), np.ones((3, 4, 8)), np.ones((3, 4, 8))
+            ),
+            ValueError,
+        ),  # batch
+        (
+            lambda: core.scaled_dot_product_attention(
+                np.ones((4, 8)), np.ones((4, 8)), np.ones((4, 8)), scale=np.inf
+            ),
+            ValueError,
+        ),
+        (
+            lambda: core.scaled_dot_product_attention(
+                np.ones((4, 8)), np.ones((4, 8)), np.ones((4, 8)), mask=np.ones((4, 4))
+            ),
+            TypeError,
+        ),
+        (
+            lambda: core.scaled_dot_product_attention(
+                np.ones((4, 8)),
+                np.ones((4, 8)),
+                np.ones((4, 8)),
+                mask=np.ones((3, 4), bool),
+            ),
+            ValueError,
+        ),
+        (lambda: core.softmax(np.ones(3), axis=1), ValueError),
+        (lambda: core.softmax(np.array(["a"])), TypeError),
+        (lambda: core.causal_mask(2.5), TypeError),
+        (lambda: core.split_heads(np.ones((1, 4, 8)), 3), ValueError),
+        (lambda: core.split_heads(np.ones((4, 8)), 2), ValueError),
+        (
+            lambda: core.multi_head_attention(
+                np.ones((1, 4, 8)), np.ones((2, 4, 8)), *[np.eye(8)] * 4, n_heads=2
+            ),
+            ValueError,
+        ),
+    ],
+)
 def test_bad_arguments_raise_clear_errors(call, exc):
     with pytest.raises(exc):
         call()

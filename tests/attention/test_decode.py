@@ -13,14 +13,18 @@ TOL = 1e-12
 
 
 def _qkv(rng, B, H_q, H_kv, N, d):
-    return (rng.standard_normal((B, H_q, N, d)), rng.standard_normal((B, H_kv, N, d)),
-            rng.standard_normal((B, H_kv, N, d)))
+    return (
+        rng.standard_normal((B, H_q, N, d)),
+        rng.standard_normal((B, H_kv, N, d)),
+        rng.standard_normal((B, H_kv, N, d)),
+    )
 
 
 def _ref(q, k, v, causal=True):
     g = q.shape[1] // k.shape[1]
-    return core.scaled_dot_product_attention(q, decode.repeat_kv(k, g),
-                                             decode.repeat_kv(v, g), causal=causal)
+    return core.scaled_dot_product_attention(
+        q, decode.repeat_kv(k, g), decode.repeat_kv(v, g), causal=causal
+    )
 
 
 @pytest.mark.parametrize("H_q,H_kv", [(4, 4), (8, 2), (6, 1)])
@@ -47,16 +51,20 @@ def test_split_kv_equals_one_pass_for_every_split_count(causal):
         o_ref, lse_ref = _lse_ref(q, k, v, causal)
         for S in (1, 2, 3, 8, 200):
             for block in (1, 4, 16):
-                o, lse = decode.split_kv_attention(q, k, v, S, causal=causal,
-                                                   block=block)
+                o, lse = decode.split_kv_attention(
+                    q, k, v, S, causal=causal, block=block
+                )
                 np.testing.assert_allclose(o, o_ref, atol=TOL, rtol=0)
                 np.testing.assert_allclose(lse, lse_ref, atol=TOL, rtol=0)
 
 
 def test_merge_of_two_partials_is_attention_over_their_union():
     rng = np.random.default_rng(2)
-    q, k, v = rng.standard_normal((4, 8)), rng.standard_normal((30, 8)), \
-        rng.standard_normal((30, 5))
+    q, k, v = (
+        rng.standard_normal((4, 8)),
+        rng.standard_normal((30, 8)),
+        rng.standard_normal((30, 5)),
+    )
     o1, l1 = decode.partial_attention(q, k[:11], v[:11])
     o2, l2 = decode.partial_attention(q, k[11:], v[11:])
     o, lse = decode.merge_partials([o1, o2], [l1, l2])
@@ -72,9 +80,9 @@ def test_merge_edge_cases():
     o = np.arange(6.0).reshape(3, 1, 2)  # three partials of one row, d = 2
     # an empty chunk (lse -inf) contributes nothing, even with garbage in its o
     garbage = np.array([[np.nan, np.inf]])
-    out, lse = decode.merge_partials([o[0], garbage, o[1]], [np.zeros(1),
-                                                             np.full(1, -np.inf),
-                                                             np.zeros(1)])
+    out, lse = decode.merge_partials(
+        [o[0], garbage, o[1]], [np.zeros(1), np.full(1, -np.inf), np.zeros(1)]
+    )
     np.testing.assert_allclose(out, (o[0] + o[1]) / 2)
     np.testing.assert_allclose(lse, [np.log(2.0)])
     # every chunk empty: o 0, lse -inf
@@ -95,8 +103,11 @@ def test_merge_edge_cases():
 
 def test_partial_attention_rows_that_see_nothing_and_nan():
     rng = np.random.default_rng(3)
-    q, k, v = rng.standard_normal((5, 4)), rng.standard_normal((3, 4)), \
-        rng.standard_normal((3, 4))
+    q, k, v = (
+        rng.standard_normal((5, 4)),
+        rng.standard_normal((3, 4)),
+        rng.standard_normal((3, 4)),
+    )
     o, lse = decode.partial_attention(q, k, v, causal=True, q_offset=-2)
     assert (o[:2] == 0).all() and np.isneginf(lse[:2]).all()
     assert np.isfinite(lse[2:]).all()
@@ -119,7 +130,7 @@ def _paged_from(rng, k, v, lens, page_size, n_pages):
     for t in range(max(lens)):  # interleaved, as a server appends
         for b in range(B):
             if t < lens[b]:
-                cache.append(b, k[b, t:t + 1], v[b, t:t + 1])
+                cache.append(b, k[b, t : t + 1], v[b, t : t + 1])
     return cache
 
 
@@ -134,7 +145,7 @@ def test_paged_equals_contiguous_equals_reference(page_size, H_q, H_kv):
     cache = _paged_from(rng, k, v, lens, page_size, 64)
     for b in range(B):
         kb, vb = cache.gather(b)
-        np.testing.assert_array_equal(kb, k[b, :lens[b]])
+        np.testing.assert_array_equal(kb, k[b, : lens[b]])
     table = cache.block_table()
     for N_q in (1, 4):
         q = rng.standard_normal((B, N_q, H_q, d))  # (B, N_q, H_q, d)
@@ -142,15 +153,22 @@ def test_paged_equals_contiguous_equals_reference(page_size, H_q, H_kv):
         lens = [n if n >= N_q else 0 for n in lens]
         for causal in (True, False):
             flat, lse = decode.attention_with_kvcache(
-                q, k, v, np.array(lens), causal=causal, return_lse=True)
+                q, k, v, np.array(lens), causal=causal, return_lse=True
+            )
             paged = decode.attention_with_kvcache(
-                q, cache.k, cache.v, np.array(lens, dtype=np.int32), table,
-                causal=causal, num_splits=3)
+                q,
+                cache.k,
+                cache.v,
+                np.array(lens, dtype=np.int32),
+                table,
+                causal=causal,
+                num_splits=3,
+            )
             np.testing.assert_allclose(paged, flat, atol=TOL, rtol=0)
             for b in range(B):
                 qb = q[b].transpose(1, 0, 2)[None]  # (1, H_q, N_q, d)
-                kb = k[b, :lens[b]].transpose(1, 0, 2)[None]  # (1, H_kv, n, d)
-                vb = v[b, :lens[b]].transpose(1, 0, 2)[None]
+                kb = k[b, : lens[b]].transpose(1, 0, 2)[None]  # (1, H_kv, n, d)
+                vb = v[b, : lens[b]].transpose(1, 0, 2)[None]
                 ref = _ref(qb, kb, vb, causal)[0].transpose(1, 0, 2)
                 np.testing.assert_allclose(flat[b], ref, atol=TOL, rtol=0)
 
@@ -195,8 +213,9 @@ def test_waste_equals_a_brute_force_allocation():
         w = decode.paged_waste(lens, P)
         assert w["reserved"] == slots and w["used"] == int(lens.sum())
         assert w["wasted"] == slots - int(lens.sum()) < P * len(lens)
-        assert decode.block_table_bytes(lens, P) == 4 * sum(len(t) for t in
-                                                            cache.tables)
+        assert decode.block_table_bytes(lens, P) == 4 * sum(
+            len(t) for t in cache.tables
+        )
     c = decode.contiguous_waste(lens, 300)
     assert c["reserved"] == 50 * 300 and c["wasted"] == 50 * 300 - int(lens.sum())
 
@@ -206,13 +225,19 @@ def test_validation_names_the_argument():
     lens = np.array([3])
     cases = [
         (dict(q=np.zeros((1, 4, 8))), ValueError, "^q must be 4-D"),
-        (dict(k_cache=np.zeros((1, 5, 3, 8)), v_cache=np.zeros((1, 5, 3, 8))),
-         ValueError, "^H_q must be a multiple of H_kv"),
+        (
+            dict(k_cache=np.zeros((1, 5, 3, 8)), v_cache=np.zeros((1, 5, 3, 8))),
+            ValueError,
+            "^H_q must be a multiple of H_kv",
+        ),
         (dict(v_cache=np.zeros((1, 5, 2, 4))), ValueError, "^k_cache and v_cache"),
         (dict(cache_seqlens=np.array([3.0])), TypeError, "^cache_seqlens"),
         (dict(cache_seqlens=np.array([6])), ValueError, "^cache_seqlens must be in"),
-        (dict(cache_seqlens=np.array([3, 3])), ValueError,
-         r"^cache_seqlens must be \(B"),
+        (
+            dict(cache_seqlens=np.array([3, 3])),
+            ValueError,
+            r"^cache_seqlens must be \(B",
+        ),
         (dict(causal="yes"), TypeError, "^causal"),
         (dict(num_splits=-1), ValueError, "^num_splits"),
         (dict(num_splits=1.5), TypeError, "^num_splits"),
@@ -237,8 +262,9 @@ def test_validation_names_the_argument():
     with pytest.raises(ValueError, match="^page_size"):
         decode.paged_waste([5], 0)
     with pytest.raises(ValueError, match="^n_prefill"):
-        decode.generate(np.zeros((1, 1, 3, 2)), np.zeros((1, 1, 3, 2)),
-                        np.zeros((1, 1, 3, 2)), 4)
+        decode.generate(
+            np.zeros((1, 1, 3, 2)), np.zeros((1, 1, 3, 2)), np.zeros((1, 1, 3, 2)), 4
+        )
     cache = decode.KVCache(1, 1, 4, 2)
     with pytest.raises(ValueError, match="max_len=4"):
         cache.append(np.zeros((1, 1, 5, 2)), np.zeros((1, 1, 5, 2)))

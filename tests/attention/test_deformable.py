@@ -19,8 +19,9 @@ def _grid_sample(feat, points, align_corners):
     (B,N,2)."""
     f = torch.as_tensor(feat).permute(0, 3, 1, 2)  # (B, C, H, W)
     g = torch.as_tensor(points)[:, None]  # (B, 1, N, 2)
-    out = F.grid_sample(f, g, mode="bilinear", padding_mode="zeros",
-                        align_corners=align_corners)
+    out = F.grid_sample(
+        f, g, mode="bilinear", padding_mode="zeros", align_corners=align_corners
+    )
     return out[:, :, 0].permute(0, 2, 1)  # (B, N, C)
 
 
@@ -76,10 +77,12 @@ def test_bilinear_point_gradient_finite_differences():
 
 def test_coordinates_round_trip_and_reference_grid():
     pts = np.array([[-1.0, -1.0], [1.0, 1.0], [0.0, 0.0]])
-    np.testing.assert_allclose(dfm.to_pixels(pts, 4, 8, True),
-                               [[0, 0], [7, 3], [3.5, 1.5]])
-    np.testing.assert_allclose(dfm.to_pixels(pts, 4, 8, False),
-                               [[-0.5, -0.5], [7.5, 3.5], [3.5, 1.5]])
+    np.testing.assert_allclose(
+        dfm.to_pixels(pts, 4, 8, True), [[0, 0], [7, 3], [3.5, 1.5]]
+    )
+    np.testing.assert_allclose(
+        dfm.to_pixels(pts, 4, 8, False), [[-0.5, -0.5], [7.5, 3.5], [3.5, 1.5]]
+    )
     for ac in (False, True):
         back = dfm.to_normalized(dfm.to_pixels(pts, 4, 8, ac), 4, 8, ac)
         np.testing.assert_allclose(back, pts)
@@ -98,8 +101,14 @@ def test_offset_network_matches_torch():
     params["b_dw"] = rng.normal(size=c)
     q = rng.normal(size=(2, c, 16, 12))
     ours = dfm.offset_network(q, params, stride=r, offset_range=0.3)
-    hid = F.conv2d(torch.tensor(q), torch.tensor(params["w_dw"])[:, None],
-                   torch.tensor(params["b_dw"]), stride=r, padding=k // 2, groups=c)
+    hid = F.conv2d(
+        torch.tensor(q),
+        torch.tensor(params["w_dw"])[:, None],
+        torch.tensor(params["b_dw"]),
+        stride=r,
+        padding=k // 2,
+        groups=c,
+    )
     raw = F.conv2d(F.gelu(hid), torch.tensor(params["w_pw"])[:, :, None, None])
     ref = (torch.tanh(raw) * 0.3).permute(0, 2, 3, 1).numpy()  # (B, H_r, W_r, 2)
     assert ours.shape == (2, 4, 3, 2)
@@ -114,8 +123,9 @@ def test_dat_attention_one_group_equals_project_then_sample():
     b, h, w, c, n_h, r = 1, 8, 12, 8, 2, 4
     x = rng.normal(size=(b, h, w, c))
     p = dfm.init_dat_params(c, 1, 3, rng)
-    res = dfm.dat_attention(x, p, n_heads=n_h, n_groups=1, stride=r, offset_range=0.4,
-                            return_all=True)
+    res = dfm.dat_attention(
+        x, p, n_heads=n_h, n_groups=1, stride=r, offset_range=0.4, return_all=True
+    )
     assert res["out"].shape == (b, h, w, c)
     assert res["points"].shape == (b, 1, (h // r) * (w // r), 2)
     q = (x @ p["w_q"]).reshape(b, h * w, n_h, c // n_h)
@@ -130,8 +140,9 @@ def test_dat_attention_groups_and_bad_shapes():
     rng = np.random.default_rng(5)
     x = rng.normal(size=(2, 8, 8, 8))
     p = dfm.init_dat_params(8, 2, 3, rng)
-    res = dfm.dat_attention(x, p, n_heads=4, n_groups=2, stride=2, offset_range=0.2,
-                            return_all=True)
+    res = dfm.dat_attention(
+        x, p, n_heads=4, n_groups=2, stride=2, offset_range=0.2, return_all=True
+    )
     assert res["points"].shape == (2, 2, 16, 2)
     assert res["weights"].shape == (2, 4, 64, 16)
     np.testing.assert_allclose(res["weights"].sum(-1), 1.0)
@@ -165,8 +176,11 @@ def _msda_pytorch(value, shapes, loc, w):
     for lvl, (h, w_) in enumerate(shapes):
         v = splits[lvl].flatten(2).transpose(1, 2).reshape(b * n_h, d, int(h), int(w_))
         g = grids[:, :, :, lvl].transpose(1, 2).flatten(0, 1)  # (B*H, L_q, P, 2)
-        outs.append(F.grid_sample(v, g, mode="bilinear", padding_mode="zeros",
-                                  align_corners=False))
+        outs.append(
+            F.grid_sample(
+                v, g, mode="bilinear", padding_mode="zeros", align_corners=False
+            )
+        )
     ww = w.transpose(1, 2).reshape(b * n_h, 1, l_q, n_l * n_p)
     out = (torch.stack(outs, dim=-2).flatten(-2) * ww).sum(-1).view(b, n_h * d, l_q)
     return out.transpose(1, 2)
@@ -201,16 +215,20 @@ def test_msda_layer_weights_and_locations():
     # initial offsets: point p of head 0 (direction +x) sits p+1 pixels right of the
     # reference
     dx_pix = (res["locations"][0, :, 0, 0, :, 0] - ref[0, :, None, 0]) * 8
-    np.testing.assert_allclose(dx_pix, np.arange(1, n_p + 1)[None].repeat(5, 0),
-                               atol=0.2)
+    np.testing.assert_allclose(
+        dx_pix, np.arange(1, n_p + 1)[None].repeat(5, 0), atol=0.2
+    )
 
 
-@pytest.mark.parametrize("name,kw", [
-    ("dense-image", dict(height=10, width=13, d=16, Br=32, Bc=16)),
-    ("dat", dict(height=10, width=13, d=16, r=3, Br=32, Bc=16)),
-    ("dat-unfused", dict(height=10, width=13, d=16, r=3, Br=32, Bc=16)),
-    ("msda", dict(n_queries=77, d=16, n_levels=3, n_points=2, Bq=32)),
-])
+@pytest.mark.parametrize(
+    "name,kw",
+    [
+        ("dense-image", dict(height=10, width=13, d=16, Br=32, Bc=16)),
+        ("dat", dict(height=10, width=13, d=16, r=3, Br=32, Bc=16)),
+        ("dat-unfused", dict(height=10, width=13, d=16, r=3, Br=32, Bc=16)),
+        ("msda", dict(n_queries=77, d=16, n_levels=3, n_points=2, Bq=32)),
+    ],
+)
 def test_traffic_simulation_matches_closed_form(name, kw):
     sim = memory.simulate(name, **kw)
     closed = memory.closed_form(name, **kw)
@@ -244,8 +262,9 @@ def test_scaled_attention_reference_consistency():
     pix = pix.reshape(-1, 2)  # (x, y)
     pts = dfm.to_normalized(pix, hf, wf, align_corners=True)[None, None]
     o = dfm.deformable_attention(q, km, vm, pts, align_corners=True)
-    ref = scaled_dot_product_attention(q, km.reshape(1, 1, hf * wf, d),
-                                       vm.reshape(1, 1, hf * wf, d))
+    ref = scaled_dot_product_attention(
+        q, km.reshape(1, 1, hf * wf, d), vm.reshape(1, 1, hf * wf, d)
+    )
     np.testing.assert_allclose(o, ref, rtol=1e-12, atol=1e-12)
 
 
@@ -275,8 +294,9 @@ def test_ms_deform_attn_checks_levels_like_the_kernel():
     with pytest.raises(ValueError, match="attention_weights"):
         dfm.ms_deform_attn(v, [[2, 3]], [0], loc, w[..., :0])
     with pytest.raises(TypeError, match="align_corners"):
-        dfm.bilinear_sample(np.ones((1, 2, 2, 1)), np.zeros((1, 1, 2)),
-                            align_corners="False")
+        dfm.bilinear_sample(
+            np.ones((1, 2, 2, 1)), np.zeros((1, 1, 2)), align_corners="False"
+        )
 
 
 # --------------------------------------------------------------------------------------
@@ -322,8 +342,10 @@ def _loop_attention(q, k, v, bias):
     for bi in range(b):
         for hd in range(n_h):
             for i in range(n_q):
-                s = [float(q[bi, hd, i] @ k[bi, hd, n]) / np.sqrt(d)
-                     + bias[bi, hd, i, n] for n in range(k.shape[2])]
+                s = [
+                    float(q[bi, hd, i] @ k[bi, hd, n]) / np.sqrt(d) + bias[bi, hd, i, n]
+                    for n in range(k.shape[2])
+                ]
                 e = np.exp(np.array(s) - max(s))
                 p[bi, hd, i] = e / e.sum()
                 o[bi, hd, i] = p[bi, hd, i] @ v[bi, hd]
@@ -331,16 +353,25 @@ def _loop_attention(q, k, v, bias):
 
 
 @pytest.mark.parametrize("align_corners", [False, True])
-@pytest.mark.parametrize("seed,b,h,w,c,n_h,g,r", [
-    (10, 1, 6, 5, 4, 2, 1, 2), (11, 2, 4, 7, 8, 4, 2, 3), (12, 1, 5, 5, 6, 3, 3, 2)])
-def test_dat_position_bias_matches_explicit_loops(align_corners, seed, b, h, w, c,
-                                                  n_h, g, r):
+@pytest.mark.parametrize(
+    "seed,b,h,w,c,n_h,g,r",
+    [(10, 1, 6, 5, 4, 2, 1, 2), (11, 2, 4, 7, 8, 4, 2, 3), (12, 1, 5, 5, 6, 3, 3, 2)],
+)
+def test_dat_position_bias_matches_explicit_loops(
+    align_corners, seed, b, h, w, c, n_h, g, r
+):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(b, h, w, c))
     p = dfm.init_dat_params(c, g, 3, rng)
     table = rng.normal(0.0, 1.0, (n_h, 2 * h - 1, 2 * w - 1))
-    kw = dict(n_heads=n_h, n_groups=g, stride=r, offset_range=0.6,
-              align_corners=align_corners, return_all=True)
+    kw = dict(
+        n_heads=n_h,
+        n_groups=g,
+        stride=r,
+        offset_range=0.6,
+        align_corners=align_corners,
+        return_all=True,
+    )
     plain = dfm.dat_attention(x, p, **kw)
     res = dfm.dat_attention(x, p, rpb_table=table, **kw)
     assert plain["bias"] is None
@@ -348,12 +379,14 @@ def test_dat_position_bias_matches_explicit_loops(align_corners, seed, b, h, w, 
     bias = _loop_bias(table, plain["points"], h, w, align_corners)
     np.testing.assert_allclose(res["bias"], bias, rtol=1e-12, atol=1e-12)
     split = lambda t: t.reshape(b, -1, n_h, c // n_h).transpose(0, 2, 1, 3)  # noqa: E731
-    o, weights = _loop_attention(split(plain["q"]), split(plain["k"]),
-                                 split(plain["v"]), bias)
+    o, weights = _loop_attention(
+        split(plain["q"]), split(plain["k"]), split(plain["v"]), bias
+    )
     out = o.transpose(0, 2, 1, 3).reshape(b, h * w, c) @ p["w_o"]
     np.testing.assert_allclose(res["weights"], weights, rtol=1e-10, atol=1e-13)
-    np.testing.assert_allclose(res["out"], out.reshape(b, h, w, c), rtol=1e-10,
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        res["out"], out.reshape(b, h, w, c), rtol=1e-10, atol=1e-12
+    )
     assert not np.allclose(res["out"], plain["out"])  # a random table changes it
 
 
@@ -363,8 +396,9 @@ def test_dat_position_bias_of_a_zero_table_changes_nothing():
     p = dfm.init_dat_params(8, 2, 3, rng)
     kw = dict(n_heads=4, n_groups=2, stride=2, offset_range=0.3)
     zero = np.zeros((4, 15, 15))
-    np.testing.assert_array_equal(dfm.dat_attention(x, p, **kw),
-                                  dfm.dat_attention(x, p, rpb_table=zero, **kw))
+    np.testing.assert_array_equal(
+        dfm.dat_attention(x, p, **kw), dfm.dat_attention(x, p, rpb_table=zero, **kw)
+    )
 
 
 @pytest.mark.parametrize("align_corners", [False, True])
@@ -383,16 +417,18 @@ def test_position_bias_at_grid_points_is_the_table_entry(align_corners):
         i, j = divmod(qi, w)
         for n, (pc, pr) in enumerate(pix.astype(int)):
             dy, dx = i - pr, j - pc
-            np.testing.assert_array_equal(bias[0, :, qi, n],
-                                          table[:, h - 1 + dy, w - 1 + dx])
+            np.testing.assert_array_equal(
+                bias[0, :, qi, n], table[:, h - 1 + dy, w - 1 + dx]
+            )
     # the lookup itself: integer pixels read entries, half pixels average two
     tab = table.transpose(1, 2, 0)[None]  # (1, 2H-1, 2W-1, n_h)
     at = np.array([[[3.0, 2.0], [0.0, 6.0], [3.5, 2.0], [14.0, 6.0], [15.0, 2.0]]])
     got = dfm.bilinear_sample_pixels(tab, at)[0]
     np.testing.assert_array_equal(got[0], table[:, 2, 3])
     np.testing.assert_array_equal(got[1], table[:, 6, 0])
-    np.testing.assert_allclose(got[2], (table[:, 2, 3] + table[:, 2, 4]) / 2,
-                               rtol=1e-15)
+    np.testing.assert_allclose(
+        got[2], (table[:, 2, 3] + table[:, 2, 4]) / 2, rtol=1e-15
+    )
     np.testing.assert_array_equal(got[3], table[:, 6, 14])  # the last column
     np.testing.assert_array_equal(got[4], 0.0)  # beyond the table: zero padding
 
@@ -411,8 +447,13 @@ def test_position_bias_is_dat_official_grid_sample_with_align_corners_true():
     disp = (q_grid[None, None, :, None] - points[:, :, None]) * 0.5  # (B,G,HW,N_s,2)
     tab = torch.tensor(table).reshape(1, g, n_h // g, 2 * h - 1, 2 * w - 1)
     tab = tab.expand(b, -1, -1, -1, -1).reshape(b * g, n_h // g, 2 * h - 1, 2 * w - 1)
-    ref = F.grid_sample(tab, torch.tensor(disp).reshape(b * g, h * w, n_s, 2),
-                        mode="bilinear", padding_mode="zeros", align_corners=True)
+    ref = F.grid_sample(
+        tab,
+        torch.tensor(disp).reshape(b * g, h * w, n_s, 2),
+        mode="bilinear",
+        padding_mode="zeros",
+        align_corners=True,
+    )
     ref = ref.reshape(b, n_h, h * w, n_s).numpy()  # (B*G, h_g, HW, N_s) -> by head
     np.testing.assert_allclose(ours, ref, rtol=1e-12, atol=1e-12)
 
@@ -436,16 +477,29 @@ def test_offset_network_layer_norm_matches_torch():
     rng = np.random.default_rng(17)
     c, k, r = 6, 3, 2
     params = dfm.init_offset_params(c, k, rng, layer_norm=True)
-    assert np.array_equal(params["ln_w"], np.ones(c)) and "ln_w" not in \
-        dfm.init_offset_params(c, k, rng)
-    params.update(b_dw=rng.normal(size=c), ln_w=rng.normal(size=c),
-                  ln_b=rng.normal(size=c))
+    assert np.array_equal(
+        params["ln_w"], np.ones(c)
+    ) and "ln_w" not in dfm.init_offset_params(c, k, rng)
+    params.update(
+        b_dw=rng.normal(size=c), ln_w=rng.normal(size=c), ln_b=rng.normal(size=c)
+    )
     q = rng.normal(size=(2, c, 8, 6))
     ours = dfm.offset_network(q, params, stride=r, offset_range=0.5)
-    hid = F.conv2d(torch.tensor(q), torch.tensor(params["w_dw"])[:, None],
-                   torch.tensor(params["b_dw"]), stride=r, padding=k // 2, groups=c)
-    hid = F.layer_norm(hid.permute(0, 2, 3, 1), (c,), torch.tensor(params["ln_w"]),
-                       torch.tensor(params["ln_b"]), eps=1e-5).permute(0, 3, 1, 2)
+    hid = F.conv2d(
+        torch.tensor(q),
+        torch.tensor(params["w_dw"])[:, None],
+        torch.tensor(params["b_dw"]),
+        stride=r,
+        padding=k // 2,
+        groups=c,
+    )
+    hid = F.layer_norm(
+        hid.permute(0, 2, 3, 1),
+        (c,),
+        torch.tensor(params["ln_w"]),
+        torch.tensor(params["ln_b"]),
+        eps=1e-5,
+    ).permute(0, 3, 1, 2)
     raw = F.conv2d(F.gelu(hid), torch.tensor(params["w_pw"])[:, :, None, None])
     ref = (torch.tanh(raw) * 0.5).permute(0, 2, 3, 1).numpy()
     np.testing.assert_allclose(ours, ref, rtol=1e-10, atol=1e-12)
@@ -464,5 +518,11 @@ def test_package_reexports_and_module_sizes():
     for path in pathlib.Path(dfm.__file__).parent.glob("*.py"):
         assert len(path.read_text().splitlines()) <= 600, path.name
     for name in ("dense-image", "dat", "dat-unfused", "msda"):
-        memory.closed_form(name, **({"n_queries": 64, "d": 8} if name == "msda"
-                                    else {"height": 8, "width": 8, "d": 8}))
+        memory.closed_form(
+            name,
+            **(
+                {"n_queries": 64, "d": 8}
+                if name == "msda"
+                else {"height": 8, "width": 8, "d": 8}
+            ),
+        )

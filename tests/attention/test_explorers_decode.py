@@ -25,13 +25,18 @@ def grid():
 
 def _settings():
     """Smallest, largest and middle index of every control (H_kv <= H_q kept)."""
-    lists = dict(B=ex.BATCH, N=ex.CONTEXT, d=ex.HEAD_DIM, dtype=[n for n, _ in
-                                                                 ex.DTYPES],
-                 n_splits=ex.SPLITS, page_size=ex.PAGES, gpu=ex.GPUS)
+    lists = dict(
+        B=ex.BATCH,
+        N=ex.CONTEXT,
+        d=ex.HEAD_DIM,
+        dtype=[n for n, _ in ex.DTYPES],
+        n_splits=ex.SPLITS,
+        page_size=ex.PAGES,
+        gpu=ex.GPUS,
+    )
     for pick in (0, -1, "mid"):
         kw = {k: v[len(v) // 2] if pick == "mid" else v[pick] for k, v in lists.items()}
-        for hq, hkv in ((ex.HEADS_Q[0], 1), (ex.HEADS_Q[-1], ex.HEADS_KV[-1]),
-                        (32, 8)):
+        for hq, hkv in ((ex.HEADS_Q[0], 1), (ex.HEADS_Q[-1], ex.HEADS_KV[-1]), (32, 8)):
             yield {**kw, "H_q": hq, "H_kv": hkv}
 
 
@@ -51,23 +56,36 @@ def test_static_grid_equals_python(grid):
                 assert grid["bytes"][line][iB][iN][ic][i_d][ib] == p["step_bytes"][line]
         assert grid["cache"][iB][iN][ic][i_d][ib] == p["cache_bytes"]
         assert grid["token"][ic][i_d][ib] == p["kv_bytes_per_token"]
-        assert grid["pps"][iB][ic][iS][ig] == pytest.approx(p["programs_per_sm"],
-                                                             abs=1e-4)
-        assert grid["pps_fa2"][iB][ic][ig] == pytest.approx(p["fa2_programs_per_sm"],
-                                                             abs=1e-4)
+        assert grid["pps"][iB][ic][iS][ig] == pytest.approx(
+            p["programs_per_sm"], abs=1e-4
+        )
+        assert grid["pps_fa2"][iB][ic][ig] == pytest.approx(
+            p["fa2_programs_per_sm"], abs=1e-4
+        )
         w = grid["waste"][iB][iN][ip]
-        assert w == pytest.approx([p["waste_percent"]["contiguous"],
-                                   p["waste_percent"]["paged"]], abs=0.005)
+        assert w == pytest.approx(
+            [p["waste_percent"]["contiguous"], p["waste_percent"]["paged"]], abs=0.005
+        )
         # the page's one conversion reproduces Python's estimate
         us = grid["bytes"][kern][iB][iN][ic][i_d][ib][iS][ip] / grid["bw"][ig] * 1e6
         assert us == pytest.approx(p["step_us_estimate"][kern], rel=1e-12)
 
 
 def test_point_matches_the_closed_forms():
-    p = ex.decode_point(B=1, N=32768, H_q=32, H_kv=8, d=128, dtype="float16",
-                        n_splits=8, page_size=16, gpu="H100")
-    t = memory.closed_form("decode_paged", 1, 8, 32768, 128, group=4, page_size=16,
-                           n_splits=8)
+    p = ex.decode_point(
+        B=1,
+        N=32768,
+        H_q=32,
+        H_kv=8,
+        d=128,
+        dtype="float16",
+        n_splits=8,
+        page_size=16,
+        gpu="H100",
+    )
+    t = memory.closed_form(
+        "decode_paged", 1, 8, 32768, 128, group=4, page_size=16, n_splits=8
+    )
     assert p["step_bytes"]["split-KV, paged (the kernel)"] == memory.decode_bytes(t, 2)
     assert p["kv_bytes_per_token"] == 2 * 8 * 128 * 2
     assert p["programs_per_sm"] == 1 * 8 * 8 / 132
@@ -108,9 +126,13 @@ def test_sliders_pass_their_values_to_the_figure(monkeypatch):
     monkeypatch.setattr(ex, "decode_explorer_figure", fake)
     box = ex.live_decode_explorer()
     c = _controls(box)
-    for desc, key, value in (("batch B", "B", 64), ("context N", "N", 131072),
-                             ("head dim d", "d", 64), ("page size", "page_size", 128),
-                             ("dtype", "dtype", "float8")):
+    for desc, key, value in (
+        ("batch B", "B", 64),
+        ("context N", "N", 131072),
+        ("head dim d", "d", 64),
+        ("page size", "page_size", 128),
+        ("dtype", "dtype", "float8"),
+    ):
         c[desc].value = value
         assert calls[-1][key] == value
 

@@ -30,10 +30,18 @@ def _tasks(seed=0, e=3, h=2, m=4, n=5):
     rng = np.random.default_rng(seed)
     w = core.softmax(rng.normal(size=(e, h, m, n)) * 2)
     labels = [[f"t{i}" for i in range(n)]] * e
-    return {"toy": maps.map_task(w, [[f"q{i}" for i in range(m)]] * e, labels,
-                                 [["a"] * m] * e, [["b"] * m] * e),
-            "one head": maps.map_task(w[:, 0], [[f"q{i}" for i in range(m)]] * e,
-                                      labels, [["c"] * m] * e)}
+    return {
+        "toy": maps.map_task(
+            w,
+            [[f"q{i}" for i in range(m)]] * e,
+            labels,
+            [["a"] * m] * e,
+            [["b"] * m] * e,
+        ),
+        "one head": maps.map_task(
+            w[:, 0], [[f"q{i}" for i in range(m)]] * e, labels, [["c"] * m] * e
+        ),
+    }
 
 
 # ---------------------------------------------------------------------------------
@@ -75,8 +83,13 @@ def test_mask_grid_equals_core_masks_and_softmax():
         want = np.where(tot > 0, e / np.where(tot > 0, tot, 1), 0.0)
         np.testing.assert_allclose(np.array(p) / 1000, want, atol=5e-4 + 1e-12)
     # every setting the controls reach is there, and nothing else
-    reach = {maps._mask_key(k, a, b, c) for k in maps.MASK_KINDS for a in range(1, 9)
-             for b in range(1, 9) for c in range(1, 9)}
+    reach = {
+        maps._mask_key(k, a, b, c)
+        for k in maps.MASK_KINDS
+        for a in range(1, 9)
+        for b in range(1, 9)
+        for c in range(1, 9)
+    }
     assert set(g["masks"]) == reach
 
 
@@ -122,7 +135,7 @@ def test_online_steps_match_a_direct_fp64_computation_and_flash(block):
         np.testing.assert_allclose(st["acc"], e @ v[:b], rtol=1e-12, atol=1e-14)
         np.testing.assert_allclose(st["w"][:b], e / e.sum(), rtol=1e-12)
         assert not st["w"][b:].any()
-        prev = s[:st["a"]].max() if st["a"] else -np.inf
+        prev = s[: st["a"]].max() if st["a"] else -np.inf
         np.testing.assert_allclose(st["alpha"], np.exp(prev - m), rtol=1e-14)
     last = steps[-1]
     o = flash.softmax_1pass_attention(s[None], v, block)[0]
@@ -142,19 +155,25 @@ def test_online_grid_and_roofline_points():
     assert p["flops"] == flops and p["sim"]["bytes"] == by
     assert p["sim"]["ai"] == flops / by
     spec = memory.GPUS["A100"]
-    assert p["sim"]["flops_s"] == min(spec.peak_tflops * 1e12,
-                                      flops / by * spec.hbm_tbps * 1e12)
+    assert p["sim"]["flops_s"] == min(
+        spec.peak_tflops * 1e12, flops / by * spec.hbm_tbps * 1e12
+    )
     comp = memory.compulsory("flash2", 4096, 128).bytes(4)
     q = softmax.roofline_point("H100", 4096, 128, "float32", "flash2")
     assert q["comp"]["bytes"] == comp
     assert q["comp"]["flops_s"] <= 494.7e12  # H100 TF32 dense peak
     grid = softmax.roofline_grid()
-    i = [softmax.ROOF_GPUS.index("H100"), softmax.ROOF_N.index(4096),
-         softmax.ROOF_D.index(128), softmax.ROOF_DTYPES.index("float32"),
-         softmax.ROOF_ALGS.index("flash2")]
+    i = [
+        softmax.ROOF_GPUS.index("H100"),
+        softmax.ROOF_N.index(4096),
+        softmax.ROOF_D.index(128),
+        softmax.ROOF_DTYPES.index("float32"),
+        softmax.ROOF_ALGS.index("flash2"),
+    ]
     row = grid["rows"][i[0]][i[1]][i[2]][i[3]][i[4]]
-    np.testing.assert_allclose(row[3:5], [q["comp"]["ai"], q["comp"]["flops_s"] / 1e12],
-                               rtol=1e-4)
+    np.testing.assert_allclose(
+        row[3:5], [q["comp"]["ai"], q["comp"]["flops_s"] / 1e12], rtol=1e-4
+    )
 
 
 def test_chapter2_explorers_are_small_and_refuse_bad_arguments():
@@ -197,13 +216,17 @@ def test_estimates_are_seeded_and_reinforce_is_unbiased():
         assert (np.abs(st["bias"]) < 5 * st["se"]).all(), (method, st)
     # the baseline cuts the spread; Gumbel-ST at small tau is biased, its spread shrinks
     # with tau
-    sd = {m: estimators.summary(estimators.estimates(s, f, m, 1.0, 1), true)["std"]
-          for m in estimators.METHODS}
+    sd = {
+        m: estimators.summary(estimators.estimates(s, f, m, 1.0, 1), true)["std"]
+        for m in estimators.METHODS
+    }
     assert (sd["REINFORCE + baseline"] < sd["REINFORCE"]).all()
-    lo = estimators.summary(estimators.estimates(s, f, "Gumbel-softmax ST", 0.1, 64),
-                            true)
-    hi = estimators.summary(estimators.estimates(s, f, "Gumbel-softmax ST", 5.0, 64),
-                            true)
+    lo = estimators.summary(
+        estimators.estimates(s, f, "Gumbel-softmax ST", 0.1, 64), true
+    )
+    hi = estimators.summary(
+        estimators.estimates(s, f, "Gumbel-softmax ST", 5.0, 64), true
+    )
     assert (hi["std"] < lo["std"]).all()
     assert np.abs(hi["bias"]).max() > 10 * hi["se"].max()
 
@@ -214,16 +237,20 @@ def test_estimator_grid_equals_the_draws():
     s, f = np.array(estimators.LOGITS), np.array(estimators.LOSSES)
     true = hard.expected_loss_grad(s, f)
     np.testing.assert_allclose(g["true"], true, rtol=1e-5)
-    for key, method, tau, n in (("2,3,1", "Gumbel-softmax ST", 1.0, 4),
-                                ("1,0,3", "REINFORCE + baseline", 0.1, 64)):
+    for key, method, tau, n in (
+        ("2,3,1", "Gumbel-softmax ST", 1.0, 4),
+        ("1,0,3", "REINFORCE + baseline", 0.1, 64),
+    ):
         d = estimators.estimates(s, f, method, tau, n)
         for j, row in enumerate(g["runs"][key]):
             counts, edges = np.histogram(d[:, j], bins=estimators.BINS)
             assert row["hist"]["counts"] == counts.tolist()
-            np.testing.assert_allclose([row["hist"]["lo"], row["hist"]["hi"]],
-                                       edges[[0, -1]], rtol=1e-5)
-            np.testing.assert_allclose(row["mean"], d[:, j].mean(), rtol=1e-5,
-                                       atol=1e-9)
+            np.testing.assert_allclose(
+                [row["hist"]["lo"], row["hist"]["hi"]], edges[[0, -1]], rtol=1e-5
+            )
+            np.testing.assert_allclose(
+                row["mean"], d[:, j].mean(), rtol=1e-5, atol=1e-9
+            )
             np.testing.assert_allclose(row["std"], d[:, j].std(), rtol=1e-5)
     assert _size(estimators.static_estimator_explorer()) < 60_000
     with pytest.raises(ValueError, match="tau"):
@@ -254,8 +281,12 @@ def _dat_setup(side=16, c=4, seed=0):
     params = dfm.init_dat_params(c, 1, kernel_size=5, rng=rng)
     params["offset"] = dfm.init_offset_params(c, 5, rng, scale=2.0)
     shapes = np.array([(side, side), (side // 2, side // 2)])
-    msda = dict(params=dfm.init_msda_params(c, 2, 2, 3, rng), spatial_shapes=shapes,
-                n_heads=2, n_points=3)
+    msda = dict(
+        params=dfm.init_msda_params(c, 2, 2, 3, rng),
+        spatial_shapes=shapes,
+        n_heads=2,
+        n_points=3,
+    )
     return img, x, {"a": params}, msda
 
 
@@ -263,25 +294,32 @@ def test_sampling_grid_equals_dat_and_msda():
     img, x, dat, msda = _dat_setup()
     g = sampling.sampling_grid(img, x, dat, 2, 1, 4, 0.5, msda)
     pos = sampling.query_positions(16, 16)
-    assert len(pos) == sampling.QUERY_GRID ** 2
+    assert len(pos) == sampling.QUERY_GRID**2
     assert [tuple(q) for q in g["queries"]] == pos
     for si, sc in enumerate(sampling.SCALES):
         res = dfm.dat_attention(x, dat["a"], 2, 1, 4, 0.5 * sc, return_all=True)
         px = (res["points"][0] + 1) * 16 / 2  # (G, N_s, 2): align_corners=False
         np.testing.assert_allclose(g["dat"]["a"][si]["points"], px, atol=5e-3)
         idx = [r * 16 + c for r, c in pos]
-        np.testing.assert_allclose(np.array(g["dat"]["a"][si]["weights"]) * 1e-4,
-                                   res["weights"][0][:, idx], atol=5e-5)
+        np.testing.assert_allclose(
+            np.array(g["dat"]["a"][si]["weights"]) * 1e-4,
+            res["weights"][0][:, idx],
+            atol=5e-5,
+        )
         if sc == 0:  # no offset: the reference grid
             np.testing.assert_allclose(px[0], g["reference"], atol=5e-3)
         z = np.stack([x[0, r, c] for r, c in pos])[None]
         ref = np.array([[(c + 0.5) / 16, (r + 0.5) / 16] for r, c in pos])[None]
-        p = dict(msda["params"], w_off=msda["params"]["w_off"] * sc,
-                 b_off=msda["params"]["b_off"] * sc)
+        p = dict(
+            msda["params"],
+            w_off=msda["params"]["w_off"] * sc,
+            b_off=msda["params"]["b_off"] * sc,
+        )
         loc, w = dfm.msda_sampling(z, ref, p, msda["spatial_shapes"], 2, 3)
         np.testing.assert_allclose(g["msda"][si]["locations"], loc[0] * 16, atol=5e-3)
-        np.testing.assert_allclose(np.array(g["msda"][si]["weights"]) * 1e-4, w[0],
-                                   atol=5e-5)
+        np.testing.assert_allclose(
+            np.array(g["msda"][si]["weights"]) * 1e-4, w[0], atol=5e-5
+        )
     assert g["photo"].startswith("data:image/png;base64,")
     assert len(g["levels"]) == 2
     with pytest.raises(ValueError, match="image"):

@@ -25,10 +25,19 @@ from tests.attention.widget_tools import output as _output  # noqa: E402
 from tests.attention.widget_tools import png as _png  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-COMBOS = list(itertools.product(
-    range(len(er.RING_N)), range(len(er.RING_P)), range(len(er.RING_HEADS)),
-    range(len(er.RING_D)), range(len(er.RING_DTYPES)), (False, True),
-    range(len(er.RING_LAYOUTS)), range(len(er.RING_GPUS)), range(len(er.RING_LINKS))))
+COMBOS = list(
+    itertools.product(
+        range(len(er.RING_N)),
+        range(len(er.RING_P)),
+        range(len(er.RING_HEADS)),
+        range(len(er.RING_D)),
+        range(len(er.RING_DTYPES)),
+        (False, True),
+        range(len(er.RING_LAYOUTS)),
+        range(len(er.RING_GPUS)),
+        range(len(er.RING_LINKS)),
+    )
+)
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +48,18 @@ def grid():
 def _row_args(c):
     iN, iP, iH, id_, idt, causal, iL, iG, iK = c
     _, H, H_kv = er.RING_HEADS[iH]
-    return (er.RING_N[iN], er.RING_P[iP], H, H_kv, er.RING_D[id_],
-            er.RING_DTYPES[idt], causal, er.RING_LAYOUTS[iL], er.RING_GPUS[iG],
-            er.RING_LINKS[iK])
+    return (
+        er.RING_N[iN],
+        er.RING_P[iP],
+        H,
+        H_kv,
+        er.RING_D[id_],
+        er.RING_DTYPES[idt],
+        causal,
+        er.RING_LAYOUTS[iL],
+        er.RING_GPUS[iG],
+        er.RING_LINKS[iK],
+    )
 
 
 def test_rows_are_the_closed_forms(grid):
@@ -128,8 +146,19 @@ def test_page_script_looks_rows_up(tmp_path, grid):
     states = []
     for i in picks:
         iN, iP, iH, id_, idt, causal, iL, iG, iK = COMBOS[i]
-        states.append({"N": iN, "P": iP, "heads": iH, "d": id_, "dtype": idt,
-                       "causal": causal, "layout": iL, "gpu": iG, "link": iK})
+        states.append(
+            {
+                "N": iN,
+                "P": iP,
+                "heads": iH,
+                "d": id_,
+                "dtype": idt,
+                "causal": causal,
+                "layout": iL,
+                "gpu": iG,
+                "link": iK,
+            }
+        )
     (tmp_path / "cfg.json").write_text(json.dumps(cfg))
     (tmp_path / "states.json").write_text(json.dumps(states))
     script = tmp_path / "run.js"
@@ -149,9 +178,11 @@ def test_page_script_looks_rows_up(tmp_path, grid):
         "  const r = window.KINDS.ring.update(cfg, s);\n"
         "  return { times: r.charts.times.data.times, work: r.charts.work.data.work,\n"
         "           text: r.text };\n"
-        "})));\n")
-    res = subprocess.run([NODE, str(script)], capture_output=True, text=True,
-                         timeout=60, check=True)
+        "})));\n"
+    )
+    res = subprocess.run(
+        [NODE, str(script)], capture_output=True, text=True, timeout=60, check=True
+    )
     for i, got in zip(picks, json.loads(res.stdout)):
         row = dict(zip(grid["fields"], grid["rows"][i]))
         ms = {t["what"]: t["ms"] for t in got["times"]}

@@ -93,8 +93,9 @@ def test_fp32_inputs_stay_fp32():
     q, k, v = (t.astype(np.float32) for t in _qkv(rng, (), 40, 40, 8))
     o, lse = flash.flash2_forward(q, k, v, Br=16, Bc=16)
     assert o.dtype == np.float32
-    np.testing.assert_allclose(o, flash.standard_forward(q, k, v)[0],
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        o, flash.standard_forward(q, k, v)[0], rtol=1e-5, atol=1e-6
+    )
 
 
 def test_bad_inputs_raise():
@@ -148,8 +149,9 @@ def test_backward_matches_finite_differences():
     do = rng.standard_normal((6, 3))
     o, lse, _ = flash.standard_forward(q, k, v, causal=True)
     grads = flash.flash2_backward(q, k, v, o, lse, do, Br=4, Bc=2, causal=True)
-    loss = lambda q_, k_, v_: float((flash.standard_forward(q_, k_, v_,
-                                                            causal=True)[0] * do).sum())
+    loss = lambda q_, k_, v_: float(
+        (flash.standard_forward(q_, k_, v_, causal=True)[0] * do).sum()
+    )
     eps = 1e-6
     for idx, (t, g) in enumerate(zip((q, k, v), grads)):
         num = np.zeros_like(t)
@@ -179,8 +181,9 @@ def test_nan_rows_and_hidden_nan_values_do_not_depend_on_tiles(Br, Bc):
         o, lse = f(q, k, v, Br=Br, Bc=Bc, causal=True)
         assert np.array_equal(np.isnan(o), np.isnan(o_s))
         assert np.array_equal(np.isnan(lse), np.isnan(lse_s))
-        np.testing.assert_allclose(o[~np.isnan(o_s)], o_s[~np.isnan(o_s)], rtol=1e-12,
-                                   atol=1e-14)
+        np.testing.assert_allclose(
+            o[~np.isnan(o_s)], o_s[~np.isnan(o_s)], rtol=1e-12, atol=1e-14
+        )
     assert np.isnan(lse_s[4]) and np.isnan(o_s[4]).all()
     assert np.all(o_s[:2] == 0) and np.isneginf(lse_s[:2]).all()
     assert np.isnan(o_s[9, 0]) and np.isfinite(o_s[[2, 3, 5, 6, 7, 8]]).all()
@@ -220,8 +223,9 @@ def test_backward_checks_shapes_and_takes_dlse():
     qt, kt, vt = (torch.tensor(t, requires_grad=True) for t in (q, k, v))
     s = qt @ kt.transpose(-1, -2) / 2.0
     ot = torch.softmax(s, -1) @ vt
-    loss = (ot * torch.tensor(do)).sum() + (torch.logsumexp(s, -1)
-                                            * torch.tensor(dlse)).sum()
+    loss = (ot * torch.tensor(do)).sum() + (
+        torch.logsumexp(s, -1) * torch.tensor(dlse)
+    ).sum()
     for g, r in zip((dq, dk, dv), torch.autograd.grad(loss, (qt, kt, vt))):
         np.testing.assert_allclose(g, r.numpy(), rtol=1e-10, atol=1e-12)
 
@@ -236,8 +240,7 @@ def _definition_grads(q, k, v, do, causal):
     dp_ij/ds_il = p_ij (delta_jl - p_il), built in full; then the chain rule."""
     n_q, n_k, d = q.shape[-2], k.shape[-2], q.shape[-1]
     s = np.einsum("...id,...jd->...ij", q, k) / np.sqrt(d)  # (..., N_q, N_k)
-    keep = (core.causal_mask(n_q, n_k) if causal
-            else np.ones((n_q, n_k), dtype=bool))
+    keep = core.causal_mask(n_q, n_k) if causal else np.ones((n_q, n_k), dtype=bool)
     m = np.where(keep, s, -np.inf).max(axis=-1, keepdims=True)
     m = np.where(np.isfinite(m), m, 0.0)  # a row with no visible key
     e = np.where(keep, np.exp(np.where(keep, s - m, 0.0)), 0.0)
@@ -254,12 +257,27 @@ def _definition_grads(q, k, v, do, causal):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("lead,n_q,n_k,d,d_v,Br,Bc", [
-    ((), 1, 1, 1, 1, 1, 1), ((), 13, 13, 5, 3, 4, 3), ((2,), 7, 19, 6, 9, 3, 5),
-    ((2, 3), 17, 11, 8, 8, 16, 4),  # N_q > N_k: causal hides the first rows entirely
-    ((1, 2), 23, 29, 4, 7, 5, 7)])
-def test_tiled_backward_equals_gradients_from_the_definition(lead, n_q, n_k, d, d_v,
-                                                             Br, Bc, causal):
+@pytest.mark.parametrize(
+    "lead,n_q,n_k,d,d_v,Br,Bc",
+    [
+        ((), 1, 1, 1, 1, 1, 1),
+        ((), 13, 13, 5, 3, 4, 3),
+        ((2,), 7, 19, 6, 9, 3, 5),
+        (
+            (2, 3),
+            17,
+            11,
+            8,
+            8,
+            16,
+            4,
+        ),  # N_q > N_k: causal hides the first rows entirely
+        ((1, 2), 23, 29, 4, 7, 5, 7),
+    ],
+)
+def test_tiled_backward_equals_gradients_from_the_definition(
+    lead, n_q, n_k, d, d_v, Br, Bc, causal
+):
     rng = np.random.default_rng(100 + n_q + n_k)
     q, k, v = _qkv(rng, lead, n_q, n_k, d, d_v, scale=1.5)
     o, lse = flash.flash2_forward(q, k, v, Br=Br, Bc=Bc, causal=causal)

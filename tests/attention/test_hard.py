@@ -12,8 +12,11 @@ pytestmark = pytest.mark.xdist_group("hard")
 
 
 def _qkv(rng, B=2, H=2, N_q=7, N_k=9, d=5):
-    return (rng.standard_normal((B, H, N_q, d)), rng.standard_normal((B, H, N_k, d)),
-            rng.standard_normal((B, H, N_k, d)))
+    return (
+        rng.standard_normal((B, H, N_q, d)),
+        rng.standard_normal((B, H, N_k, d)),
+        rng.standard_normal((B, H, N_k, d)),
+    )
 
 
 def _tv(samples, p):
@@ -35,8 +38,9 @@ def test_argmax_ties_lowest_and_masked_rows():
     s = np.array([[1.0, 3.0, 3.0, 0.0], [-np.inf] * 4, [2.0, 2.0, 2.0, 2.0]])
     np.testing.assert_array_equal(ah.argmax_index(s), [1, -1, 0])
     v = np.arange(8.0).reshape(4, 2)
-    np.testing.assert_array_equal(ah.gather_rows(v, np.array([1, -1, 0])),
-                                  [[2.0, 3.0], [0.0, 0.0], [0.0, 1.0]])
+    np.testing.assert_array_equal(
+        ah.gather_rows(v, np.array([1, -1, 0])), [[2.0, 3.0], [0.0, 0.0], [0.0, 1.0]]
+    )
 
 
 def test_causal_rows_without_keys():
@@ -45,8 +49,9 @@ def test_causal_rows_without_keys():
     o, idx = ah.hard_attention(q, k, v, causal=True, return_index=True)
     assert (idx[..., :5] == -1).all() and (o[..., :5, :] == 0).all()
     keep = causal_mask(9, 4)
-    assert all(keep[i, idx[b, h, i]] for b in range(2) for h in range(2)
-               for i in range(5, 9))
+    assert all(
+        keep[i, idx[b, h, i]] for b in range(2) for h in range(2) for i in range(5, 9)
+    )
     o_k = ah.topk_attention(q, k, v, 3, causal=True)
     assert np.isfinite(o_k).all() and (o_k[..., :5, :] == 0).all()
 
@@ -54,12 +59,15 @@ def test_causal_rows_without_keys():
 def test_topk_limits_and_ties():
     rng = np.random.default_rng(2)
     q, k, v = _qkv(rng)
-    np.testing.assert_allclose(ah.topk_attention(q, k, v, 9),
-                               ah.soft_attention(q, k, v))
-    np.testing.assert_allclose(ah.topk_attention(q, k, v, 50),
-                               ah.soft_attention(q, k, v))
-    np.testing.assert_allclose(ah.topk_attention(q, k, v, 1),
-                               ah.hard_attention(q, k, v))
+    np.testing.assert_allclose(
+        ah.topk_attention(q, k, v, 9), ah.soft_attention(q, k, v)
+    )
+    np.testing.assert_allclose(
+        ah.topk_attention(q, k, v, 50), ah.soft_attention(q, k, v)
+    )
+    np.testing.assert_allclose(
+        ah.topk_attention(q, k, v, 1), ah.hard_attention(q, k, v)
+    )
     o, p = ah.topk_attention(q, k, v, 3, return_weights=True)
     assert ((p > 0).sum(-1) == 3).all()
     np.testing.assert_allclose(p.sum(-1), 1.0)
@@ -80,8 +88,9 @@ def test_gumbel_max_samples_the_softmax():
     z2 = ah.sample_index(np.broadcast_to(p, (n, 5)), rng)
     assert _tv(z2, p) < 0.015
     # zero-probability positions are never sampled
-    assert (ah.sample_index(np.broadcast_to([0.0, 0.5, 0.0, 0.5], (2000, 4)),
-                            rng) % 2 == 1).all()
+    assert (
+        ah.sample_index(np.broadcast_to([0.0, 0.5, 0.0, 0.5], (2000, 4)), rng) % 2 == 1
+    ).all()
     np.testing.assert_array_equal(ah.sample_index(np.zeros((3, 4)), rng), [-1, -1, -1])
 
 
@@ -100,8 +109,9 @@ def test_gumbel_softmax_temperature_limits():
     logits = rng.standard_normal((4, 8))
     g = ah.gumbel(logits.shape, rng)
     y_cold = ah.gumbel_softmax(logits, 1e-3, noise=g)
-    np.testing.assert_allclose(y_cold,
-                               ah.one_hot(ah.argmax_index(logits + g), 8), atol=1e-6)
+    np.testing.assert_allclose(
+        y_cold, ah.one_hot(ah.argmax_index(logits + g), 8), atol=1e-6
+    )
     y_hot = ah.gumbel_softmax(logits, 1e4, noise=g)
     np.testing.assert_allclose(y_hot, 1 / 8, atol=1e-3)
     y = ah.gumbel_softmax(logits, 0.7, rng)
@@ -156,14 +166,19 @@ def test_reinforce_is_unbiased(baseline):
     n = 20000
     if baseline == "loo":
         # (n/4, N): averages of 4 draws
-        g = ah.reinforce_grad(np.broadcast_to(logits, (n // 4, 4)), f, rng, n_samples=4,
-                              baseline="loo").mean(axis=0)
+        g = ah.reinforce_grad(
+            np.broadcast_to(logits, (n // 4, 4)), f, rng, n_samples=4, baseline="loo"
+        ).mean(axis=0)
     else:
-        g = ah.reinforce_grad(np.broadcast_to(logits, (n, 4)), f, rng,
-                              baseline=baseline)[0]
+        g = ah.reinforce_grad(
+            np.broadcast_to(logits, (n, 4)), f, rng, baseline=baseline
+        )[0]
     se = g.std(axis=0, ddof=1) / np.sqrt(len(g))
-    assert (np.abs(g.mean(axis=0) - exact) < 4.5
-            * se).all(), (g.mean(axis=0), exact, se)
+    assert (np.abs(g.mean(axis=0) - exact) < 4.5 * se).all(), (
+        g.mean(axis=0),
+        exact,
+        se,
+    )
 
 
 def test_baseline_reduces_variance():
@@ -184,9 +199,10 @@ def test_baseline_reduces_variance():
 
 
 @pytest.mark.parametrize("name", ["soft", "hard", "topk"])
-@pytest.mark.parametrize("N,d,Br,Bc,N_k",
-                         [(256, 64, 64, 64, None), (100, 32, 64, 32, 77),
-                                           (37, 16, 16, 16, 200)])
+@pytest.mark.parametrize(
+    "N,d,Br,Bc,N_k",
+    [(256, 64, 64, 64, None), (100, 32, 64, 32, 77), (37, 16, 16, 16, 200)],
+)
 def test_traffic_simulated_equals_closed_form(name, N, d, Br, Bc, N_k):
     assert name in memory.algorithms()
     kw = {"k": 8} if name == "topk" else {}
@@ -220,16 +236,22 @@ def test_retrieval_soft_gradient_matches_finite_differences():
     s = ah.retrieval_scores(W, task)
     for method in ("soft", "topk"):
         g, _ = ah.retrieval_score_grad(method, s, task, rng, topk=3)
-        num = _numeric_grad(lambda x, m=method: ah.retrieval_score_grad(m, x, task, rng,
-                                                                        topk=3)[1], s)
+        num = _numeric_grad(
+            lambda x, m=method: ah.retrieval_score_grad(m, x, task, rng, topk=3)[1], s
+        )
         np.testing.assert_allclose(g, num, atol=1e-6)
     # chain rule to W
     g, _ = ah.retrieval_score_grad("soft", s, task, rng)
-    num_W = _numeric_grad(lambda w: ah.retrieval_score_grad(
-        "soft", ah.retrieval_scores(w, task), task, rng)[1], W)
+    num_W = _numeric_grad(
+        lambda w: ah.retrieval_score_grad(
+            "soft", ah.retrieval_scores(w, task), task, rng
+        )[1],
+        W,
+    )
     np.testing.assert_allclose(ah.retrieval_W_grad(g, task), num_W, atol=1e-6)
-    np.testing.assert_array_equal(ah.retrieval_score_grad("argmax", s,
-                                                          task, rng)[0], 0.0)
+    np.testing.assert_array_equal(
+        ah.retrieval_score_grad("argmax", s, task, rng)[0], 0.0
+    )
     with pytest.raises(ValueError, match="method"):
         ah.retrieval_score_grad("sgd", s, task, rng)
 
@@ -243,10 +265,13 @@ def test_training_soft_learns_and_argmax_does_not():
 
 def test_estimator_stats_unbiased_vs_biased():
     task = ah.retrieval_task(16, n_keys=8, rng=np.random.default_rng(11))
-    st = ah.estimator_stats(1.0 * np.eye(16), task, n_draws=400,
-                            methods=("reinforce", "reinforce+baseline",
-                                     "gumbel-st", "argmax"),
-                            rng=np.random.default_rng(12))
+    st = ah.estimator_stats(
+        1.0 * np.eye(16),
+        task,
+        n_draws=400,
+        methods=("reinforce", "reinforce+baseline", "gumbel-st", "argmax"),
+        rng=np.random.default_rng(12),
+    )
     # unbiased: bias within sampling error
     for m in ("reinforce", "reinforce+baseline"):
         assert st[m]["rel_bias"] < 2.5 * st[m]["rel_bias_se"], st[m]
@@ -272,28 +297,45 @@ def test_nan_rows_are_nan_and_hidden_values_never_leak():
     o, p = ah.topk_attention(q, k, v, 3, causal=True, return_weights=True)
     assert np.isnan(o[4]).all() and np.isnan(p[4]).all() and np.all(o[:2] == 0)
     assert ah.topk_index(ah.attention_scores(q, k, causal=True), 3)[4].tolist() == [
-        0, 1, 2]
+        0,
+        1,
+        2,
+    ]
     kept7 = p[:, 7] > 0
     assert np.array_equal(np.isnan(o).any(-1), kept7 | (np.arange(10) == 4))
     o = ah.stochastic_hard_attention(q, k, v, np.random.default_rng(1), causal=True)
     assert np.isnan(o[4]).all() and np.all(o[:2] == 0)
 
 
-@pytest.mark.parametrize("call,exc", [
-    (lambda: ah.topk_index(np.zeros((2, 3)), -1), ValueError),
-    (lambda: ah.topk_attention(*[np.ones((4, 2))] * 3, 2.7), TypeError),
-    (lambda: ah.topk_attention(*[np.ones((4, 2))] * 3, "3"), TypeError),
-    (lambda: ah.hard_attention(*[np.ones((4, 2))] * 3, causal="False"), TypeError),
-    (lambda: ah.softmax_jacobian(np.ones((1, 3)) / 3), ValueError),
-    (lambda: ah.stochastic_hard_attention(*[np.ones((4, 2))] * 3, None), TypeError),
-    (lambda: ah.reinforce_grad(np.zeros(3), np.zeros(3), np.random.default_rng(0),
-                               n_samples=0), ValueError),
-    (lambda: ah.hard_attention(np.ones((4, 2)), np.ones((5, 2)),
-                               np.ones((4, 2))), ValueError),
-    (lambda: ah.gumbel_softmax(np.zeros(3), 1.0, hard="yes",
-                               rng=np.random.default_rng(0)),
-     TypeError),
-])
+@pytest.mark.parametrize(
+    "call,exc",
+    [
+        (lambda: ah.topk_index(np.zeros((2, 3)), -1), ValueError),
+        (lambda: ah.topk_attention(*[np.ones((4, 2))] * 3, 2.7), TypeError),
+        (lambda: ah.topk_attention(*[np.ones((4, 2))] * 3, "3"), TypeError),
+        (lambda: ah.hard_attention(*[np.ones((4, 2))] * 3, causal="False"), TypeError),
+        (lambda: ah.softmax_jacobian(np.ones((1, 3)) / 3), ValueError),
+        (lambda: ah.stochastic_hard_attention(*[np.ones((4, 2))] * 3, None), TypeError),
+        (
+            lambda: ah.reinforce_grad(
+                np.zeros(3), np.zeros(3), np.random.default_rng(0), n_samples=0
+            ),
+            ValueError,
+        ),
+        (
+            lambda: ah.hard_attention(
+                np.ones((4, 2)), np.ones((5, 2)), np.ones((4, 2))
+            ),
+            ValueError,
+        ),
+        (
+            lambda: ah.gumbel_softmax(
+                np.zeros(3), 1.0, hard="yes", rng=np.random.default_rng(0)
+            ),
+            TypeError,
+        ),
+    ],
+)
 def test_bad_arguments_raise_clear_errors(call, exc):
     # item 8 and the obscure errors: checked at the top, named
     with pytest.raises(exc):

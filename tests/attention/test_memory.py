@@ -10,8 +10,14 @@ from attention import memory
 
 pytestmark = pytest.mark.xdist_group("memory_flash")
 
-OURS = ["standard", "flash1", "flash2", "standard_bwd", "flash2_bwd",
-        "flash2_bwd_split"]
+OURS = [
+    "standard",
+    "flash1",
+    "flash2",
+    "standard_bwd",
+    "flash2_bwd",
+    "flash2_bwd_split",
+]
 
 
 def _same(a: memory.Traffic, b: memory.Traffic) -> None:
@@ -32,18 +38,23 @@ def test_simulate_equals_closed_form_random(algorithm):
         Br, Bc = rng.randint(1, 96), rng.randint(1, 96)
         N_k = rng.choice([None, rng.randint(1, 300)])
         kw = dict(Br=Br, Bc=Bc, N_k=N_k)
-        _same(memory.simulate(algorithm, N, d, **kw),
-              memory.closed_form(algorithm, N, d, **kw))
+        _same(
+            memory.simulate(algorithm, N, d, **kw),
+            memory.closed_form(algorithm, N, d, **kw),
+        )
 
 
 @pytest.mark.parametrize("algorithm", OURS)
-@pytest.mark.parametrize("N,d,Br,Bc,N_k", [
-    (1, 1, 1, 1, None),  # smallest
-    (64, 64, 64, 64, None),  # one block each way
-    (65, 16, 64, 64, None),  # a one-row ragged last block
-    (200, 32, 48, 80, 333),  # cross lengths, ragged both ways
-    (10, 8, 128, 128, 7),  # blocks larger than the sequence
-])
+@pytest.mark.parametrize(
+    "N,d,Br,Bc,N_k",
+    [
+        (1, 1, 1, 1, None),  # smallest
+        (64, 64, 64, 64, None),  # one block each way
+        (65, 16, 64, 64, None),  # a one-row ragged last block
+        (200, 32, 48, 80, 333),  # cross lengths, ragged both ways
+        (10, 8, 128, 128, 7),  # blocks larger than the sequence
+    ],
+)
 def test_simulate_equals_closed_form_edges(algorithm, N, d, Br, Bc, N_k):
     kw = dict(Br=Br, Bc=Bc, N_k=N_k)
     sim = memory.simulate(algorithm, N, d, **kw)
@@ -106,8 +117,10 @@ def test_theorem_2_scaling():
     # Doubling M halves the dominant T_c * 3Nd term: the ratio tends to 2.
     for M in (2**14, 2**15, 2**16):
         assert 1.8 < totals[M] / totals[2 * M] <= 2.0
-    std = [memory.closed_form("standard", 8192, d, Br=128, M=M).total
-           for M in (2**15, 2**17)]
+    std = [
+        memory.closed_form("standard", 8192, d, Br=128, M=M).total
+        for M in (2**15, 2**17)
+    ]
     assert std[0] == std[1]
     # Quadratic in N for both, at fixed M.
     for alg in ("standard", "flash2"):
@@ -139,8 +152,9 @@ def test_sram_capacity():
     memory.simulate("flash2", 1024, 64, Br=128, Bc=64, M=need)
     memory.closed_form("flash2", 1024, 64, Br=128, Bc=64, M=need)
     for fn in (memory.simulate, memory.closed_form):
-        with pytest.raises(ValueError,
-                           match=rf"K_j, V_j .* = {need} elements.*M holds {need - 1}"):
+        with pytest.raises(
+            ValueError, match=rf"K_j, V_j .* = {need} elements.*M holds {need - 1}"
+        ):
             fn("flash2", 1024, 64, Br=128, Bc=64, M=need - 1)
     # The standard forward's softmax needs one whole row of S on chip.
     with pytest.raises(ValueError, match="one row of S"):
@@ -157,10 +171,18 @@ def test_fa1_block_rule():
     assert (Br, Bc) == (64, 98)
 
 
-@pytest.mark.parametrize("bad", [
-    dict(N=0), dict(d=-1), dict(Br=0), dict(Bc=1.5), dict(M=0),
-    dict(N_k=0), dict(N=True),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(N=0),
+        dict(d=-1),
+        dict(Br=0),
+        dict(Bc=1.5),
+        dict(M=0),
+        dict(N_k=0),
+        dict(N=True),
+    ],
+)
 def test_bad_arguments_raise(bad):
     kw = dict(N=64, d=16, Br=16, Bc=16, M=None, N_k=None)
     kw.update(bad)
@@ -181,7 +203,8 @@ def test_trace_orders_steps():
     assert steps == sorted(steps)
     fa2 = memory.simulate("flash2", 100, 8, Br=32, Bc=50)
     assert [t.block for t in fa2.trace if t.op == "compute"] == [
-        (i, j) for i in range(4) for j in range(2)]
+        (i, j) for i in range(4) for j in range(2)
+    ]
 
 
 def test_fast_enough_for_a_slider():

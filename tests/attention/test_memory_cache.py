@@ -7,14 +7,21 @@ import pytest
 
 from attention import memory
 
-CORE = ["standard", "flash1", "flash2", "standard_bwd", "flash2_bwd",
-        "flash2_bwd_split"]
+CORE = [
+    "standard",
+    "flash1",
+    "flash2",
+    "standard_bwd",
+    "flash2_bwd",
+    "flash2_bwd_split",
+]
 
 
 @pytest.mark.parametrize("alg", CORE)
 def test_compulsory_is_a_lower_bound_of_every_schedule(alg):
-    for N, n_k, d, Br, Bc in itertools.product((16, 100, 257), (None, 64, 300), (8, 64),
-                                                (16, 64), (16, 32)):
+    for N, n_k, d, Br, Bc in itertools.product(
+        (16, 100, 257), (None, 64, 300), (8, 64), (16, 64), (16, 32)
+    ):
         low = memory.compulsory(alg, N, d, N_k=n_k)
         sim = memory.closed_form(alg, N, d, Br=Br, Bc=Bc, N_k=n_k)
         assert low.total <= sim.total, (alg, N, n_k, d, Br, Bc)
@@ -26,8 +33,10 @@ def test_compulsory_is_a_lower_bound_of_every_schedule(alg):
 def test_flash2_with_all_of_q_resident_moves_exactly_the_compulsory_traffic():
     # one query block (Br >= N): K and V are read once, nothing is re-read
     for N, n_k, d in [(64, 64, 16), (100, 37, 32), (128, 500, 64)]:
-        assert (memory.closed_form("flash2", N, d, Br=N, Bc=32, N_k=n_k).per_tensor
-                == memory.compulsory("flash2", N, d, N_k=n_k).per_tensor)
+        assert (
+            memory.closed_form("flash2", N, d, Br=N, Bc=32, N_k=n_k).per_tensor
+            == memory.compulsory("flash2", N, d, N_k=n_k).per_tensor
+        )
 
 
 def test_compulsory_counts():

@@ -14,8 +14,14 @@ FIELDS = ("reads", "writes", "per_tensor", "sram_peak", "steps", "events")
 
 
 def _draw(alg, rng):
-    kw = dict(B=rng.randint(1, 3), H_kv=rng.randint(1, 3), N=rng.randint(1, 200),
-              d=rng.randint(1, 24), group=rng.randint(1, 8), N_q=rng.randint(1, 16))
+    kw = dict(
+        B=rng.randint(1, 3),
+        H_kv=rng.randint(1, 3),
+        N=rng.randint(1, 200),
+        d=rng.randint(1, 24),
+        group=rng.randint(1, 8),
+        N_q=rng.randint(1, 16),
+    )
     if alg == "decode_paged":
         kw["page_size"] = rng.randint(1, 64)
     else:
@@ -31,8 +37,9 @@ def test_simulate_equals_closed_form_over_random_shapes(alg):
     for _ in range(60):
         kw = _draw(alg, rng)
         sim, form = memory.simulate(alg, **kw), memory.closed_form(alg, **kw)
-        assert {f: getattr(sim, f) for f in FIELDS} == {f: getattr(form, f)
-                                                        for f in FIELDS}, kw
+        assert {f: getattr(sim, f) for f in FIELDS} == {
+            f: getattr(form, f) for f in FIELDS
+        }, kw
         assert sum(t.elems for t in sim.trace if t.op == "load") == sim.reads
 
 

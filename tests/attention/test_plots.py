@@ -47,9 +47,15 @@ def test_attention_heatmap_hatches_masked_cells():
     # One grey, hatched rectangle per run of masked cells in a row: rows 0, 1, 2.
     rects = [p for p in ax.patches if p.get_hatch()]
     assert [(r.get_y() + 0.5, r.get_x() + 0.5, r.get_width()) for r in rects] == [
-        (0, 3, 3), (1, 4, 2), (2, 5, 1)]
-    assert all(matplotlib.colors.to_hex(r.get_facecolor())
-               == plots.MASK_COLORS["masked"].lower() for r in rects)
+        (0, 3, 3),
+        (1, 4, 2),
+        (2, 5, 1),
+    ]
+    assert all(
+        matplotlib.colors.to_hex(r.get_facecolor())
+        == plots.MASK_COLORS["masked"].lower()
+        for r in rects
+    )
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["masked"]
     assert not [p for p in plots.attention_heatmap(w).patches if p.get_hatch()]
     with pytest.raises(ValueError, match="mask"):
@@ -92,8 +98,9 @@ def test_power_law_fit_recovers_exponent():
 
 def test_scaling_plot_reports_the_fitted_slope():
     x = np.array([100, 200, 400, 800])
-    ax, slope = plots.scaling_plot(x, 1e-6 * x**1.5, expected=2,
-                                   expected_label="O(n^2)")
+    ax, slope = plots.scaling_plot(
+        x, 1e-6 * x**1.5, expected=2, expected_label="O(n^2)"
+    )
     assert slope == pytest.approx(1.5, abs=1e-9)
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert any("1.50" in s for s in labels) and "O(n^2)" in labels
@@ -113,9 +120,10 @@ def test_naive_traffic_vs_length_draws_simulation_and_closed_form(m):
     # S written once, read once.
     np.testing.assert_array_equal(y, 2 * n_q * np.array(ns) * bpe)
     total = lines["total"].get_data()[1]
-    want = [memory.simulate("standard", int(n if m is None else m), 32,
-                            N_k=n).bytes(bpe)
-            for n in ns]
+    want = [
+        memory.simulate("standard", int(n if m is None else m), 32, N_k=n).bytes(bpe)
+        for n in ns
+    ]
     np.testing.assert_array_equal(total, want)
 
 
@@ -128,8 +136,11 @@ def test_naive_traffic_figure_title_and_bars():
     reads = [t.per_tensor[k][0] * 4 / 2**20 for k in ("Q", "K", "V", "S", "P", "O")]
     np.testing.assert_allclose(heights[:6], reads)
     assert plots.human_bytes(t.bytes(4)) in ax_bars.get_title()
-    assert any(abs(ln.get_xdata()[0] - 512) < 1e-9 for ln in ax_lines.get_lines()
-               if len(ln.get_xdata()) == 2)  # the vertical marker at n
+    assert any(
+        abs(ln.get_xdata()[0] - 512) < 1e-9
+        for ln in ax_lines.get_lines()
+        if len(ln.get_xdata()) == 2
+    )  # the vertical marker at n
     with pytest.raises(ValueError, match="dtype"):
         plots.naive_traffic_figure(dtype="int4")
     with pytest.raises(ValueError, match="positive"):
@@ -145,8 +156,9 @@ def test_traffic_bars_and_human_bytes():
 
 def test_tile_explorer_without_text_panel_prints_its_numbers_instead():
     fig = plots.tile_explorer_figure(N=256, d=64, text_panel=False)
-    assert not any(t.get_fontfamily() == ["monospace"]
-                   for ax in fig.axes for t in ax.texts)
+    assert not any(
+        t.get_fontfamily() == ["monospace"] for ax in fig.axes for t in ax.texts
+    )
     summary = plots.tile_explorer_summary(N=256, d=64)
     assert "flash2" in summary and "FLOP/byte" in summary and "FA1 rule" in summary
     plt.close(fig)
@@ -154,7 +166,8 @@ def test_tile_explorer_without_text_panel_prints_its_numbers_instead():
 
 @pytest.mark.parametrize("alg", ["flash1", "flash2_bwd"])
 def test_tile_explorer_draws_compulsory_traffic_and_simulates_one_algorithm(
-        alg, monkeypatch):
+    alg, monkeypatch
+):
     from matplotlib.collections import LineCollection
 
     real, simulated = memory.simulate, []
@@ -168,10 +181,23 @@ def test_tile_explorer_draws_compulsory_traffic_and_simulates_one_algorithm(
     fig = plots.tile_explorer_figure(N=N, d=d, Br=64, Bc=32, algorithm=alg, step=3)
     assert simulated == [alg]  # the schedule drawn; the rest come from the closed forms
     ax_traffic, _, ax_roof = fig.axes[:3]
-    group = ([a for a in memory.algorithms() if a.startswith(("standard_", "flash2_"))]
-             if alg.endswith("bwd") else ["standard", "flash1", "flash2"])
-    group = [a for a in ("standard_bwd", "flash2_bwd", "flash2_bwd_split",
-                         "standard", "flash1", "flash2") if a in group]
+    group = (
+        [a for a in memory.algorithms() if a.startswith(("standard_", "flash2_"))]
+        if alg.endswith("bwd")
+        else ["standard", "flash1", "flash2"]
+    )
+    group = [
+        a
+        for a in (
+            "standard_bwd",
+            "flash2_bwd",
+            "flash2_bwd_split",
+            "standard",
+            "flash1",
+            "flash2",
+        )
+        if a in group
+    ]
     unit = ax_traffic.get_ylabel().split("(")[1].rstrip(")")
     div = {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10, "B": 1}[unit]
     (ticks,) = [c for c in ax_traffic.collections if isinstance(c, LineCollection)]
@@ -181,11 +207,20 @@ def test_tile_explorer_draws_compulsory_traffic_and_simulates_one_algorithm(
     labels = [t.get_text() for t in ax_traffic.get_legend().get_texts()]
     assert any("compulsory" in t for t in labels) and any("no L2" in t for t in labels)
     # The roofline panel: a tick per (GPU, algorithm), estimated from compulsory bytes.
-    lows = [seg[0][1] for c in ax_roof.collections if isinstance(c, LineCollection)
-            for seg in c.get_segments()]
-    want = [memory.roofline_ms(memory.matmul_flops(a, N, d),
-                               memory.compulsory(a, N, d).bytes(2), spec) * 1e3
-            for a in group for spec in memory.GPUS.values()]
+    lows = [
+        seg[0][1]
+        for c in ax_roof.collections
+        if isinstance(c, LineCollection)
+        for seg in c.get_segments()
+    ]
+    want = [
+        memory.roofline_ms(
+            memory.matmul_flops(a, N, d), memory.compulsory(a, N, d).bytes(2), spec
+        )
+        * 1e3
+        for a in group
+        for spec in memory.GPUS.values()
+    ]
     np.testing.assert_allclose(lows, want)
     assert any("compulsory" in t.get_text() for t in ax_roof.get_legend().get_texts())
 
@@ -201,8 +236,10 @@ def test_tile_explorer_summary_gives_both_counts():
 
 
 def test_backward_traffic_legend_is_grouped():
-    res = {a: memory.simulate(a, 512, 64, Br=128, Bc=64, keep_trace=False)
-           for a in ("standard_bwd", "flash2_bwd")}
+    res = {
+        a: memory.simulate(a, 512, 64, Br=128, Bc=64, keep_trace=False)
+        for a in ("standard_bwd", "flash2_bwd")
+    }
     ax = plots.traffic_by_algorithm(res)
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert {"inputs", "N × N", "gradients", "HBM"} <= set(labels)
@@ -213,9 +250,13 @@ def test_backward_traffic_legend_is_grouped():
 def test_msda_points_legend_names_queries_and_heads():
     rng = np.random.default_rng(0)
     levels = [rng.random((s, s)) for s in (16, 8)]
-    fig = plots.msda_points_figure(levels, rng.random((2, 2, 2, 3, 2)),
-                                   rng.random((2, 2, 2, 3)), rng.random((2, 2)),
-                                   query_labels=["face", "flag"])
+    fig = plots.msda_points_figure(
+        levels,
+        rng.random((2, 2, 2, 3, 2)),
+        rng.random((2, 2, 2, 3)),
+        rng.random((2, 2)),
+        query_labels=["face", "flag"],
+    )
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "points of face" in labels and "head 1" in labels
     plt.close(fig)

@@ -14,11 +14,16 @@ pytestmark = pytest.mark.xdist_group("ch2_depth_plots")
 def test_roofline_points_divide_flops_by_each_count():
     pts = plots.roofline_points([(1024, 64), (4096, 128)], Br=64, Bc=64)
     assert {(p["algorithm"], p["count"]) for p in pts} == {
-        ("standard", "simulated"), ("flash2", "simulated"), ("flash2", "compulsory")}
+        ("standard", "simulated"),
+        ("flash2", "simulated"),
+        ("flash2", "compulsory"),
+    }
     for p in pts:
-        t = (memory.compulsory(p["algorithm"], p["N"], p["d"])
-             if p["count"] == "compulsory"
-             else memory.closed_form(p["algorithm"], p["N"], p["d"], Br=64, Bc=64))
+        t = (
+            memory.compulsory(p["algorithm"], p["N"], p["d"])
+            if p["count"] == "compulsory"
+            else memory.closed_form(p["algorithm"], p["N"], p["d"], Br=64, Bc=64)
+        )
         assert p["bytes"] == t.bytes(2)
         assert p["flops"] == memory.matmul_flops(p["algorithm"], p["N"], p["d"])
         assert p["intensity"] == pytest.approx(p["flops"] / p["bytes"])
@@ -49,7 +54,7 @@ def test_online_trace_ends_at_softmax_times_v_and_rescales_only_at_jumps():
     jumps = np.flatnonzero(np.diff(tr["m"]) > 0) + 1
     np.testing.assert_array_equal(np.flatnonzero(tr["alpha"] < 1), jumps)
     for j in range(len(x)):  # l_j = sum_{k <= j} exp(x_k - m_j), by induction
-        assert tr["l"][j] == pytest.approx(np.exp(x[:j + 1] - tr["m"][j]).sum())
+        assert tr["l"][j] == pytest.approx(np.exp(x[: j + 1] - tr["m"][j]).sum())
     axes = plots.online_softmax_figure(x, v)
     assert len(axes) == 3
     with pytest.raises(ValueError, match="finite"):
@@ -59,12 +64,12 @@ def test_online_trace_ends_at_softmax_times_v_and_rescales_only_at_jumps():
 
 
 def _check_schedule(ev, n_blocks, warpgroups, stages):
-    gemms = sorted((e for e in ev if e["op"].startswith("GEMM")),
-                   key=lambda e: e["start"])
+    gemms = sorted(
+        (e for e in ev if e["op"].startswith("GEMM")), key=lambda e: e["start"]
+    )
     for a, b in zip(gemms, gemms[1:]):  # the tensor cores run one GEMM at a time
         assert b["start"] >= a["end"] - 1e-12
-    loads = sorted((e for e in ev if e["unit"] == "producer"),
-                   key=lambda e: e["start"])
+    loads = sorted((e for e in ev if e["unit"] == "producer"), key=lambda e: e["start"])
     for a, b in zip(loads, loads[1:]):  # one producer: its loads do not overlap
         assert b["start"] >= a["end"] - 1e-12
     end = {(e["unit"], e["op"], e["block"]): e["end"] for e in ev}
@@ -117,17 +122,20 @@ def test_soft_lookup_returns_the_dictionary_and_the_attention_outputs():
 def test_positions_figure_draws_the_table_and_one_offset_curve():
     axes = plots.positions_figure(n_positions=16, d=16, rope_d=4, max_offset=12)
     from attention import positions
-    np.testing.assert_array_equal(axes[0].get_images()[0].get_array(),
-                                  positions.sinusoidal_table(16, 16))
+
+    np.testing.assert_array_equal(
+        axes[0].get_images()[0].get_array(), positions.sinusoidal_table(16, 16)
+    )
     line, dots = axes[2].get_lines()[:2]  # query at 0 and at 100: one curve
     xs = line.get_xdata()
-    np.testing.assert_allclose(dots.get_ydata(),
-                               np.interp(dots.get_xdata(), xs, line.get_ydata()),
-                               rtol=1e-9)
+    np.testing.assert_allclose(
+        dots.get_ydata(), np.interp(dots.get_xdata(), xs, line.get_ydata()), rtol=1e-9
+    )
 
 
 def test_straight_through_figure_draws_the_estimators_pieces():
     from attention import hard
+
     s, g = np.array([0.3, -0.5, 1.2, 0.0]), np.array([0.1, 2.0, -0.3, 0.4])
     f = np.array([1.0, 4.0, 2.5, 3.0])
     axes = plots.straight_through_figure(s, g, f, tau=0.7)
@@ -139,8 +147,9 @@ def test_straight_through_figure_draws_the_estimators_pieces():
     assert heights[2].sum() == pytest.approx(0, abs=1e-12)  # a softmax's gradient
 
 
-@pytest.mark.parametrize("query_ij,point_px",
-                         [((4, 1), (3.3, 1.6)), ((0, 5), (2.0, 3.0))])
+@pytest.mark.parametrize(
+    "query_ij,point_px", [((4, 1), (3.3, 1.6)), ((0, 5), (2.0, 3.0))]
+)
 def test_rpb_lookup_reads_the_table_at_the_displacement(query_ij, point_px):
     H = W = 6
     tab = np.random.default_rng(1).normal(0, 1, (2 * H - 1, 2 * W - 1))
@@ -151,6 +160,10 @@ def test_rpb_lookup_reads_the_table_at_the_displacement(query_ij, point_px):
     r0, c0 = int(np.floor(r)), int(np.floor(c))
     fr, fc = r - r0, c - c0
     at = lambda i, j: tab[i, j] if 0 <= i < 2 * H - 1 and 0 <= j < 2 * W - 1 else 0.0
-    expect = ((1 - fr) * (1 - fc) * at(r0, c0) + (1 - fr) * fc * at(r0, c0 + 1)
-              + fr * (1 - fc) * at(r0 + 1, c0) + fr * fc * at(r0 + 1, c0 + 1))
+    expect = (
+        (1 - fr) * (1 - fc) * at(r0, c0)
+        + (1 - fr) * fc * at(r0, c0 + 1)
+        + fr * (1 - fc) * at(r0 + 1, c0)
+        + fr * fc * at(r0 + 1, c0 + 1)
+    )
     assert bias == pytest.approx(expect, rel=1e-12, abs=1e-12)

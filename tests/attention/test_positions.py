@@ -30,8 +30,11 @@ def test_rope_is_a_rotation_of_each_pair(d):
     pos = rng.uniform(-50, 500, 11)
     r = positions.rope(x, pos)
     assert r.shape == x.shape
-    np.testing.assert_allclose(r[..., 0::2] ** 2 + r[..., 1::2] ** 2,
-                               x[..., 0::2] ** 2 + x[..., 1::2] ** 2, rtol=1e-12)
+    np.testing.assert_allclose(
+        r[..., 0::2] ** 2 + r[..., 1::2] ** 2,
+        x[..., 0::2] ** 2 + x[..., 1::2] ** 2,
+        rtol=1e-12,
+    )
     np.testing.assert_array_equal(positions.rope(x, np.zeros(11)), x)  # position 0
     back = positions.rope(r, -pos)  # R_(-t) R_t = I
     np.testing.assert_allclose(back, x, atol=1e-12)
@@ -47,8 +50,9 @@ def test_rope_scores_depend_only_on_the_offset(d):
     shift = rng.integers(-1000, 1000, 200).astype(float)
     s = positions.rope_score(q, k, m, n)
     # the same offset at other absolute positions gives the same score
-    np.testing.assert_allclose(positions.rope_score(q, k, m + shift, n + shift), s,
-                               rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(
+        positions.rope_score(q, k, m + shift, n + shift), s, rtol=1e-9, atol=1e-9
+    )
     # and it is q^T R_(n - m) k, computed pair by pair with the offset alone
     theta = 10000.0 ** (-np.arange(0, d, 2) / d)
     a = (n - m)[:, None] * theta  # (P, d / 2)

@@ -16,14 +16,18 @@ from attention.memory import ring as mring  # noqa: E402
 
 
 def _qkv(rng, B, H, H_kv, N, d):
-    return (rng.standard_normal((B, H, N, d)), rng.standard_normal((B, H_kv, N, d)),
-            rng.standard_normal((B, H_kv, N, d)))
+    return (
+        rng.standard_normal((B, H, N, d)),
+        rng.standard_normal((B, H_kv, N, d)),
+        rng.standard_normal((B, H_kv, N, d)),
+    )
 
 
 def _reference(q, k, v, causal):
     rep = q.shape[1] // k.shape[1]
-    return core.scaled_dot_product_attention(q, np.repeat(k, rep, 1),
-                                             np.repeat(v, rep, 1), causal=causal)
+    return core.scaled_dot_product_attention(
+        q, np.repeat(k, rep, 1), np.repeat(v, rep, 1), causal=causal
+    )
 
 
 # ---------------------------------------------------------------------------------
@@ -64,8 +68,9 @@ def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="rank"):
         ring.shard_positions(8, 2, "zigzag", 2)
     with pytest.raises(TypeError, match="P"):
-        ring.ring_attention_numpy(np.ones((4, 2)), np.ones((4, 2)), np.ones((4, 2)),
-                                  2.0)
+        ring.ring_attention_numpy(
+            np.ones((4, 2)), np.ones((4, 2)), np.ones((4, 2)), 2.0
+        )
     with pytest.raises(ValueError, match="same length"):
         ring.ring_attention_numpy(np.ones((4, 2)), np.ones((5, 2)), np.ones((5, 2)), 2)
     with pytest.raises(ValueError, match="H_kv"):
@@ -81,18 +86,23 @@ def test_bad_arguments_raise():
 
 def test_merging_blocks_in_any_order_is_exact():
     rng = np.random.default_rng(0)
-    q, k, v = rng.standard_normal((5, 8)), rng.standard_normal((23, 8)), \
-        rng.standard_normal((23, 3))
+    q, k, v = (
+        rng.standard_normal((5, 8)),
+        rng.standard_normal((23, 8)),
+        rng.standard_normal((23, 3)),
+    )
     ref = core.scaled_dot_product_attention(q, k, v)
-    parts = [ring.block_attention(q, k[s:e], v[s:e])
-             for s, e in ring.chunk_bounds(23, 4)]
+    parts = [
+        ring.block_attention(q, k[s:e], v[s:e]) for s, e in ring.chunk_bounds(23, 4)
+    ]
     for order in ([0, 1, 2, 3], [3, 1, 0, 2]):
         o, lse = parts[order[0]]
         for i in order[1:]:
             o, lse = ring.merge_partials(o, lse, *parts[i])
         np.testing.assert_allclose(o, ref, rtol=1e-12, atol=1e-12)
-        np.testing.assert_allclose(lse, core.logsumexp(q @ k.T / np.sqrt(8)),
-                                   rtol=1e-12)
+        np.testing.assert_allclose(
+            lse, core.logsumexp(q @ k.T / np.sqrt(8)), rtol=1e-12
+        )
 
 
 def test_merge_rules_for_empty_and_nan_parts():
@@ -109,8 +119,11 @@ def test_merge_rules_for_empty_and_nan_parts():
 
 def test_block_with_no_visible_key_gives_zero_and_minus_inf():
     rng = np.random.default_rng(1)
-    q, k, v = rng.standard_normal((3, 4)), rng.standard_normal((5, 4)), \
-        rng.standard_normal((5, 4))
+    q, k, v = (
+        rng.standard_normal((3, 4)),
+        rng.standard_normal((5, 4)),
+        rng.standard_normal((5, 4)),
+    )
     o, lse = ring.block_attention(q, k, v, np.arange(3), np.arange(10, 15), causal=True)
     assert (o == 0).all() and np.isneginf(lse).all()
 
@@ -144,8 +157,7 @@ def test_ring_attention_is_exact(layout, causal):
         H = H_kv * int(rng.integers(1, 3))
         d = int(rng.integers(1, 17))
         q, k, v = _qkv(rng, 2, H, H_kv, N, d)
-        o, lse = ring.ring_attention_numpy(q, k, v, P, causal, layout,
-                                           return_lse=True)
+        o, lse = ring.ring_attention_numpy(q, k, v, P, causal, layout, return_lse=True)
         ref = _reference(q, k, v, causal)
         np.testing.assert_allclose(o, ref, rtol=1e-12, atol=1e-12)
         s = q @ np.repeat(k, H // H_kv, 1).swapaxes(-1, -2) / np.sqrt(d)
@@ -197,14 +209,16 @@ def test_ring_simulator_equals_closed_form():
     for _ in range(150):
         P, N = int(rng.integers(1, 10)), int(rng.integers(1, 300))
         H_kv = int(rng.choice([1, 2, 4]))
-        H, d, B = H_kv * int(rng.integers(1, 4)), int(rng.integers(1, 200)), \
-            int(rng.integers(1, 3))
+        H, d, B = (
+            H_kv * int(rng.integers(1, 4)),
+            int(rng.integers(1, 200)),
+            int(rng.integers(1, 3)),
+        )
         layout, causal = str(rng.choice(ring.LAYOUTS)), bool(rng.integers(2))
         sim = mring.simulate_ring(N, P, H, d, H_kv, B, causal, layout)
         closed = mring.ring_closed_form(N, P, H, d, H_kv, B, causal, layout)
         assert sim == closed, (N, P, H, H_kv, d, B, causal, layout)
-        np.testing.assert_array_equal(sim.pairs,
-                                      ring.work_matrix(N, P, layout, causal))
+        np.testing.assert_array_equal(sim.pairs, ring.work_matrix(N, P, layout, causal))
 
 
 def test_ring_volume_and_flops_formulas():
@@ -225,8 +239,11 @@ def test_ulysses_simulator_equals_closed_form():
         P = int(rng.choice([1, 2, 4, 8]))
         H_kv = P * int(rng.integers(1, 3))
         H = H_kv * int(rng.integers(1, 3))
-        N, d, B = int(rng.integers(1, 500)), int(rng.integers(1, 129)), \
-            int(rng.integers(1, 3))
+        N, d, B = (
+            int(rng.integers(1, 500)),
+            int(rng.integers(1, 129)),
+            int(rng.integers(1, 3)),
+        )
         sim = mring.simulate_ulysses(N, P, H, d, H_kv, B)
         closed = mring.ulysses_closed_form(N, P, H, d, H_kv, B)
         for key in sim:
@@ -243,8 +260,9 @@ def test_overlap_threshold_is_where_compute_meets_transfer():
             transfer = 2 * n * H_kv * 128 * 2 / (mring.LINKS[link].gbps * 1e9)
             assert compute == pytest.approx(transfer, rel=1e-12)
     # NVLink 4: 450 GB/s per direction; n* = b F / (2 BW) for MHA
-    assert mring.overlap_threshold("H100", "NVLink 4", "bfloat16", 8) == \
-        pytest.approx(2 * 989.4e12 / (2 * 450e9))
+    assert mring.overlap_threshold("H100", "NVLink 4", "bfloat16", 8) == pytest.approx(
+        2 * 989.4e12 / (2 * 450e9)
+    )
 
 
 def test_ring_times_hide_transfer_above_the_threshold():
@@ -259,8 +277,10 @@ def test_ring_times_hide_transfer_above_the_threshold():
 def test_memory_per_device():
     N, P, H, H_kv, d = 8192, 4, 8, 8, 64
     n = N // P
-    assert mring.memory_per_device(N, P, H, d, H_kv) == n * d * (2 * H + 6 * H_kv) * 2 \
-        + H * n * 4
+    assert (
+        mring.memory_per_device(N, P, H, d, H_kv)
+        == n * d * (2 * H + 6 * H_kv) * 2 + H * n * 4
+    )
     with pytest.raises(ValueError, match="scheme"):
         mring.memory_per_device(N, P, H, d, scheme="tree")
 
@@ -272,10 +292,18 @@ def test_figures_draw():
     axes = rp.load_balance_figure(32, 4)
     assert "idle" in axes[0].get_title()
     rp.overlap_figure()
-    spans = [{"rank": r, "step": s, "kind": kind, "start": s + r * 0.1 + o,
-              "end": s + r * 0.1 + o + 0.4}
-             for r in range(2) for s in range(2)
-             for kind, o in (("compute", 0.0), ("send", 0.0), ("wait", 0.4))]
+    spans = [
+        {
+            "rank": r,
+            "step": s,
+            "kind": kind,
+            "start": s + r * 0.1 + o,
+            "end": s + r * 0.1 + o + 0.4,
+        }
+        for r in range(2)
+        for s in range(2)
+        for kind, o in (("compute", 0.0), ("send", 0.0), ("wait", 0.4))
+    ]
     ax = rp.timeline_figure(spans, title="CPU run")
     assert len(ax.get_yticks()) == 2
     with pytest.raises(ValueError, match="empty"):

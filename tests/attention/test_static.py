@@ -34,8 +34,9 @@ def test_tile_grid_is_closed_form(tile_grid):
         alg = rnd.choice(data.FORWARD + data.BACKWARD)
         iN, id_, ibr, ibc = (rnd.randrange(len(g[k])) for k in ("N", "d", "B", "B"))
         k = ((iN * len(g["d"]) + id_) * len(g["B"]) + ibr) * len(g["B"]) + ibc
-        t = memory.closed_form(alg, g["N"][iN], g["d"][id_], Br=g["B"][ibr],
-                               Bc=g["B"][ibc])
+        t = memory.closed_form(
+            alg, g["N"][iN], g["d"][id_], Br=g["B"][ibr], Bc=g["B"][ibc]
+        )
         row = g["counts"][alg][k]
         assert row[:-1] == _flat(t, g["tensors"][alg])
         assert sum(row[:-1]) == t.total and row[-1] == t.sram_peak
@@ -43,8 +44,9 @@ def test_tile_grid_is_closed_form(tile_grid):
         for M in (row[-1] - 1, row[-1]):
             fits = True
             try:
-                memory.closed_form(alg, g["N"][iN], g["d"][id_], Br=g["B"][ibr],
-                                   Bc=g["B"][ibc], M=M)
+                memory.closed_form(
+                    alg, g["N"][iN], g["d"][id_], Br=g["B"][ibr], Bc=g["B"][ibc], M=M
+                )
             except ValueError:
                 fits = False
             assert fits == (row[-1] <= M)
@@ -130,15 +132,28 @@ def test_deformable_grid_is_closed_form():
         side, d = g["side"][si], g["d"][di]
         c = g["counts"]
         cases = [
-            (c["dense-image"][di][si], "dense-image",
-             dict(height=side, width=side, d=d)),
-            (c["dat"][di][si][ri], "dat",
-             dict(height=side, width=side, d=d, r=g["r"][ri])),
-            (c["dat-unfused"][di][si][ri], "dat-unfused",
-             dict(height=side, width=side, d=d, r=g["r"][ri])),
-            (c["msda"][di][si][li][pi], "msda",
-             dict(n_queries=side * side, d=d, n_levels=g["L"][li],
-                  n_points=g["P"][pi])),
+            (
+                c["dense-image"][di][si],
+                "dense-image",
+                dict(height=side, width=side, d=d),
+            ),
+            (
+                c["dat"][di][si][ri],
+                "dat",
+                dict(height=side, width=side, d=d, r=g["r"][ri]),
+            ),
+            (
+                c["dat-unfused"][di][si][ri],
+                "dat-unfused",
+                dict(height=side, width=side, d=d, r=g["r"][ri]),
+            ),
+            (
+                c["msda"][di][si][li][pi],
+                "msda",
+                dict(
+                    n_queries=side * side, d=d, n_levels=g["L"][li], n_points=g["P"][pi]
+                ),
+            ),
         ]
         for row, alg, kw in cases:
             assert row == _flat(memory.closed_form(alg, **kw), g["tensors"]), (alg, kw)
@@ -162,15 +177,20 @@ def test_explorer_html_embeds_parseable_json():
     assert 'class="static-explorer"' in html and "static-explorer-fallback" in html
     marker = 'class="static-explorer-data">'
     start = html.index(marker) + len(marker)
-    payload = json.loads(html[start:html.index("</script>", start)])
+    payload = json.loads(html[start : html.index("</script>", start)])
     assert payload["kind"] == "teaser"
     assert set(payload["grid"]["counts"]) == {"standard", "flash2"}
-    assert "</script" not in html[start:html.index("</script>", start)]
+    assert "</script" not in html[start : html.index("</script>", start)]
 
 
-EXPLORERS = ["naive_traffic_explorer", "tile_size_explorer", "teaser",
-             "temperature_explorer", "topk_traffic_explorer",
-             "deformable_traffic_explorer"]
+EXPLORERS = [
+    "naive_traffic_explorer",
+    "tile_size_explorer",
+    "teaser",
+    "temperature_explorer",
+    "topk_traffic_explorer",
+    "deformable_traffic_explorer",
+]
 
 
 @pytest.mark.parametrize("name", EXPLORERS)
@@ -194,14 +214,19 @@ def test_one_call_gives_the_twin_on_the_site_and_widgets_elsewhere(monkeypatch):
     e = explorers.topk_traffic_explorer(N=1024, d=32, k=4)
     assert isinstance(e, static.Explorer)
     assert e.to_json() == static.topk_traffic_explorer(N=1024, d=32, k=4).to_json()
-    assert json.loads(e.to_json())["init"] == {"N": data.TOPK_N.index(1024),
-                                               "d": data.TOPK_D.index(32),
-                                               "k": data.TOPK_K.index(4)}
+    assert json.loads(e.to_json())["init"] == {
+        "N": data.TOPK_N.index(1024),
+        "d": data.TOPK_D.index(32),
+        "k": data.TOPK_K.index(4),
+    }
     monkeypatch.setattr(site, "ON_SITE", False)
     box = explorers.topk_traffic_explorer(N=1024, d=32, k=4)
     assert isinstance(box, ipywidgets.VBox)
-    values = {w.description: w.value for w in walk(box) if hasattr(w, "value")
-              and getattr(w, "description", "")}
+    values = {
+        w.description: w.value
+        for w in walk(box)
+        if hasattr(w, "value") and getattr(w, "description", "")
+    }
     assert values == {"top-k k": 4, "length N": 1024, "head dim d": 32}
 
 

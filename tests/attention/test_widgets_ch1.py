@@ -18,9 +18,6 @@ from tests.attention.widget_tools import png as _png  # noqa: E402
 pytestmark = pytest.mark.xdist_group("ch1_widgets")
 
 
-
-
-
 def test_explorer_draws_the_real_figure_and_redraws_it():
     box = live.naive_traffic_explorer(n=256)
     out = _output(box)

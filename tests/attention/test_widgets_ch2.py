@@ -93,48 +93,97 @@ def test_chapter2_figures_draw():
     ax = plots.tile_schedule_plot(trace, 5, 4, 4)
     # Step 5 is tile (1, 1) of S = Q K^T: Q_1 is already in SRAM since step 4.
     assert "load: K[1]\nstore: S[1,1]" in ax.get_xlabel()
-    ax = plots.memory_hierarchy_plot([
-        dict(device="A100", kind="HBM", capacity=40e9, bandwidth=1.5e12, label="HBM"),
-        dict(device="H100", kind="SRAM", capacity=3e7, bandwidth=3e13, label="SRAM",
-             derived=True)])
+    ax = plots.memory_hierarchy_plot(
+        [
+            dict(
+                device="A100", kind="HBM", capacity=40e9, bandwidth=1.5e12, label="HBM"
+            ),
+            dict(
+                device="H100",
+                kind="SRAM",
+                capacity=3e7,
+                bandwidth=3e13,
+                label="SRAM",
+                derived=True,
+            ),
+        ]
+    )
     assert len(ax.collections) == 2
 
 
 def test_recorded_result_figures_use_only_given_records():
     # A synthetic fixture for the drawing code only; the site draws real recorded files.
     def rec(impl, mode, n, d=64, causal=True, dtype="float16", op="attention", **kw):
-        row = dict(suite="flash", op=op, impl=impl, mode=mode, dtype=dtype,
-                   shape={"B": 1, "H": 2, "N_q": n, "N_k": n, "d": d, "causal": causal},
-                   ms=0.01 * n, tflops=n / 100, peak_mem_bytes=n * 64, error=None)
+        row = dict(
+            suite="flash",
+            op=op,
+            impl=impl,
+            mode=mode,
+            dtype=dtype,
+            shape={"B": 1, "H": 2, "N_q": n, "N_k": n, "d": d, "causal": causal},
+            ms=0.01 * n,
+            tflops=n / 100,
+            peak_mem_bytes=n * 64,
+            error=None,
+        )
         row.update(kw)
         return row
 
-    recs = [rec(impl, mode, n) for impl in ("triton", "naive")
-            for mode in ("fwd", "fwd+bwd") for n in (512, 1024)]
-    others = [rec("triton", "fwd", 512, d=128), rec("triton", "fwd", 512, causal=False),
-              rec("triton", "fwd", 512, dtype="bfloat16")]
-    mem = [rec("naive", "fwd", 4096, op="attention-memory"),
-           rec("naive", "fwd", 65536, op="attention-memory", ms=None,
-               peak_mem_bytes=None, error="OOM")]
+    recs = [
+        rec(impl, mode, n)
+        for impl in ("triton", "naive")
+        for mode in ("fwd", "fwd+bwd")
+        for n in (512, 1024)
+    ]
+    others = [
+        rec("triton", "fwd", 512, d=128),
+        rec("triton", "fwd", 512, causal=False),
+        rec("triton", "fwd", 512, dtype="bfloat16"),
+    ]
+    mem = [
+        rec("naive", "fwd", 4096, op="attention-memory"),
+        rec(
+            "naive",
+            "fwd",
+            65536,
+            op="attention-memory",
+            ms=None,
+            peak_mem_bytes=None,
+            error="OOM",
+        ),
+    ]
     # As the suite records it: the warp count changes with the tile, the problem
     # does not.
-    sweep = [dict(rec("triton", "fwd", 1024),
-                  shape={"B": 1, "H": 2, "N": 1024, "d": 64,
-                         "BLOCK_M": bm, "BLOCK_N": bn,
-                         "num_warps": 8 if bm * bn >= 8192 else 4,
-                         "num_stages": 2})
-             for bm in (64, 128) for bn in (32, 64)]
+    sweep = [
+        dict(
+            rec("triton", "fwd", 1024),
+            shape={
+                "B": 1,
+                "H": 2,
+                "N": 1024,
+                "d": 64,
+                "BLOCK_M": bm,
+                "BLOCK_N": bn,
+                "num_warps": 8 if bm * bn >= 8192 else 4,
+                "num_stages": 2,
+            },
+        )
+        for bm in (64, 128)
+        for bn in (32, 64)
+    ]
     fig = plots.recorded_timing_figure(recs + others + mem + sweep, "label")
     assert len(fig.axes) == 3  # fwd, fwd+bwd, peak memory
     # Only d = 64, causal, fp16 rows: two points per implementation and mode.
-    assert [len(line.get_xdata())
-            for ax in fig.axes[:2] for line in ax.lines] == [2] * 4
+    assert [len(line.get_xdata()) for ax in fig.axes[:2] for line in ax.lines] == [
+        2
+    ] * 4
     assert fig.axes[0].get_ylabel().startswith("TFLOP/s")
     assert any("out of memory" in line.get_label() for line in fig.axes[2].lines)
     assert plots.recorded_timing_figure(sweep, "label", d=32) is None
     seen = []
     fig = plots.block_sweep_figure(
-        sweep, "label", lambda shape, bm, bn: seen.append((bm, bn)) or bm * bn)
+        sweep, "label", lambda shape, bm, bn: seen.append((bm, bn)) or bm * bn
+    )
     assert sorted(seen) == [(64, 32), (64, 64), (128, 32), (128, 64)]
     assert plots.block_sweep_figure(recs, "label", lambda *a: 0) is None
 
@@ -195,14 +244,16 @@ def test_no_slider_position_runs_a_huge_simulation(monkeypatch):
     t0 = time.perf_counter()
     # The sliders' extreme corner (longest N, smallest tiles), forward and backward.
     for alg in ("flash2", "flash2_bwd"):
-        box = live.tile_size_explorer(N=16384, d=32, sram_kib=256, Br=16, Bc=16,
-                                         algorithm=alg)
+        box = live.tile_size_explorer(
+            N=16384, d=32, sram_kib=256, Br=16, Bc=16, algorithm=alg
+        )
         assert _find(box, "step").disabled and "too many to draw" in _note(box)
         assert _png(box)
     assert time.perf_counter() - t0 < 10  # ~1 s each on one core
     assert sum(events) <= live.SIMULATE_EVENTS
     # The closed-form figure carries the counts.
-    fig = live._closed_form_tile_figure(16384, 32, 256, 16, 16, "float16", "flash2",
-                                           events=10**7)
+    fig = live._closed_form_tile_figure(
+        16384, 32, 256, 16, 16, "float16", "flash2", events=10**7
+    )
     text = " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
     assert "memory.closed_form" in text and "10,000,000 events" in text

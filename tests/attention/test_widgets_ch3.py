@@ -18,9 +18,6 @@ from tests.attention.widget_tools import png as _png  # noqa: E402
 pytestmark = pytest.mark.xdist_group("hard_widgets")
 
 
-
-
-
 def test_temperature_explorer_redraws(monkeypatch):
     calls = []
     real = plots.gumbel_softmax_figure
@@ -64,11 +61,17 @@ def test_topk_traffic_explorer_redraws(monkeypatch):
 def test_selection_timing_figure_draws_records():
     """The timing figure draws whatever records it is given
     (made-up numbers, test only)."""
-    records = [{"op": op, "impl": impl, "ms": ms * n / 1024, "shape": {"N": n, "d": 64}}
-               for n in (1024, 2048) for op, impl, ms in
-               (("flash", "triton", 1.0), ("hard", "triton", 0.5),
-                ("hard", "naive", 9.0),
-                ("topk16", "triton", 1.2), ("topk16", "naive", 10.0))]
+    records = [
+        {"op": op, "impl": impl, "ms": ms * n / 1024, "shape": {"N": n, "d": 64}}
+        for n in (1024, 2048)
+        for op, impl, ms in (
+            ("flash", "triton", 1.0),
+            ("hard", "triton", 0.5),
+            ("hard", "naive", 9.0),
+            ("topk16", "triton", 1.2),
+            ("topk16", "naive", 10.0),
+        )
+    ]
     fig = plots.selection_timing_figure(records, d=64, title="test")
     left, right = fig.axes
     assert len(left.lines) == 3 and len(right.lines) == 3

@@ -21,13 +21,8 @@ from tests.attention.widget_tools import png as _png  # noqa: E402
 pytestmark = pytest.mark.xdist_group("deformable")
 
 
-
-
-
-
 def test_explorer_draws_and_redraws_the_real_figure():
-    box = live.deformable_traffic_explorer(side=32, d=16, r=4,
-                                              n_points=4, n_levels=2)
+    box = live.deformable_traffic_explorer(side=32, d=16, r=4, n_points=4, n_levels=2)
     out = _output(box)
     first = _png(out)
     _controls(box)["DAT factor r"].value = 8
@@ -48,13 +43,16 @@ def test_sliders_pass_their_values_to_the_figure(monkeypatch):
         return fig
 
     monkeypatch.setattr(plots, "deformable_traffic_figure", fake_figure)
-    box = live.deformable_traffic_explorer(side=64, d=32, r=4,
-                                              n_points=4, n_levels=4)
+    box = live.deformable_traffic_explorer(side=64, d=32, r=4, n_points=4, n_levels=4)
     assert calls[-1] == dict(side=64, d=32, r=4, n_points=4, n_levels=4)
     controls = _controls(box)
-    for name, key, value in [("DAT factor r", "r", 2), ("MSDA points P", "n_points", 8),
-                             ("MSDA levels L", "n_levels", 1), ("map side", "side", 32),
-                             ("head dim d", "d", 64)]:
+    for name, key, value in [
+        ("DAT factor r", "r", 2),
+        ("MSDA points P", "n_points", 8),
+        ("MSDA levels L", "n_levels", 1),
+        ("map side", "side", 32),
+        ("head dim d", "d", 64),
+    ]:
         n = len(calls)
         controls[name].value = value
         assert len(calls) == n + 1 and calls[-1][key] == value
@@ -66,15 +64,21 @@ def test_figure_matches_the_simulator():
     fig = plots.deformable_traffic_figure(side=32, d=16, r=4, n_points=2, n_levels=2)
     ax = fig.axes[0]
     # the numbers above the bars (the bars also carry their tensors' names)
-    totals = sorted(float(t.get_text()) for t in ax.texts
-                    if t.get_text().replace(".", "", 1).isdigit())
+    totals = sorted(
+        float(t.get_text())
+        for t in ax.texts
+        if t.get_text().replace(".", "", 1).isdigit()
+    )
     kw = dict(height=32, width=32, d=16)
-    expected = [memory.simulate("dense-image", **kw), memory.simulate("dat", r=4, **kw),
-                memory.simulate("dat-unfused", r=4, **kw),
-                memory.simulate("msda", n_queries=32 * 32, d=16,
-                                n_levels=2, n_points=2)]
+    expected = [
+        memory.simulate("dense-image", **kw),
+        memory.simulate("dat", r=4, **kw),
+        memory.simulate("dat-unfused", r=4, **kw),
+        memory.simulate("msda", n_queries=32 * 32, d=16, n_levels=2, n_points=2),
+    ]
     unit = {"MiB": 2**20, "KiB": 2**10, "GiB": 2**30, "B": 1}[
-        ax.get_ylabel().split("(")[1].rstrip(")")]
+        ax.get_ylabel().split("(")[1].rstrip(")")
+    ]
     exp = sorted(t.total * 2 / unit for t in expected)
     assert totals == pytest.approx(exp, rel=1e-2)
     plt.close(fig)
@@ -84,20 +88,40 @@ def test_timing_figure_draws_every_record_and_the_speedup():
     """The recorded-results figure (a layout check with made-up numbers; the chapter
     only ever draws files recorded on a GPU)."""
     recs = []
-    for op, shapes, impls in (("msda", [{"L_q": 300}, {"L_q": 10000}],
-                               ["triton", "naive"]),
-                              ("dat", [{"name": "detection-50x84"}],
-                               ["triton", "grid_sample+flash", "naive"])):
+    for op, shapes, impls in (
+        ("msda", [{"L_q": 300}, {"L_q": 10000}], ["triton", "naive"]),
+        (
+            "dat",
+            [{"name": "detection-50x84"}],
+            ["triton", "grid_sample+flash", "naive"],
+        ),
+    ):
         for shape in shapes:
             for mode in ("fwd", "fwd+bwd"):
                 for impl in impls:
                     ms = 1.0 if impl == "triton" else 4.0
-                    recs.append({"op": op, "impl": impl, "mode": mode,
-                                 "dtype": "float16",
-                                 "shape": shape, "ms": ms, "error": None})
-    recs.append({"op": "msda", "impl": "naive", "mode": "fwd",
-                 "dtype": "float32",  # other dtype: not drawn
-                 "shape": {"L_q": 300}, "ms": 9.0, "error": None})
+                    recs.append(
+                        {
+                            "op": op,
+                            "impl": impl,
+                            "mode": mode,
+                            "dtype": "float16",
+                            "shape": shape,
+                            "ms": ms,
+                            "error": None,
+                        }
+                    )
+    recs.append(
+        {
+            "op": "msda",
+            "impl": "naive",
+            "mode": "fwd",
+            "dtype": "float32",  # other dtype: not drawn
+            "shape": {"L_q": 300},
+            "ms": 9.0,
+            "error": None,
+        }
+    )
     fig = plots.deformable_timing_figure("GPU · torch · triton · CUDA · date", recs)
     msda_ax, dat_ax = fig.axes
     assert len(msda_ax.patches) == 8 and len(dat_ax.patches) == 6

@@ -17,8 +17,11 @@ def walk(box):
 
 def controls(box) -> dict:
     """Every value widget inside the explorer, by description."""
-    return {w.description: w for w in walk(box)
-            if getattr(w, "description", None) and hasattr(w, "value")}
+    return {
+        w.description: w
+        for w in walk(box)
+        if getattr(w, "description", None) and hasattr(w, "value")
+    }
 
 
 def output(box) -> ipywidgets.Output:

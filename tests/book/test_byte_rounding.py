@@ -16,9 +16,25 @@ from attention.plots import human_bytes
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 JS = (ROOT / "_static" / "explorers.js").read_text()
-CASES = [0, 12, 1000, 1023, 1024, 1536, 1023.5 * 1024, 12.25 * 2**20, 12.35 * 2**20,
-         2.675 * 2**20, 99.95 * 2**20, 999.5 * 2**20, 0.5 * 2**30, 1.125 * 2**30,
-         3 * 2**40, 4096 * 64 * 2 * 6, 16384**2 * 2 * 4]
+CASES = [
+    0,
+    12,
+    1000,
+    1023,
+    1024,
+    1536,
+    1023.5 * 1024,
+    12.25 * 2**20,
+    12.35 * 2**20,
+    2.675 * 2**20,
+    99.95 * 2**20,
+    999.5 * 2**20,
+    0.5 * 2**30,
+    1.125 * 2**30,
+    3 * 2**40,
+    4096 * 64 * 2 * 6,
+    16384**2 * 2 * 4,
+]
 
 
 def test_python_rounds_ties_up_and_drops_zeros():
@@ -36,6 +52,7 @@ def test_explorers_js_prints_what_python_prints():
     assert fn, "human() not found in _static/explorers.js"
     cases = json.dumps(CASES)
     script = fn.group(0) + f"console.log(JSON.stringify({cases}.map(human)));"
-    out = subprocess.run([node, "-e", script], capture_output=True, text=True,
-                         check=True, timeout=60).stdout
+    out = subprocess.run(
+        [node, "-e", script], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
     assert json.loads(out) == [human_bytes(x) for x in CASES]

@@ -23,8 +23,11 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
 BUILT = ROOT / "_build" / "jupyter_execute" / "chapters"
-HEDGED = re.compile(r"(?:\b(?:about|around|approximately|roughly|nearly|close to)"
-                    r"|[~≈])\s*\$?\s*\d", re.I)
+HEDGED = re.compile(
+    r"(?:\b(?:about|around|approximately|roughly|nearly|close to)"
+    r"|[~≈])\s*\$?\s*\d",
+    re.I,
+)
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w])")
 DIRECTIVE = re.compile(r"```+\{(?:glue:figure|figure)\}[^\n]*\n(.*?)```+", re.S)
 
@@ -37,8 +40,11 @@ def captions(nb: dict) -> list[str]:
             out.append(fig["caption"])
         if c["cell_type"] == "markdown":
             for body in DIRECTIVE.findall("".join(c["source"])):
-                out.append("\n".join(line for line in body.splitlines()
-                                     if not line.startswith(":")))
+                out.append(
+                    "\n".join(
+                        line for line in body.splitlines() if not line.startswith(":")
+                    )
+                )
     return out
 
 
@@ -57,22 +63,35 @@ def printed_numbers(nb: dict) -> set[str]:
 
 
 def code_literals(nb: dict) -> set[str]:
-    return {n for c in nb["cells"] if c["cell_type"] == "code"
-            for n in _numbers("".join(c["source"]))}
+    return {
+        n
+        for c in nb["cells"]
+        if c["cell_type"] == "code"
+        for n in _numbers("".join(c["source"]))
+    }
 
 
 def measured_in_captions(built_nb: dict) -> list[tuple[str, str]]:
     """(number, caption) pairs where a caption number was printed but not written."""
     printed = printed_numbers(built_nb) - code_literals(built_nb)
-    return [(n, cap) for cap in captions(built_nb) for n in _numbers(cap)
-            if n in printed]
+    return [
+        (n, cap) for cap in captions(built_nb) for n in _numbers(cap) if n in printed
+    ]
 
 
 def test_the_rules_catch_a_measured_slope():
-    nb = {"cells": [
-        {"cell_type": "code", "source": "n = 64\nprint(slope)",
-         "metadata": {"mystnb": {"figure": {"caption": "slope 2.27 at n = 64"}}},
-         "outputs": [{"output_type": "stream", "text": "slope 2.27 at n = 64\n"}]}]}
+    nb = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "source": "n = 64\nprint(slope)",
+                "metadata": {"mystnb": {"figure": {"caption": "slope 2.27 at n = 64"}}},
+                "outputs": [
+                    {"output_type": "stream", "text": "slope 2.27 at n = 64\n"}
+                ],
+            }
+        ]
+    }
     assert measured_in_captions(nb) == [("2.27", "slope 2.27 at n = 64")]
     assert HEDGED.search("fitted slope about 2") and HEDGED.search("≈ $0.5$")
     assert not HEDGED.search("the dotted line has slope 2")

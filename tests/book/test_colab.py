@@ -38,16 +38,32 @@ from nbclient import NotebookClient
 from colab import edition
 from tests.conftest import ROOT
 
-COLAB_PREINSTALLED = ("torch", "triton", "numpy", "matplotlib",
-                      "ipywidgets", "ipykernel", "tqdm", "threadpoolctl")
+COLAB_PREINSTALLED = (
+    "torch",
+    "triton",
+    "numpy",
+    "matplotlib",
+    "ipywidgets",
+    "ipykernel",
+    "tqdm",
+    "threadpoolctl",
+)
 EDITIONS = [edition.edition_path(p) for p in edition.notebooks()]
-FOREIGN = {"kernels": "def get_kernel(name):\n    return f'foreign kernel {name}'\n",
-           "attention": "def marker():\n    return 'foreign attention'\n"}
-CALLS = {"kernels": "kernels.get_kernel('x') == 'foreign kernel x'",
-         "attention": "attention.marker() == 'foreign attention'"}
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("colab"),
-              pytest.mark.skipif(not (ROOT / ".git").exists(),
-                                 reason="needs a git clone to fetch from")]
+FOREIGN = {
+    "kernels": "def get_kernel(name):\n    return f'foreign kernel {name}'\n",
+    "attention": "def marker():\n    return 'foreign attention'\n",
+}
+CALLS = {
+    "kernels": "kernels.get_kernel('x') == 'foreign kernel x'",
+    "attention": "attention.marker() == 'foreign attention'",
+}
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.xdist_group("colab"),
+    pytest.mark.skipif(
+        not (ROOT / ".git").exists(), reason="needs a git clone to fetch from"
+    ),
+]
 
 
 def _pins() -> list[str]:
@@ -76,29 +92,72 @@ def colab(tmp_path_factory):
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = venv / "bin" / "python"
-    subprocess.run([str(py), "-m", "pip", "install", "--quiet",
-                    "--disable-pip-version-check", *_pins()], check=True, timeout=900)
-    subprocess.run([str(py), "-m", "ipykernel", "install", "--prefix", str(venv),
-                    "--name", "colab-sim"], check=True, capture_output=True)
-    site = pathlib.Path(subprocess.run(
-        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True, capture_output=True, text=True).stdout.strip())
+    subprocess.run(
+        [
+            str(py),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            *_pins(),
+        ],
+        check=True,
+        timeout=900,
+    )
+    subprocess.run(
+        [
+            str(py),
+            "-m",
+            "ipykernel",
+            "install",
+            "--prefix",
+            str(venv),
+            "--name",
+            "colab-sim",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    site = pathlib.Path(
+        subprocess.run(
+            [
+                str(py),
+                "-c",
+                "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     foreign = {}
     for name, body in FOREIGN.items():  # installed as pip would: package + dist-info
         pkg = site / name
         pkg.mkdir()
-        (pkg / "__init__.py").write_text(f'"""A foreign package named {name}."""\n'
-                                         + body)
+        (pkg / "__init__.py").write_text(
+            f'"""A foreign package named {name}."""\n' + body
+        )
         info = site / f"{name}-0.1.dist-info"
         info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\n"
-                                       "Version: 0.1\n")
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n"
+        )
         (info / "RECORD").write_text(f"{name}/__init__.py,,\n")
         foreign[name] = (pkg, _digest(pkg))
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], check=True,
-                          capture_output=True, text=True).stdout.strip()
-    return {"py": py, "venv": venv, "foreign": foreign, "head": head,
-            "book": tmp / "content" / "book"}
+    head = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return {
+        "py": py,
+        "venv": venv,
+        "foreign": foreign,
+        "head": head,
+        "book": tmp / "content" / "book",
+    }
 
 
 CHECK = """\
@@ -126,36 +185,56 @@ def test_edition_runs_as_on_colab(colab, path, monkeypatch):
     assert nb.cells[0].source == edition.SETUP_CELL, "the setup cell comes first"
     fake = nbformat.v4.new_code_cell(
         "import sys, types\nsys.modules['google.colab'] = "
-        "types.ModuleType('google.colab')  # as on Colab")
+        "types.ModuleType('google.colab')  # as on Colab"
+    )
     nb.cells = [fake, *nb.cells, nbformat.v4.new_code_cell(CHECK)]
     workdir = colab["book"].parent / "start"  # not the repository
     workdir.mkdir(parents=True, exist_ok=True)
-    client = NotebookClient(nb, timeout=600, kernel_name="colab-sim",
-                            resources={"metadata": {"path": str(workdir)}})
+    client = NotebookClient(
+        nb,
+        timeout=600,
+        kernel_name="colab-sim",
+        resources={"metadata": {"path": str(workdir)}},
+    )
     client.execute()  # raises on the first cell that fails
 
-    printed = "".join(o.get("text", "") for o in nb.cells[-1].outputs
-                      if o.get("name") == "stdout")
+    printed = "".join(
+        o.get("text", "") for o in nb.cells[-1].outputs if o.get("name") == "stdout"
+    )
     where = json.loads(printed.strip().splitlines()[-1])
     book = str(colab["book"])
     assert where["python"].startswith(str(colab["venv"])), where
     for key in ("attention", "kernels", "child"):
         assert where[key].startswith(book + "/"), where
     assert where["cwd"] == book and where["static"], where
-    fetched = subprocess.run(["git", "-C", book, "rev-parse", "HEAD"], check=True,
-                             capture_output=True, text=True).stdout.strip()
+    fetched = subprocess.run(
+        ["git", "-C", book, "rev-parse", "HEAD"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     assert fetched == colab["head"]
-    text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
-                     for o in c.get("outputs", []))
+    text = "\n".join(
+        o.get("text", "")
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+    )
     if path.name.startswith("02_"):
         assert "SASS per hot-loop iteration" in text and "no compile report" not in text
     # The foreign packages: untouched, and still theirs outside this notebook.
     for name, (pkg, digest) in colab["foreign"].items():
         assert _digest(pkg) == digest, f"the foreign {name} was changed"
-        run = subprocess.run([str(colab["py"]), "-c",
-                              f"import {name}; assert {CALLS[name]}; "
-                              f"print({name}.__file__)"],
-                             capture_output=True, text=True, cwd=str(workdir))
+        run = subprocess.run(
+            [
+                str(colab["py"]),
+                "-c",
+                f"import {name}; assert {CALLS[name]}; print({name}.__file__)",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=str(workdir),
+        )
         assert run.returncode == 0, run.stderr
         assert run.stdout.strip() == str(pkg / "__init__.py")
 
@@ -163,10 +242,16 @@ def test_edition_runs_as_on_colab(colab, path, monkeypatch):
 def test_a_foreign_package_already_imported_is_refused(colab, monkeypatch, tmp_path):
     """A notebook that imported another `kernels` first is told to restart."""
     monkeypatch.setenv("ATTENTION_BOOK_DIR", str(tmp_path / "book"))
-    cell = ("import sys, types\nsys.modules['google.colab'] = "
-            "types.ModuleType('google.colab')\nimport kernels\n" + edition.SETUP_CELL)
-    run = subprocess.run([str(colab["py"]), "-c", cell], capture_output=True,
-                         text=True, cwd=str(tmp_path))
+    cell = (
+        "import sys, types\nsys.modules['google.colab'] = "
+        "types.ModuleType('google.colab')\nimport kernels\n" + edition.SETUP_CELL
+    )
+    run = subprocess.run(
+        [str(colab["py"]), "-c", cell],
+        capture_output=True,
+        text=True,
+        cwd=str(tmp_path),
+    )
     assert run.returncode != 0
     assert "already imported" in run.stderr and "Restart the session" in run.stderr
     assert not (tmp_path / "book").exists()

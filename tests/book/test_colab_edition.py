@@ -17,8 +17,19 @@ from tests.conftest import ROOT
 
 PAGES = edition.notebooks()
 CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
-RAW = ("{cite", "{numref", "{ref}", "{doc}", "{eq}", "```{", ":::{", "{glue",
-       "{dropdown", "{literalinclude", "{admonition")
+RAW = (
+    "{cite",
+    "{numref",
+    "{ref}",
+    "{doc}",
+    "{eq}",
+    "```{",
+    ":::{",
+    "{glue",
+    "{dropdown",
+    "{literalinclude",
+    "{admonition",
+)
 
 
 def _cells(path):
@@ -39,7 +50,8 @@ def test_edition_is_up_to_date(page):
     out = edition.edition_path(page)
     assert out.exists(), f"no edition: run python -m colab.edition ({out})"
     assert out.read_text() == edition.dumps(edition.edition(page)), (
-        f"{out.relative_to(ROOT)} differs from its page: run python -m colab.edition")
+        f"{out.relative_to(ROOT)} differs from its page: run python -m colab.edition"
+    )
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
@@ -49,8 +61,10 @@ def test_no_raw_myst_and_every_listing_present(page):
     for raw in RAW:
         assert raw not in text, f"raw MyST {raw!r} in {page.name}'s edition"
     assert not re.search(r"\{[a-z][\w:-]*\}`", text), "a raw MyST role"
-    listings = re.findall(r"\{literalinclude\} (\S+)\n(?::\w+:.*\n)*?:pyobject: (\S+)",
-                          "\n".join(_src(c) for c in _cells(page)))
+    listings = re.findall(
+        r"\{literalinclude\} (\S+)\n(?::\w+:.*\n)*?:pyobject: (\S+)",
+        "\n".join(_src(c) for c in _cells(page)),
+    )
     for rel, obj in listings:
         code, first, last = edition.pyobject_source((page.parent / rel).resolve(), obj)
         assert f"```python\n{code}\n```" in text, f"{obj} missing"
@@ -63,15 +77,22 @@ def test_figures_cited_and_linked_as_on_the_site():
     """Chapter numbers come from the toc, figure numbers from the order in the chapter;
     every figure gets its caption below it; citations are author-year links."""
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
-    org, repo = config["repository"]["url"].removeprefix("https://github.com/") \
-        .split("/")
+    org, repo = (
+        config["repository"]["url"].removeprefix("https://github.com/").split("/")
+    )
     assert edition.SITE_URL == f"https://{org}.github.io/{repo}/"
     for number, page in enumerate(CHAPTERS, 1):
-        figs = [_src(c) for c in _cells(page) if c["cell_type"] == "code"
-                and c["metadata"].get("mystnb", {}).get("figure")]
-        shown = re.findall(r"^\*\*Fig\. (\d+)\.(\d+)\.\*\* ",
-                           "\n".join(_src(c) for c in _cells(
-                               edition.edition_path(page))), re.M)
+        figs = [
+            _src(c)
+            for c in _cells(page)
+            if c["cell_type"] == "code"
+            and c["metadata"].get("mystnb", {}).get("figure")
+        ]
+        shown = re.findall(
+            r"^\*\*Fig\. (\d+)\.(\d+)\.\*\* ",
+            "\n".join(_src(c) for c in _cells(edition.edition_path(page))),
+            re.M,
+        )
         assert shown == [(str(number), str(k)) for k in range(1, len(figs) + 1)]
     text = "\n".join(_src(c) for c in _cells(edition.edition_path(CHAPTERS[0])))
     assert f"([Vaswani et al., 2017]({edition.REFERENCES_URL}))" in text
@@ -85,8 +106,10 @@ def test_renderer_refuses_what_it_does_not_know():
         r.render("see {abbr}`x`")
     with pytest.raises(ValueError, match="no reference"):
         r.render("{cite:p}`nobody1999`")
-    md = r.render(":::{warning}\nmind `{cite:p}` in code\n:::\n\n````{dropdown} "
-                  "Solution\n```python\nx = 1  # {numref}`kept`\n```\n````")
+    md = r.render(
+        ":::{warning}\nmind `{cite:p}` in code\n:::\n\n````{dropdown} "
+        "Solution\n```python\nx = 1  # {numref}`kept`\n```\n````"
+    )
     assert md.startswith("> **Warning**\n>\n> mind `{cite:p}` in code")
     assert "<details>\n<summary>Solution</summary>" in md
     assert "x = 1  # {numref}`kept`" in md  # code is code
@@ -95,10 +118,13 @@ def test_renderer_refuses_what_it_does_not_know():
 def test_launch_button_points_at_the_edition():
     base = "https://colab.research.google.com/github/o/r/blob/main/"
     page = "chapters/02_flash_attention"
-    assert launch.edition_url(base + page + ".ipynb", page) == \
-        base + "colab/" + page + ".ipynb"
-    assert launch.edition_url(base + "nowhere.ipynb", "nowhere") == \
-        base + "nowhere.ipynb"
+    assert (
+        launch.edition_url(base + page + ".ipynb", page)
+        == base + "colab/" + page + ".ipynb"
+    )
+    assert (
+        launch.edition_url(base + "nowhere.ipynb", "nowhere") == base + "nowhere.ipynb"
+    )
 
 
 def test_every_chapter_starts_with_the_one_setup_cell():
@@ -141,8 +167,10 @@ def test_printed_commands_exist():
             assert "code" not in where, f"{where} prints {cmd!r}: print the python"
         elif words[1] == "-m":
             mod = ROOT / words[2].replace(".", "/")
-            assert mod.with_suffix(".py").exists() or (mod / "__main__.py").exists(), \
-                (where, cmd)
+            assert mod.with_suffix(".py").exists() or (mod / "__main__.py").exists(), (
+                where,
+                cmd,
+            )
         else:
             assert (ROOT / words[1]).is_file(), (where, cmd)
             if "--suite" in words:
@@ -155,29 +183,49 @@ def test_jupyter_book_build_points_colab_at_the_edition(tmp_path):
     launch buttons and colab.launch: a page with an edition gets the edition's Colab
     link; a page without one keeps the theme's."""
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
-    book = {"title": "t", "execute": {"execute_notebooks": "off"},
-            "repository": config["repository"],
-            "launch_buttons": config["launch_buttons"],
-            "sphinx": {"local_extensions": {"colab.launch": str(ROOT)}}}
+    book = {
+        "title": "t",
+        "execute": {"execute_notebooks": "off"},
+        "repository": config["repository"],
+        "launch_buttons": config["launch_buttons"],
+        "sphinx": {"local_extensions": {"colab.launch": str(ROOT)}},
+    }
     (tmp_path / "_config.yml").write_text(yaml.safe_dump(book))
     page, other = "chapters/" + CHAPTERS[0].stem, "chapters/zz_no_edition"
-    (tmp_path / "_toc.yml").write_text(yaml.safe_dump(
-        {"format": "jb-book", "root": "intro",
-         "chapters": [{"file": page}, {"file": other}]}))
+    (tmp_path / "_toc.yml").write_text(
+        yaml.safe_dump(
+            {
+                "format": "jb-book",
+                "root": "intro",
+                "chapters": [{"file": page}, {"file": other}],
+            }
+        )
+    )
     (tmp_path / "intro.md").write_text("# Intro\n")
     (tmp_path / "chapters").mkdir()
     for name in (page, other):
-        nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": "# T"}],
-              "metadata": {"kernelspec": {"name": "python3", "language": "python",
-                                          "display_name": "Python 3"}},
-              "nbformat": 4, "nbformat_minor": 5}
+        nb = {
+            "cells": [{"cell_type": "markdown", "metadata": {}, "source": "# T"}],
+            "metadata": {
+                "kernelspec": {
+                    "name": "python3",
+                    "language": "python",
+                    "display_name": "Python 3",
+                }
+            },
+            "nbformat": 4,
+            "nbformat_minor": 5,
+        }
         (tmp_path / f"{name}.ipynb").write_text(json.dumps(nb))
     jb = pathlib.Path(sys.executable).with_name("jupyter-book")
-    subprocess.run([str(jb), "build", str(tmp_path)], check=True, capture_output=True,
-                   timeout=300)
+    subprocess.run(
+        [str(jb), "build", str(tmp_path)], check=True, capture_output=True, timeout=300
+    )
     repo = config["repository"]["url"].removeprefix("https://github.com/")
-    base = (f"https://colab.research.google.com/github/{repo}/blob/"
-            f"{config['repository']['branch']}/")
+    base = (
+        f"https://colab.research.google.com/github/{repo}/blob/"
+        f"{config['repository']['branch']}/"
+    )
     html = tmp_path / "_build" / "html"
     assert f'href="{base}colab/{page}.ipynb"' in (html / f"{page}.html").read_text()
     assert f'href="{base}{other}.ipynb"' in (html / f"{other}.html").read_text()

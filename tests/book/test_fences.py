@@ -14,7 +14,10 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAGES = sorted((ROOT / "chapters").glob("*.ipynb")) + [
-    ROOT / "benchmarks_page.ipynb", ROOT / "intro.md", ROOT / "references.md"]
+    ROOT / "benchmarks_page.ipynb",
+    ROOT / "intro.md",
+    ROOT / "references.md",
+]
 FENCE = re.compile(r"^(`{3,})(.*)$")
 
 
@@ -27,8 +30,12 @@ def _markdown(path: pathlib.Path) -> list[str]:
 
 @pytest.mark.parametrize("path", PAGES, ids=lambda p: p.name)
 def test_no_backtick_in_a_fence_info_string(path):
-    bad = [line for text in _markdown(path) for line in text.splitlines()
-           if (m := FENCE.match(line.strip())) and "`" in m.group(2)]
+    bad = [
+        line
+        for text in _markdown(path)
+        for line in text.splitlines()
+        if (m := FENCE.match(line.strip())) and "`" in m.group(2)
+    ]
     assert not bad, f"{path.name}: fences that CommonMark reads as text: {bad}"
 
 

@@ -14,8 +14,12 @@ from bs4 import BeautifulSoup
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
 TOC = yaml.safe_load((ROOT / "_toc.yml").read_text())
-CHAPTERS = [c["file"] for part in TOC.get("parts") or [TOC]
-            for c in part.get("chapters") or [] if c["file"].startswith("chapters/")]
+CHAPTERS = [
+    c["file"]
+    for part in TOC.get("parts") or [TOC]
+    for c in part.get("chapters") or []
+    if c["file"].startswith("chapters/")
+]
 MAX_VISIBLE_CODE_LINES = 200
 MAX_LINE = 88  # ruff's line length
 
@@ -88,5 +92,6 @@ def test_code_lines_fit_88_columns(chapter):
         for i, line in enumerate(lines)
         if len(line) > MAX_LINE
     ]
-    assert not long, (f"{chapter}: code lines over {MAX_LINE} characters:\n"
-                      + "\n".join(long))
+    assert not long, f"{chapter}: code lines over {MAX_LINE} characters:\n" + "\n".join(
+        long
+    )

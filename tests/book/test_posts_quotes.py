@@ -17,8 +17,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
-BOX = re.compile(r":::\{admonition\} What the posts said, made exact\n(.*?)\n:::",
-                 re.S)
+BOX = re.compile(r":::\{admonition\} What the posts said, made exact\n(.*?)\n:::", re.S)
 QUOTE = re.compile(r"“([^”]*)”")
 POSTS_REL = pathlib.Path("shared", "seed", "attention-posts.txt")
 
@@ -38,20 +37,28 @@ def _norm(text: str) -> str:
 
 def boxes(nb_path: pathlib.Path) -> list[str]:
     cells = json.loads(nb_path.read_text())["cells"]
-    return [m.group(1) for c in cells if c["cell_type"] == "markdown"
-            for m in BOX.finditer("".join(c["source"]))]
+    return [
+        m.group(1)
+        for c in cells
+        if c["cell_type"] == "markdown"
+        for m in BOX.finditer("".join(c["source"]))
+    ]
 
 
 def quotes(box: str) -> list[list[str]]:
     """Each quotation of a box, as its pieces between ellipses."""
-    return [[p for p in (_norm(s) for s in q.split("…")) if p]
-            for q in QUOTE.findall(box)]
+    return [
+        [p for p in (_norm(s) for s in q.split("…")) if p] for q in QUOTE.findall(box)
+    ]
 
 
 def test_the_markup_reads_quotes_and_ellipses():
     box = "“Self-Attention: Each … all other\n  elements.” then “a”, “a’b”"
-    assert quotes(box) == [["Self-Attention: Each", "all other elements."], ["a"],
-                           ["a'b"]]
+    assert quotes(box) == [
+        ["Self-Attention: Each", "all other elements."],
+        ["a"],
+        ["a'b"],
+    ]
 
 
 def test_every_post_chapter_has_a_box_with_quotes():
@@ -68,8 +75,10 @@ def test_every_post_chapter_has_a_box_with_quotes():
 def test_quoted_phrases_occur_in_the_posts(nb_path):
     path = _posts_path()
     if path is None:
-        pytest.skip(f"the posts' text ({POSTS_REL}) is not beside this copy of the "
-                    "book (e.g. on Colab): the quotations cannot be checked here")
+        pytest.skip(
+            f"the posts' text ({POSTS_REL}) is not beside this copy of the "
+            "book (e.g. on Colab): the quotations cannot be checked here"
+        )
     posts = _norm(path.read_text())
     (box,) = boxes(nb_path)
     for pieces in quotes(box):
@@ -85,8 +94,10 @@ def test_references_page_lists_the_posts_reading_list():
     page, which credits the posts."""
     path = _posts_path()
     if path is None:
-        pytest.skip(f"the posts' text ({POSTS_REL}) is not beside this copy of the "
-                    "book (e.g. on Colab): the reading list cannot be checked here")
+        pytest.skip(
+            f"the posts' text ({POSTS_REL}) is not beside this copy of the "
+            "book (e.g. on Colab): the reading list cannot be checked here"
+        )
     links = re.findall(r"https?://\S+", path.read_text())
     assert len(links) == 8, links
     page = (ROOT / "references.md").read_text()

@@ -32,8 +32,11 @@ def _quotes() -> list[tuple[str, str, str, list[str]]]:
                 lines = block.splitlines()
                 head = HEADER.match(lines[0]) if lines else None
                 if head:
-                    body = [ln.strip() for ln in lines[1:] if ln.strip()
-                            and not ln.strip().startswith(("#", ":"))]
+                    body = [
+                        ln.strip()
+                        for ln in lines[1:]
+                        if ln.strip() and not ln.strip().startswith(("#", ":"))
+                    ]
                     out.append((nb_path.name, head.group(1), head.group(2), body))
     return out
 
@@ -56,8 +59,9 @@ def test_chapter_2_quotes_both_inner_loops():
     assert ("attention/flash.py", "flash2_forward") in quoted
 
 
-@pytest.mark.parametrize("nb, path, fn, body", QUOTES,
-                         ids=[f"{q[0]}:{q[2]}" for q in QUOTES])
+@pytest.mark.parametrize(
+    "nb, path, fn, body", QUOTES, ids=[f"{q[0]}:{q[2]}" for q in QUOTES]
+)
 def test_quoted_lines_occur_verbatim(nb, path, fn, body):
     assert body, f"{nb}: the quote of {path}:{fn} has no code lines"
     source = _function_lines(path, fn)

@@ -41,8 +41,9 @@ def test_notebook_committed_without_outputs(nb_path):
     for i, cell in enumerate(nb["cells"]):
         if cell["cell_type"] == "code":
             assert not cell.get("outputs"), f"{nb_path.name} cell {i} has outputs"
-            assert cell.get("execution_count") is None, (f"{nb_path.name} cell {i} "
-                                                         "has a count")
+            assert cell.get("execution_count") is None, (
+                f"{nb_path.name} cell {i} has a count"
+            )
 
 
 @pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.name)
@@ -61,8 +62,9 @@ def test_first_cell_sets_up_colab_and_interpreter(nb_path):
     assert first["cell_type"] == "code"
     url = re.search(r'REPO_URL = "([^"]+)"', src)
     assert url, "first cell must define REPO_URL"
-    assert url.group(1) == CONFIG["repository"]["url"], ("REPO_URL must match "
-                                                         "_config.yml")
+    assert url.group(1) == CONFIG["repository"]["url"], (
+        "REPO_URL must match _config.yml"
+    )
     assert "google.colab" in src and "TRITON_INTERPRET" in src
     # TRITON_INTERPRET is decided here, before any later cell imports kernels.
     assert "import kernels" not in src and "from kernels" not in src
@@ -80,8 +82,11 @@ def _without_code_blocks(md: str) -> str:
             if fence and fence.group(1) == code_fence and not fence.group(2).strip():
                 code_fence = None
             continue
-        if (fence and fence.group(2).strip()
-                and not fence.group(2).lstrip().startswith("{")):
+        if (
+            fence
+            and fence.group(2).strip()
+            and not fence.group(2).lstrip().startswith("{")
+        ):
             code_fence = fence.group(1)  # ```python: skip to its closing fence
             continue
         out.append(line)
@@ -90,23 +95,28 @@ def _without_code_blocks(md: str) -> str:
 
 @pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.name)
 def test_chapter_shape(nb_path):
-    md = "\n".join("".join(c["source"]) for c in _load(nb_path)["cells"]
-                   if c["cell_type"] == "markdown")
+    md = "\n".join(
+        "".join(c["source"])
+        for c in _load(nb_path)["cells"]
+        if c["cell_type"] == "markdown"
+    )
     md = _without_code_blocks(md)
     assert len(re.findall(r"^# ", md, flags=re.M)) == 1, "exactly one title"
     assert re.search(r"^## Summary", md, flags=re.M), "a Summary section"
     assert re.search(r"^## Exercises", md, flags=re.M), "an Exercises section"
     assert "{dropdown}" in md, "exercise solutions hidden in dropdowns"
-    assert "{literalinclude}" in md and "../kernels/" in md, ("kernel source shown "
-                                                              "from kernels/")
+    assert "{literalinclude}" in md and "../kernels/" in md, (
+        "kernel source shown from kernels/"
+    )
 
 
 def test_toc_lists_exactly_the_existing_pages():
     files = [TOC["root"], *_toc_files(TOC)]
     for f in files:
         candidates = [ROOT / f"{f}{ext}" for ext in ("", ".md", ".ipynb")]
-        assert any(c.is_file()
-                   for c in candidates), f"_toc.yml lists a missing page: {f}"
+        assert any(c.is_file() for c in candidates), (
+            f"_toc.yml lists a missing page: {f}"
+        )
     listed = {pathlib.Path(f).stem for f in files}
     for nb_path in NOTEBOOKS:
         assert nb_path.stem in listed, f"{nb_path.name} is not in _toc.yml"

@@ -27,12 +27,23 @@ HTML = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots"
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 TOC = yaml.safe_load((ROOT / "_toc.yml").read_text())
-CHAPTERS = [c["file"] for part in TOC.get("parts") or [TOC]
-            for c in part.get("chapters") or [] if c["file"].startswith("chapters/")]
+CHAPTERS = [
+    c["file"]
+    for part in TOC.get("parts") or [TOC]
+    for c in part.get("chapters") or []
+    if c["file"].startswith("chapters/")
+]
 CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--hide-scrollbars", "--virtual-time-budget=8000",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+    "--virtual-time-budget=8000",
 ]
 
 
@@ -50,6 +61,7 @@ def _chromium() -> str:
 def server():
     if not (HTML / "index.html").exists():
         pytest.fail("no built site: run `make book` first")
+
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args):
             pass
@@ -66,13 +78,28 @@ def _render(url: str, shot: pathlib.Path) -> BeautifulSoup:
     exe = _chromium()
     with tempfile.TemporaryDirectory() as profile:
         base = [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}"]
-        dom = subprocess.run([*base, "--dump-dom", url], capture_output=True, text=True,
-                             timeout=120, check=True).stdout
+        dom = subprocess.run(
+            [*base, "--dump-dom", url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout
     with tempfile.TemporaryDirectory() as profile:
         shot.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-                        f"--screenshot={shot}", "--window-size=1280,2400", url],
-                       capture_output=True, timeout=120, check=True)
+        subprocess.run(
+            [
+                exe,
+                *CHROMIUM_FLAGS,
+                f"--user-data-dir={profile}",
+                f"--screenshot={shot}",
+                "--window-size=1280,2400",
+                url,
+            ],
+            capture_output=True,
+            timeout=120,
+            check=True,
+        )
     return BeautifulSoup(dom, "html.parser")
 
 
@@ -111,22 +138,34 @@ def test_chapter_page_renders(server, chapter):
     # (colab/edition.py writes it, colab/launch.py points the theme's button at it).
     repo = CONFIG["repository"]["url"].removeprefix("https://github.com/")
     branch = CONFIG["repository"]["branch"]
-    colab = [a["href"] for a in soup.find_all("a", href=True)
-             if "colab.research.google.com" in a["href"]]
+    colab = [
+        a["href"]
+        for a in soup.find_all("a", href=True)
+        if "colab.research.google.com" in a["href"]
+    ]
     assert colab, "no Colab launch link"
-    want = (f"https://colab.research.google.com/github/{repo}/blob/{branch}/"
-            f"colab/{chapter}.ipynb")
+    want = (
+        f"https://colab.research.google.com/github/{repo}/blob/{branch}/"
+        f"colab/{chapter}.ipynb"
+    )
     assert want in colab, colab
     assert (ROOT / "colab" / f"{chapter}.ipynb").exists()
     # Kernel source is on the page (literalinclude, in a dropdown): the Triton kernels;
     # in chapter 1, which calls the kernel chapter 2 lists, its public wrapper; in
     # chapter 6, the ring on torch.distributed that calls the flash kernel per block.
     code = "".join(block.get_text("") for block in main.select("div.highlight"))
-    assert ("tl.load(" in code or "tl.dot(" in code or "def flash_attention(" in code
-            or "def ring_forward(" in code)
+    assert (
+        "tl.load(" in code
+        or "tl.dot(" in code
+        or "def flash_attention(" in code
+        or "def ring_forward(" in code
+    )
     # ... folded: each listing sits in a dropdown, not open on the page.
-    listings = [d for d in main.select("details.sd-dropdown")
-                if "Listing" in d.get_text(" ")[:200]]
+    listings = [
+        d
+        for d in main.select("details.sd-dropdown")
+        if "Listing" in d.get_text(" ")[:200]
+    ]
     assert listings, "no folded kernel listing"
     assert "{dropdown}" not in text, "a dropdown directive rendered as text"
     assert shot.stat().st_size > 10_000

@@ -26,20 +26,27 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots" / "explorers"
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu",
-        "--disable-background-networking", "--disable-component-update",
-        "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 CHAPTER_PAGES = sorted((HTML / "chapters").glob("*.html"))
 MAX_PAGE_BYTES = 3 * 2**20
 DTYPES = list(plots.DTYPE_BYTES.items())
 
 # page, explorer kind
-EXPLORERS = [("intro.html", "teaser"),
-             ("chapters/01_self_cross_attention.html", "naive"),
-             ("chapters/02_flash_attention.html", "tile"),
-             ("chapters/03_soft_hard_attention.html", "temperature"),
-             ("chapters/03_soft_hard_attention.html", "topk"),
-             ("chapters/04_deformable_attention.html", "deformable")]
+EXPLORERS = [
+    ("intro.html", "teaser"),
+    ("chapters/01_self_cross_attention.html", "naive"),
+    ("chapters/02_flash_attention.html", "tile"),
+    ("chapters/03_soft_hard_attention.html", "temperature"),
+    ("chapters/03_soft_hard_attention.html", "topk"),
+    ("chapters/04_deformable_attention.html", "deformable"),
+]
 
 
 # ---------------------------------------------------------------------------------
@@ -69,8 +76,9 @@ class Page:
 
     def __init__(self, browser, name: str, width: int = 1400, height: int = 1000):
         self.outside, self.errors = [], []
-        self.ctx = browser.new_context(viewport={"width": width, "height": height},
-                                       service_workers="block")
+        self.ctx = browser.new_context(
+            viewport={"width": width, "height": height}, service_workers="block"
+        )
         self.ctx.route("**/*", self._route)
         self.page = self.ctx.new_page()
         self.page.on("pageerror", self._error)
@@ -79,7 +87,9 @@ class Page:
             "() => document.querySelectorAll('.static-explorer').length > 0 && "
             "[...document.querySelectorAll('.static-explorer')].every(el => "
             "window.staticExplorers && window.staticExplorers[el.id] && "
-            "window.staticExplorers[el.id].redraws > 0)", timeout=30_000)
+            "window.staticExplorers[el.id].redraws > 0)",
+            timeout=30_000,
+        )
 
     def _error(self, err):
         # sphinx-thebe declares THEBE_JS_URL twice on every page (not ours, harmless).
@@ -88,8 +98,11 @@ class Page:
 
     def _route(self, route):
         url = route.request.url
-        if (url.startswith("file://") or url.startswith("data:")
-                or url.startswith("blob:")):
+        if (
+            url.startswith("file://")
+            or url.startswith("data:")
+            or url.startswith("blob:")
+        ):
             route.continue_()
         else:
             self.outside.append(url)
@@ -99,7 +112,8 @@ class Page:
         ids = self.page.evaluate(
             "k => Object.values(window.staticExplorers)"
             ".filter(h => h.kind === k).map(h => h.id)",
-            kind)
+            kind,
+        )
         assert len(ids) == 1, f"{len(ids)} explorers of kind {kind}"
         return ids[0]
 
@@ -122,7 +136,9 @@ class Page:
                  await h.ready;
                  if (h.redraws === before) throw new Error("no redraw after " + name);
                  return h.lastRedrawMs;
-               }""", [eid, name, value])
+               }""",
+            [eid, name, value],
+        )
 
     def n_options(self, eid: str, name: str) -> int:
         return self.page.evaluate(
@@ -130,13 +146,17 @@ class Page:
                  .querySelector(`[data-name="${name}"]`);
                  return i.type === "checkbox" ? 2
                    : i.tagName === "SELECT" ? i.options.length
-                   : Number(i.max) + 1; }""", [eid, name])
+                   : Number(i.max) + 1; }""",
+            [eid, name],
+        )
 
     def data(self, eid: str, chart: str, name: str) -> list[dict]:
         return self.page.evaluate(
             "([eid, c, n]) => window.staticExplorers[eid].views[c].data(n)"
             ".map(r => Object.fromEntries(Object.entries(r).filter(([k]) => "
-            "!k.startsWith('Symbol'))))", [eid, chart, name])
+            "!k.startsWith('Symbol'))))",
+            [eid, chart, name],
+        )
 
     def state(self, eid: str) -> dict:
         return self.page.evaluate("eid => window.staticExplorers[eid].state()", eid)
@@ -144,11 +164,14 @@ class Page:
     def readout(self, eid: str) -> str:
         return self.page.evaluate(
             "eid => document.getElementById(eid).querySelector('.se-readout')"
-            ".textContent", eid)
+            ".textContent",
+            eid,
+        )
 
     def controls(self, eid: str) -> list[str]:
         return self.page.evaluate(
-            "eid => Object.keys(window.staticExplorers[eid].controls)", eid)
+            "eid => Object.keys(window.staticExplorers[eid].controls)", eid
+        )
 
     def close(self):
         self.ctx.close()
@@ -187,10 +210,12 @@ def check_tile(pg: Page, eid: str) -> None:
     res = {a: memory.closed_form(a, N, d, Br=br, Bc=bc) for a in group}
     assert _bars(pg.data(eid, "bars", "bars")) == _expected_bars(res, bpe)
     # The compulsory traffic drawn beside each bar: memory.compulsory, each tensor once.
-    floor = {r["group"]: (r["what"], r["bytes"])
-             for r in pg.data(eid, "bars", "compulsory")}
-    assert floor == {a: (data.COMPULSORY_LABEL, memory.compulsory(a, N, d).bytes(bpe))
-                     for a in group}
+    floor = {
+        r["group"]: (r["what"], r["bytes"]) for r in pg.data(eid, "bars", "compulsory")
+    }
+    assert floor == {
+        a: (data.COMPULSORY_LABEL, memory.compulsory(a, N, d).bytes(bpe)) for a in group
+    }
     # Fit or not, as the simulator with this SRAM says.
     M = cfg.SRAM_KIB[s["sram"]][1] * 1024 // bpe
     text = pg.readout(eid)
@@ -205,8 +230,11 @@ def check_tile(pg: Page, eid: str) -> None:
             fits = True
         except ValueError:
             fits = False
-        line = re.search(rf"{a}: [^;]*; tiles need ([\d,]+) elements of SRAM: "
-                         r"(fit|do NOT fit)", text)
+        line = re.search(
+            rf"{a}: [^;]*; tiles need ([\d,]+) elements of SRAM: "
+            r"(fit|do NOT fit)",
+            text,
+        )
         assert line, (a, text)
         assert int(line.group(1).replace(",", "")) == memory.sram_need(a, N, d, br, bc)
         assert (line.group(2) == "fit") == fits
@@ -222,14 +250,19 @@ def check_tile(pg: Page, eid: str) -> None:
         comp = [e for e in ev if e.op == "compute"]
         if not comp:
             continue
-        quad = [e.tensor for e in ev
-                if e.tensor in plots.QUADRATIC_TENSORS and e.op != "compute"]
+        quad = [
+            e.tensor
+            for e in ev
+            if e.tensor in plots.QUADRATIC_TENSORS and e.op != "compute"
+        ]
         block = comp[0].block
         cols = [block[1]] if len(block) > 1 else range(tc)
         for j in cols:
             want[(block[0], j)] = (quad[-1] if quad else "SRAM", k == step)
-    got = {(r["i"], r["j"]): (r["fill"], r["current"])
-           for r in pg.data(eid, "tiles", "tiles")}
+    got = {
+        (r["i"], r["j"]): (r["fill"], r["current"])
+        for r in pg.data(eid, "tiles", "tiles")
+    }
     assert got == want
     assert f"step {step + 1} of {t.steps}" in text
 
@@ -237,15 +270,20 @@ def check_tile(pg: Page, eid: str) -> None:
 def check_teaser(pg: Page, eid: str) -> None:
     s = pg.state(eid)
     N, br, bc = data.TILE_N[s["N"]], data.TILE_B[s["Br"]], data.TILE_B[s["Bc"]]
-    res = {"standard attention": memory.closed_form("standard", N, 64, Br=br, Bc=bc),
-           "FlashAttention-2": memory.closed_form("flash2", N, 64, Br=br, Bc=bc)}
+    res = {
+        "standard attention": memory.closed_form("standard", N, 64, Br=br, Bc=bc),
+        "FlashAttention-2": memory.closed_form("flash2", N, 64, Br=br, Bc=bc),
+    }
     assert _bars(pg.data(eid, "bars", "bars")) == _expected_bars(res, 2)
     # the compulsory ticks (what HBM sees when L2 holds the re-reads), as chapter 2's
     # tile-size explorer draws them, and the readout names both totals
-    once = {"standard attention": memory.compulsory("standard", N, 64).bytes(2),
-            "FlashAttention-2": memory.compulsory("flash2", N, 64).bytes(2)}
-    floor = {r["group"]: (r["what"], r["bytes"])
-             for r in pg.data(eid, "bars", "compulsory")}
+    once = {
+        "standard attention": memory.compulsory("standard", N, 64).bytes(2),
+        "FlashAttention-2": memory.compulsory("flash2", N, 64).bytes(2),
+    }
+    floor = {
+        r["group"]: (r["what"], r["bytes"]) for r in pg.data(eid, "bars", "compulsory")
+    }
     assert floor == {a: (data.COMPULSORY_LABEL, b) for a, b in once.items()}
     text = pg.readout(eid)
     assert all(plots.human_bytes(b) in text for b in once.values()), text
@@ -261,8 +299,9 @@ def check_naive(pg: Page, eid: str) -> None:
     assert _bars(pg.data(eid, "bars", "bars")) == want
     lines = {(r["x"], r["series"]): r["bytes"] for r in pg.data(eid, "lines", "lines")}
     for nn in data.NAIVE_N:
-        tt = memory.closed_form("standard", nn if s["self"] else m, d, Br=64, Bc=64,
-                                N_k=nn)
+        tt = memory.closed_form(
+            "standard", nn if s["self"] else m, d, Br=64, Bc=64, N_k=nn
+        )
         assert lines[(nn, "total")] == tt.bytes(bpe)
         for k, (r, w) in tt.per_tensor.items():
             assert lines[(nn, k)] == (r + w) * bpe
@@ -290,9 +329,11 @@ def check_temperature(pg: Page, eid: str) -> None:
 def check_topk(pg: Page, eid: str) -> None:
     s = pg.state(eid)
     N, d, k = data.TOPK_N[s["N"]], data.TOPK_D[s["d"]], data.TOPK_K[s["k"]]
-    res = {"soft": memory.closed_form("soft", N, d),
-           "hard (argmax)": memory.closed_form("hard", N, d),
-           f"top-k (k = {k})": memory.closed_form("topk", N, d, k=k)}
+    res = {
+        "soft": memory.closed_form("soft", N, d),
+        "hard (argmax)": memory.closed_form("hard", N, d),
+        f"top-k (k = {k})": memory.closed_form("topk", N, d, k=k),
+    }
     assert _bars(pg.data(eid, "bars", "bars")) == _expected_bars(res, 2)
     lines = {(r["x"], r["series"]): r["bytes"] for r in pg.data(eid, "lines", "lines")}
     for nn in data.TOPK_N:
@@ -308,22 +349,31 @@ def check_deformable(pg: Page, eid: str) -> None:
     def kw(alg, side):
         if alg == "msda":
             return dict(n_queries=side * side, d=d, n_levels=L, n_points=P)
-        return dict(height=side, width=side, d=d,
-                    **({"r": r} if alg.startswith("dat") else {}))
+        return dict(
+            height=side, width=side, d=d, **({"r": r} if alg.startswith("dat") else {})
+        )
 
-    res = {name: memory.closed_form(alg, **kw(alg, side))
-           for name, alg in data.DEFORM_ALGS.items()}
+    res = {
+        name: memory.closed_form(alg, **kw(alg, side))
+        for name, alg in data.DEFORM_ALGS.items()
+    }
     assert _bars(pg.data(eid, "bars", "bars")) == _expected_bars(res, 2)
-    lines = {(r_["x"], r_["series"]): r_["bytes"]
-             for r_ in pg.data(eid, "lines", "lines")}
+    lines = {
+        (r_["x"], r_["series"]): r_["bytes"] for r_ in pg.data(eid, "lines", "lines")
+    }
     for name, alg in data.DEFORM_ALGS.items():
         for sd in data.DEFORM_SIDE:
             assert lines[(sd, name)] == memory.closed_form(alg, **kw(alg, sd)).bytes(2)
 
 
-CHECKS = {"tile": check_tile, "teaser": check_teaser, "naive": check_naive,
-          "temperature": check_temperature, "topk": check_topk,
-          "deformable": check_deformable}
+CHECKS = {
+    "tile": check_tile,
+    "teaser": check_teaser,
+    "naive": check_naive,
+    "temperature": check_temperature,
+    "topk": check_topk,
+    "deformable": check_deformable,
+}
 
 
 # ---------------------------------------------------------------------------------
@@ -331,8 +381,7 @@ CHECKS = {"tile": check_tile, "teaser": check_teaser, "naive": check_naive,
 # ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("page_name,kind", EXPLORERS,
-                         ids=[k for _, k in EXPLORERS])
+@pytest.mark.parametrize("page_name,kind", EXPLORERS, ids=[k for _, k in EXPLORERS])
 def test_explorer_matches_python(browser, page_name, kind):
     pg = Page(browser, page_name)
     try:
@@ -342,8 +391,11 @@ def test_explorer_matches_python(browser, page_name, kind):
         times = []
         for name in pg.controls(eid):
             n = pg.n_options(eid, name)
-            values = ([False, True, False] if n == 2 and name == "self"
-                      else [0, n - 1, n // 2])
+            values = (
+                [False, True, False]
+                if n == 2 and name == "self"
+                else [0, n - 1, n // 2]
+            )
             for v in values:
                 times.append(pg.set(eid, name, v))
                 check(pg, eid)
@@ -383,7 +435,8 @@ def test_controls_are_labelled_and_reachable_by_tab(browser):
                    `label[for="${i.id}"]`), tab: i.tabIndex,
                    right: i.getBoundingClientRect().right,
                    w: i.getBoundingClientRect().width}))""",
-            eid)
+            eid,
+        )
         assert len(info) == 8
         for i in info:
             assert i["label"] and i["tab"] >= 0, i
@@ -407,15 +460,18 @@ def test_controls_are_labelled_and_reachable_by_tab(browser):
         pg.close()
 
 
-CHANGES = {"teaser": [("N", 8)], "naive": [("self", False), ("m", 2), ("n", 3)],
-           "tile": [("Br", 0), ("Bc", 1), ("step", 40)],
-           "temperature": [("tau", 10), ("row", 3)],
-           "topk": [("k", 8)], "deformable": [("r", 1), ("P", 15)]}
+CHANGES = {
+    "teaser": [("N", 8)],
+    "naive": [("self", False), ("m", 2), ("n", 3)],
+    "tile": [("Br", 0), ("Bc", 1), ("step", 40)],
+    "temperature": [("tau", 10), ("row", 3)],
+    "topk": [("k", 8)],
+    "deformable": [("r", 1), ("P", 15)],
+}
 
 
 @pytest.mark.parametrize("width", [1400, 390])
-@pytest.mark.parametrize("page_name,kind", EXPLORERS,
-                         ids=[k for _, k in EXPLORERS])
+@pytest.mark.parametrize("page_name,kind", EXPLORERS, ids=[k for _, k in EXPLORERS])
 def test_screenshots(browser, page_name, kind, width):
     """Screenshots of each explorer before and after a change, for a person to
     look at."""
@@ -435,7 +491,8 @@ def test_screenshots(browser, page_name, kind, width):
         assert before.stat().st_size > 5_000 and after.stat().st_size > 5_000
         box = root.bounding_box()
         assert box["width"] <= width, (
-            f"the explorer is wider ({box['width']}) than the page")
+            f"the explorer is wider ({box['width']}) than the page"
+        )
         assert not pg.outside
     finally:
         pg.close()
@@ -445,11 +502,13 @@ def test_screenshots(browser, page_name, kind, width):
 def test_chapter_page_has_no_widget_noise_and_is_small(page):
     text = page.read_text(encoding="utf-8")
     assert page.stat().st_size < MAX_PAGE_BYTES, (
-        f"{page.name}: {page.stat().st_size} bytes")
+        f"{page.name}: {page.stat().st_size} bytes"
+    )
     assert "application/vnd.jupyter.widget-view+json" not in text
     assert "application/vnd.jupyter.widget-state+json" not in text
     assert not re.search(r"\d+%\|[█▏▎▍▌▋▊▉ ]*\| *\d+/\d+", text), (
-        "a tqdm bar is on the page")
+        "a tqdm bar is on the page"
+    )
     assert "static-explorer" in text, "no static explorer on the page"
 
 
@@ -461,4 +520,6 @@ def test_vega_is_vendored_not_fetched():
         srcs = re.findall(r'<script[^>]+src="([^"]+)"', text)
         assert any(s.split("?")[0].endswith(site.BUNDLE) for s in srcs), page.name
         assert not [s for s in srcs if s.startswith(("http:", "https:", "//"))], (
-            page.name, srcs)
+            page.name,
+            srcs,
+        )

@@ -22,12 +22,14 @@ from tests.book.test_site_explorers import HTML, SHOTS, Page, browser  # noqa: F
 pytestmark = pytest.mark.site
 
 CH = "chapters/{}.html"
-EXPLORERS = [(CH.format("01_self_cross_attention"), "maps"),
-             (CH.format("01_self_cross_attention"), "masks"),
-             (CH.format("02_flash_attention"), "online"),
-             (CH.format("02_flash_attention"), "roofline"),
-             (CH.format("03_soft_hard_attention"), "estimators"),
-             (CH.format("04_deformable_attention"), "sampling")]
+EXPLORERS = [
+    (CH.format("01_self_cross_attention"), "maps"),
+    (CH.format("01_self_cross_attention"), "masks"),
+    (CH.format("02_flash_attention"), "online"),
+    (CH.format("02_flash_attention"), "roofline"),
+    (CH.format("03_soft_hard_attention"), "estimators"),
+    (CH.format("04_deformable_attention"), "sampling"),
+]
 
 
 def _grid(pg, eid):
@@ -55,8 +57,11 @@ def check_maps(pg, eid):
     for (i, j), r in cells.items():
         assert r["w"] == w[i, j]
         assert r["key"] == f"{j}: {t['keys'][s['example']][j]}"
-    row = [r["w"] for r in sorted(pg.data(eid, "map", "cells"), key=lambda r: r["j"])
-           if r["i"] == s["row"]]
+    row = [
+        r["w"]
+        for r in sorted(pg.data(eid, "map", "cells"), key=lambda r: r["j"])
+        if r["i"] == s["row"]
+    ]
     assert [r["w"] for r in pg.data(eid, "row", "row")] == row
     assert {r["i"] for r in pg.data(eid, "map", "outline")} == {s["row"]}
     np.testing.assert_allclose(w.sum(-1), 1, atol=5e-3)
@@ -67,8 +72,11 @@ def check_maps(pg, eid):
 
 def check_masks(pg, eid):
     s = pg.state(eid)
-    kind, n_q, n_k = (maps.MASK_KINDS[s["kind"]], maps.MASK_SIZES[s["n_q"]],
-                      maps.MASK_SIZES[s["n_k"]])
+    kind, n_q, n_k = (
+        maps.MASK_KINDS[s["kind"]],
+        maps.MASK_SIZES[s["n_q"]],
+        maps.MASK_SIZES[s["n_k"]],
+    )
     pt = maps.mask_point(kind, n_q, n_k, maps.MASK_SIZES[s["length"]])
     cells = _by(pg.data(eid, "mask", "cells"), "i", "j")
     assert set(cells) == {(i, j) for i in range(n_q) for j in range(n_k)}
@@ -91,29 +99,44 @@ def check_online(pg, eid):
     np.testing.assert_allclose([r["p"] for r in keys], core.softmax(x), rtol=1e-5)
     assert [r["status"] for r in keys] == [
         "seen" if j < st["a"] else "this block" if j < st["b"] else "not yet"
-        for j in range(len(x))]
+        for j in range(len(x))
+    ]
     mx = {r["what"]: r["y"] for r in pg.data(eid, "scores", "max")}
-    np.testing.assert_allclose([mx["running max m"], mx["final max"]],
-                               [st["m"], x.max()], rtol=1e-5)
+    np.testing.assert_allclose(
+        [mx["running max m"], mx["final max"]], [st["m"], x.max()], rtol=1e-5
+    )
     state = _by(pg.data(eid, "state", "state"), "step", "what")
     for k, sk in enumerate(steps, 1):
-        np.testing.assert_allclose([state[(k, "m")]["value"], state[(k, "ℓ")]["value"],
-                                    state[(k, "α")]["value"]],
-                                   [sk["m"], sk["l"], sk["alpha"]], rtol=1e-5)
+        np.testing.assert_allclose(
+            [
+                state[(k, "m")]["value"],
+                state[(k, "ℓ")]["value"],
+                state[(k, "α")]["value"],
+            ],
+            [sk["m"], sk["l"], sk["alpha"]],
+            rtol=1e-5,
+        )
     assert pg.data(eid, "state", "now") == [{"step": s["step"] + 1}]
     assert f"ℓ = {st['l']:.3f}" in pg.readout(eid)
 
 
 def check_roofline(pg, eid):
     s = pg.state(eid)
-    args = (softmax.ROOF_GPUS[s["gpu"]], softmax.ROOF_N[s["N"]],
-            softmax.ROOF_D[s["d"]], softmax.ROOF_DTYPES[s["dtype"]],
-            softmax.ROOF_ALGS[s["alg"]])
+    args = (
+        softmax.ROOF_GPUS[s["gpu"]],
+        softmax.ROOF_N[s["N"]],
+        softmax.ROOF_D[s["d"]],
+        softmax.ROOF_DTYPES[s["dtype"]],
+        softmax.ROOF_ALGS[s["alg"]],
+    )
     p = softmax.roofline_point(*args)
     pts = _by(pg.data(eid, "roof", "points"), "traffic")
     for name, key in (("simulated (no L2)", "sim"), ("compulsory", "comp")):
-        np.testing.assert_allclose([pts[(name,)]["ai"], pts[(name,)]["tflops"]],
-                                   [p[key]["ai"], p[key]["flops_s"] / 1e12], rtol=1e-4)
+        np.testing.assert_allclose(
+            [pts[(name,)]["ai"], pts[(name,)]["tflops"]],
+            [p[key]["ai"], p[key]["flops_s"] / 1e12],
+            rtol=1e-4,
+        )
     roof = [[r["ai"], r["tflops"]] for r in pg.data(eid, "roof", "roof")]
     np.testing.assert_allclose(roof, softmax.roof_line(args[0], args[3]), rtol=1e-4)
 
@@ -128,22 +151,29 @@ def check_estimators(pg, eid):
     counts, edges = np.histogram(d[:, j], bins=estimators.BINS)
     hist = sorted(pg.data(eid, "hist", "hist"), key=lambda r: r["x0"])
     assert [r["count"] for r in hist] == counts.tolist()
-    np.testing.assert_allclose([r["x0"] for r in hist], edges[:-1], rtol=1e-4,
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        [r["x0"] for r in hist], edges[:-1], rtol=1e-4, atol=1e-6
+    )
     lines = {r["what"]: r["x"] for r in pg.data(eid, "hist", "lines")}
     true = core.softmax(lo) * (f - core.softmax(lo) @ f)  # d E_p[f] / d logits
     np.testing.assert_allclose(lines["true gradient"], true[j], rtol=1e-5)
-    np.testing.assert_allclose(lines["mean of the estimates"], d[:, j].mean(),
-                               rtol=1e-5, atol=1e-9)
+    np.testing.assert_allclose(
+        lines["mean of the estimates"], d[:, j].mean(), rtol=1e-5, atol=1e-9
+    )
     bars = _by(pg.data(eid, "bars", "bars"), "method", "stat")
     for mm in estimators.METHODS:
-        dd = estimators.estimates(lo, f, mm, tau if "Gumbel" in mm
-                                  else estimators.TAUS[0], n)
-        np.testing.assert_allclose(bars[(mm, "std")]["value"], dd[:, j].std(),
-                                   rtol=1e-5)
-        np.testing.assert_allclose(bars[(mm, "|bias|")]["value"],
-                                   abs(dd[:, j].mean() - true[j]), rtol=1e-4,
-                                   atol=1e-6)
+        dd = estimators.estimates(
+            lo, f, mm, tau if "Gumbel" in mm else estimators.TAUS[0], n
+        )
+        np.testing.assert_allclose(
+            bars[(mm, "std")]["value"], dd[:, j].std(), rtol=1e-5
+        )
+        np.testing.assert_allclose(
+            bars[(mm, "|bias|")]["value"],
+            abs(dd[:, j].mean() - true[j]),
+            rtol=1e-4,
+            atol=1e-6,
+        )
 
 
 def check_sampling(pg, eid):
@@ -161,8 +191,7 @@ def check_sampling(pg, eid):
     np.testing.assert_allclose(g["reference"], ref, atol=5e-3)
     run = g["dat"][g["labels"][s["label"]]][s["scale"]]
     grp = s["head"] * g["n_groups"] // g["n_heads"]
-    pts = [p for p in pg.data(eid, "dat", "points")
-           if p["kind"].startswith("deformed")]
+    pts = [p for p in pg.data(eid, "dat", "points") if p["kind"].startswith("deformed")]
     np.testing.assert_allclose([[p["x"], p["y"]] for p in pts], run["points"][grp])
     w = np.array([p["w"] for p in pts])
     np.testing.assert_allclose(w, np.array(run["weights"][s["head"]][q]) * 1e-4)
@@ -175,15 +204,23 @@ def check_sampling(pg, eid):
         per = g["msda_heads"] * len(g["msda"][0]["locations"][q][0][0])
         assert len(mp) == per * (n_l if s["level"] == 0 else 1)
         if g["scales"][s["scale"]] == 0:  # no offset: every point on the query
-            np.testing.assert_allclose([[p["x"], p["y"]] for p in mp],
-                                       [[c + 0.5, r + 0.5]] * len(mp), atol=5e-3)
+            np.testing.assert_allclose(
+                [[p["x"], p["y"]] for p in mp],
+                [[c + 0.5, r + 0.5]] * len(mp),
+                atol=5e-3,
+            )
         ws = np.array(g["msda"][s["scale"]]["weights"][q]) * 1e-4  # (heads, L, P)
         np.testing.assert_allclose(ws.sum((1, 2)), 1, atol=5e-3)
 
 
-CHECKS = {"maps": check_maps, "masks": check_masks, "online": check_online,
-          "roofline": check_roofline, "estimators": check_estimators,
-          "sampling": check_sampling}
+CHECKS = {
+    "maps": check_maps,
+    "masks": check_masks,
+    "online": check_online,
+    "roofline": check_roofline,
+    "estimators": check_estimators,
+    "sampling": check_sampling,
+}
 
 
 # ---------------------------------------------------------------------------------
@@ -192,13 +229,19 @@ CHECKS = {"maps": check_maps, "masks": check_masks, "online": check_online,
 
 
 #: The datasets each explorer draws, (chart, data source).
-DATASETS = {"maps": [("map", "cells"), ("map", "outline"), ("row", "row")],
-            "masks": [("mask", "cells")],
-            "online": [("scores", "keys"), ("scores", "max"), ("state", "now")],
-            "roofline": [("roof", "roof"), ("roof", "points")],
-            "estimators": [("hist", "hist"), ("hist", "lines"), ("bars", "bars")],
-            "sampling": [("dat", "points"), ("dat", "query"), ("msda", "points"),
-                         ("msda", "image")]}
+DATASETS = {
+    "maps": [("map", "cells"), ("map", "outline"), ("row", "row")],
+    "masks": [("mask", "cells")],
+    "online": [("scores", "keys"), ("scores", "max"), ("state", "now")],
+    "roofline": [("roof", "roof"), ("roof", "points")],
+    "estimators": [("hist", "hist"), ("hist", "lines"), ("bars", "bars")],
+    "sampling": [
+        ("dat", "points"),
+        ("dat", "query"),
+        ("msda", "points"),
+        ("msda", "image"),
+    ],
+}
 
 
 def _drawn(pg, eid, kind):
@@ -250,7 +293,9 @@ def test_tab_reaches_every_control_at_390px(browser, page_name, kind):  # noqa: 
                  .map(i => ({name: i.dataset.name, label: !!document.querySelector(
                    `label[for="${i.id}"]`), disabled: i.disabled,
                    right: i.getBoundingClientRect().right,
-                   w: i.getBoundingClientRect().width}))""", eid)
+                   w: i.getBoundingClientRect().width}))""",
+            eid,
+        )
         assert [i["name"] for i in info] == pg.controls(eid)
         for i in info:
             assert i["label"] and 0 < i["right"] <= 390 and i["w"] >= 40, i
@@ -267,10 +312,14 @@ def test_tab_reaches_every_control_at_390px(browser, page_name, kind):  # noqa: 
         pg.close()
 
 
-CHANGES = {"maps": [("task", 1), ("row", 3)], "masks": [("n_q", 7), ("n_k", 3)],
-           "online": [("step", 3)], "roofline": [("alg", 0), ("N", 8)],
-           "estimators": [("method", 0), ("samples", 2)],
-           "sampling": [("scale", 3), ("level", 2)]}
+CHANGES = {
+    "maps": [("task", 1), ("row", 3)],
+    "masks": [("n_q", 7), ("n_k", 3)],
+    "online": [("step", 3)],
+    "roofline": [("alg", 0), ("N", 8)],
+    "estimators": [("method", 0), ("samples", 2)],
+    "sampling": [("scale", 3), ("level", 2)],
+}
 
 
 @pytest.mark.parametrize("theme", ["light", "dark"])
@@ -281,8 +330,11 @@ def test_picture_screenshots(browser, page_name, kind, width, theme):  # noqa: F
     pg = Page(browser, page_name, width=width, height=2400)
     try:
         # what the page's theme switch does: data-theme on <html>
-        pg.page.evaluate("t => { document.documentElement.dataset.theme = t; "
-                         "document.documentElement.dataset.mode = t; }", theme)
+        pg.page.evaluate(
+            "t => { document.documentElement.dataset.theme = t; "
+            "document.documentElement.dataset.mode = t; }",
+            theme,
+        )
         eid = pg.explorer_id(kind)
         root = pg.page.locator(f"#{eid}")
         for name, value in CHANGES[kind]:
@@ -300,11 +352,21 @@ def test_picture_screenshots(browser, page_name, kind, width, theme):  # noqa: F
 def test_picture_explorer_data_is_small():
     """The data each page carries for these explorers (the page limit, 3 MB with
     everything else, is test_site_explorers' test)."""
-    limits = {"maps": 60_000, "masks": 150_000, "online": 40_000,
-              "roofline": 120_000, "estimators": 60_000, "sampling": 700_000}
+    limits = {
+        "maps": 60_000,
+        "masks": 150_000,
+        "online": 40_000,
+        "roofline": 120_000,
+        "estimators": 60_000,
+        "sampling": 700_000,
+    }
     for page_name, kind in EXPLORERS:
         text = (HTML / page_name).read_text(encoding="utf-8")
-        blobs = re.findall(rf'data-kind="{kind}".*?<script type="application/json" '
-                           r'class="static-explorer-data">(.*?)</script>', text, re.S)
+        blobs = re.findall(
+            rf'data-kind="{kind}".*?<script type="application/json" '
+            r'class="static-explorer-data">(.*?)</script>',
+            text,
+            re.S,
+        )
         assert len(blobs) == 1, (page_name, kind)
         assert len(blobs[0].encode()) < limits[kind], (kind, len(blobs[0]))

@@ -36,17 +36,19 @@ def _included_lines(arg: str, options: dict, base: pathlib.Path) -> int:
     if "pyobject" in options:
         name = options["pyobject"]
         for node in ast.walk(ast.parse(text)):
-            if isinstance(node, (ast.FunctionDef, ast.ClassDef,
-                                 ast.AsyncFunctionDef)) and node.name == name:
+            if (
+                isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+                and node.name == name
+            ):
                 start = min([node.lineno] + [d.lineno for d in node.decorator_list])
-                return _nonblank(text.splitlines()[start - 1:node.end_lineno])
+                return _nonblank(text.splitlines()[start - 1 : node.end_lineno])
         raise AssertionError(f"{path}: no object {name!r}")
     lines = text.splitlines()
     if "lines" in options:
         picked = []
         for part in options["lines"].split(","):
             a, _, b = part.partition("-")
-            picked += lines[int(a) - 1:int(b or a)]
+            picked += lines[int(a) - 1 : int(b or a)]
         return _nonblank(picked)
     return _nonblank(lines)
 
@@ -58,8 +60,13 @@ def markdown_visible(text: str, base: pathlib.Path) -> int:
     count, i = 0, 0
     while i < len(lines):
         m = OPEN.match(lines[i])
-        if stack and m and m.group(1) == stack[-1][0] and not m.group(2) \
-                and not m.group(3):
+        if (
+            stack
+            and m
+            and m.group(1) == stack[-1][0]
+            and not m.group(2)
+            and not m.group(3)
+        ):
             stack.pop()
             i += 1
             continue
@@ -68,13 +75,16 @@ def markdown_visible(text: str, base: pathlib.Path) -> int:
             continue
         fence, directive, arg = m.groups()
         folded = any(d == "{dropdown}" for _, d in stack)
-        if fence[0] != ":" and directive in (None, "{code-block}", "{code-cell}") \
-                and (directive or arg.strip() in ("python", "py", "python3")):
+        if (
+            fence[0] != ":"
+            and directive in (None, "{code-block}", "{code-cell}")
+            and (directive or arg.strip() in ("python", "py", "python3"))
+        ):
             # a code block: count its body up to the closing fence
             j = i + 1
             while j < len(lines) and lines[j].strip() != fence:
                 j += 1
-            body = [x for x in lines[i + 1:j] if not x.lstrip().startswith(":")]
+            body = [x for x in lines[i + 1 : j] if not x.lstrip().startswith(":")]
             count += 0 if folded else _nonblank(body)
             i = j + 1
             continue
@@ -110,15 +120,19 @@ def visible_code_lines(nb_path: pathlib.Path) -> int:
 def test_the_count_folds_dropdowns_and_reads_pyobjects(tmp_path):
     mod = tmp_path / "m.py"
     mod.write_text("x = 1\n\n\ndef f(a):\n    b = a\n\n    return b\n")
-    md = ("text\n```python\nprint(1)\n\nprint(2)\n```\n"
-          "````{dropdown} Listing\n```{literalinclude} m.py\n:pyobject: f\n```\n````\n"
-          "```{literalinclude} m.py\n:pyobject: f\n```\n"
-          "```{code-block} python\n:caption: c\ny = 2\n```\n")
+    md = (
+        "text\n```python\nprint(1)\n\nprint(2)\n```\n"
+        "````{dropdown} Listing\n```{literalinclude} m.py\n:pyobject: f\n```\n````\n"
+        "```{literalinclude} m.py\n:pyobject: f\n```\n"
+        "```{code-block} python\n:caption: c\ny = 2\n```\n"
+    )
     assert markdown_visible(md, tmp_path) == 2 + 3 + 1
 
 
 @pytest.mark.parametrize("nb_path", CHAPTERS, ids=lambda p: p.name)
 def test_visible_code_per_chapter(nb_path):
     n = visible_code_lines(nb_path)
-    assert n <= MAX_VISIBLE, (f"{nb_path.name}: {n} visible code lines (at most "
-                              f"{MAX_VISIBLE}): fold whole listings into dropdowns")
+    assert n <= MAX_VISIBLE, (
+        f"{nb_path.name}: {n} visible code lines (at most "
+        f"{MAX_VISIBLE}): fold whole listings into dropdowns"
+    )

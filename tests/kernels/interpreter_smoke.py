@@ -42,19 +42,24 @@ def main() -> dict:
     refs = [t.clone().requires_grad_() for t in (q, k, v)]
     ref = F.scaled_dot_product_attention(*refs, attn_mask=keep)
     ref.backward(do)
-    errs["flash"] = max(_max_err(o, ref), *(_max_err(x.grad, r.grad)
-                                            for x, r in zip(xs, refs)))
+    errs["flash"] = max(
+        _max_err(o, ref), *(_max_err(x.grad, r.grad) for x, r in zip(xs, refs))
+    )
     # hard (argmax) and top-k against their definitions
     scores = (q @ k.mT) / 4  # (B, H, N_q, N_k), 1/sqrt(16)
     o_h = hard_attention(*(t.float() for t in (q, k, v)))
     idx = scores.argmax(-1)
-    errs["hard"] = _max_err(o_h, torch.gather(v, 2, idx[..., None].expand(-1, -1, -1,
-                                                                           16)))
+    errs["hard"] = _max_err(
+        o_h, torch.gather(v, 2, idx[..., None].expand(-1, -1, -1, 16))
+    )
     o_t = topk_attention(*(t.float() for t in (q, k, v)), topk=4)
     top = scores.topk(4, -1)
     p = torch.softmax(top.values, -1)  # (B, H, N_q, 4)
-    rows = torch.gather(v[:, :, None].expand(-1, -1, 37, -1, -1), 3,
-                        top.indices[..., None].expand(-1, -1, -1, -1, 16))
+    rows = torch.gather(
+        v[:, :, None].expand(-1, -1, 37, -1, -1),
+        3,
+        top.indices[..., None].expand(-1, -1, -1, -1, 16),
+    )
     errs["topk"] = _max_err(o_t, (p[..., None] * rows).sum(-2))
     # MSDA: two levels, forward and backward against grid_sample
     shapes = torch.tensor([[4, 5], [2, 3]])
@@ -69,20 +74,26 @@ def main() -> dict:
     want = [t.clone().requires_grad_() for t in (value, loc, w)]
     ref = kd.ms_deform_attn_reference(want[0], shapes, starts, want[1], want[2])
     ref.backward(go)
-    errs["msda"] = max(_max_err(out, ref), *(_max_err(a.grad, b.grad)
-                                             for a, b in zip(got, want)))
+    errs["msda"] = max(
+        _max_err(out, ref), *(_max_err(a.grad, b.grad) for a, b in zip(got, want))
+    )
     # DAT: queries over keys and values sampled from a 6 x 7 map (one group), forward
     qd = torch.randn(1, 2, 5, 16, generator=g, dtype=torch.float64)
-    k_map, v_map = (torch.randn(1, 2, 6, 7, 16, generator=g, dtype=torch.float64)
-                    for _ in "kv")
+    k_map, v_map = (
+        torch.randn(1, 2, 6, 7, 16, generator=g, dtype=torch.float64) for _ in "kv"
+    )
     pts = torch.rand(1, 1, 9, 2, generator=g, dtype=torch.float64) * 2 - 1
     out = kd.deformable_attention(*(t.float() for t in (qd, k_map, v_map, pts)))
     ref = kd.deformable_attention_reference(qd, k_map, v_map, pts)
     errs["dat"] = _max_err(out, ref)
     import triton  # after kernels: see kernels.runtime
 
-    return {"torch": torch.__version__, "triton": triton.__version__,
-            "numpy": numpy.__version__, "errors": errs}
+    return {
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "numpy": numpy.__version__,
+        "errors": errs,
+    }
 
 
 if __name__ == "__main__":

@@ -28,16 +28,31 @@ TARGETS = ["sm75", "sm80", "sm89", "sm90"]
 
 @pytest.mark.parametrize(
     "target",
-    [pytest.param(t, marks=pytest.mark.xdist_group(f"compile-{t}")) for t in TARGETS])
+    [pytest.param(t, marks=pytest.mark.xdist_group(f"compile-{t}")) for t in TARGETS],
+)
 def test_representative_configs_fit_and_do_not_spill(target):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run(
-        [sys.executable, "-m", "kernels.machine_code.compile_check", "--quick",
-         "--target", target],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+        [
+            sys.executable,
+            "-m",
+            "kernels.machine_code.compile_check",
+            "--quick",
+            "--target",
+            target,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     out = proc.stdout + proc.stderr
-    rows = [line.split() for line in proc.stdout.splitlines()
-            if line.split() and line.split()[0] in ("fwd", "preprocess", "dkdv", "dq")]
+    rows = [
+        line.split()
+        for line in proc.stdout.splitlines()
+        if line.split() and line.split()[0] in ("fwd", "preprocess", "dkdv", "dq")
+    ]
     assert proc.returncode == 0, out
     assert {r[0] for r in rows} == {"fwd", "preprocess", "dkdv", "dq"}, out
     assert {r[1] for r in rows} == {target}, out
@@ -68,7 +83,7 @@ def test_sass_parser_finds_the_innermost_tensor_core_loop():
     assert len(instrs) == 9 and labels == {".L_x_0": 1, ".L_x_1": 2}
     assert sass.loops(instrs, labels) == [(2, 6), (1, 7)]
     a, b = sass.hot_loop(instrs, labels)
-    counts = sass.count(instrs[a:b + 1])
+    counts = sass.count(instrs[a : b + 1])
     assert (a, b) == (2, 6)
     assert counts["instructions"] == 5 and counts["tensor_core"] == 1
     assert counts["FFMA"] == 1 and counts["MUFU.EX2"] == 1
@@ -83,11 +98,18 @@ def test_machine_code_report_of_the_forward_on_sm90():
         "from kernels.machine_code import compile_check as cc, sass\n"
         "c = cc._compile('fwd', 'sm90', 128, torch.bfloat16, False, (128, 128, 8, 2), "
         "16384)\n"
-        "print(json.dumps(sass.report(c.asm['cubin'])))\n")
+        "print(json.dumps(sass.report(c.asm['cubin'])))\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_INTERPRET"] = "0"
-    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     import json
 

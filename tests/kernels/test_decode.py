@@ -30,8 +30,18 @@ U = {torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8, torch.float32: 2.0**-24}
 U32 = 2.0**-24
 
 
-def make_cache(lens, n_q, h_q, h_kv, d, page, dtype=torch.float16, seed=0,
-               spare_pages=3, max_pages=None):
+def make_cache(
+    lens,
+    n_q,
+    h_q,
+    h_kv,
+    d,
+    page,
+    dtype=torch.float16,
+    seed=0,
+    spare_pages=3,
+    max_pages=None,
+):
     """Random q and a paged cache holding ``lens`` keys per sequence, on shuffled
     physical pages (with ``spare_pages`` unused ones full of NaN), and the block
     table (entries past a sequence's pages are -1)."""
@@ -47,15 +57,20 @@ def make_cache(lens, n_q, h_q, h_kv, d, page, dtype=torch.float16, seed=0,
     bt = torch.full((B, max_pages), -1, dtype=torch.int32)
     used, i = set(), 0
     for b, n in enumerate(need):
-        bt[b, :n] = perm[i:i + n].to(torch.int32)
-        used |= set(perm[i:i + n].tolist())
+        bt[b, :n] = perm[i : i + n].to(torch.int32)
+        used |= set(perm[i : i + n].tolist())
         i += n
     for p in set(range(n_pages)) - used:  # pages no sequence owns
         k[p] = float("nan")
         v[p] = float("nan")
     cast = dict(device=DEVICE, dtype=dtype)
-    return (q.to(**cast), k.to(**cast), v.to(**cast),
-            torch.tensor(lens, dtype=torch.int32, device=DEVICE), bt.to(DEVICE))
+    return (
+        q.to(**cast),
+        k.to(**cast),
+        v.to(**cast),
+        torch.tensor(lens, dtype=torch.int32, device=DEVICE),
+        bt.to(DEVICE),
+    )
 
 
 def reference(q, k, v, lens, bt, causal=True, scale=None):
@@ -77,7 +92,7 @@ def reference(q, k, v, lens, bt, causal=True, scale=None):
         if bt is None:
             kk, vv = k[b, :L], v[b, :L]
         else:
-            pages = bt[b, :-(-L // k.shape[1])].long().cpu()
+            pages = bt[b, : -(-L // k.shape[1])].long().cpu()
             kk = k.cpu()[pages].reshape(-1, h_kv, d)[:L]
             vv = v.cpu()[pages].reshape(-1, h_kv, d)[:L]
         kk = kk.double().cpu().repeat_interleave(G, 1)  # (L, H_q, d)
@@ -102,9 +117,17 @@ def reference(q, k, v, lens, bt, causal=True, scale=None):
 
 
 def check(q, k, v, lens, bt, causal=True, num_splits=0, scale=None):
-    out, lse = attention_with_kvcache(q, k, v, lens, bt, causal=causal,
-                                      softmax_scale=scale, num_splits=num_splits,
-                                      return_lse=True)
+    out, lse = attention_with_kvcache(
+        q,
+        k,
+        v,
+        lens,
+        bt,
+        causal=causal,
+        softmax_scale=scale,
+        num_splits=num_splits,
+        return_lse=True,
+    )
     assert out.shape == q.shape and out.dtype == q.dtype
     assert lse.shape == (q.shape[0], q.shape[2], q.shape[1])
     assert lse.dtype == torch.float32
@@ -150,8 +173,10 @@ def test_splits_agree_and_contiguous_equals_paged():
     # arithmetic in the same order
     lens, n_q, page = [90, 61, 17], 2, 64
     q, k, v, sl, bt = make_cache(lens, n_q, 4, 2, 32, page, torch.float32, seed=3)
-    outs = [attention_with_kvcache(q, k, v, sl, bt, num_splits=s, return_lse=True)
-            for s in (1, 2, 5)]
+    outs = [
+        attention_with_kvcache(q, k, v, sl, bt, num_splits=s, return_lse=True)
+        for s in (1, 2, 5)
+    ]
     for o, lse in outs[1:]:  # fp32: the splits change only the rounding
         torch.testing.assert_close(o, outs[0][0], atol=2e-6, rtol=2e-6)
         torch.testing.assert_close(lse, outs[0][1], atol=2e-6, rtol=2e-6)
@@ -161,7 +186,7 @@ def test_splits_agree_and_contiguous_equals_paged():
     kc = torch.zeros(len(lens), n_max, 2, 32, device=DEVICE)
     vc = torch.zeros_like(kc)
     for b, n in enumerate(lens):
-        pages = bt[b, :-(-n // page)].long()
+        pages = bt[b, : -(-n // page)].long()
         kc[b, :n] = k[pages].reshape(-1, 2, 32)[:n]
         vc[b, :n] = v[pages].reshape(-1, 2, 32)[:n]
     kc[:, 95] = float("nan")  # past every length: never read
@@ -187,18 +212,21 @@ def test_noncontiguous_inputs():
 def test_nan_in_a_cache_row_reaches_only_the_rows_that_see_it():
     lens, n_q, page = [40, 30], 4, 16
     q, k, v, sl, bt = make_cache(lens, n_q, 4, 2, 32, page, torch.float32, seed=7)
+
     # sequence 0: a NaN value at key 38 (seen by tokens 2 and 3 only, causal), a NaN
     # key at key 5 of KV head 1 (seen by every token of heads 2, 3); a stale NaN past
     # the length in the last page of sequence 1
     def slot(b, j):
         return int(bt[b, j // page]), j % page
+
     v[slot(0, 38)][0], k[slot(0, 5)][1] = float("nan"), float("nan")
     p, r = slot(1, 30)
     k[p, r:] = float("nan")
     v[p, r:] = float("nan")
     for splits in (1, 3):
-        out, lse = attention_with_kvcache(q, k, v, sl, bt, num_splits=splits,
-                                          return_lse=True)
+        out, lse = attention_with_kvcache(
+            q, k, v, sl, bt, num_splits=splits, return_lse=True
+        )
         o_nan = torch.isnan(out).all(-1)  # (B, N_q, H_q): whole rows, never partial
         assert torch.equal(o_nan, torch.isnan(out).any(-1))
         want = torch.zeros_like(o_nan)
@@ -228,8 +256,10 @@ def test_block_table_outside_the_pool_is_refused():
             attention_with_kvcache(q, k, v, sl, bt2)
     bt2 = bt.clone()
     bt2[1, 2:] = 10**6  # past the pages sequence 1 uses: never read, accepted
-    assert torch.equal(attention_with_kvcache(q, k, v, sl, bt2),
-                       attention_with_kvcache(q, k, v, sl, bt))
+    assert torch.equal(
+        attention_with_kvcache(q, k, v, sl, bt2),
+        attention_with_kvcache(q, k, v, sl, bt),
+    )
 
 
 def _bad_calls():
@@ -246,12 +276,21 @@ def _bad_calls():
         (dict(q=q[:, :, :3]), ValueError, "H_q=3 must be a positive multiple"),
         (dict(cache_seqlens=sl.long()), TypeError, "cache_seqlens must be int32"),
         (dict(cache_seqlens=sl[:1]), ValueError, r"cache_seqlens must have shape"),
-        (dict(cache_seqlens=torch.tensor([20, 33], dtype=i32, device=DEVICE)),
-         ValueError, r"cache_seqlens must lie in 0..32"),
-        (dict(cache_seqlens=torch.tensor([20, -1], dtype=i32, device=DEVICE)),
-         ValueError, "cache_seqlens must lie"),
-        (dict(cache_seqlens=torch.tensor([20, 1], dtype=i32, device=DEVICE)),
-         ValueError, "counts the N_q = 2 new tokens"),
+        (
+            dict(cache_seqlens=torch.tensor([20, 33], dtype=i32, device=DEVICE)),
+            ValueError,
+            r"cache_seqlens must lie in 0..32",
+        ),
+        (
+            dict(cache_seqlens=torch.tensor([20, -1], dtype=i32, device=DEVICE)),
+            ValueError,
+            "cache_seqlens must lie",
+        ),
+        (
+            dict(cache_seqlens=torch.tensor([20, 1], dtype=i32, device=DEVICE)),
+            ValueError,
+            "counts the N_q = 2 new tokens",
+        ),
         (dict(block_table=bt.long()), TypeError, "block_table must be int32"),
         (dict(block_table=bt[:1]), ValueError, r"block_table must be \(B, max_pages\)"),
         (dict(block_table=bt.tolist()), TypeError, "block_table must be a torch"),
@@ -262,14 +301,25 @@ def _bad_calls():
         (dict(num_splits=2.0), TypeError, "num_splits must be an int"),
         (dict(softmax_scale=float("nan")), ValueError, "sm_scale must be finite"),
         (dict(softmax_scale="x"), TypeError, "sm_scale must be a real number"),
-        (dict(q=torch.empty(2, 0, 4, 16, dtype=q.dtype, device=DEVICE)), ValueError,
-         "N_q >= 1"),
-        (dict(q=torch.empty(2, 2, 4, 300, dtype=q.dtype, device=DEVICE),
-              k_cache=torch.empty(5, 16, 2, 300, dtype=q.dtype, device=DEVICE),
-              v_cache=torch.empty(5, 16, 2, 300, dtype=q.dtype, device=DEVICE)),
-         ValueError, "head dim d must be in 1..256"),
-        (dict(v_cache=v.transpose(0, 1).contiguous().transpose(0, 1)), ValueError,
-         "one memory layout"),
+        (
+            dict(q=torch.empty(2, 0, 4, 16, dtype=q.dtype, device=DEVICE)),
+            ValueError,
+            "N_q >= 1",
+        ),
+        (
+            dict(
+                q=torch.empty(2, 2, 4, 300, dtype=q.dtype, device=DEVICE),
+                k_cache=torch.empty(5, 16, 2, 300, dtype=q.dtype, device=DEVICE),
+                v_cache=torch.empty(5, 16, 2, 300, dtype=q.dtype, device=DEVICE),
+            ),
+            ValueError,
+            "head dim d must be in 1..256",
+        ),
+        (
+            dict(v_cache=v.transpose(0, 1).contiguous().transpose(0, 1)),
+            ValueError,
+            "one memory layout",
+        ),
     ]
 
 
@@ -302,8 +352,9 @@ def test_tile_rules():
     assert K.max_block_m((9, 0), 128, torch.float32) == 16
     assert K.max_block_m((7, 5), 256, torch.bfloat16) == 32
     assert not K.supported((9, 0), 256, torch.float32)
-    assert K.supported((9, 0), 256, torch.bfloat16) and K.supported(None, 256,
-                                                                    torch.float32)
+    assert K.supported((9, 0), 256, torch.bfloat16) and K.supported(
+        None, 256, torch.float32
+    )
     # a key tile never straddles two pages of a power-of-two size >= 16
     assert K.block_n((9, 0), 128, 16, torch.float16, 16) == 16
     assert K.block_n((9, 0), 128, 16, torch.float16, 256) == 64
@@ -325,16 +376,30 @@ def test_matches_the_numpy_twin(causal):
     k, v = (torch.randn(n_pages, page, h_kv, d, generator=g) for _ in range(2))
     table = torch.randperm(n_pages, generator=g)[:9].reshape(3, 3).to(torch.int32)
     want, want_lse = npd.attention_with_kvcache(
-        q.double().numpy(), k.double().numpy(), v.double().numpy(), lens.numpy(),
-        table.numpy(), causal=causal, return_lse=True)
+        q.double().numpy(),
+        k.double().numpy(),
+        v.double().numpy(),
+        lens.numpy(),
+        table.numpy(),
+        causal=causal,
+        return_lse=True,
+    )
     dev = runtime.DEVICE
-    got, got_lse = attention_with_kvcache(q.to(dev), k.to(dev), v.to(dev),
-                                          lens.to(dev), block_table=table.to(dev),
-                                          causal=causal, return_lse=True)
+    got, got_lse = attention_with_kvcache(
+        q.to(dev),
+        k.to(dev),
+        v.to(dev),
+        lens.to(dev),
+        block_table=table.to(dev),
+        causal=causal,
+        return_lse=True,
+    )
     # float32 inputs: a few ulp of fp32 per accumulated term, at most 37 keys
     np.testing.assert_allclose(got.cpu().double().numpy(), want, atol=2e-5, rtol=0)
-    np.testing.assert_array_equal(np.isneginf(got_lse.cpu().numpy()),
-                                  np.isneginf(want_lse))
+    np.testing.assert_array_equal(
+        np.isneginf(got_lse.cpu().numpy()), np.isneginf(want_lse)
+    )
     fin = np.isfinite(want_lse)
-    np.testing.assert_allclose(got_lse.cpu().double().numpy()[fin], want_lse[fin],
-                               atol=2e-5, rtol=0)
+    np.testing.assert_allclose(
+        got_lse.cpu().double().numpy()[fin], want_lse[fin], atol=2e-5, rtol=0
+    )

@@ -15,10 +15,20 @@ from kernels.timing.records import MIN_REPS, Record
 
 def test_time_decode_times_every_impl_and_they_agree():
     timer = bench.FakeTimer()
-    recs = dbench.time_decode([1, 2], [48], h_q=4, h_kv=2, d=16, page_size=16,
-                              suite="decode", stage="sweep", timer=timer)
+    recs = dbench.time_decode(
+        [1, 2],
+        [48],
+        h_q=4,
+        h_kv=2,
+        d=16,
+        page_size=16,
+        suite="decode",
+        stage="sweep",
+        timer=timer,
+    )
     assert [(r.impl, r.shape["B"]) for r in recs] == [
-        (i, b) for b in (1, 2) for i in dbench.IMPLS]
+        (i, b) for b in (1, 2) for i in dbench.IMPLS
+    ]
     assert all(r.error is None and r.mode == "fwd" and r.op == "decode" for r in recs)
     r = recs[0]
     assert r.shape["bytes"] == dbench.decode_bytes(1, 48, 4, 2, 16, 1, 2)
@@ -32,15 +42,33 @@ def test_time_decode_times_every_impl_and_they_agree():
 
 
 def test_cases_past_the_memory_budget_are_recorded_with_their_reason():
-    recs = dbench.time_decode([2], [64], h_q=4, h_kv=2, d=16, page_size=16,
-                              mem_budget=10_000, timer=bench.FakeTimer())
+    recs = dbench.time_decode(
+        [2],
+        [64],
+        h_q=4,
+        h_kv=2,
+        d=16,
+        page_size=16,
+        mem_budget=10_000,
+        timer=bench.FakeTimer(),
+    )
     assert {r.impl for r in recs} == set(dbench.IMPLS)
-    assert all(r.ms is None and r.error == "unsupported" and "skipped" in r.detail
-               for r in recs)
+    assert all(
+        r.ms is None and r.error == "unsupported" and "skipped" in r.detail
+        for r in recs
+    )
     # the cache fits but naive's gathered copy does not
     cache = 2 * 2 * 64 * 2 * 16 * 2
-    recs = dbench.time_decode([2], [64], h_q=4, h_kv=2, d=16, page_size=16,
-                              mem_budget=cache + 100, timer=bench.FakeTimer())
+    recs = dbench.time_decode(
+        [2],
+        [64],
+        h_q=4,
+        h_kv=2,
+        d=16,
+        page_size=16,
+        mem_budget=cache + 100,
+        timer=bench.FakeTimer(),
+    )
     errs = {r.impl: r.error for r in recs}
     assert errs["naive"] == "unsupported" and errs["triton"] is None
     assert dbench.time_decode([1], [16], deadline=0.0) == []
@@ -48,11 +76,21 @@ def test_cases_past_the_memory_budget_are_recorded_with_their_reason():
 
 def test_summary_and_percent_of_peak_come_from_records_only():
     def rec(impl, ms, gbps):
-        return Record("decode", "decode", impl, "fwd", "float16",
-                            {"B": 8, "L": 8192}, ms=ms, gbps=gbps).to_dict()
+        return Record(
+            "decode",
+            "decode",
+            impl,
+            "fwd",
+            "float16",
+            {"B": 8, "L": 8192},
+            ms=ms,
+            gbps=gbps,
+        ).to_dict()
 
-    rows = dbench.decode_summary([rec("triton", 1.0, 3840.0), rec("naive", 5.0, 768.0),
-                                  rec("sdpa", None, None)], "NVIDIA H200")
+    rows = dbench.decode_summary(
+        [rec("triton", 1.0, 3840.0), rec("naive", 5.0, 768.0), rec("sdpa", None, None)],
+        "NVIDIA H200",
+    )
     (row,) = rows
     assert row["vs_naive"] == 5.0 and row["vs_sdpa"] is None
     assert row["triton_percent_of_peak"] == pytest.approx(80.0)  # 4.8 TB/s datasheet
@@ -65,8 +103,10 @@ def test_dry_run_of_the_decode_suite(tmp_path, capsys):
     from benchmarks import run
 
     assert "decode" in run.SUITES and "decode" in run.WEIGHTS
-    assert run.main(["--dry-run", "--suite", "decode", "--results-dir",
-                     str(tmp_path)]) == 0
+    assert (
+        run.main(["--dry-run", "--suite", "decode", "--results-dir", str(tmp_path)])
+        == 0
+    )
     (path,) = tmp_path.glob("*.json")
     data = json.loads(path.read_text())
     assert results.validate_results(data) == []
@@ -74,8 +114,7 @@ def test_dry_run_of_the_decode_suite(tmp_path, capsys):
     assert suite["correctness"] and all(c["ok"] for c in suite["correctness"])
     recs = suite["records"]
     assert {r["impl"] for r in recs} == set(dbench.IMPLS)
-    assert all(r["stage"] == "sweep" and r["stats"]["reps"] >= MIN_REPS
-               for r in recs)
+    assert all(r["stage"] == "sweep" and r["stats"]["reps"] >= MIN_REPS for r in recs)
     events = data["protocol"]["events"]
     kinds = [(e["phase"], e["event"]) for e in events]
     assert kinds.index(("check", "check")) < kinds.index(("sweep", "time"))

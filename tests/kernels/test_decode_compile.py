@@ -25,18 +25,34 @@ TARGETS = ["sm75", "sm80", "sm89", "sm90"]
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "target",
-    [pytest.param(t, marks=pytest.mark.xdist_group(f"compile-{t}")) for t in TARGETS])
+    [pytest.param(t, marks=pytest.mark.xdist_group(f"compile-{t}")) for t in TARGETS],
+)
 def test_decode_tiles_compile_without_spills(target):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run(
-        [sys.executable, "-m", "kernels.machine_code.decode_check", "--quick",
-         "--target", target],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "kernels.machine_code.decode_check",
+            "--quick",
+            "--target",
+            target,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     out = proc.stdout + proc.stderr
-    rows = [line.split() for line in proc.stdout.splitlines()
-            if line.split() and line.split()[0] in ("split", "merge")]
+    rows = [
+        line.split()
+        for line in proc.stdout.splitlines()
+        if line.split() and line.split()[0] in ("split", "merge")
+    ]
     assert proc.returncode == 0, out
     assert len(rows) == 20 and {r[1] for r in rows} == {target}, out
-    assert {(r[2], r[3]) for r in rows} == {(d, t) for d in ("64", "128")
-                                            for t in ("fp16", "bf16")}, out
+    assert {(r[2], r[3]) for r in rows} == {
+        (d, t) for d in ("64", "128") for t in ("fp16", "bf16")
+    }, out
     assert all(r[-1] == "ok" and r[-3] == "0" for r in rows), out  # no spill bytes

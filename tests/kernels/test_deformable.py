@@ -49,8 +49,8 @@ def _assert_close(ours, ref, torch_same_dtype, names, atol):
         err, err_pt = (o - r).abs().max().item(), (t - r).abs().max().item()
         scale = max(r.abs().max().item(), 1.0)
         assert err <= 2 * err_pt + atol * scale, (
-            f"{name}: max error {err:.3g} vs PyTorch's {err_pt:.3g} "
-            f"(|ref| {scale:.3g})")
+            f"{name}: max error {err:.3g} vs PyTorch's {err_pt:.3g} (|ref| {scale:.3g})"
+        )
 
 
 # --------------------------------------------------------------------------------------
@@ -66,21 +66,24 @@ MSDA_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", MSDA_CASES,
-                         ids=lambda c: f"B{c[0]}Lq{c[1]}H{c[2]}D{c[3]}")
+@pytest.mark.parametrize(
+    "case", MSDA_CASES, ids=lambda c: f"B{c[0]}Lq{c[1]}H{c[2]}D{c[3]}"
+)
 def test_msda_forward_backward_fp32(case):
     b, l_q, n_h, d, shapes, n_p = case
     value, sh, st, loc, w = _msda_inputs(b, l_q, n_h, d, shapes, n_p)
     grad = torch.randn(b, l_q, n_h * d, device=DEV)
     fn = lambda v, lc, ww: kd.ms_deform_attn(v, sh, st, lc, ww)  # noqa: E731
     ref_fn = lambda v, lc, ww: kd.ms_deform_attn_reference(  # noqa: E731
-        v, sh, st, lc, ww)
+        v, sh, st, lc, ww
+    )
     ours = _run(fn, (value, loc, w), grad, torch.float32)
     ref = _run(ref_fn, (value, loc, w), grad, torch.float64)
     pt = _run(ref_fn, (value, loc, w), grad, torch.float32)
     assert ours[0].shape == (b, l_q, n_h * d)
-    _assert_close(ours, ref, pt, ["out", "d value", "d locations", "d weights"],
-                  atol=1e-5)
+    _assert_close(
+        ours, ref, pt, ["out", "d value", "d locations", "d weights"], atol=1e-5
+    )
 
 
 def test_msda_points_outside_have_zero_output_and_gradient():
@@ -102,9 +105,13 @@ def test_msda_matches_numpy_twin_and_accepts_non_contiguous():
     value_nc = value.transpose(1, 2).contiguous().transpose(1, 2)
     assert not value_nc.is_contiguous()
     ours = kd.ms_deform_attn(value_nc, sh, st, loc, w)
-    twin = npd.ms_deform_attn(value.double().cpu().numpy(), sh.cpu().numpy(),
-                              st.cpu().numpy(), loc.double().cpu().numpy(),
-                              w.double().cpu().numpy())
+    twin = npd.ms_deform_attn(
+        value.double().cpu().numpy(),
+        sh.cpu().numpy(),
+        st.cpu().numpy(),
+        loc.double().cpu().numpy(),
+        w.double().cpu().numpy(),
+    )
     np.testing.assert_allclose(ours.cpu().numpy(), twin, rtol=1e-5, atol=1e-5)
 
 
@@ -113,17 +120,20 @@ def test_msda_low_precision_within_pytorch_error(dtype):
     b, l_q, n_h, d, shapes, n_p = 1, 24, 2, 16, [[6, 7], [3, 4]], 2
     # locations inside [0, 1]: PyTorch's CPU half-precision grid_sample (the reference
     # in the same dtype) can crash on points far outside the map; fp32 tests cover those
-    value, sh, st, loc, w = _msda_inputs(b, l_q, n_h, d, shapes, n_p,
-                                         seed=5, lo=0.0, hi=1.0)
+    value, sh, st, loc, w = _msda_inputs(
+        b, l_q, n_h, d, shapes, n_p, seed=5, lo=0.0, hi=1.0
+    )
     grad = torch.randn(b, l_q, n_h * d, device=DEV)
     fn = lambda v, lc, ww: kd.ms_deform_attn(v, sh, st, lc, ww)  # noqa: E731
     ref_fn = lambda v, lc, ww: kd.ms_deform_attn_reference(  # noqa: E731
-        v, sh, st, lc, ww)
+        v, sh, st, lc, ww
+    )
     ours = _run(fn, (value, loc, w), grad, dtype)
     ref = _run(ref_fn, (value, loc, w), grad, torch.float64)
     pt = _run(ref_fn, (value, loc, w), grad, dtype)
-    _assert_close(ours, ref, pt, ["out", "d value", "d locations", "d weights"],
-                  atol=1e-3)
+    _assert_close(
+        ours, ref, pt, ["out", "d value", "d locations", "d weights"], atol=1e-3
+    )
 
 
 def test_msda_bad_inputs():
@@ -173,14 +183,17 @@ def test_dat_forward_backward_fp32(case, align_corners):
     ins = _dat_inputs(case)
     grad = torch.randn(case[0], case[1], case[3], case[5], device=DEV)
     fn = lambda *a: kd.deformable_attention(  # noqa: E731
-        *a, align_corners=align_corners)
+        *a, align_corners=align_corners
+    )
     ref_fn = lambda *a: kd.deformable_attention_reference(  # noqa: E731
-        *a, align_corners=align_corners)
+        *a, align_corners=align_corners
+    )
     ours = _run(fn, ins, grad, torch.float32)
     ref = _run(ref_fn, ins, grad, torch.float64)
     pt = _run(ref_fn, ins, grad, torch.float32)
-    _assert_close(ours, ref, pt, ["out", "dq", "dk_map", "dv_map", "dpoints"],
-                  atol=1e-5)
+    _assert_close(
+        ours, ref, pt, ["out", "dq", "dk_map", "dv_map", "dpoints"], atol=1e-5
+    )
 
 
 def test_dat_matches_numpy_twin_non_contiguous_and_scale():
@@ -190,11 +203,14 @@ def test_dat_matches_numpy_twin_non_contiguous_and_scale():
     q_nc = q.transpose(1, 2).contiguous().transpose(1, 2)
     km_nc = km.permute(0, 1, 3, 2, 4).contiguous().permute(0, 1, 3, 2, 4)
     assert not q_nc.is_contiguous() and not km_nc.is_contiguous()
-    out = kd.deformable_attention(q_nc, km_nc, vm, pts, sm_scale=0.5,
-                                  align_corners=False)
+    out = kd.deformable_attention(
+        q_nc, km_nc, vm, pts, sm_scale=0.5, align_corners=False
+    )
     twin = npd.deformable_attention(
         *(t.double().cpu().numpy() for t in (q, km, vm, pts)),
-        scale=0.5, align_corners=False)
+        scale=0.5,
+        align_corners=False,
+    )
     np.testing.assert_allclose(out.cpu().numpy(), twin, rtol=1e-5, atol=1e-5)
 
 
@@ -216,8 +232,9 @@ def test_dat_low_precision_within_pytorch_error(dtype):
     ours = _run(fn, ins, grad, dtype)
     ref = _run(kd.deformable_attention_reference, ins, grad, torch.float64)
     pt = _run(kd.deformable_attention_reference, ins, grad, dtype)
-    _assert_close(ours, ref, pt, ["out", "dq", "dk_map", "dv_map", "dpoints"],
-                  atol=2e-3)
+    _assert_close(
+        ours, ref, pt, ["out", "dq", "dk_map", "dv_map", "dpoints"], atol=2e-3
+    )
 
 
 def test_dat_bad_inputs():
@@ -229,8 +246,9 @@ def test_dat_bad_inputs():
     with pytest.raises(ValueError, match="points"):
         kd.deformable_attention(q, km, vm, pts[:, :, :, :1])
     with pytest.raises(ValueError, match="points"):
-        kd.deformable_attention(q, km, vm,
-                                torch.zeros(1, 3, 5, 2, device=DEV))  # 3 !| 4
+        kd.deformable_attention(
+            q, km, vm, torch.zeros(1, 3, 5, 2, device=DEV)
+        )  # 3 !| 4
     with pytest.raises(TypeError, match="q"):
         kd.deformable_attention(q.long(), km, vm, pts)
     with pytest.raises(TypeError, match="share a dtype"):
@@ -340,8 +358,14 @@ def test_kernels_compile_for_sm75_sm80_sm90_without_spills():
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_INTERPRET"] = "0"
-    proc = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", _COMPILE_SCRIPT],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "compiled 44" in out, out
@@ -396,10 +420,12 @@ def _detr_inputs(channels, seed):
 
 def test_detr_forward_equal_with_pytorch_double_and_float():
     value, shapes, starts, loc, w = _detr_inputs(2, 0)
-    ref = kd.ms_deform_attn_reference(value.double(), shapes, starts, loc.double(),
-                                      w.double())
-    out = kd.MSDeformAttnFunction.apply(value.double(), shapes, starts, loc.double(),
-                                        w.double(), 2)
+    ref = kd.ms_deform_attn_reference(
+        value.double(), shapes, starts, loc.double(), w.double()
+    )
+    out = kd.MSDeformAttnFunction.apply(
+        value.double(), shapes, starts, loc.double(), w.double(), 2
+    )
     assert out.dtype == torch.float64
     assert torch.allclose(out, ref)  # DETR's check: default rtol 1e-5, atol 1e-8
     out32 = kd.MSDeformAttnFunction.apply(value, shapes, starts, loc, w, 2)
@@ -409,8 +435,14 @@ def test_detr_forward_equal_with_pytorch_double_and_float():
 @pytest.mark.parametrize("channels", [30, 32, 64, 71, 1025, 2048, 3096])
 def test_detr_gradient_numerical(channels):
     value, shapes, starts, loc, w = _detr_inputs(channels, channels)
-    ins = (value.double().requires_grad_(), shapes, starts,
-           loc.double().requires_grad_(), w.double().requires_grad_(), 2)
+    ins = (
+        value.double().requires_grad_(),
+        shapes,
+        starts,
+        loc.double().requires_grad_(),
+        w.double().requires_grad_(),
+        2,
+    )
     assert torch.autograd.gradcheck(kd.MSDeformAttnFunction.apply, ins, fast_mode=True)
     ref = kd.ms_deform_attn_reference(*ins[:5])
     assert torch.allclose(kd.MSDeformAttnFunction.apply(*ins), ref)
@@ -425,11 +457,18 @@ def test_msda_loops_over_channel_blocks(monkeypatch):
     value, shapes, starts, loc, w = _detr_inputs(71, 1)
     ins = [value.double(), loc.double(), w.double()]
     grad = torch.randn(1, 2, 2 * 71, dtype=torch.float64)
-    ours = _run(lambda v, lc, ww: kd.ms_deform_attn(v, shapes, starts, lc, ww),
-                ins, grad, torch.float64)
+    ours = _run(
+        lambda v, lc, ww: kd.ms_deform_attn(v, shapes, starts, lc, ww),
+        ins,
+        grad,
+        torch.float64,
+    )
     ref = _run(
         lambda v, lc, ww: kd.ms_deform_attn_reference(v, shapes, starts, lc, ww),
-        ins, grad, torch.float64)
+        ins,
+        grad,
+        torch.float64,
+    )
     for a, b in zip(ours, ref):
         # float64, sums of at most L*P*4 = 16 terms per output: a few ulp of
         # the magnitudes

@@ -23,8 +23,10 @@ DEVICE = runtime.DEVICE
 
 def _qkv(B, H, H_kv, N_q, N_k, d, dtype=torch.float32, seed=0, scale=1.0, grad=False):
     g = torch.Generator().manual_seed(seed)
-    ts = [torch.randn(shape, generator=g) * scale
-          for shape in ((B, H, N_q, d), (B, H_kv, N_k, d), (B, H_kv, N_k, d))]
+    ts = [
+        torch.randn(shape, generator=g) * scale
+        for shape in ((B, H, N_q, d), (B, H_kv, N_k, d), (B, H_kv, N_k, d))
+    ]
     return [t.to(device=DEVICE, dtype=dtype).requires_grad_(grad) for t in ts]
 
 
@@ -99,14 +101,14 @@ def test_fully_masked_rows_give_zero_output_and_zero_grad():
 def test_agrees_with_torch_sdpa():
     q, k, v = _qkv(2, 4, 2, 64, 64, 32)
     for causal in (False, True):
-        expected = F.scaled_dot_product_attention(q, k.repeat_interleave(2, 1),
-                                                  v.repeat_interleave(2, 1),
-                                                  is_causal=causal)
+        expected = F.scaled_dot_product_attention(
+            q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), is_causal=causal
+        )
         assert _max_err(flash_attention(q, k, v, causal=causal), expected) < 2e-5
         assert _max_err(naive_attention(q, k, v, causal=causal), expected) < 2e-5
 
 
-U32 = 2.0 ** -24  # fp32 unit roundoff
+U32 = 2.0**-24  # fp32 unit roundoff
 
 
 def _softmax_error_bound(q, k, causal, sm_scale):
@@ -127,7 +129,8 @@ def _softmax_error_bound(q, k, causal, sm_scale):
     s = (q.double() @ k.double().transpose(-1, -2)) * scale
     if causal:
         hidden = ~torch.ones(s.shape[-2:], dtype=torch.bool).tril(
-            s.shape[-1] - s.shape[-2])
+            s.shape[-1] - s.shape[-2]
+        )
         s = s.masked_fill(hidden, float("-inf"))
         kappa = kappa.masked_fill(hidden, 0.0)
     p = torch.softmax(s, dim=-1)
@@ -148,22 +151,25 @@ def test_custom_scale_and_large_logits_do_not_overflow():
     q, k, v = _qkv(1, 2, 2, 64, 80, 32, scale=100.0, grad=True)
     n_q, n_k = q.shape[2], k.shape[2]
     for sm_scale in (None, 0.05):
-        o, lse = flash_attention(q, k, v, causal=True, sm_scale=sm_scale,
-                                 return_lse=True)
+        o, lse = flash_attention(
+            q, k, v, causal=True, sm_scale=sm_scale, return_lse=True
+        )
         do = torch.randn_like(o)
         dq, dk, dv = torch.autograd.grad(o, (q, k, v), do)
         o_ref, lse_ref, (dq_r, dk_r, dv_r) = _ref_grads(q, k, v, do, True, sm_scale)
         for t in (o, lse, dq, dk, dv):
             assert torch.all(torch.isfinite(t))
-        p, dp_bound, lse_bound = _softmax_error_bound(q.detach(), k.detach(), True,
-                                                      sm_scale)
+        p, dp_bound, lse_bound = _softmax_error_bound(
+            q.detach(), k.detach(), True, sm_scale
+        )
         va, doa = v.detach().abs().double(), do.abs().double()
         o_tol = dp_bound @ va + (n_k + 4) * U32 * (p @ va)  # (B, H, N_q, d)
         assert torch.all((o.double() - o_ref).abs() <= 2 * o_tol + 1e-30)
         lse_tol = lse_bound + 4 * U32 * lse_ref.abs()
         assert torch.all((lse.double() - lse_ref).abs() <= 2 * lse_tol)
-        dv_tol = (dp_bound.transpose(-1, -2) @ doa
-                  + (n_q + 4) * U32 * (p.transpose(-1, -2) @ doa))
+        dv_tol = dp_bound.transpose(-1, -2) @ doa + (n_q + 4) * U32 * (
+            p.transpose(-1, -2) @ doa
+        )
         assert torch.all((dv.double() - dv_r).abs() <= 2 * dv_tol + 1e-30)
         scale = sm_scale or 1 / math.sqrt(q.shape[-1])
         dp_bound = (do.abs().double() @ v.abs().double().transpose(-1, -2)).max().item()
@@ -232,7 +238,8 @@ def test_attention_probs_match_fp64_softmax(causal):
     if causal:
         s = s.masked_fill(
             torch.arange(N_k)[None, :] > torch.arange(N_q)[:, None] + N_k - N_q,
-            float("-inf"))
+            float("-inf"),
+        )
     p_ref = torch.nan_to_num(torch.softmax(s, -1), nan=0.0)  # fully masked rows -> 0
     p = attention_probs(q, k, lse, causal=causal)
     assert p.shape == (B, H, N_q, N_k) and p.dtype == torch.float32
@@ -260,25 +267,54 @@ def _t(*shape, dtype=torch.float32):
     return torch.zeros(shape, dtype=dtype, device=DEVICE)
 
 
-@pytest.mark.parametrize("q,k,v,exc,match", [
-    (_t(2, 8, 16), _t(1, 2, 8, 16), _t(1, 2, 8, 16), ValueError,
-     r"q must be 4-D.*\(2, 8, 16\)"),
-    (_t(1, 2, 8, 16), _t(2, 8, 16), _t(1, 2, 8, 16), ValueError, r"k must be 4-D"),
-    ([[1.0]], _t(1, 2, 8, 16), _t(1, 2, 8, 16), TypeError, "q must be a torch.Tensor"),
-    (_t(2, 2, 8, 16), _t(1, 2, 8, 16), _t(1, 2, 8, 16), ValueError, "batch"),
-    (_t(1, 3, 8, 16), _t(1, 2, 8, 16), _t(1, 2, 8, 16), ValueError, r"H=3.*H_kv=2"),
-    (_t(1, 2, 8, 16), _t(1, 2, 8, 32), _t(1, 2, 8, 32), ValueError, "head dim 32"),
-    (_t(1, 2, 8, 16), _t(1, 2, 8, 16), _t(1, 2, 9, 16), ValueError,
-     r"k and v.*\(1, 2, 9, 16\)"),
-    (_t(1, 2, 8, 16), _t(1, 2, 8, 16, dtype=torch.float16), _t(1, 2, 8, 16), TypeError,
-     "share a dtype"),
-    (_t(1, 2, 8, 16, dtype=torch.int32),) * 3 + (TypeError, "torch.int32"),
-    (_t(1, 2, 8, 16, dtype=torch.float64),) * 3 + (TypeError, "torch.float64"),
-    (_t(1, 2, 8, 512), _t(1, 2, 8, 512), _t(1, 2, 8, 512), ValueError,
-     r"1\.\.256.*512"),
-    (_t(1, 2, 8, 0), _t(1, 2, 8, 0), _t(1, 2, 8, 0), ValueError, "head dim"),
-    (_t(1, 2, 0, 16), _t(1, 2, 8, 16), _t(1, 2, 8, 16), ValueError, "lengths"),
-])
+@pytest.mark.parametrize(
+    "q,k,v,exc,match",
+    [
+        (
+            _t(2, 8, 16),
+            _t(1, 2, 8, 16),
+            _t(1, 2, 8, 16),
+            ValueError,
+            r"q must be 4-D.*\(2, 8, 16\)",
+        ),
+        (_t(1, 2, 8, 16), _t(2, 8, 16), _t(1, 2, 8, 16), ValueError, r"k must be 4-D"),
+        (
+            [[1.0]],
+            _t(1, 2, 8, 16),
+            _t(1, 2, 8, 16),
+            TypeError,
+            "q must be a torch.Tensor",
+        ),
+        (_t(2, 2, 8, 16), _t(1, 2, 8, 16), _t(1, 2, 8, 16), ValueError, "batch"),
+        (_t(1, 3, 8, 16), _t(1, 2, 8, 16), _t(1, 2, 8, 16), ValueError, r"H=3.*H_kv=2"),
+        (_t(1, 2, 8, 16), _t(1, 2, 8, 32), _t(1, 2, 8, 32), ValueError, "head dim 32"),
+        (
+            _t(1, 2, 8, 16),
+            _t(1, 2, 8, 16),
+            _t(1, 2, 9, 16),
+            ValueError,
+            r"k and v.*\(1, 2, 9, 16\)",
+        ),
+        (
+            _t(1, 2, 8, 16),
+            _t(1, 2, 8, 16, dtype=torch.float16),
+            _t(1, 2, 8, 16),
+            TypeError,
+            "share a dtype",
+        ),
+        (_t(1, 2, 8, 16, dtype=torch.int32),) * 3 + (TypeError, "torch.int32"),
+        (_t(1, 2, 8, 16, dtype=torch.float64),) * 3 + (TypeError, "torch.float64"),
+        (
+            _t(1, 2, 8, 512),
+            _t(1, 2, 8, 512),
+            _t(1, 2, 8, 512),
+            ValueError,
+            r"1\.\.256.*512",
+        ),
+        (_t(1, 2, 8, 0), _t(1, 2, 8, 0), _t(1, 2, 8, 0), ValueError, "head dim"),
+        (_t(1, 2, 0, 16), _t(1, 2, 8, 16), _t(1, 2, 8, 16), ValueError, "lengths"),
+    ],
+)
 def test_bad_inputs_raise_clear_errors(q, k, v, exc, match):
     with pytest.raises(exc, match=match):
         flash_attention(q, k, v)
@@ -300,12 +336,21 @@ def test_shipped_configs_are_valid_tiles():
                     cfgs = tiles.configs(kernel, cap, d, dtype)
                     # the one documented gap: no sm_75 backward above head dim 128
                     unsupported = target == "sm75" and kernel != "fwd" and d > 128
-                    assert (len(cfgs) == 0) if unsupported else (1 <= len(cfgs) <= 2), \
-                        (kernel, target, d, dtype)
+                    assert (len(cfgs) == 0) if unsupported else (1 <= len(cfgs) <= 2), (
+                        kernel,
+                        target,
+                        d,
+                        dtype,
+                    )
                     for bm, bn, warps, stages in cfgs:
                         for b in (bm, bn):
-                            assert b >= 16 and b & (b - 1) == 0, \
-                                (kernel, target, d, bm, bn)
+                            assert b >= 16 and b & (b - 1) == 0, (
+                                kernel,
+                                target,
+                                d,
+                                bm,
+                                bn,
+                            )
                         assert warps in (2, 4, 8) and 1 <= stages <= 4
     assert tiles.arch_class((7, 5)) == "sm75" and tiles.arch_class((8, 6)) == "sm89"
     assert tiles.arch_class((9, 0)) == "sm90" and tiles.block_d(80) == 128
@@ -320,34 +365,65 @@ def test_gpu_results_figures_draw_from_a_results_file(tmp_path):
     from kernels.timing.records import RESULTS_DIR, Record
 
     spec = importlib.util.spec_from_file_location(
-        "gpu_results",
-        RESULTS_DIR.parent.parent / "figures" / "src" / "gpu_results.py")
+        "gpu_results", RESULTS_DIR.parent.parent / "figures" / "src" / "gpu_results.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    prov = {"gpu": "Test GPU", "capability": [9, 0], "torch": "t", "triton": "x",
-            "cuda": "c", "date": "2026-01-01"}
+    prov = {
+        "gpu": "Test GPU",
+        "capability": [9, 0],
+        "torch": "t",
+        "triton": "x",
+        "cuda": "c",
+        "date": "2026-01-01",
+    }
     records = []
     for impl in ("triton", "naive"):
         for n in (512, 1024):
             for mode in ("fwd", "fwd+bwd"):
                 for d in (64, 128):
                     for causal in (False, True):
-                        records.append(Record(
-                            "flash", "attention", impl, mode, "float16",
-                            {"B": 1, "H": 1, "N_q": n, "N_k": n, "d": d,
-                             "causal": causal},
-                            ms=1.0, tflops=float(n)).to_dict())
-        records.append(Record("flash", "attention-memory", impl, "fwd", "float16",
-                                    {"B": 1, "H": 16, "N_q": 1024, "N_k": 1024, "d": 64,
-                                     "causal": False}, peak_mem_bytes=2**20,
-                                    error="OOM" if impl == "naive" else None).to_dict())
-    results.save_results("flash", records, [], path=tmp_path / "test-gpu.json",
-                       provenance=prov)
+                        records.append(
+                            Record(
+                                "flash",
+                                "attention",
+                                impl,
+                                mode,
+                                "float16",
+                                {
+                                    "B": 1,
+                                    "H": 1,
+                                    "N_q": n,
+                                    "N_k": n,
+                                    "d": d,
+                                    "causal": causal,
+                                },
+                                ms=1.0,
+                                tflops=float(n),
+                            ).to_dict()
+                        )
+        records.append(
+            Record(
+                "flash",
+                "attention-memory",
+                impl,
+                "fwd",
+                "float16",
+                {"B": 1, "H": 16, "N_q": 1024, "N_k": 1024, "d": 64, "causal": False},
+                peak_mem_bytes=2**20,
+                error="OOM" if impl == "naive" else None,
+            ).to_dict()
+        )
+    results.save_results(
+        "flash", records, [], path=tmp_path / "test-gpu.json", provenance=prov
+    )
     (found,) = results.suite_records(results.load_results(tmp_path), "flash")
     paths = mod.draw(*found, out_dir=tmp_path)
-    assert [p.name for p in paths] == ["gpu_flash_test-gpu_fwd_float16.png",
-                                       "gpu_flash_test-gpu_fwd_bwd_float16.png",
-                                       "gpu_flash_test-gpu_memory.png"]
+    assert [p.name for p in paths] == [
+        "gpu_flash_test-gpu_fwd_float16.png",
+        "gpu_flash_test-gpu_fwd_bwd_float16.png",
+        "gpu_flash_test-gpu_memory.png",
+    ]
     assert all(p.stat().st_size > 10_000 for p in paths)
 
 
@@ -389,16 +465,19 @@ def test_nan_query_row_gives_nan_row_not_empty_row():
     # -> 0, -inf
     q, k, v = _qkv(1, 1, 1, 6, 4, 16)
     q[0, 0, 4, 0] = float("nan")
-    for fn in (lambda: flash_attention(q, k, v, causal=True, return_lse=True),
-               lambda: reference_attention(q, k, v, causal=True)):
+    for fn in (
+        lambda: flash_attention(q, k, v, causal=True, return_lse=True),
+        lambda: reference_attention(q, k, v, causal=True),
+    ):
         o, lse = fn()
         assert torch.isnan(o[0, 0, 4]).all() and torch.isnan(lse[0, 0, 4])
         assert torch.all(o[0, 0, :2] == 0) and torch.isneginf(lse[0, 0, :2]).all()
         assert torch.isfinite(o[0, 0, [2, 3, 5]]).all()
 
 
-@pytest.mark.parametrize("sm_scale",
-                         [1e300, -1e300, 2.4e38, float("inf"), float("nan")])
+@pytest.mark.parametrize(
+    "sm_scale", [1e300, -1e300, 2.4e38, float("inf"), float("nan")]
+)
 def test_scale_overflowing_fp32_is_refused(sm_scale):
     # item 3: sm_scale * log2(e) is folded into the kernel's fp32 scores
     q, k, v = _qkv(1, 1, 1, 8, 8, 16)
@@ -409,18 +488,24 @@ def test_scale_overflowing_fp32_is_refused(sm_scale):
     flash_attention(q, k, v, sm_scale=2.3e38)  # the largest finite product is accepted
 
 
-@pytest.mark.parametrize("kw,exc", [({"causal": "False"}, TypeError),
-                                    ({"causal": 1}, TypeError),
-                                    ({"return_lse": "yes"}, TypeError),
-                                    ({"sm_scale": "0.5"}, TypeError)])
+@pytest.mark.parametrize(
+    "kw,exc",
+    [
+        ({"causal": "False"}, TypeError),
+        ({"causal": 1}, TypeError),
+        ({"return_lse": "yes"}, TypeError),
+        ({"sm_scale": "0.5"}, TypeError),
+    ],
+)
 def test_flags_are_checked_as_bools(kw, exc):
     q, k, v = _qkv(1, 1, 1, 8, 8, 16)
     with pytest.raises(exc):
         flash_attention(q, k, v, **kw)
 
 
-@pytest.mark.parametrize("causal,n_q,n_k",
-                         [(False, 37, 37), (True, 37, 53), (True, 60, 20)])
+@pytest.mark.parametrize(
+    "causal,n_q,n_k", [(False, 37, 37), (True, 37, 53), (True, 60, 20)]
+)
 def test_lse_is_differentiable(causal, n_q, n_k):
     # item 12: o and lse both carry gradients; float64 autograd through
     # reference_attention is the reference. A gradient dL on lse enters the FA2 backward
@@ -433,8 +518,9 @@ def test_lse_is_differentiable(causal, n_q, n_k):
     grads = torch.autograd.grad(loss, (q, k, v))
     q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
     o_r, lse_r = reference_attention(q64, k64, v64, causal=causal)
-    loss_r = ((o_r * go.double()).sum()
-              + (torch.where(visible, lse_r, 0.0) * gl.double()).sum())
+    loss_r = (o_r * go.double()).sum() + (
+        torch.where(visible, lse_r, 0.0) * gl.double()
+    ).sum()
     refs = torch.autograd.grad(loss_r, (q64, k64, v64))
     for g, r in zip(grads, refs):
         assert torch.all(torch.isfinite(g))
@@ -506,8 +592,9 @@ def _selected_reference(q, k, v, do, causal, sm_scale=None):
     vis = vis.to(q.device)
     s = torch.where(vis, q @ k.transpose(-2, -1) * scale, float("-inf"))
     lse = torch.logsumexp(s, -1)  # NaN if a visible score is NaN, -inf if none
-    p = torch.where(vis & ~torch.isneginf(lse)[..., None],
-                    torch.exp(s - lse[..., None]), 0.0)
+    p = torch.where(
+        vis & ~torch.isneginf(lse)[..., None], torch.exp(s - lse[..., None]), 0.0
+    )
 
     def vsum(coef, rows, axis):  # sum over visible pairs of coef_ij * rows
         if axis == "j":  # (.., N_q, N_k) x (.., N_k, d) -> (.., N_q, d)
@@ -536,10 +623,12 @@ def _assert_same_nans_and_close(got, ref, rtol):
         assert _max_err(got[ok], ref[ok]) < rtol * max(1.0, ref[ok].abs().max().item())
 
 
-@pytest.mark.parametrize("which,pos", [("do", 70), ("q", 70), ("v", 80), ("k", 80),
-                                       ("do", 5)])
-@pytest.mark.parametrize("n_q,n_k,h,h_kv", [(100, 100, 2, 2), (90, 100, 2, 1),
-                                            (100, 40, 1, 1)])
+@pytest.mark.parametrize(
+    "which,pos", [("do", 70), ("q", 70), ("v", 80), ("k", 80), ("do", 5)]
+)
+@pytest.mark.parametrize(
+    "n_q,n_k,h,h_kv", [(100, 100, 2, 2), (90, 100, 2, 1), (100, 40, 1, 1)]
+)
 def test_causal_backward_keeps_nan_out_of_hidden_pairs(which, pos, n_q, n_k, h, h_kv):
     # A NaN in row `pos` of q or dO (a query) or k or v (a key) reaches only the
     # gradients of pairs that see it; in the causal masked tiles a hidden pair weighs 0,
@@ -576,11 +665,13 @@ def test_selected_reference_matches_autograd_without_nan():
 
 
 @pytest.mark.parametrize("path", ["pointer", "tma"])
-@pytest.mark.parametrize("causal,n", [(False, 128), (True, 128), (True, 8),
-                                      (False, 77)])
+@pytest.mark.parametrize(
+    "causal,n", [(False, 128), (True, 128), (True, 8), (False, 77)]
+)
 @pytest.mark.parametrize("sm_scale", [1e38, -1e38])
-def test_scores_overflowing_fp32_give_nan_rows_never_empty_rows(causal, n, sm_scale,
-                                                                path):
+def test_scores_overflowing_fp32_give_nan_rows_never_empty_rows(
+    causal, n, sm_scale, path
+):
     # sm_scale = 1e38 is accepted (sm_scale * log2(e) fits fp32) but q k^T * scale does
     # not: no fp32 softmax exists. Every such row must read NaN (o and lse), never
     # the "no visible key" answer (0, -inf) nor a finite guess. q and k point the same
@@ -589,13 +680,15 @@ def test_scores_overflowing_fp32_give_nan_rows_never_empty_rows(causal, n, sm_sc
     # the masked tile runs, where all -inf used to read as an empty row).
     q, k, v = _qkv(1, 1, 1, n, n, 16, seed=1)
     q, k = q.abs() + 0.5, k.abs() + 0.5
-    o, lse = flash_attention(q, k, v, causal=causal, sm_scale=sm_scale,
-                             return_lse=True, forward_path=path)
+    o, lse = flash_attention(
+        q, k, v, causal=causal, sm_scale=sm_scale, return_lse=True, forward_path=path
+    )
     assert torch.isnan(o).all() and torch.isnan(lse).all()
 
 
-@pytest.mark.parametrize("causal,n_q,n_k", [(False, 77, 77), (True, 90, 130),
-                                            (True, 100, 40)])
+@pytest.mark.parametrize(
+    "causal,n_q,n_k", [(False, 77, 77), (True, 90, 130), (True, 100, 40)]
+)
 def test_forward_paths_and_fused_backward_agree_with_the_defaults(causal, n_q, n_k):
     # flash_attention(forward_path=, deterministic=): the TMA forwards give the
     # pointer path's o and lse, and the fused one-kernel backward (dQ by atomics) the
@@ -611,8 +704,11 @@ def test_forward_paths_and_fused_backward_agree_with_the_defaults(causal, n_q, n
         return (o, lse, *torch.autograd.grad(loss, (q, k, v)))
 
     base = run()
-    for kw in ({"forward_path": "tma"}, {"forward_path": "tma-ws"},
-               {"deterministic": False}):
+    for kw in (
+        {"forward_path": "tma"},
+        {"forward_path": "tma-ws"},
+        {"deterministic": False},
+    ):
         for a, b in zip(run(**kw), base):
             assert torch.equal(torch.isfinite(a), torch.isfinite(b))
             fin = torch.isfinite(b)
@@ -631,8 +727,10 @@ def test_fused_backward_keeps_hidden_nan_out():
         _assert_same_nans_and_close(g, r, 1e-4)
 
 
-@pytest.mark.parametrize("kw,exc", [({"forward_path": "cuda"}, ValueError),
-                                    ({"deterministic": 0}, TypeError)])
+@pytest.mark.parametrize(
+    "kw,exc",
+    [({"forward_path": "cuda"}, ValueError), ({"deterministic": 0}, TypeError)],
+)
 def test_path_switches_are_checked(kw, exc):
     q, k, v = _qkv(1, 1, 1, 8, 8, 16)
     with pytest.raises(exc, match=next(iter(kw))):

@@ -26,7 +26,7 @@ from tests.conftest import ROOT
 pytestmark = pytest.mark.xdist_group("flash-bwd-fused")
 
 DEVICE = runtime.DEVICE
-U32 = 2.0 ** -24  # fp32 unit roundoff
+U32 = 2.0**-24  # fp32 unit roundoff
 
 
 def _inputs(B, H, H_kv, N_q, N_k, d, dtype=torch.float32, seed=0):
@@ -46,8 +46,9 @@ def _ref(q, k, v, do, causal, scale, dlse=None):
     o, lse = reference_attention(q64, k64, v64, causal, scale)
     loss = (o * do.double()).sum()
     if dlse is not None:
-        loss = loss + torch.where(torch.isfinite(lse), lse, 0.0).mul(
-            dlse.double()).sum()
+        loss = (
+            loss + torch.where(torch.isfinite(lse), lse, 0.0).mul(dlse.double()).sum()
+        )
     return torch.autograd.grad(loss, (q64, k64, v64))
 
 
@@ -65,8 +66,11 @@ def _bound(q, k, v, do, causal, scale, dlse=None):
     k, v = (t.double().repeat_interleave(group, 1) for t in (k, v))
     n_q, n_k, d = q.shape[2], k.shape[2], q.shape[3]
     s = q @ k.transpose(-1, -2) * scale
-    kappa = (d * U32 / (1 - d * U32) + 2 * U32) * abs(scale) * (
-        q.abs() @ k.abs().transpose(-1, -2))
+    kappa = (
+        (d * U32 / (1 - d * U32) + 2 * U32)
+        * abs(scale)
+        * (q.abs() @ k.abs().transpose(-1, -2))
+    )
     vis = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device)
     if causal:
         vis = vis.tril(n_k - n_q)
@@ -146,31 +150,42 @@ def test_random_shapes_and_tiles():
         q, k, v, do = _inputs(B, H, h_kv, N_q, N_k, d, seed=i)
         o, lse2 = _forward(q, k, v, causal, scale)
         grads = fused.backward_fused(do, q, k, v, o, lse2, causal, scale, tiles=tile)
-        _check_fp32(grads, _ref(q, k, v, do, causal, scale),
-                    _bound(q, k, v, do, causal, scale))
+        _check_fp32(
+            grads, _ref(q, k, v, do, causal, scale), _bound(q, k, v, do, causal, scale)
+        )
 
 
-@pytest.mark.parametrize("causal,n_q,n_k", [(False, 37, 37), (True, 37, 53),
-                                            (True, 60, 20)])
+@pytest.mark.parametrize(
+    "causal,n_q,n_k", [(False, 37, 37), (True, 37, 53), (True, 60, 20)]
+)
 def test_lse_gradient_enters_through_delta(causal, n_q, n_k):
     q, k, v, do = _inputs(1, 2, 1, n_q, n_k, 16, seed=5)
     scale = 0.25
     o, lse2 = _forward(q, k, v, causal, scale)
     dlse = torch.randn(lse2.shape, generator=torch.Generator().manual_seed(1)).to(
-        DEVICE)
+        DEVICE
+    )
     grads = fused.backward_fused(do, q, k, v, o, lse2, causal, scale, dlse=dlse)
-    _check_fp32(grads, _ref(q, k, v, do, causal, scale, dlse),
-                _bound(q, k, v, do, causal, scale, dlse))
+    _check_fp32(
+        grads,
+        _ref(q, k, v, do, causal, scale, dlse),
+        _bound(q, k, v, do, causal, scale, dlse),
+    )
     # a precomputed delta (rowsum(dO * O)) gives the same answer, bit for bit
     delta = (do.float() * o.float()).sum(-1)
-    again = fused.backward_fused(do, q, k, v, o, lse2, causal, scale, dlse=dlse,
-                                 delta=flash_delta(do, o))
+    again = fused.backward_fused(
+        do, q, k, v, o, lse2, causal, scale, dlse=dlse, delta=flash_delta(do, o)
+    )
     for a, b in zip(grads, again):
         assert torch.equal(a, b)
-    again = fused.backward_fused(do, q, k, v, o, lse2, causal, scale, dlse=dlse,
-                                 delta=delta)
-    _check_fp32(again, _ref(q, k, v, do, causal, scale, dlse),
-                _bound(q, k, v, do, causal, scale, dlse))
+    again = fused.backward_fused(
+        do, q, k, v, o, lse2, causal, scale, dlse=dlse, delta=delta
+    )
+    _check_fp32(
+        again,
+        _ref(q, k, v, do, causal, scale, dlse),
+        _bound(q, k, v, do, causal, scale, dlse),
+    )
 
 
 def flash_delta(do, o):
@@ -179,8 +194,18 @@ def flash_delta(do, o):
     delta = torch.empty((B, H, N_q), dtype=torch.float32, device=o.device)
     bm = backward.preprocess_block_m(d)
     backward._attn_bwd_preprocess[(-(-N_q // bm), B * H)](
-        o, do, delta, *o.stride(), *do.stride(), H, N_q, d, BLOCK_M=bm,
-        BLOCK_D=tiles.block_d(d), num_warps=backward.PREPROCESS_NUM_WARPS)
+        o,
+        do,
+        delta,
+        *o.stride(),
+        *do.stride(),
+        H,
+        N_q,
+        d,
+        BLOCK_M=bm,
+        BLOCK_D=tiles.block_d(d),
+        num_warps=backward.PREPROCESS_NUM_WARPS,
+    )
     return delta
 
 
@@ -204,8 +229,9 @@ def test_half_precision_within_twice_pytorch_error(dtype, case):
     grads = fused.backward_fused(do, q, k, v, o, lse2, causal, scale)
     refs = _ref(q, k, v, do, causal, scale)
     qs, ks, vs = (t.clone().requires_grad_() for t in (q, k, v))
-    grads_pt = torch.autograd.grad(naive_attention(qs, ks, vs, causal, scale),
-                                   (qs, ks, vs), do)
+    grads_pt = torch.autograd.grad(
+        naive_attention(qs, ks, vs, causal, scale), (qs, ks, vs), do
+    )
     atol = {torch.float16: 1e-3, torch.bfloat16: 8e-3}[dtype]
     for name, g, r, g_pt in zip(("dq", "dk", "dv"), grads, refs, grads_pt):
         assert g.dtype == dtype and torch.all(torch.isfinite(g)), name
@@ -216,8 +242,9 @@ def test_half_precision_within_twice_pytorch_error(dtype, case):
 def test_non_contiguous_inputs():
     q, k, v, do = _inputs(1, 2, 2, 40, 40, 32)
     # the same values in (B, N, H, d) storage, seen as (B, H, N, d)
-    qt, kt, vt, dot = (t.transpose(1, 2).contiguous().transpose(1, 2)
-                       for t in (q, k, v, do))
+    qt, kt, vt, dot = (
+        t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v, do)
+    )
     assert not qt.is_contiguous()
     o, lse2 = _forward(q, k, v, True, 0.2)
     a = fused.backward_fused(do, q, k, v, o, lse2, True, 0.2)
@@ -252,12 +279,19 @@ def test_hidden_nan_stays_in_the_gradients_that_depend_on_it(which, idx):
     o, lse2 = _forward(q, k, v, True, scale)
     bad = fused.nonfinite_flag(True, q, k, v, do)
     assert bad.tolist() == [1]
-    grads = fused.backward_fused(do, q, k, v, o, lse2, True, scale, bad=bad,
-                                 tiles=tile)
-    ref_a = _ref(*_poison(clean, pos, idx, 0.0)[:3],
-                 _poison(clean, pos, idx, 0.0)[3], True, scale)
-    ref_b = _ref(*_poison(clean, pos, idx, 3.0)[:3],
-                 _poison(clean, pos, idx, 3.0)[3], True, scale)
+    grads = fused.backward_fused(do, q, k, v, o, lse2, True, scale, bad=bad, tiles=tile)
+    ref_a = _ref(
+        *_poison(clean, pos, idx, 0.0)[:3],
+        _poison(clean, pos, idx, 0.0)[3],
+        True,
+        scale,
+    )
+    ref_b = _ref(
+        *_poison(clean, pos, idx, 3.0)[:3],
+        _poison(clean, pos, idx, 3.0)[3],
+        True,
+        scale,
+    )
     bounds = _bound(*clean, True, scale)
     for name, g, ra, rb, b in zip(("dq", "dk", "dv"), grads, ref_a, ref_b, bounds):
         dep = ra != rb
@@ -274,7 +308,7 @@ def test_hidden_nan_stays_in_the_gradients_that_depend_on_it(which, idx):
     # for): e.g. a NaN dO row reaches dV of keys it cannot see
     if which == "do":
         leak = fused.backward_fused(do, q, k, v, o, lse2, True, scale, tiles=tile)
-        assert torch.isnan(leak[2][..., idx + 1:, :]).any()
+        assert torch.isnan(leak[2][..., idx + 1 :, :]).any()
 
 
 def test_flag_is_zero_for_finite_or_non_causal_inputs():
@@ -318,10 +352,27 @@ def test_compiles_for_sm90_and_sm80_without_spills():
     out = ""
     for target in ("sm90", "sm80"):
         proc = subprocess.run(
-            [sys.executable, "-m", "kernels.machine_code.backward_fused_check",
-             "--target", target, "--head-dim", "128", "--dtype", "bf16",
-             "--causal", "yes", "--n", "4000"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+            [
+                sys.executable,
+                "-m",
+                "kernels.machine_code.backward_fused_check",
+                "--target",
+                target,
+                "--head-dim",
+                "128",
+                "--dtype",
+                "bf16",
+                "--causal",
+                "yes",
+                "--n",
+                "4000",
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         out += proc.stdout + proc.stderr
         assert proc.returncode == 0, out
         rows = [line for line in proc.stdout.splitlines() if line.startswith(target)]

@@ -27,8 +27,10 @@ FP32 = runtime.INTERPRET
 
 def _qkv(B, H, H_kv, N_q, N_k, d, dtype=torch.float32, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(s, generator=g).to(device=DEVICE, dtype=dtype)
-            for s in ((B, H, N_q, d), (B, H_kv, N_k, d), (B, H_kv, N_k, d))]
+    return [
+        torch.randn(s, generator=g).to(device=DEVICE, dtype=dtype)
+        for s in ((B, H, N_q, d), (B, H_kv, N_k, d), (B, H_kv, N_k, d))
+    ]
 
 
 def _max_err(a, b):
@@ -53,8 +55,15 @@ def _random_case(seed):
     g = torch.Generator().manual_seed(seed)
     r = lambda lo, hi: int(torch.randint(lo, hi + 1, (1,), generator=g))  # noqa: E731
     h_kv = r(1, 2)
-    return (r(1, 2), h_kv * r(1, 2), h_kv, r(1, 90), r(1, 90), 8 * r(1, 8),
-            bool(r(0, 1)))
+    return (
+        r(1, 2),
+        h_kv * r(1, 2),
+        h_kv,
+        r(1, 90),
+        r(1, 90),
+        8 * r(1, 8),
+        bool(r(0, 1)),
+    )
 
 
 def _ref(q, k, v, causal, sm_scale=None):
@@ -170,17 +179,22 @@ def _unreadable(which):
     return torch.cat([q.flatten(), q.flatten()[:1]])[1:].view(q.shape), k, v
 
 
-@pytest.mark.parametrize("which,match", [
-    ("k", r"k\.stride\(2\) = 7 elements = 14 bytes"),
-    ("v", r"v's last dim is not contiguous"),
-    ("q", r"q starts at an address that is not 16-byte aligned")])
+@pytest.mark.parametrize(
+    "which,match",
+    [
+        ("k", r"k\.stride\(2\) = 7 elements = 14 bytes"),
+        ("v", r"v's last dim is not contiguous"),
+        ("q", r"q starts at an address that is not 16-byte aligned"),
+    ],
+)
 def test_refuses_what_tma_cannot_read(which, match):
     q, k, v = _unreadable(which)
     with pytest.raises(ValueError, match=match):
         forward_tma(q, k, v)
     t = {"q": q, "k": k, "v": v}
-    assert all((flash_tma.tma_problem(x, n) is None) == (n != which)
-               for n, x in t.items())
+    assert all(
+        (flash_tma.tma_problem(x, n) is None) == (n != which) for n, x in t.items()
+    )
 
 
 def test_bad_arguments():

@@ -45,8 +45,14 @@ def test_hard_argmax_exact(shape, causal, dtype):
     k = _ints((B, H_kv, N_k, d), gen).to(dtype)
     v = torch.randn((B, H_kv, N_k, d), generator=gen).to(DEV, dtype)
     o, idx = hard_attention(q, k, v, causal=causal, sm_scale=0.5, return_index=True)
-    o_ref, idx_ref = ah.hard_attention(_np(q), _expand(k, H), _expand(v, H), scale=0.5,
-                                       causal=causal, return_index=True)
+    o_ref, idx_ref = ah.hard_attention(
+        _np(q),
+        _expand(k, H),
+        _expand(v, H),
+        scale=0.5,
+        causal=causal,
+        return_index=True,
+    )
     assert idx.dtype == torch.int64 and idx.shape == (B, H, N_q)
     np.testing.assert_array_equal(idx.cpu().numpy(), idx_ref)  # ties -> lowest index
     # o is a copy of the chosen row of v: bit-exact, in v's dtype
@@ -79,8 +85,9 @@ def test_no_visible_key_gives_zero_and_minus_one():
     o, idx = hard_attention(q, k, v, causal=True, return_index=True)
     assert (idx[:, :, :14] == -1).all() and (o[:, :, :14] == 0).all()
     assert (idx[:, :, 14:] >= 0).all()
-    o, idx = hard_attention(q, k, v, causal=True, sample=True, seed=5,
-                            return_index=True)
+    o, idx = hard_attention(
+        q, k, v, causal=True, sample=True, seed=5, return_index=True
+    )
     assert (idx[:, :, :14] == -1).all() and (o[:, :, :14] == 0).all()
     o, idx = topk_attention(q, k, v, 4, causal=True, return_index=True)
     assert not torch.isnan(o).any()
@@ -106,8 +113,9 @@ def test_sampled_frequencies_match_softmax_and_are_seeded():
     for seed in (0, 1):
         o, idx = hard_attention(q, k, v, sample=True, seed=seed, return_index=True)
         draws.append(idx.flatten().cpu().numpy())
-        np.testing.assert_array_equal(o[0, 0].cpu().numpy(),
-                                      v[0, 0, idx[0, 0]].cpu().numpy())
+        np.testing.assert_array_equal(
+            o[0, 0].cpu().numpy(), v[0, 0, idx[0, 0]].cpu().numpy()
+        )
     counts = np.bincount(np.concatenate(draws), minlength=N_k)
     # E[TV] ~ sum_j sqrt(p_j (1 - p_j) / n) * 0.4 ~ 0.02 for n = 4096 and these p
     assert _tv(counts, p) < 0.04, (counts / counts.sum(), p)
@@ -126,8 +134,9 @@ def test_sampling_respects_causal_mask():
     q = torch.zeros((1, 1, 64, 16)).to(DEV)  # uniform softmax over the visible keys
     k = torch.randn((1, 1, 64, 16), generator=gen).to(DEV)
     v = torch.randn((1, 1, 64, 16), generator=gen).to(DEV)
-    _, idx = hard_attention(q, k, v, causal=True, sample=True, seed=7,
-                            return_index=True)
+    _, idx = hard_attention(
+        q, k, v, causal=True, sample=True, seed=7, return_index=True
+    )
     i = torch.arange(64, device=DEV)
     assert ((idx[0, 0] >= 0) & (idx[0, 0] <= i)).all()
 
@@ -144,8 +153,10 @@ def test_hard_backward(causal):
     o.backward(do)
     # reference: o = onehot(idx) @ v_expanded, differentiated by autograd in fp64
     v64 = v.detach().double().requires_grad_()
-    w = (torch.nn.functional.one_hot(idx.clamp(min=0), N_k).double()
-         * (idx >= 0)[..., None])
+    w = (
+        torch.nn.functional.one_hot(idx.clamp(min=0), N_k).double()
+        * (idx >= 0)[..., None]
+    )
     (w @ v64.repeat_interleave(H // H_kv, 1)).backward(do.double())
     torch.testing.assert_close(v.grad.double(), v64.grad, rtol=1e-5, atol=1e-6)
     assert (q.grad == 0).all() and (k.grad == 0).all()
@@ -162,14 +173,16 @@ def test_topk_indices_exact_with_ties(topk, causal):
     q = _ints((B, H, N_q, d), gen, -1, 2)  # tiny integers: many tied scores
     k = _ints((B, H_kv, N_k, d), gen, -1, 2)
     v = torch.randn((B, H_kv, N_k, d), generator=gen).to(DEV)
-    o, idx = topk_attention(q, k, v, topk, causal=causal, sm_scale=1.0,
-                            return_index=True)
+    o, idx = topk_attention(
+        q, k, v, topk, causal=causal, sm_scale=1.0, return_index=True
+    )
     s = ah.attention_scores(_np(q), _expand(k, H), scale=1.0, causal=causal)
     idx_ref = ah.topk_index(s, topk)  # (score desc, index asc)
     assert idx.shape == (B, H, N_q, topk)
     np.testing.assert_array_equal(np.sort(idx.cpu().numpy(), -1), np.sort(idx_ref, -1))
-    o_ref = ah.topk_attention(_np(q), _expand(k, H), _expand(v, H), topk, scale=1.0,
-                              causal=causal)
+    o_ref = ah.topk_attention(
+        _np(q), _expand(k, H), _expand(v, H), topk, scale=1.0, causal=causal
+    )
     np.testing.assert_allclose(_np(o), o_ref, rtol=1e-5, atol=1e-5)
 
 
@@ -238,13 +251,15 @@ def test_non_contiguous_inputs():
     v = torch.randn((B, N, H, d), generator=gen).to(DEV).transpose(1, 2)
     assert not q.is_contiguous()
     o, idx = hard_attention(q, k, v, return_index=True)
-    o2, idx2 = hard_attention(q.contiguous(), k.contiguous(), v.contiguous(),
-                              return_index=True)
+    o2, idx2 = hard_attention(
+        q.contiguous(), k.contiguous(), v.contiguous(), return_index=True
+    )
     torch.testing.assert_close(idx, idx2)
     torch.testing.assert_close(o, o2)
-    torch.testing.assert_close(topk_attention(q, k, v, 4),
-                               topk_attention(q.contiguous(), k.contiguous(),
-                                              v.contiguous(), 4))
+    torch.testing.assert_close(
+        topk_attention(q, k, v, 4),
+        topk_attention(q.contiguous(), k.contiguous(), v.contiguous(), 4),
+    )
 
 
 def test_bad_inputs_raise():
@@ -286,8 +301,9 @@ def test_topk_large_k_across_blocks(topk):
     v = torch.randn((1, 1, 200, 16), generator=gen).to(DEV)
     o, idx = topk_attention(q, k, v, topk, sm_scale=1.0, return_index=True)
     s = ah.attention_scores(_np(q), _np(k), scale=1.0)
-    np.testing.assert_array_equal(np.sort(idx.cpu().numpy(), -1),
-                                  np.sort(ah.topk_index(s, topk), -1))
+    np.testing.assert_array_equal(
+        np.sort(idx.cpu().numpy(), -1), np.sort(ah.topk_index(s, topk), -1)
+    )
     o_ref = ah.topk_attention(_np(q), _np(k), _np(v), topk, scale=1.0)
     np.testing.assert_allclose(_np(o), o_ref, rtol=1e-5, atol=1e-5)
 
@@ -295,7 +311,7 @@ def test_topk_large_k_across_blocks(topk):
 # Compiled for real GPU targets on the CPU (the interpreter accepts code a GPU
 # compiler rejects): the heaviest variants at d = 128 for sm_90 (the benchmark GPU)
 # and sm_75 (T4).
-_COMPILE_SCRIPT = r'''
+_COMPILE_SCRIPT = r"""
 import os, sys
 os.environ["TRITON_INTERPRET"] = "0"
 import torch, triton
@@ -354,7 +370,7 @@ for target in ("sm90", "sm75"):
         ok = c.metadata.shared <= limit and st == 0 and ld == 0
         print(name, target, cfg, c.metadata.shared, limit, regs, st, ld,
               "ok" if ok else "BAD")
-'''
+"""
 
 
 def test_shipped_configs_compile_for_gpus_without_spills():
@@ -365,13 +381,24 @@ def test_shipped_configs_compile_for_gpus_without_spills():
     from tests.conftest import ROOT
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", _COMPILE_SCRIPT],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     rows = proc.stdout.splitlines()
-    assert {r.split()[0] for r in rows} == {"hard", "argmax", "topk64", "topk128",
-                                            "nan-index"}, out
+    assert {r.split()[0] for r in rows} == {
+        "hard",
+        "argmax",
+        "topk64",
+        "topk128",
+        "nan-index",
+    }, out
     assert {r.split()[1] for r in rows} == {"sm90", "sm75"}, out
     assert all(r.endswith(" ok") for r in rows), out
 
@@ -413,9 +440,16 @@ def test_hard_and_topk_refuse_scales_that_overflow_fp32(sm_scale):
         topk_attention(q, k, v, 2, sm_scale=sm_scale)
 
 
-@pytest.mark.parametrize("topk,exc", [(2.7, TypeError), ("3", TypeError),
-                                      (True, TypeError), (0, ValueError),
-                                      (-1, ValueError)])
+@pytest.mark.parametrize(
+    "topk,exc",
+    [
+        (2.7, TypeError),
+        ("3", TypeError),
+        (True, TypeError),
+        (0, ValueError),
+        (-1, ValueError),
+    ],
+)
 def test_topk_must_be_a_positive_int(topk, exc):
     q, k, v = (torch.randn(1, 1, 8, 16) for _ in range(3))
     with pytest.raises(exc, match="topk"):
@@ -442,6 +476,10 @@ def test_argmax_and_topk_rank_raw_scores_for_any_scale(sm_scale):
         top = (s * sm_scale).topk(4, -1).indices
         assert torch.equal(idx_k.sort(-1).values.cpu(), top.sort(-1).values.cpu())
         p = torch.softmax((s * sm_scale).gather(-1, top), -1)  # (1, 2, 70, 4)
-        o_ref = (p.unsqueeze(-1) * v.double()[:, :, None].expand(-1, -1, 70, -1, -1)
-                 .gather(3, top[..., None].expand(-1, -1, -1, -1, 16))).sum(-2)
+        o_ref = (
+            p.unsqueeze(-1)
+            * v.double()[:, :, None]
+            .expand(-1, -1, 70, -1, -1)
+            .gather(3, top[..., None].expand(-1, -1, -1, -1, 16))
+        ).sum(-2)
         assert (o.double() - o_ref).abs().max().item() < 1e-5

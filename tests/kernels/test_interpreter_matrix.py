@@ -34,15 +34,30 @@ def test_kernels_under_interpreter(tmp_path, triton, numpy):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = str(venv / "bin" / "python")
-    subprocess.run([py, "-m", "pip", "install", "--quiet",
-                    "--disable-pip-version-check", _torch_pin(), f"triton=={triton}",
-                    f"numpy=={numpy}"],
-                   check=True, timeout=1200)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("TRITON_INTERPRET", "VIRTUAL_ENV")}
+    subprocess.run(
+        [
+            py,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            _torch_pin(),
+            f"triton=={triton}",
+            f"numpy=={numpy}",
+        ],
+        check=True,
+        timeout=1200,
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("TRITON_INTERPRET", "VIRTUAL_ENV")
+    }
     env["PYTHONPATH"] = str(ROOT)
-    run = subprocess.run([py, str(SMOKE)], env=env, capture_output=True, text=True,
-                         timeout=600)
+    run = subprocess.run(
+        [py, str(SMOKE)], env=env, capture_output=True, text=True, timeout=600
+    )
     assert run.returncode == 0, run.stdout + run.stderr[-4000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
     assert got["triton"] == triton and got["numpy"] == numpy, got
@@ -55,13 +70,23 @@ def test_triton_imported_first_says_what_to_do(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(ROOT)
     env["CUDA_VISIBLE_DEVICES"] = ""  # no GPU, even where there is one
-    run = subprocess.run([sys.executable, "-c", "import triton\nimport kernels"],
-                         env=env, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-c", "import triton\nimport kernels"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode != 0
     assert "ImportError: triton was imported before kernels" in run.stderr
     assert "TRITON_INTERPRET=1" in run.stderr and "restart" in run.stderr
     # ... and with the variable set first, the same order works
     env["TRITON_INTERPRET"] = "1"
-    ok = subprocess.run([sys.executable, "-c", "import triton\nimport kernels"],
-                        env=env, capture_output=True, text=True, timeout=300)
+    ok = subprocess.run(
+        [sys.executable, "-c", "import triton\nimport kernels"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert ok.returncode == 0, ok.stderr

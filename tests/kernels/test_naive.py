@@ -34,20 +34,27 @@ def _numpy_attention(q, k, v, causal, scale):
 
 @pytest.mark.parametrize("n_q,n_k", [(5, 5), (3, 7), (7, 3)])
 def test_causal_mask_matches_numpy_twin(n_q, n_k):
-    np.testing.assert_array_equal(causal_mask(n_q, n_k).numpy(),
-                                  core.causal_mask(n_q, n_k))
+    np.testing.assert_array_equal(
+        causal_mask(n_q, n_k).numpy(), core.causal_mask(n_q, n_k)
+    )
 
 
-@pytest.mark.parametrize("B,H,H_kv,N_q,N_k,d,causal", [
-    (2, 2, 2, 9, 9, 8, False), (1, 4, 2, 6, 11, 4, True), (1, 3, 1, 12, 5, 16, True),
-    (2, 2, 1, 7, 7, 5, True),
-])
+@pytest.mark.parametrize(
+    "B,H,H_kv,N_q,N_k,d,causal",
+    [
+        (2, 2, 2, 9, 9, 8, False),
+        (1, 4, 2, 6, 11, 4, True),
+        (1, 3, 1, 12, 5, 16, True),
+        (2, 2, 1, 7, 7, 5, True),
+    ],
+)
 def test_naive_and_reference_match_numpy(B, H, H_kv, N_q, N_k, d, causal):
     q, k, v = _qkv(B, H, H_kv, N_q, N_k, d)
     expected = _numpy_attention(q, k, v, causal, 1 / math.sqrt(d))
     o_ref, lse = reference_attention(q, k, v, causal)
-    np.testing.assert_allclose(naive_attention(q, k, v, causal).numpy(), expected,
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        naive_attention(q, k, v, causal).numpy(), expected, atol=1e-12
+    )
     np.testing.assert_allclose(o_ref.numpy(), expected, atol=1e-12)
     assert lse.shape == (B, H, N_q) and lse.dtype == torch.float64
 
@@ -66,7 +73,9 @@ def test_matches_torch_sdpa():
         torch.testing.assert_close(
             naive_attention(q, k, v, causal),
             F.scaled_dot_product_attention(q, k, v, is_causal=causal),
-            atol=1e-5, rtol=1e-5)
+            atol=1e-5,
+            rtol=1e-5,
+        )
 
 
 def test_fully_masked_rows_are_zero_and_grads_finite():
@@ -86,25 +95,42 @@ def test_fully_masked_rows_are_zero_and_grads_finite():
 def test_reference_is_differentiable_and_matches_naive_grads():
     q, k, v = (t.requires_grad_() for t in _qkv(1, 4, 2, 5, 7, 3))
     do = torch.randn(1, 4, 5, 3, dtype=torch.float64)
-    g_naive = torch.autograd.grad((naive_attention(q, k, v, True) * do).sum(),
-                                  (q, k, v))
-    g_ref = torch.autograd.grad((reference_attention(q, k, v, True)[0] * do).sum(),
-                                (q, k, v))
+    g_naive = torch.autograd.grad(
+        (naive_attention(q, k, v, True) * do).sum(), (q, k, v)
+    )
+    g_ref = torch.autograd.grad(
+        (reference_attention(q, k, v, True)[0] * do).sum(), (q, k, v)
+    )
     for a, b in zip(g_naive, g_ref):
         torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
 
 
-@pytest.mark.parametrize("args,exc,match", [
-    ((torch.zeros(2, 3, 4), torch.zeros(2, 3, 4, 5), torch.zeros(2, 3, 4, 5)),
-     ValueError, "q"),
-    ((torch.zeros(1, 4, 3, 8), torch.zeros(1, 3, 3, 8), torch.zeros(1, 3, 3, 8)),
-     ValueError, "multiple"),
-    ((torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4)),
-     ValueError, "k"),
-    ((torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 4, 8)),
-     ValueError, "v"),
-    ((torch.zeros(1, 2, 3, 8, dtype=torch.long),) * 3, TypeError, "dtype"),
-])
+@pytest.mark.parametrize(
+    "args,exc,match",
+    [
+        (
+            (torch.zeros(2, 3, 4), torch.zeros(2, 3, 4, 5), torch.zeros(2, 3, 4, 5)),
+            ValueError,
+            "q",
+        ),
+        (
+            (torch.zeros(1, 4, 3, 8), torch.zeros(1, 3, 3, 8), torch.zeros(1, 3, 3, 8)),
+            ValueError,
+            "multiple",
+        ),
+        (
+            (torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4)),
+            ValueError,
+            "k",
+        ),
+        (
+            (torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 4, 8)),
+            ValueError,
+            "v",
+        ),
+        ((torch.zeros(1, 2, 3, 8, dtype=torch.long),) * 3, TypeError, "dtype"),
+    ],
+)
 def test_bad_inputs(args, exc, match):
     with pytest.raises(exc, match=match):
         naive_attention(*args)

@@ -37,13 +37,27 @@ def test_gpu_table_names_the_best_sdpa_and_keeps_causal_apart():
     recs = []
     for causal, tri in ((False, 2.0), (True, 1.2)):
         sh = {**shape, "causal": causal}
-        for impl, ms, err in (("triton", tri, None), ("naive", 9.0, None),
-                              ("sdpa-cudnn", 1.5, None), ("sdpa-flash", 1.8, None),
-                              ("sdpa-math", None, "OutOfMemoryError")):
-            recs.append({"op": "attention", "mode": "fwd", "dtype": "bf16",
-                         "shape": sh, "impl": impl, "ms": ms, "error": err})
-    data = {"suites": {"flash": {"provenance": {"gpu": "NVIDIA H200"},
-                                 "records": recs}}}
+        for impl, ms, err in (
+            ("triton", tri, None),
+            ("naive", 9.0, None),
+            ("sdpa-cudnn", 1.5, None),
+            ("sdpa-flash", 1.8, None),
+            ("sdpa-math", None, "OutOfMemoryError"),
+        ):
+            recs.append(
+                {
+                    "op": "attention",
+                    "mode": "fwd",
+                    "dtype": "bf16",
+                    "shape": sh,
+                    "impl": impl,
+                    "ms": ms,
+                    "error": err,
+                }
+            )
+    data = {
+        "suites": {"flash": {"provenance": {"gpu": "NVIDIA H200"}, "records": recs}}
+    }
     rows = report.gpu_table([data]).splitlines()[2:]
     assert len(rows) == 2 and all(r.count("|") == 10 for r in rows)
     full, causal = rows
@@ -66,20 +80,25 @@ def test_per_score_column_is_per_thread_and_recomputed_from_the_fields():
         assert len(rows) == len(rep["kernels"])
         for r, row in zip(rep["kernels"], rows):
             c, hl = r["config"], r["hot_loop"]
-            want = hl["instructions"] * 32 * c["num_warps"] / (
-                c["BLOCK_M"] * c["BLOCK_N"])
+            want = (
+                hl["instructions"] * 32 * c["num_warps"] / (c["BLOCK_M"] * c["BLOCK_N"])
+            )
             assert row[col] == f"{want:.2f}", (target, r["kernel"], c)
             assert r["thread_instructions_per_score"] == round(want, 3)
             if r["kernel"].startswith("fwd"):
-                ex2 = hl["MUFU.EX2"] * 32 * c["num_warps"] / (c["BLOCK_M"]
-                                                               * c["BLOCK_N"])
+                ex2 = (
+                    hl["MUFU.EX2"] * 32 * c["num_warps"] / (c["BLOCK_M"] * c["BLOCK_N"])
+                )
                 assert 1 <= ex2 <= 1.5, (target, r["kernel"], c, ex2)
     # the issue's example: 128x64 w8 and 64x64 w4 at d = 64 both issue 34 EX2 per thread
     # per iteration; per score per thread they are within 5 % of each other
-    fwd64 = {(k["config"]["BLOCK_M"], k["config"]["num_warps"]):
-             k["thread_instructions_per_score"] for k in report.load_static("sm90")[
-                 "kernels"] if k["kernel"] == "fwd" and k["head_dim"] == 64
-             and not k["causal"]}
+    fwd64 = {
+        (k["config"]["BLOCK_M"], k["config"]["num_warps"]): k[
+            "thread_instructions_per_score"
+        ]
+        for k in report.load_static("sm90")["kernels"]
+        if k["kernel"] == "fwd" and k["head_dim"] == 64 and not k["causal"]
+    }
     assert abs(fwd64[(128, 8)] / fwd64[(64, 4)] - 1) < 0.05
 
 

@@ -33,13 +33,16 @@ from kernels.ring.launch import run_local
 pytestmark = pytest.mark.xdist_group("ring")
 
 
-
-
 def _data(n, heads, kv_heads, d, seed):
     """q, k, v and the loss weights dO, dlse of one case (float32)."""
     g = torch.Generator().manual_seed(seed)
-    shapes = [(1, heads, n, d), (1, kv_heads, n, d), (1, kv_heads, n, d),
-              (1, heads, n, d), (1, heads, n)]
+    shapes = [
+        (1, heads, n, d),
+        (1, kv_heads, n, d),
+        (1, kv_heads, n, d),
+        (1, heads, n, d),
+        (1, heads, n),
+    ]
     return [torch.randn(s, generator=g) for s in shapes]
 
 
@@ -58,8 +61,9 @@ def test_shard_unshard_round_trip(layout, P):
     for n in range(2 * P, 2 * P + 11):
         x = torch.randn(2, 3, n, 4)
         shards = [shard(x, r, P, layout) for r in range(P)]
-        assert [s.shape[2] for s in shards] == [local_length(n, r, P, layout)
-                                                 for r in range(P)]
+        assert [s.shape[2] for s in shards] == [
+            local_length(n, r, P, layout) for r in range(P)
+        ]
         assert torch.equal(unshard(shards, layout), x)
         pos = torch.cat([positions(n, r, P, layout) for r in range(P)])
         assert sorted(pos.tolist()) == list(range(n))
@@ -68,8 +72,9 @@ def test_shard_unshard_round_trip(layout, P):
     x = torch.randn(10, 3)  # another dim
     parts = [shard(x, r, 3, layout, dim=0) for r in range(3)]
     assert torch.equal(unshard(parts, layout, dim=0), x)
-    assert torch.equal(unshard([shard(x, r, 2, layout, dim=-2) for r in range(2)],
-                               layout, dim=-2), x)
+    assert torch.equal(
+        unshard([shard(x, r, 2, layout, dim=-2) for r in range(2)], layout, dim=-2), x
+    )
 
 
 def test_split_rule():
@@ -78,7 +83,10 @@ def test_split_rule():
     assert segments(10, 1, 2, "zigzag") == [(3, 6), (6, 8)]
     # 11 in 3 contiguous chunks: 4, 4, 3
     assert [segments(11, r, 3, "contiguous") for r in range(3)] == [
-        [(0, 4)], [(4, 8)], [(8, 11)]]
+        [(0, 4)],
+        [(4, 8)],
+        [(8, 11)],
+    ]
     assert positions(10, 0, 2, "zigzag").tolist() == [0, 1, 2, 8, 9]
 
 
@@ -123,33 +131,39 @@ def test_block_plan_is_the_global_causal_mask(layout):
                 pos_q = positions(n, r, P, layout)
                 for src in range(P):
                     pos_k = positions(n, src, P, layout)
-                    b = block_plan(segments(n, r, P, layout),
-                                   segments(n, src, P, layout), True)
+                    b = block_plan(
+                        segments(n, r, P, layout), segments(n, src, P, layout), True
+                    )
                     if b is None:
                         continue
-                    qi, ki = pos_q[b.q0:b.q1], pos_k[b.k0:b.k1]
+                    qi, ki = pos_q[b.q0 : b.q1], pos_k[b.k0 : b.k1]
                     mask = torch.ones(len(qi), len(ki), dtype=torch.bool)
                     if b.causal:  # the kernel's bottom-right mask, N_q == N_k
                         assert len(qi) == len(ki)
                         mask = torch.ones_like(mask).tril()
                     covered[qi[:, None], ki[None, :]] += mask.long()
-            assert torch.equal(covered, torch.ones(n, n, dtype=torch.int64).tril()), \
-                (P, n)
+            assert torch.equal(covered, torch.ones(n, n, dtype=torch.int64).tril()), (
+                P,
+                n,
+            )
 
 
 def test_block_plan_work_per_rank():
     P, n = 4, 64
     for layout, blocks in (("contiguous", [1, 2, 3, 4]), ("zigzag", [4, 4, 4, 4])):
         for r in range(P):
-            plans = [block_plan(segments(n, r, P, layout),
-                                segments(n, s, P, layout), True) for s in range(P)]
+            plans = [
+                block_plan(segments(n, r, P, layout), segments(n, s, P, layout), True)
+                for s in range(P)
+            ]
             assert sum(b is not None for b in plans) == blocks[r]
     work = []  # zigzag: the same number of (query, key) pairs on every rank
     for r in range(P):
         total = 0
         for s in range(P):
-            b = block_plan(segments(n, r, P, "zigzag"), segments(n, s, P, "zigzag"),
-                           True)
+            b = block_plan(
+                segments(n, r, P, "zigzag"), segments(n, s, P, "zigzag"), True
+            )
             m, k = b.q1 - b.q0, b.k1 - b.k0
             total += m * (m + 1) // 2 * 2 if b.causal else m * k
         work.append(total)
@@ -166,8 +180,7 @@ def test_merge_is_exact_attention():
     o_b, lse_b = reference_attention(q, k[:, :, 4:], v[:, :, 4:], False)
     o_m, lse_m = merge(o_a, lse_a, o_b, lse_b)
     assert (o_m - o).abs().max() < 1e-12 and (lse_m - lse).abs().max() < 1e-12
-    o_2, lse_2 = merge(o_a, lse_a / math.log(2), o_b, lse_b / math.log(2),
-                       base2=True)
+    o_2, lse_2 = merge(o_a, lse_a / math.log(2), o_b, lse_b / math.log(2), base2=True)
     assert (o_2 - o).abs().max() < 1e-12
     assert (lse_2 * math.log(2) - lse).abs().max() < 1e-12
 
@@ -202,8 +215,7 @@ def test_one_rank_is_flash_attention(causal, monkeypatch):
     monkeypatch.setattr(ring_mod, "make_ring", no_ring)
     q, k, v, do, dl = (t.to(runtime.DEVICE) for t in _data(37, 4, 2, 16, seed=2))
     leaves = [[t.clone().requires_grad_() for t in (q, k, v)] for _ in range(2)]
-    o1, l1 = ring_attention(*leaves[0], causal=causal, layout="zigzag",
-                            return_lse=True)
+    o1, l1 = ring_attention(*leaves[0], causal=causal, layout="zigzag", return_lse=True)
     o2, l2 = flash_attention(*leaves[1], causal=causal, return_lse=True)
     assert torch.equal(o1, o2) and torch.equal(l1, l2)
     for o, lse in ((o1, l1), (o2, l2)):
@@ -234,12 +246,22 @@ def test_ring_attention_validation():
 # (N, H, H_kv, d, causal, layout): per world size, causal and not, both layouts, N not
 # divisible by P or 2P, GQA/MQA
 CASES = {
-    2: [(48, 2, 2, 16, False, "contiguous"), (48, 4, 2, 16, True, "zigzag"),
-        (51, 2, 2, 32, True, "contiguous"), (51, 2, 1, 16, False, "zigzag")],
-    3: [(50, 2, 2, 16, True, "contiguous"), (50, 4, 2, 16, True, "zigzag"),
-        (48, 2, 2, 16, False, "zigzag")],
-    4: [(61, 2, 2, 16, True, "zigzag"), (64, 4, 1, 16, True, "contiguous"),
-        (62, 2, 2, 16, False, "contiguous")],
+    2: [
+        (48, 2, 2, 16, False, "contiguous"),
+        (48, 4, 2, 16, True, "zigzag"),
+        (51, 2, 2, 32, True, "contiguous"),
+        (51, 2, 1, 16, False, "zigzag"),
+    ],
+    3: [
+        (50, 2, 2, 16, True, "contiguous"),
+        (50, 4, 2, 16, True, "zigzag"),
+        (48, 2, 2, 16, False, "zigzag"),
+    ],
+    4: [
+        (61, 2, 2, 16, True, "zigzag"),
+        (64, 4, 1, 16, True, "contiguous"),
+        (62, 2, 2, 16, False, "contiguous"),
+    ],
 }
 NAN_CASE = (48, 2, 2, 16, True, "contiguous")  # a NaN in k at position NAN_AT
 NAN_AT = 40
@@ -252,16 +274,22 @@ def _cases_rank(rank, world_size, cases, nan_case):
         q, k, v, do, dl = _data(n, h, h_kv, d, seed=i)
         mine = [shard(t, rank, world_size, layout).requires_grad_() for t in (q, k, v)]
         o, lse = ring_attention(*mine, causal=causal, layout=layout, return_lse=True)
-        loss = ((o * shard(do, rank, world_size, layout)).sum()
-                + (lse * shard(dl, rank, world_size, layout, dim=2)).sum())
+        loss = (o * shard(do, rank, world_size, layout)).sum() + (
+            lse * shard(dl, rank, world_size, layout, dim=2)
+        ).sum()
         loss.backward()
         out.append((o, lse, *(t.grad for t in mine)))
     if nan_case:
         n, h, h_kv, d, causal, layout = NAN_CASE
         q, k, v, *_ = _data(n, h, h_kv, d, seed=99)
         k[:, :, NAN_AT, 0] = float("nan")
-        out.append(ring_attention(*(shard(t, rank, world_size, layout)
-                                    for t in (q, k, v)), causal=causal, layout=layout))
+        out.append(
+            ring_attention(
+                *(shard(t, rank, world_size, layout) for t in (q, k, v)),
+                causal=causal,
+                layout=layout,
+            )
+        )
     return out
 
 
@@ -274,11 +302,13 @@ def test_ring_attention_on_gloo(world_size):
         q, k, v, do, dl = _data(n, h, h_kv, d, seed=i)
         leaves = [t.double().requires_grad_() for t in (q, k, v)]
         o_ref, lse_ref = reference_attention(*leaves, causal)
-        grads = torch.autograd.grad((o_ref * do.double()).sum()
-                                    + (lse_ref * dl.double()).sum(), leaves)
+        grads = torch.autograd.grad(
+            (o_ref * do.double()).sum() + (lse_ref * dl.double()).sum(), leaves
+        )
         got = [unshard([r[i][j] for r in ranks], layout) for j in range(5)]
-        for name, g, ref in zip(("o", "lse", "dq", "dk", "dv"), got,
-                                (o_ref, lse_ref, *grads)):
+        for name, g, ref in zip(
+            ("o", "lse", "dq", "dk", "dv"), got, (o_ref, lse_ref, *grads)
+        ):
             _close(g, ref.detach(), f"P={world_size} case {cases[i]} {name}")
     if world_size == 2:  # the NaN row: NaN where k[NAN_AT] is visible, else exact
         n, h, h_kv, d, causal, layout = NAN_CASE
@@ -332,8 +362,7 @@ def test_failing_rank_is_reported_without_hanging():
     start = time.perf_counter()
     with pytest.raises(RuntimeError, match="(?s)rank 1 of 2 raised.*on purpose"):
         run_local(_rank_raises, 2, timeout=30)
-    with pytest.raises(RuntimeError,
-                       match="(?s)ValueError.*causal=1 but rank 0 has 0"):
+    with pytest.raises(RuntimeError, match="(?s)ValueError.*causal=1 but rank 0 has 0"):
         run_local(_rank_mismatch, 2, timeout=30)
     assert time.perf_counter() - start < 30  # reported at once, not at the timeout
     start = time.perf_counter()
@@ -349,11 +378,18 @@ def test_timeline_records_the_schedule():
     spans = ring_timeline(2, n=32, causal=True, layout="contiguous", backward=True)
     assert {s["kind"] for s in spans} == {"compute", "wait", "send"}
     assert all(0 <= s["start"] <= s["end"] for s in spans)
-    computes = {(s["rank"], s["step"], s["phase"]) for s in spans
-                if s["kind"] == "compute"}
+    computes = {
+        (s["rank"], s["step"], s["phase"]) for s in spans if s["kind"] == "compute"
+    }
     # contiguous causal: rank 0 sees no key of rank 1 (step 1 skipped), rank 1 both
-    assert computes == {(0, 0, "forward"), (1, 0, "forward"), (1, 1, "forward"),
-                        (0, 0, "backward"), (1, 0, "backward"), (1, 1, "backward")}
+    assert computes == {
+        (0, 0, "forward"),
+        (1, 0, "forward"),
+        (1, 1, "forward"),
+        (0, 0, "backward"),
+        (1, 0, "backward"),
+        (1, 1, "backward"),
+    }
 
 
 @pytest.mark.slow

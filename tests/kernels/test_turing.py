@@ -30,8 +30,13 @@ def t4(monkeypatch):
 def fake_peaks(lengths, bh=8):
     """A stand-in for cuda_peak_bytes: runs fn, answers naive's N^2 scores and
     probabilities (fp16, fp32 softmax) or the kernel's O(N), in the order measured."""
-    answers = iter([v for n in lengths
-                    for v in ((2 + 4) * bh * n * n + 3 * bh * n * 128, bh * n * 132)])
+    answers = iter(
+        [
+            v
+            for n in lengths
+            for v in ((2 + 4) * bh * n * n + 3 * bh * n * 128, bh * n * 132)
+        ]
+    )
     calls = []
 
     def measure(fn):
@@ -45,6 +50,7 @@ def fake_peaks(lengths, bh=8):
             for k, v in faked.items():
                 setattr(runtime, k, v)
         return next(answers)
+
     return measure, calls
 
 
@@ -56,8 +62,14 @@ def test_t4_report_on_sm75(t4):
     text = "\n".join(lines)
     assert calls == [True] * 4  # naive and the kernel, at each length, really ran
     assert lines[0].startswith("Note: this GPU is Tesla T4, compute capability 7.5")
-    for phrase in ("Triton 3.2 and later compile tl.dot to plain FMA", "sm_75",
-                   "SDPA", "tensor cores", "L4 or A100", "memory"):
+    for phrase in (
+        "Triton 3.2 and later compile tl.dot to plain FMA",
+        "sm_75",
+        "SDPA",
+        "tensor cores",
+        "L4 or A100",
+        "memory",
+    ):
         assert phrase in text, phrase
     table = [ln for ln in lines if ln.lstrip().startswith(("32 ", "64 "))]
     assert len(table) == 2 and "MiB" in table[0]
@@ -82,12 +94,15 @@ def test_sdpa_backends_timed_beside_on_sm75(t4):
     names = set(turing.timed_impls())
     assert {"triton", "naive"} <= names
     assert {n for n in names if n.startswith("sdpa-")} == {
-        n for n in bench.SDPA_BACKENDS if n in names} and len(names) >= 4
+        n for n in bench.SDPA_BACKENDS if n in names
+    } and len(names) >= 4
 
 
 def test_naive_limit_is_computed_from_the_bytes():
-    rows = [{"N": 1024, "naive": 10 * 1024**2 + 5000, "triton": 5000},
-            {"N": 2048, "naive": 10 * 2048**2 + 9000, "triton": 9000}]
+    rows = [
+        {"N": 1024, "naive": 10 * 1024**2 + 5000, "triton": 5000},
+        {"N": 2048, "naive": 10 * 2048**2 + 9000, "triton": 9000},
+    ]
     assert turing.naive_limit(rows, 10 * 4096**2) == 4096
     with pytest.raises(ValueError, match="N\\^2"):
         turing.naive_limit([{"N": 8, "naive": 1, "triton": 1}], 100)
@@ -97,9 +112,12 @@ def test_every_chapter_timing_section_reports_on_t4():
     """A chapter's first cell that times live (``bench.live_or_recorded``) calls
     ``turing.t4_report()`` first, so its numbers never arrive unexplained on a T4."""
     for path in sorted((ROOT / "chapters").glob("*.ipynb")):
-        timing = [src for cell in json.loads(path.read_text())["cells"]
-                  if cell["cell_type"] == "code"
-                  and "bench.live_or_recorded(" in (src := "".join(cell["source"]))]
+        timing = [
+            src
+            for cell in json.loads(path.read_text())["cells"]
+            if cell["cell_type"] == "code"
+            and "bench.live_or_recorded(" in (src := "".join(cell["source"]))
+        ]
         if timing:
             first = timing[0]
             assert "turing.t4_report()" in first, path.name

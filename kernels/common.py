@@ -1,0 +1,126 @@
+"""The kernels' shared internal layer: constants, the dtype table, argument checks and
+the softmax-scale rule.
+
+Every kernel family (``flash``, ``hard``, ``deformable``, ``decode``, ``ring`` and the
+ones after them) takes these from here instead of from a sibling's private names, so
+one rule has one definition. The names below are the layer's whole surface
+(``__all__``); anything a family lends another family is a public name of the lending
+package instead (for example ``kernels.flash.forward_lse``).
+
+Conventions
+    * Scores are kept in base 2 inside the kernels: ``exp(x) = exp2(x * LOG2E)`` and
+      ``log(x) = log2(x) * LN2``; the scale is multiplied by ``LOG2E`` on the host.
+    * The softmax scale defaults to ``1 / sqrt(d)`` (``check_scale``); a kernel takes
+      it as a float32 argument (``kernel_scale``). Inside the package the scale is
+      called ``scale``; public calls keep the name users know from their anchor
+      (``softmax_scale`` in flash-attn-style calls, ``scale`` in PyTorch-style ones)
+      and pass it here with that name, so an error names what the caller wrote.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+
+__all__ = [
+    "FLOAT_DTYPES",
+    "DTYPE_NAMES",
+    "FP32_MAX",
+    "FP32_TINY",
+    "LN2",
+    "LOG2E",
+    "check_bool",
+    "check_int",
+    "check_scale",
+    "check_size",
+    "check_tensor",
+    "dot_precision",
+    "kernel_scale",
+    "upcast",
+]
+
+LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
+LN2 = 0.6931471805599453  # ln(2): log(x) = log2(x) * LN2
+FP32_MAX = 3.4028234663852886e38
+FP32_TINY = 2.0**-126  # the smallest normal float32
+
+# The dtypes every attention kernel takes, and their short names (reports, suites).
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+DTYPE_NAMES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def check_bool(name: str, value) -> bool:
+    """A flag: exactly ``True`` or ``False`` (TypeError naming ``name`` otherwise; "
+    "an int
+    0/1 or a tensor is not a flag)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+    return value
+
+
+def check_int(name: str, value, minimum: int | None = None) -> int:
+    """An int (bools and floats refused, TypeError), at least ``minimum`` when given
+    (ValueError); both errors name ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def check_size(name: str, value) -> int:
+    """A size: a non-negative int (TypeError for bools and floats)."""
+    return check_int(name, value, 0)
+
+
+def check_tensor(name: str, value) -> torch.Tensor:
+    """A torch.Tensor (TypeError naming ``name`` otherwise)."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    return value
+
+
+def check_scale(scale, d: int, name: str = "scale") -> float:
+    """The softmax scale: ``1/sqrt(d)`` when None; refused, naming ``name``, when it is
+    not a finite real number (TypeError/ValueError) or when ``scale * log2(e)``, the
+    factor the kernels fold into their exp2 scores, overflows float32."""
+    if scale is None:
+        return 1.0 / math.sqrt(d)
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(
+            f"{name} must be a real number or None, got {type(scale).__name__}"
+        )
+    value = float(scale)
+    if not math.isfinite(value) or abs(value) * LOG2E > FP32_MAX:
+        raise ValueError(
+            f"{name} must be finite with |{name} * log2(e)| within "
+            f"float32 (|{name}| <= {FP32_MAX / LOG2E:.3g}), got {scale}"
+        )
+    return value
+
+
+def kernel_scale(scale, d: int, name: str = "scale") -> float:
+    """``check_scale`` for a Triton kernel, whose scale is a float32 argument: a nonzero
+    |scale| below the smallest normal float32 (which Triton cannot pass as fp32) is
+    flushed to 0. That changes no fp32 result: exp2(s * scale * log2 e) rounds to 1 for
+    every finite fp32 score s either way."""
+    value = check_scale(scale, d, name)
+    return 0.0 if abs(value) < FP32_TINY else value
+
+
+def upcast(dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether bf16 tiles go through fp32: under the Triton interpreter (its bf16
+    ``tl.dot`` is wrong) and on GPUs without bf16 tensor cores (below sm_80)."""
+    from . import runtime
+
+    if dtype != torch.bfloat16:
+        return False
+    return runtime.INTERPRET or torch.cuda.get_device_capability(device) < (8, 0)
+
+
+def dot_precision(dtype: torch.dtype) -> str:
+    """``tl.dot``'s input precision: IEEE fp32 for float32 inputs (no TF32, PyTorch's
+    default); fp16/bf16 dots ignore it."""
+    return "ieee" if dtype == torch.float32 else "tf32"
