@@ -4,8 +4,10 @@ Each thumbnail is drawn by the same ``attention.plots`` function its chapter cal
 the same ``attention`` computations, at a small size (360 x 270 px): chapter 1 a causal
 self-attention map, chapter 2 the HBM traffic of standard attention, FlashAttention-1
 and -2 with the compulsory traffic, chapter 3 hard (Gumbel-softmax) weights at a low
-temperature, chapter 4 deformable sampling points over an image. Run from the repository
-root: ``python figures/src/thumbnails.py``; intro.md shows the files it writes.
+temperature, chapter 4 deformable sampling points over an image, chapter 5 decoding
+against prefill on the roofline, chapter 6 the ring's schedule (each step's block
+computed while the next K/V shard travels). Run from the repository root:
+``python figures/src/thumbnails.py``; intro.md shows the files it writes.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from attention import core, deformable, hard, memory, plots  # noqa: E402
+from attention.plots import ring as ring_plots  # noqa: E402
 
 OUT_DIR = ROOT / "figures"
 SIZE = (3.6, 2.7)  # inches, at DPI: 360 x 270 px
@@ -106,11 +109,33 @@ def ch4():
     return fig
 
 
+def ch5():
+    """Decode against prefill on the roofline (chapter 5's figure)."""
+    prefill = memory.matmul_flops("flash2", 4096, 128) / memory.compulsory(
+        "flash2", 4096, 128
+    ).bytes(2)
+    points = {"decode": 1.0, "decode, GQA 8": 8.0, "prefill": prefill}
+    fig, ax = _new()
+    plots.decode_roofline_figure(points, ax=ax)
+    if ax.get_legend() is not None:
+        ax.get_legend().remove()
+    ax.set_title("")
+    return fig
+
+
+def ch6():
+    """The ring schedule: compute and send per device and step (chapter 6's figure)."""
+    fig, ax = _new()
+    ring_plots.ring_schedule_figure(P=4, ax=ax)
+    ax.set_title("")
+    return fig
+
+
 def main(out_dir: pathlib.Path = OUT_DIR) -> list[pathlib.Path]:
     plots.use_book_style()
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for k, draw in enumerate((ch1, ch2, ch3, ch4), start=1):
+    for k, draw in enumerate((ch1, ch2, ch3, ch4, ch5, ch6), start=1):
         fig = draw()
         fig.tight_layout(pad=0.3)
         path = out_dir / f"thumb_ch{k}.png"

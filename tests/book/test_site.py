@@ -110,9 +110,16 @@ def _page_url(server, name):
 def test_home_page_renders(server):
     soup = _render(f"{server}/index.html", SHOTS / "index.png")
     assert CONFIG["title"] in soup.get_text()
+    cards = soup.select(".sd-card")
     for chapter in CHAPTERS:
         href = f"{chapter}.html"
         assert soup.find("a", href=lambda h, href=href: h and h.endswith(href)), chapter
+        # Every chapter of _toc.yml has its card (not only the table of contents' link).
+        linked = [
+            c for c in cards if c.find("a", href=lambda h, s=href: h and h.endswith(s))
+        ]
+        assert linked, f"{chapter} has no card on the landing page"
+        assert linked[0].find("img"), f"{chapter}'s card has no thumbnail"
     assert (SHOTS / "index.png").stat().st_size > 10_000
 
 
