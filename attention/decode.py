@@ -48,7 +48,7 @@ def repeat_kv(x, group: int, axis: int = -3) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------
-# Partial softmaxes and their merge: the one idea of chapters 2, 5 and 6
+# Partial softmaxes, merged by attention.core.merge_partials (chapters 2, 5 and 6)
 # ---------------------------------------------------------------------------------
 
 

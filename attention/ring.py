@@ -1,6 +1,7 @@
 """Ring attention in NumPy: a sequence split over P devices, blockwise attention of one
-query shard against one key/value shard returning (o, lse), the log-sum-exp merge, the
-ring schedule walked step by step, and the causal work of every (device, step).
+query shard against one key/value shard returning (o, lse), merged by log-sum-exp
+(``attention.core.merge_partials``), the ring schedule walked step by step, and the
+causal work of every (device, step).
 
 The math of ``kernels.ring`` (chapter 6). Everything is exact: in float64
 ``ring_attention_numpy`` equals ``attention.core.scaled_dot_product_attention`` to
@@ -153,7 +154,7 @@ def unshard(shards, layout: str = "contiguous", axis: int = -2) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------
-# One block: a query shard against one K/V shard -> (o, lse); the merge.
+# One block: a query shard against one K/V shard -> (o, lse).
 # ---------------------------------------------------------------------------------
 
 
