@@ -1,5 +1,5 @@
-"""Scaled dot-product attention in NumPy: softmax, masks, self-,
-cross- and multi-head attention.
+"""Scaled dot-product attention in NumPy: softmax, the log-sum-exp merge of partial
+softmaxes, masks, self-, cross- and multi-head attention.
 
 Shapes follow the kernels: a single head is ``(..., N, d)``; multi-head tensors are
 ``(B, H, N, d)``. Masks are boolean with ``True`` meaning *may attend*.
@@ -17,131 +17,22 @@ that a query cannot see does not reach that query's output.
 
 Public functions check their arguments first and raise ``TypeError`` (wrong kind: a
 string where a bool belongs, a float where an int belongs, a non-numeric array) or
-``ValueError`` (wrong shape or range), naming the argument and the expected shape.
+``ValueError`` (wrong shape or range), naming the argument and the expected shape
+(the checks are ``attention.checks``).
 """
 
 from __future__ import annotations
 
-import math
-import numbers
-
 import numpy as np
 
-# ---------------------------------------------------------------------------------
-# Argument checks shared by the package (attention.flash, .hard, .deformable use them)
-# ---------------------------------------------------------------------------------
-
-
-def check_bool(name: str, value) -> bool:
-    """``value`` as a bool; TypeError for anything else (``"False"`` is not False)."""
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
-
-
-def check_int(name: str, value, minimum: int | None = None) -> int:
-    """``value`` as a Python int (NumPy integers accepted; bools and floats refused)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(
-        value, (numbers.Integral, np.integer)
-    ):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    value = int(value)
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
-def check_scale(name: str, scale, d: int) -> float:
-    """The softmax scale as a float: 1/sqrt(d) when None, else a finite real number."""
-    if scale is None:
-        if d < 1:
-            raise ValueError(
-                "the head dim d must be >= 1 for the default scale "
-                f"1/sqrt(d), got d={d}"
-            )
-        return 1.0 / math.sqrt(d)
-    if isinstance(scale, (bool, np.bool_)) or not isinstance(
-        scale, (numbers.Real, np.number)
-    ):
-        raise TypeError(
-            f"{name} must be a real number or None, got {type(scale).__name__}"
-        )
-    scale = float(scale)
-    if not math.isfinite(scale):
-        raise ValueError(f"{name} must be finite, got {scale}")
-    return scale
-
-
-def as_real_array(name: str, x, min_ndim: int = 0) -> np.ndarray:
-    """``np.asarray(x)``, refusing non-numeric, boolean and complex dtypes; integers
-    become float64 (every computation here is in floating point)."""
-    a = np.asarray(x)
-    if a.dtype == np.bool_ or not (
-        np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)
-    ):
-        raise TypeError(
-            f"{name} must be a real (integer or floating) array, got dtype {a.dtype}"
-        )
-    if np.issubdtype(a.dtype, np.integer):
-        a = a.astype(np.float64)
-    if a.ndim < min_ndim:
-        shape = " (..., N, d)" if min_ndim == 2 else ""
-        raise ValueError(
-            f"{name} must be at least {min_ndim}-D{shape}, got shape {a.shape}"
-        )
-    return a
-
-
-def check_axis(name: str, axis, ndim: int) -> int:
-    axis = check_int(name, axis)
-    if not -ndim <= axis < ndim:
-        raise ValueError(f"{name}={axis} is out of range for an array of {ndim} dims")
-    return axis % ndim
-
-
-def as_mask(name: str, mask, shape: tuple) -> np.ndarray:
-    """A boolean mask broadcast to ``shape`` (True = may attend)."""
-    m = np.asarray(mask)
-    if m.dtype != np.bool_:
-        raise TypeError(
-            f"{name} must be a boolean array (True = may attend), got dtype {m.dtype}"
-        )
-    try:
-        return np.broadcast_to(m, shape)
-    except ValueError:
-        raise ValueError(
-            f"{name} of shape {m.shape} does not broadcast to the scores' "
-            f"shape {tuple(shape)} (..., N_q, N_k)"
-        ) from None
-
-
-def _lead_shape(*arrays_and_names) -> tuple:
-    shapes = [a.shape[:-2] for _, a in arrays_and_names]
-    try:
-        return np.broadcast_shapes(*shapes)
-    except ValueError:
-        desc = ", ".join(f"{n} {a.shape}" for n, a in arrays_and_names)
-        raise ValueError(f"leading (batch, head) dims must broadcast: {desc}") from None
-
-
-def weighted_sum(
-    p: np.ndarray, v: np.ndarray, keep: np.ndarray | None = None
-) -> np.ndarray:
-    """o = sum_j p_ij v_j over the *kept* j only: (..., N_q, N_k) x (..., N_k, d_v).
-
-    ``p @ v`` multiplies a hidden weight 0 by the hidden value, and 0 * NaN = NaN: a NaN
-    or inf in a value row would reach queries that cannot see it. When every value is
-    finite that product is exactly 0, so the matmul is used; otherwise the hidden terms
-    are selected out before summing (the kernels do the same).
-    """
-    if keep is None or np.all(np.isfinite(v)):
-        return p @ v
-    keep = np.broadcast_to(keep, p.shape)
-    # 0 * inf at hidden terms, selected out right here
-    with np.errstate(invalid="ignore"):
-        terms = np.where(keep[..., None], p[..., None] * v[..., None, :, :], 0.0)
-    return terms.sum(axis=-2)
-
+from .checks import (
+    as_mask,
+    as_real_array,
+    check_axis,
+    check_bool,
+    check_int,
+    check_scale,
+)
 
 # ---------------------------------------------------------------------------------
 # Softmax
@@ -203,6 +94,95 @@ def logsumexp(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.squeeze(out, axis=axis)
 
 
+def merge_partials(o_parts, lse_parts):
+    """The log-sum-exp merge of S partial softmaxes over disjoint key chunks.
+
+    ``o_parts (S, ..., N_q, d)``, ``lse_parts (S, ..., N_q)`` (or sequences of S
+    arrays of one shape each). With m = max_s lse_s and w_s = exp(lse_s - m):
+
+        lse = m + log(sum_s w_s),   o = sum_s w_s o_s / sum_s w_s
+
+    equal to attention over the union of the chunks: chapter 2's online softmax across
+    tiles, chapter 5's split-KV across programs, chapter 6's ring across devices. A
+    chunk with lse_s = -inf (it saw no key) has w_s = 0 and is *selected out* (its o_s
+    is never multiplied in); if every chunk is empty, o = 0 and lse = -inf. A NaN lse_s
+    (or +inf), or a NaN in an o_s of weight > 0, gives NaN in that row.
+    """
+    o = _stack("o_parts", o_parts, 3)
+    lse = _stack("lse_parts", lse_parts, 2)
+    if o.shape[:-1] != lse.shape:
+        raise ValueError(
+            f"o_parts (S, ..., N_q, d) and lse_parts (S, ..., N_q) "
+            f"disagree: o_parts {o.shape}, lse_parts {lse.shape}"
+        )
+    bad = np.isnan(lse).any(axis=0) | np.isposinf(lse).any(axis=0)  # (..., N_q)
+    m = np.max(np.where(np.isnan(lse), -np.inf, lse), axis=0)  # (..., N_q)
+    empty = np.isneginf(m)
+    m_safe = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(invalid="ignore"):
+        w = np.exp(lse - m_safe)  # (S, ..., N_q); 0 for an empty chunk
+    seen = w > 0
+    with np.errstate(invalid="ignore"):
+        terms = np.where(seen[..., None], w[..., None] * o, 0.0)  # (S, ..., N_q, d)
+    total = w.sum(axis=0)  # (..., N_q); >= 1 unless every chunk is empty
+    safe = np.where(empty, 1.0, total)
+    out = np.where(empty[..., None], 0.0, terms.sum(axis=0) / safe[..., None])
+    with np.errstate(divide="ignore"):
+        lse_out = np.where(empty, -np.inf, m_safe + np.log(safe))
+    out = np.where(bad[..., None], np.nan, out)
+    lse_out = np.where(bad, np.nan, lse_out)
+    return out, lse_out
+
+
+def _stack(name, parts, min_ndim):
+    """S parts as one (S, ...) real array: a list of arrays of one shape, or an array
+    already stacked. A ragged list is a ValueError naming ``name`` and the shapes."""
+    if isinstance(parts, (list, tuple)):
+        if not parts:
+            raise ValueError(f"{name} must hold at least one part, got none")
+        arrs = [as_real_array(f"{name}[{i}]", p) for i, p in enumerate(parts)]
+        shapes = {a.shape for a in arrs}
+        if len(shapes) > 1:
+            raise ValueError(
+                f"{name} must hold parts of one shape, got shapes "
+                f"{[a.shape for a in arrs]}"
+            )
+        parts = np.stack(arrs)
+    a = as_real_array(name, parts, min_ndim)
+    if a.shape[0] == 0:
+        raise ValueError(f"{name} must hold at least one part, got shape {a.shape}")
+    return a
+
+
+# ---------------------------------------------------------------------------------
+# Weights times values (the masked terms selected out)
+# ---------------------------------------------------------------------------------
+
+
+def weighted_sum(
+    p: np.ndarray, v: np.ndarray, keep: np.ndarray | None = None
+) -> np.ndarray:
+    """o = sum_j p_ij v_j over the *kept* j only: (..., N_q, N_k) x (..., N_k, d_v).
+
+    ``p @ v`` multiplies a hidden weight 0 by the hidden value, and 0 * NaN = NaN: a NaN
+    or inf in a value row would reach queries that cannot see it. When every value is
+    finite that product is exactly 0, so the matmul is used; otherwise the hidden terms
+    are selected out before summing (the kernels do the same).
+    """
+    if keep is None or np.all(np.isfinite(v)):
+        return p @ v
+    keep = np.broadcast_to(keep, p.shape)
+    # 0 * inf at hidden terms, selected out right here
+    with np.errstate(invalid="ignore"):
+        terms = np.where(keep[..., None], p[..., None] * v[..., None, :, :], 0.0)
+    return terms.sum(axis=-2)
+
+
+# ---------------------------------------------------------------------------------
+# Masks and scaled dot-product attention
+# ---------------------------------------------------------------------------------
+
+
 def causal_mask(n_q: int, n_k: int | None = None) -> np.ndarray:
     """Boolean (n_q, n_k) mask, True where query i may see key j.
 
@@ -235,6 +215,15 @@ def padding_mask(lengths, n_k: int) -> np.ndarray:
     if lengths.size and (lengths.min() < 0 or lengths.max() > n_k):
         raise ValueError(f"lengths must be in 0..n_k={n_k}, got {lengths.tolist()}")
     return (np.arange(n_k)[None, :] < lengths[:, None])[:, None, :]
+
+
+def _lead_shape(*arrays_and_names) -> tuple:
+    shapes = [a.shape[:-2] for _, a in arrays_and_names]
+    try:
+        return np.broadcast_shapes(*shapes)
+    except ValueError:
+        desc = ", ".join(f"{n} {a.shape}" for n, a in arrays_and_names)
+        raise ValueError(f"leading (batch, head) dims must broadcast: {desc}") from None
 
 
 def _check_qkv(q, k, v) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple]:

@@ -19,17 +19,12 @@ merge. Arguments are checked first (ValueError or TypeError naming the argument)
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
-from .core import (
-    as_real_array,
-    check_bool,
-    check_int,
-    check_scale,
-    logsumexp,
-    softmax,
-    weighted_sum,
-)
+from .checks import as_real_array, check_bool, check_int, check_scale
+from .core import logsumexp, merge_partials, softmax, weighted_sum
 from .flash import standard_forward
 
 # ---------------------------------------------------------------------------------
@@ -53,7 +48,7 @@ def repeat_kv(x, group: int, axis: int = -3) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------
-# Partial softmaxes and their merge: the one idea of chapters 2, 5 and 6
+# Partial softmaxes, merged by attention.core.merge_partials (chapters 2, 5 and 6)
 # ---------------------------------------------------------------------------------
 
 
@@ -95,45 +90,6 @@ def partial_attention(
         o = weighted_sum(p, v, keep)
     lse = np.where(np.isposinf(lse), np.nan, lse)  # a +inf score: undefined, as NaN
     return o, lse
-
-
-def merge_partials(o_parts, lse_parts):
-    """The log-sum-exp merge of S partial softmaxes over disjoint key chunks.
-
-    ``o_parts (S, ..., N_q, d)``, ``lse_parts (S, ..., N_q)`` (or sequences of S
-    arrays). With m = max_s lse_s and w_s = exp(lse_s - m):
-
-        lse = m + log(sum_s w_s),   o = sum_s w_s o_s / sum_s w_s
-
-    equal to attention over the union of the chunks. A chunk with lse_s = -inf (it saw
-    no key) has w_s = 0 and is *selected out* (its o_s is never multiplied in); if every
-    chunk is empty, o = 0 and lse = -inf. A NaN lse_s, or a NaN in an o_s of weight > 0,
-    gives NaN in that row.
-    """
-    o = as_real_array("o_parts", np.asarray(o_parts), 3)
-    lse = as_real_array("lse_parts", np.asarray(lse_parts), 2)
-    if o.shape[:-1] != lse.shape:
-        raise ValueError(
-            f"o_parts (S, ..., N_q, d) and lse_parts (S, ..., N_q) "
-            f"disagree: o_parts {o.shape}, lse_parts {lse.shape}"
-        )
-    bad = np.isnan(lse).any(axis=0) | np.isposinf(lse).any(axis=0)  # (..., N_q)
-    m = np.max(np.where(np.isnan(lse), -np.inf, lse), axis=0)  # (..., N_q)
-    empty = np.isneginf(m)
-    m_safe = np.where(np.isfinite(m), m, 0.0)
-    with np.errstate(invalid="ignore"):
-        w = np.exp(lse - m_safe)  # (S, ..., N_q); 0 for an empty chunk
-    seen = w > 0
-    with np.errstate(invalid="ignore"):
-        terms = np.where(seen[..., None], w[..., None] * o, 0.0)  # (S, ..., N_q, d)
-    total = w.sum(axis=0)  # (..., N_q); >= 1 unless every chunk is empty
-    safe = np.where(empty, 1.0, total)
-    out = np.where(empty[..., None], 0.0, terms.sum(axis=0) / safe[..., None])
-    with np.errstate(divide="ignore"):
-        lse_out = np.where(empty, -np.inf, m_safe + np.log(safe))
-    out = np.where(bad[..., None], np.nan, out)
-    lse_out = np.where(bad, np.nan, lse_out)
-    return out, lse_out
 
 
 def split_chunks(n_k: int, num_splits: int, block: int = 1) -> list[tuple[int, int]]:
@@ -274,11 +230,13 @@ def generate(
 
 
 class PageAllocator:
-    """Physical pages 0 .. num_pages-1, handed out from a free list."""
+    """Physical pages 0 .. num_pages-1, handed out from a free list; ``alloc`` and
+    ``free`` cost O(1) a page (a set beside the list answers "is it free?")."""
 
     def __init__(self, num_pages: int):
         self.num_pages = check_int("num_pages", num_pages, 1)
         self.free_list = list(range(self.num_pages - 1, -1, -1))  # pop() gives 0 first
+        self._free = set(self.free_list)
 
     @property
     def num_free(self) -> int:
@@ -287,14 +245,29 @@ class PageAllocator:
     def alloc(self) -> int:
         if not self.free_list:
             raise MemoryError(f"all {self.num_pages} pages are in use")
-        return self.free_list.pop()
+        page = self.free_list.pop()
+        self._free.discard(page)
+        return page
 
     def free(self, pages) -> None:
+        """Give ``pages`` (an iterable of allocated page numbers, e.g. a sequence's
+        block table) back to the free list; nothing changes if one of them is not an
+        allocated page of this pool (ValueError)."""
+        if isinstance(pages, (str, bytes)) or not hasattr(pages, "__iter__"):
+            raise TypeError(
+                f"pages must be an iterable of page numbers (e.g. a block table), "
+                f"got {type(pages).__name__} {pages!r}"
+            )
+        pages = [check_int("pages", p, 0) for p in pages]
+        seen = set()
         for p in pages:
-            p = check_int("page", p, 0)
-            if p >= self.num_pages or p in self.free_list:
-                raise ValueError(f"page {p} is not an allocated page of this pool")
-            self.free_list.append(p)
+            if p >= self.num_pages or p in self._free or p in seen:
+                raise ValueError(
+                    f"pages: page {p} is not an allocated page of this pool"
+                )
+            seen.add(p)
+        self.free_list.extend(pages)
+        self._free.update(pages)
 
 
 class PagedKVCache:
@@ -395,9 +368,11 @@ def attention_with_kvcache(
     cache_seqlens,
     block_table=None,
     causal: bool = True,
-    softmax_scale: float | None = None,
+    scale: float | None = None,
     num_splits: int = 0,
     return_lse: bool = False,
+    *,
+    softmax_scale: float | None = None,
 ):
     """The decode kernel's call (``kernels.decode.attention_with_kvcache``, flash-attn's
     ``flash_attn_with_kvcache``) in float64 NumPy.
@@ -407,9 +382,21 @@ def attention_with_kvcache(
     cache_seqlens (B,): the valid keys of each sequence, the N_q new tokens included
     (the queries are its last N_q positions; causal aligns bottom-right). ``num_splits``
     cuts the keys into that many chunks merged by log-sum-exp (0 or 1: one chunk); the
-    result does not depend on it. Returns out (B, N_q, H_q, d), and lse (B, H_q, N_q)
-    with ``return_lse``.
+    result does not depend on it. ``scale`` is the softmax scale (default 1/sqrt(d));
+    the kernel's name for it, ``softmax_scale``, is accepted with a DeprecationWarning.
+    Returns out (B, N_q, H_q, d), and lse (B, H_q, N_q) with ``return_lse``.
     """
+    scale_name = "scale"
+    if softmax_scale is not None:
+        warnings.warn(
+            "attention.decode.attention_with_kvcache: softmax_scale is deprecated "
+            "here (the NumPy functions call it scale); pass scale",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        if scale is not None:
+            raise TypeError("pass scale or softmax_scale, not both")
+        scale, scale_name = softmax_scale, "softmax_scale"
     q = as_real_array("q", q)
     k_cache, v_cache = (
         as_real_array("k_cache", k_cache),
@@ -434,7 +421,7 @@ def attention_with_kvcache(
         check_bool("causal", causal),
         check_bool("return_lse", return_lse),
     )
-    scale = check_scale("softmax_scale", softmax_scale, d)
+    scale = check_scale(scale_name, scale, d)
     splits = max(1, check_int("num_splits", num_splits, 0))
     lens = _int_array("cache_seqlens", cache_seqlens, 1)
     if lens.shape != (B,):

@@ -21,16 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .core import (
-    as_real_array,
-    attention_keep,
-    check_bool,
-    check_int,
-    check_scale,
-    logsumexp,
-    softmax,
-    weighted_sum,
-)
+from .checks import as_real_array, check_bool, check_int, check_scale
+from .core import attention_keep, logsumexp, softmax, weighted_sum
 
 # ---------------------------------------------------------------------------------
 # Online softmax: three passes, then two, then one (fused with the product by V).

@@ -32,13 +32,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .checks import as_real_array, check_bool, check_int, check_scale
 from .core import (
     _check_qkv,
-    as_real_array,
     attention_keep,
-    check_bool,
-    check_int,
-    check_scale,
     scaled_dot_product_attention,
     softmax,
     weighted_sum,
@@ -191,19 +188,20 @@ def sample_index(p, rng):
 def stochastic_hard_attention(
     q, k, v, rng, scale=None, causal=False, mask=None, return_index=False
 ):
-    """Stochastic hard attention (Show, Attend and Tell):
-    z_i ~ softmax(s_i), o_i = v[z_i]."""
+    """Stochastic hard attention (Show, Attend and Tell): z_i ~ softmax(s_i), o_i =
+    v[z_i]; a row with a +inf score draws its first +inf key, as ``argmax_index``."""
     _check_rng(rng)
     s = attention_scores(q, k, scale, causal, mask)
     v = _check_v(v, s)
-    p = softmax(s, axis=-1)  # (..., N_q, N_k); NaN rows are NaN
-    # a NaN row draws its first NaN key (the kernel's Gumbel-max answer), read from s:
-    # softmax makes the whole row NaN, hidden keys included
-    nan_row = np.isnan(s).any(axis=-1)
+    p = softmax(s, axis=-1)  # (..., N_q, N_k); NaN and +inf rows are NaN
+    # the kernel's Gumbel-max answer, read from s (softmax makes the whole row NaN): a
+    # NaN row draws its first NaN key; a row with a +inf score its first +inf key (s + g
+    # is +inf there, above every finite draw), as argmax_index picks them
+    fixed = np.isnan(s).any(axis=-1) | np.isposinf(s).any(axis=-1)
     idx = np.where(
-        nan_row,
+        fixed,
         argmax_index(s),
-        sample_index(np.where(nan_row[..., None], 0.0, p), rng),
+        sample_index(np.where(fixed[..., None], 0.0, p), rng),
     )  # (..., N_q)
     o = _nan_rows(gather_rows(v, idx), s)
     return (o, idx) if check_bool("return_index", return_index) else o

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .core import as_real_array, check_int
+from .checks import as_real_array, check_int
 
 DEFAULT_BASE = 10000.0
 

@@ -1,6 +1,7 @@
 """Ring attention in NumPy: a sequence split over P devices, blockwise attention of one
-query shard against one key/value shard returning (o, lse), the log-sum-exp merge, the
-ring schedule walked step by step, and the causal work of every (device, step).
+query shard against one key/value shard returning (o, lse), merged by log-sum-exp
+(``attention.core.merge_partials``), the ring schedule walked step by step, and the
+causal work of every (device, step).
 
 The math of ``kernels.ring`` (chapter 6). Everything is exact: in float64
 ``ring_attention_numpy`` equals ``attention.core.scaled_dot_product_attention`` to
@@ -34,17 +35,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .core import (
-    as_real_array,
-    check_bool,
-    check_int,
-    check_scale,
-    logsumexp,
-    softmax,
-    weighted_sum,
-)
+from .checks import as_real_array, check_axis, check_bool, check_int, check_scale
+from .core import logsumexp, merge_partials, softmax, weighted_sum
 from .decode import kv_group, repeat_kv
-from .decode import merge_partials as _merge_many
 
 #: The layouts ``shard`` knows; ``kernels.ring`` ships the first two.
 LAYOUTS = ("contiguous", "zigzag", "striped")
@@ -72,54 +65,87 @@ def chunk_bounds(N: int, n_chunks: int) -> list[tuple[int, int]]:
     return list(zip(starts[:-1], starts[1:]))
 
 
-def shard_intervals(N: int, P: int, layout: str, rank: int) -> list[tuple[int, int]]:
-    """The [start, end) runs of global positions device ``rank`` holds, in the order
-    its shard stores them (``striped``: one run of length 1 per position)."""
+def _check_shard(n, rank, world_size, layout):
     layout = check_layout(layout)
-    P = check_int("P", P, 1)
+    n = check_int("n", n, 0)
+    world_size = check_int("world_size", world_size, 1)
     rank = check_int("rank", rank, 0)
-    if rank >= P:
-        raise ValueError(f"rank must be < P={P}, got {rank}")
+    if rank >= world_size:
+        raise ValueError(f"rank must be < world_size={world_size}, got {rank}")
+    return n, rank, world_size, layout
+
+
+def shard_intervals(
+    n: int, rank: int, world_size: int, layout: str
+) -> list[tuple[int, int]]:
+    """The [start, end) runs of the ``n`` global positions device ``rank`` of
+    ``world_size`` holds, in the order its shard stores them (``striped``: one run of
+    length 1 per position). The signature of ``kernels.ring.shard_intervals``."""
+    n, rank, world_size, layout = _check_shard(n, rank, world_size, layout)
     if layout == "contiguous":
-        return [chunk_bounds(N, P)[rank]]
+        return [chunk_bounds(n, world_size)[rank]]
     if layout == "zigzag":
-        c = chunk_bounds(N, 2 * P)
-        return [c[rank], c[2 * P - 1 - rank]]
-    return [(i, i + 1) for i in range(rank, check_int("N", N, 0), P)]
+        c = chunk_bounds(n, 2 * world_size)
+        return [c[rank], c[2 * world_size - 1 - rank]]
+    return [(i, i + 1) for i in range(rank, n, world_size)]
 
 
-def shard_positions(N: int, P: int, layout: str, rank: int) -> np.ndarray:
+def shard_positions(n: int, rank: int, world_size: int, layout: str) -> np.ndarray:
     """Global positions held by device ``rank``, in its shard's order (int64)."""
-    runs = shard_intervals(N, P, layout, rank)
-    if not runs:
-        return np.zeros(0, dtype=np.int64)
+    n, rank, world_size, layout = _check_shard(n, rank, world_size, layout)
+    if layout == "striped":  # one run per position: all at once
+        return np.arange(rank, n, world_size, dtype=np.int64)
+    runs = shard_intervals(n, rank, world_size, layout)
     return np.concatenate([np.arange(s, e, dtype=np.int64) for s, e in runs])
 
 
-def shard(x, rank: int, P: int, layout: str = "contiguous", axis: int = -2):
+def _seq_axis(name: str, a: np.ndarray, axis) -> int:
+    """``axis`` of ``a`` as a non-negative int: ValueError naming ``name`` for a 0-d
+    array or an axis out of range."""
+    if a.ndim == 0:
+        raise ValueError(f"{name} must have a sequence axis, got a 0-d array")
+    return check_axis("axis", axis, a.ndim)
+
+
+def shard(x, rank: int, world_size: int, layout: str = "contiguous", axis: int = -2):
     """Device ``rank``'s shard of a full sequence ``x`` (positions along ``axis``)."""
     x = np.asarray(x)
-    axis = axis % x.ndim
-    return np.take(x, shard_positions(x.shape[axis], P, layout, rank), axis=axis)
+    axis = _seq_axis("x", x, axis)
+    pos = shard_positions(x.shape[axis], rank, world_size, layout)
+    return np.take(x, pos, axis=axis)
 
 
 def unshard(shards, layout: str = "contiguous", axis: int = -2) -> np.ndarray:
-    """Put the P shards of ``shard`` back into one sequence."""
+    """Put the world_size shards of ``shard`` back into one sequence (``shards[r]``
+    from device r): they must agree on every axis but ``axis``, and hold the lengths
+    ``layout`` gives for their total (ValueError naming ``shards`` otherwise)."""
+    layout = check_layout(layout)
+    if isinstance(shards, np.ndarray) or not isinstance(shards, (list, tuple)):
+        raise TypeError(
+            f"shards must be a list of arrays (one per device), got "
+            f"{type(shards).__name__}"
+        )
     shards = [np.asarray(s) for s in shards]
     if not shards:
         raise ValueError("shards must hold at least one shard")
-    P = len(shards)
-    axis = axis % shards[0].ndim
+    world_size = len(shards)
+    axis = _seq_axis("shards[0]", shards[0], axis)
+    rest = [s.shape[:axis] + s.shape[axis + 1 :] for s in shards]
+    if any(s.ndim != shards[0].ndim for s in shards) or len(set(rest)) > 1:
+        raise ValueError(
+            f"shards must agree on every axis but axis={axis}, got shapes "
+            f"{[s.shape for s in shards]}"
+        )
     N = sum(s.shape[axis] for s in shards)
     out_shape = list(shards[0].shape)
     out_shape[axis] = N
     out = np.empty(out_shape, dtype=np.result_type(*shards))
     for r, s in enumerate(shards):
-        pos = shard_positions(N, P, layout, r)
+        pos = shard_positions(N, r, world_size, layout)
         if s.shape[axis] != len(pos):
             raise ValueError(
-                f"shard {r} holds {s.shape[axis]} positions; the "
-                f"{layout} layout of N={N} over P={P} gives it {len(pos)}"
+                f"shards[{r}] holds {s.shape[axis]} positions; the {layout} layout "
+                f"of N={N} over {world_size} devices gives it {len(pos)}"
             )
         idx = [slice(None)] * out.ndim
         idx[axis] = pos
@@ -128,7 +154,7 @@ def unshard(shards, layout: str = "contiguous", axis: int = -2) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------
-# One block: a query shard against one K/V shard -> (o, lse); the merge.
+# One block: a query shard against one K/V shard -> (o, lse).
 # ---------------------------------------------------------------------------------
 
 
@@ -173,16 +199,6 @@ def block_attention(
     p = softmax(s, mask=keep)  # (..., n_q, n_k)
     lse = logsumexp(s if keep is None else np.where(keep, s, -np.inf))  # (..., n_q)
     return weighted_sum(p, v, keep), lse
-
-
-def merge_partials(o1, lse1, o2, lse2):
-    """Merge two partial results over disjoint key sets: the log-sum-exp rule.
-
-    lse = log(e^lse1 + e^lse2), o = e^(lse1 - lse) o1 + e^(lse2 - lse) o2. A part with
-    lse = -inf (no visible key) contributes nothing, whatever its o; both -inf gives
-    o = 0, lse = -inf; a NaN in either part's lse stays NaN in o and lse.
-    """
-    return _merge_many([o1, o2], [lse1, lse2])  # attention.decode's S-way merge
 
 
 # ---------------------------------------------------------------------------------
@@ -230,7 +246,7 @@ def ring_attention_numpy(
             f"ring attention is self-attention: q, k, v need the same "
             f"length N, got {q.shape}, {k.shape}, {v.shape}"
         )
-    pos = [shard_positions(N, P, layout, r) for r in range(P)]
+    pos = [shard_positions(N, r, P, layout) for r in range(P)]
     qs = [shard(q, r, P, layout) for r in range(P)]  # P x (..., N_r, d)
     kv = [(shard(k, r, P, layout), shard(v, r, P, layout)) for r in range(P)]
     out = []
@@ -241,7 +257,9 @@ def ring_attention_numpy(
             o_b, lse_b = block_attention(
                 qs[r], *kv[src], pos[r], pos[src], causal, scale
             )
-            o, lse = (o_b, lse_b) if o is None else merge_partials(o, lse, o_b, lse_b)
+            o, lse = (
+                (o_b, lse_b) if o is None else merge_partials([o, o_b], [lse, lse_b])
+            )
         out.append((o, lse))
     o = unshard([o for o, _ in out], layout)
     if not check_bool("return_lse", return_lse):
@@ -260,17 +278,45 @@ def block_pairs(
     """(query, key) pairs device ``q_rank`` computes against shard ``k_rank``, counted
     from the positions (the simulator's count; ``attention.memory.ring`` has the closed
     form). Non-causal: n_q * n_k; causal: the pairs with key position <= query's."""
-    qp = shard_positions(N, P, layout, q_rank)
-    kp = np.sort(shard_positions(N, P, layout, k_rank))
+    qp = shard_positions(N, q_rank, P, layout)
+    kp = np.sort(shard_positions(N, k_rank, P, layout))
     if not check_bool("causal", causal):
         return len(qp) * len(kp)
     return int(np.searchsorted(kp, qp, side="right").sum())
 
 
+#: What the position-walking counts (``work_matrix`` here, ``simulate_ring`` in
+#: ``attention.memory.ring``) accept: P * N positions and P * P blocks. Above either
+#: they refuse at once and name the closed form, which gives the same integers from
+#: shard sizes and interval arithmetic.
+MAX_WALK_POSITIONS = 2**24
+MAX_WALK_BLOCKS = 2**16
+
+
+def check_walk(call: str, N: int, P: int, closed_form: str) -> tuple[int, int]:
+    """N and P checked, and the size guard of a count that walks positions: ValueError
+    naming ``closed_form`` (the call that gives the same counts at once) when P * N >
+    ``MAX_WALK_POSITIONS`` or P * P > ``MAX_WALK_BLOCKS``."""
+    N, P = check_int("N", N, 0), check_int("P", P, 1)
+    if P * N > MAX_WALK_POSITIONS or P * P > MAX_WALK_BLOCKS:
+        raise ValueError(
+            f"{call}(N={N:,}, P={P}) would walk P*N = {P * N:,} positions over "
+            f"P*P = {P * P:,} blocks, more than its budget of {MAX_WALK_POSITIONS:,} "
+            f"positions and {MAX_WALK_BLOCKS:,} blocks: {closed_form} gives the same "
+            "counts at once"
+        )
+    return N, P
+
+
 def work_matrix(
     N: int, P: int, layout: str = "contiguous", causal: bool = True
 ) -> np.ndarray:
-    """work[t, r]: visible pairs device r computes at step t of the ring (int64)."""
+    """work[t, r]: visible pairs device r computes at step t of the ring (int64),
+    counted from positions (``block_pairs``). Sizes beyond ``check_walk``'s budget are
+    refused: ``attention.memory.ring.pairs_matrix`` is the closed form."""
+    N, P = check_walk(
+        "work_matrix", N, P, "attention.memory.ring.pairs_matrix(N, P, layout, causal)"
+    )
     holds = ring_holds(P)
     return np.array(
         [
@@ -284,7 +330,18 @@ def work_matrix(
 def idle_fraction(work) -> float:
     """The fraction of device-steps spent waiting when every step lasts as long as its
     busiest device (the ring advances in lock step: a device cannot start step t+1
-    before its neighbour has sent the shard). 1 - sum(work) / (P * sum_t max_r)."""
-    work = np.asarray(work)
+    before its neighbour has sent the shard). 1 - sum(work) / (P * sum_t max_r).
+
+    ``work``: (steps, devices), e.g. ``work_matrix``; ValueError unless 2-D."""
+    work = as_real_array("work", work)
+    if work.ndim != 2:
+        raise ValueError(
+            f"work must be 2-D (steps, devices), like work_matrix, got shape "
+            f"{work.shape}"
+        )
+    if work.size == 0:
+        raise ValueError(
+            f"work must hold at least one step and device, got {work.shape}"
+        )
     busy = work.max(axis=1).sum() * work.shape[1]
     return float(1.0 - work.sum() / busy) if busy else 0.0

@@ -8,11 +8,8 @@ import math
 
 import numpy as np
 
+from ..checks import as_real_array, check_bool, check_int, check_scale
 from ..core import (
-    as_real_array,
-    check_bool,
-    check_int,
-    check_scale,
     merge_heads,
     scaled_dot_product_attention,
     softmax,

@@ -8,7 +8,8 @@ import math
 
 import numpy as np
 
-from ..core import as_real_array, check_int, softmax
+from ..checks import as_real_array, check_int
+from ..core import softmax
 from .sampling import bilinear_sample
 
 

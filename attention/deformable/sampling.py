@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core import as_real_array, check_bool, check_int
+from ..checks import as_real_array, check_bool, check_int
 
 #: Bilinear interpolation reads the four neighbouring pixels of every sample.
 CORNERS = 4

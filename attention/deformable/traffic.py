@@ -5,6 +5,7 @@ image. Importing this module registers the algorithms ``dense-image``, ``dat``,
 from __future__ import annotations
 
 from .. import memory
+from ..checks import check_int
 from .sampling import CORNERS
 
 
@@ -22,8 +23,12 @@ def attention_cost(
     Dense attends to all H*W positions, DAT to ceil(H/r)*ceil(W/r) sampled keys (each
     read as four corners), MSDA to L*P points (each four corners, no keys: the weights
     are a softmax over the L*P samples of a linear map of the query). Counts for H*W
-    queries; projections excluded.
+    queries; projections excluded. Every argument is a positive int.
     """
+    height, width = check_int("height", height, 1), check_int("width", width, 1)
+    d_model, r = check_int("d_model", d_model, 1), check_int("r", r, 1)
+    n_levels = check_int("n_levels", n_levels, 1)
+    n_points = check_int("n_points", n_points, 1)
     n = height * width
     n_s = -(-height // r) * -(-width // r)
     lp = n_levels * n_points

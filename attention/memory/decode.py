@@ -479,7 +479,8 @@ def splits_to_fill(B: int, H_kv: int, sms: int) -> int:
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """The attention shape of a published model: its cache holds 2 (K and V) x layers
-    x H_kv x d numbers per token."""
+    x H_kv x d numbers per token. ``layers``, ``H_q``, ``H_kv``, ``d`` are positive
+    ints and H_kv divides H_q (each KV head serves a whole group of query heads)."""
 
     name: str
     layers: int
@@ -487,6 +488,20 @@ class ModelConfig:
     H_kv: int
     d: int
     cite: str  # references.bib key
+
+    def __post_init__(self):
+        for field in ("name", "cite"):
+            if not isinstance(getattr(self, field), str):
+                raise TypeError(
+                    f"{field} must be a str, got {type(getattr(self, field)).__name__}"
+                )
+        for field in ("layers", "H_q", "H_kv", "d"):
+            object.__setattr__(self, field, check_count(field, getattr(self, field)))
+        if self.H_q % self.H_kv:
+            raise ValueError(
+                f"H_kv must divide H_q (grouped-query attention), got "
+                f"H_q={self.H_q}, H_kv={self.H_kv}"
+            )
 
     def kv_bytes_per_token(self, bytes_per_elem: int = 2) -> int:
         return (

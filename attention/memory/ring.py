@@ -37,7 +37,7 @@ import functools
 import numpy as np
 
 from attention import ring as _ring
-from attention.core import check_bool, check_int
+from attention.checks import check_bool, check_int
 
 from .roofline import GPUS, GPUSpec
 from .sim import cdiv
@@ -119,10 +119,18 @@ def simulate_ring(
     layout: str = "contiguous",
 ) -> RingCounts:
     """Walk the ring: each device's buffer holds one K/V shard; every step computes on
-    it, then passes it to the next device. Pairs are counted from positions."""
+    it, then passes it to the next device. Pairs are counted from positions, so sizes
+    beyond ``attention.ring.check_walk``'s budget are refused: ``ring_closed_form``
+    gives the same counts at once."""
     N, P, H, H_kv, d, B = _check_dims(N, P, H, H_kv, d, B)
+    _ring.check_walk(
+        "simulate_ring",
+        N,
+        P,
+        "attention.memory.ring.ring_closed_form(N, P, H, d, H_kv, B, causal, layout)",
+    )
     causal = check_bool("causal", causal)
-    pos = [_ring.shard_positions(N, P, layout, r) for r in range(P)]
+    pos = [_ring.shard_positions(N, r, P, layout) for r in range(P)]
     buffer = list(range(P))  # buffer[r]: whose shard device r holds now
     pairs, sent, received = (np.zeros((P, P), dtype=np.int64) for _ in range(3))
     for t in range(P):
@@ -189,8 +197,8 @@ def pairs_closed_form(
         return int(
             _tri(nq - 1 + e) - _tri(e - 1) - _tri(nq - 1 + e - nk) + _tri(e - nk - 1)
         )
-    qi = _ring.shard_intervals(N, P, layout, q_rank)
-    ki = _ring.shard_intervals(N, P, layout, k_rank)
+    qi = _ring.shard_intervals(N, q_rank, P, layout)
+    ki = _ring.shard_intervals(N, k_rank, P, layout)
     return int(sum(interval_pairs(a0, a1, b0, b1) for a0, a1 in qi for b0, b1 in ki))
 
 
@@ -256,10 +264,17 @@ def simulate_ulysses(
     """Walk the two all-to-alls message by message: device r sends each other device s
     its n_r tokens of s's heads of q, k, v; after attention, device s returns to r the
     n_r tokens of its heads of o. Returns per-device arrays sent, received (elements)
-    and flops (non-causal)."""
+    and flops (non-causal). P * P messages: above ``attention.ring.MAX_WALK_BLOCKS``
+    it refuses, naming ``ulysses_closed_form``."""
     N, P, H, H_kv, d, B = _check_dims(N, P, H, H_kv, d, B)
     _check_ulysses(P, H, H_kv)
-    n = [len(_ring.shard_positions(N, P, "contiguous", r)) for r in range(P)]
+    if P * P > _ring.MAX_WALK_BLOCKS:
+        raise ValueError(
+            f"simulate_ulysses(P={P}) would walk P*P = {P * P:,} messages, more than "
+            f"its budget of {_ring.MAX_WALK_BLOCKS:,}: attention.memory.ring."
+            "ulysses_closed_form(N, P, H, d, H_kv, B) gives the same counts at once"
+        )
+    n = [len(_ring.shard_positions(N, r, P, "contiguous")) for r in range(P)]
     sent, received = np.zeros(P, dtype=np.int64), np.zeros(P, dtype=np.int64)
     for r in range(P):
         for s in range(P):
@@ -296,13 +311,30 @@ def ulysses_closed_form(
 # ---------------------------------------------------------------------------------
 
 
+def _one_of(name: str, value, options) -> str:
+    """``value`` if it is one of ``options``; ValueError naming ``name``, the value and
+    the options otherwise."""
+    options = list(options)
+    if not isinstance(value, str) or value not in options:
+        raise ValueError(f"{name} must be one of {options}, got {value!r}")
+    return value
+
+
 def peak_flops(gpu: str | GPUSpec, dtype: str) -> float:
-    """FLOP/s at the tensor-core peak for ``dtype`` (TF32 for float32)."""
-    spec = GPUS[gpu] if isinstance(gpu, str) else gpu
-    if dtype not in DTYPE_BYTES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
+    """FLOP/s at the tensor-core peak for ``dtype`` (TF32 for float32, known for the
+    GPUs in ``TF32_TFLOPS``)."""
+    dtype = _one_of("dtype", dtype, DTYPE_BYTES)
+    if isinstance(gpu, GPUSpec):
+        spec, key = gpu, gpu.name.split()[0]
+    else:
+        key = _one_of("gpu", gpu, GPUS)
+        spec = GPUS[key]
     if dtype == "float32":
-        key = gpu if isinstance(gpu, str) else spec.name.split()[0]
+        if key not in TF32_TFLOPS:
+            raise ValueError(
+                f"gpu {key!r} has no TF32 peak here: for dtype='float32', gpu must be "
+                f"one of {list(TF32_TFLOPS)}"
+            )
         return TF32_TFLOPS[key] * 1e12
     return spec.peak_tflops * 1e12
 
@@ -312,7 +344,7 @@ def ring_times(counts: RingCounts, gpu: str, link: str, dtype: str) -> dict:
     message at the link's per-direction peak), the step with overlap (double-buffered:
     max of the two) and without (their sum); totals and the hidden fraction."""
     F = peak_flops(gpu, dtype)
-    bw = LINKS[link].gbps * 1e9
+    bw = LINKS[_one_of("link", link, LINKS)].gbps * 1e9
     b = DTYPE_BYTES[dtype]
     compute = counts.flops.max(axis=1) / F  # (P,)
     transfer = counts.received.max(axis=1) * b / bw  # (P,)
@@ -338,16 +370,19 @@ def overlap_threshold(
 
     ``work``: the fraction of the n x n block that is visible (1 non-causal; about 1/2
     for a causal zig-zag or striped step). d cancels: both sides grow with it. An
-    ESTIMATE at peak rates.
+    ESTIMATE at peak rates. ``work`` must be a real number in (0, 1].
     """
     H = check_int("H", H, 1)
     H_kv = H if H_kv is None else check_int("H_kv", H_kv, 1)
-    return (
-        H_kv
-        * DTYPE_BYTES[dtype]
-        * peak_flops(gpu, dtype)
-        / (2 * H * LINKS[link].gbps * 1e9 * work)
-    )
+    if isinstance(work, bool) or not isinstance(work, (int, float, np.number)):
+        raise TypeError(f"work must be a real number, got {type(work).__name__}")
+    if not 0 < work <= 1:
+        raise ValueError(
+            f"work must be the visible fraction of a block, in (0, 1], got {work!r}"
+        )
+    F = peak_flops(gpu, dtype)
+    bw = LINKS[_one_of("link", link, LINKS)].gbps * 1e9
+    return H_kv * DTYPE_BYTES[dtype] * F / (2 * H * bw * float(work))
 
 
 def memory_per_device(
@@ -370,12 +405,11 @@ def memory_per_device(
     token).
     """
     N, P, H, H_kv, d, B = _check_dims(N, P, H, H_kv, d, B)
-    b = DTYPE_BYTES[dtype]
+    b = DTYPE_BYTES[_one_of("dtype", dtype, DTYPE_BYTES)]
+    scheme = _one_of("scheme", scheme, ("ring", "ulysses"))
     n = int(shard_lengths(N, P, "contiguous").max())
     if scheme == "ring":
         return B * n * d * (2 * H + 6 * H_kv) * b + B * H * n * 4
-    if scheme == "ulysses":
-        _check_ulysses(P, H, H_kv)
-        local = B * n * d * (2 * H + 2 * H_kv) * b
-        return local + B * N * d * (2 * H + 2 * H_kv) // P * b + B * (H // P) * N * 4
-    raise ValueError(f"scheme must be 'ring' or 'ulysses', got {scheme!r}")
+    _check_ulysses(P, H, H_kv)
+    local = B * n * d * (2 * H + 2 * H_kv) * b
+    return local + B * N * d * (2 * H + 2 * H_kv) // P * b + B * (H // P) * N * 4

@@ -13,13 +13,11 @@ from collections.abc import Callable
 import numpy as np
 
 #: Work ``simulate`` accepts, in trace events (loads, stores and compute marks; what
-#: ``Traffic.events`` counts). Python does one to two million events a second (less on
-#: a busy machine), and a kept trace holds about 100 bytes an event, so these keep a
-#: call to about a second and the trace to a few hundred MB. Above them ``simulate``
-#: refuses at once (the count comes from the closed form, before anything runs) and
-#: points to ``closed_form``, which gives the same counts from a formula in
-#: microseconds. (Without the trace the budget was once ten times larger: a
-#: 1000 x 1000 DAT map, 10^6 pixels, then simulated for seconds to minutes.)
+#: ``Traffic.events`` counts). The simulator handles one event at a time in Python, and
+#: a kept trace holds one ``Transfer`` per event, so both its time and its trace grow
+#: with the count. Above these budgets ``simulate`` refuses at once (the count comes
+#: from the closed form, before anything runs) and points to ``closed_form``, which
+#: gives the same counts from a formula.
 MAX_TRACE_EVENTS = 2_000_000  # keep_trace=True
 MAX_EVENTS = 2_000_000  # keep_trace=False
 

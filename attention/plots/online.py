@@ -6,7 +6,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..core import as_real_array
+from ..checks import as_real_array
 from .style import TENSOR_COLORS
 
 

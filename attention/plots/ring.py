@@ -35,7 +35,7 @@ def ring_schedule_figure(
     (left, labelled with the shard, shaded by its share of a full block) and the
     transfer of that shard to the next device (right); the last step sends nothing."""
     N = 8 * P if N is None else N
-    work = _ring.work_matrix(N, P, layout, causal)
+    work = _mring.pairs_matrix(N, P, layout, causal)  # (t, r), the closed form
     full = _mring.shard_lengths(N, P, layout).max() ** 2
     holds = _ring.ring_holds(P)
     if ax is None:
@@ -126,7 +126,7 @@ def load_balance_figure(
         )
     axes = np.atleast_1d(axes)
     for ax, layout in zip(axes, layouts):
-        work = _ring.work_matrix(N, P, layout, causal)  # (t, r)
+        work = _mring.pairs_matrix(N, P, layout, causal)  # (t, r), the closed form
         full = _mring.shard_lengths(N, P, layout).max() ** 2
         step_len = work.max(axis=1)  # the busiest device sets each step's length
         for t in range(P):

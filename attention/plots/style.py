@@ -140,9 +140,10 @@ def _nonempty(name: str, x) -> None:
 def human_bytes(n: float) -> str:
     """1536 -> '1.5 KiB' (n >= 0, a byte count; binary units, three significant
     digits: ``_sig3``, the same rule as ``human`` in _static/explorers.js)."""
-    if not n >= 0:
-        raise ValueError(f"n must be a byte count >= 0, got {n!r}")
-    for div, unit in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+    if not 0 <= n < float("inf"):
+        raise ValueError(f"n must be a finite byte count >= 0, got {n!r}")
+    units = (2**60, "EiB"), (2**50, "PiB"), (2**40, "TiB"), (2**30, "GiB")
+    for div, unit in (*units, (2**20, "MiB"), (2**10, "KiB")):
         if abs(n) >= div:
             return f"{_sig3(n / div)} {unit}"
     return f"{int(n)} B"

@@ -17,6 +17,11 @@ def power_law_fit(x, y) -> tuple[float, float]:
         raise ValueError(
             f"x and y must be 1-D of the same length >= 2, got {x.shape}, {y.shape}"
         )
+    for name, a in (("x", x), ("y", y)):
+        if not np.isfinite(a).all():
+            raise ValueError(
+                f"{name} must be finite for a power-law fit, got {a.tolist()}"
+            )
     if (x <= 0).any() or (y <= 0).any():
         raise ValueError("a power-law fit needs positive x and y")
     slope, intercept = np.polyfit(np.log(x), np.log(y), 1)

@@ -8,6 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from .. import memory
+from ..checks import check_int
 from .style import (
     DTYPE_BYTES,
     SELECTION_COLORS,
@@ -332,8 +333,9 @@ def naive_traffic_figure(
     """
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
-    if n < 1 or (m is not None and m < 1) or d < 1:
-        raise ValueError(f"n, m and d must be positive, got n={n}, m={m}, d={d}")
+    n, d = check_int("n", n, 1), check_int("d", d, 1)
+    m = None if m is None else check_int("m", m, 1)
+    Br, Bc = check_int("Br", Br, 1), check_int("Bc", Bc, 1)
     bpe = DTYPE_BYTES[dtype]
     lo, hi = n_range
     ns = [int(x) for x in np.geomspace(lo, hi, int(round(np.log2(hi / lo))) + 1)] + [

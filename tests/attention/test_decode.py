@@ -241,7 +241,7 @@ def test_validation_names_the_argument():
         (dict(causal="yes"), TypeError, "^causal"),
         (dict(num_splits=-1), ValueError, "^num_splits"),
         (dict(num_splits=1.5), TypeError, "^num_splits"),
-        (dict(softmax_scale="x"), TypeError, "^softmax_scale"),
+        (dict(scale="x"), TypeError, "^scale"),
         (dict(block_table=np.array([[0.0]])), TypeError, "^block_table"),
         (dict(block_table=np.array([[7]])), ValueError, "points outside the pool"),
         (dict(block_table=np.array([[-1]])), ValueError, "points outside the pool"),

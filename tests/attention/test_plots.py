@@ -143,7 +143,7 @@ def test_naive_traffic_figure_title_and_bars():
     )  # the vertical marker at n
     with pytest.raises(ValueError, match="dtype"):
         plots.naive_traffic_figure(dtype="int4")
-    with pytest.raises(ValueError, match="positive"):
+    with pytest.raises(ValueError, match="^n must be >= 1"):
         plots.naive_traffic_figure(n=0)
 
 

@@ -44,7 +44,7 @@ def test_chunk_bounds_follow_array_split(N, n):
 @pytest.mark.parametrize("layout", ring.LAYOUTS)
 @pytest.mark.parametrize("N,P", [(16, 4), (13, 3), (5, 4), (31, 2), (9, 1)])
 def test_shards_partition_the_sequence(layout, N, P):
-    pos = [ring.shard_positions(N, P, layout, r) for r in range(P)]
+    pos = [ring.shard_positions(N, r, P, layout) for r in range(P)]
     assert sorted(np.concatenate(pos).tolist()) == list(range(N))
     x = np.arange(2 * N * 3).reshape(2, N, 3)
     shards = [ring.shard(x, r, P, layout) for r in range(P)]
@@ -57,16 +57,16 @@ def test_zigzag_is_chunks_r_and_2p_minus_1_minus_r():
     c = np.array_split(np.arange(22), 8)  # N = 22, P = 4: uneven, larger chunks first
     for r in range(4):
         want = np.concatenate([c[r], c[7 - r]])
-        np.testing.assert_array_equal(ring.shard_positions(22, 4, "zigzag", r), want)
+        np.testing.assert_array_equal(ring.shard_positions(22, r, 4, "zigzag"), want)
 
 
 def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="layout"):
-        ring.shard_positions(8, 2, "diagonal", 0)
+        ring.shard_positions(8, 0, 2, "diagonal")
     with pytest.raises(TypeError, match="layout"):
-        ring.shard_positions(8, 2, None, 0)
+        ring.shard_positions(8, 0, 2, None)
     with pytest.raises(ValueError, match="rank"):
-        ring.shard_positions(8, 2, "zigzag", 2)
+        ring.shard_positions(8, 2, 2, "zigzag")
     with pytest.raises(TypeError, match="P"):
         ring.ring_attention_numpy(
             np.ones((4, 2)), np.ones((4, 2)), np.ones((4, 2)), 2.0
@@ -98,7 +98,7 @@ def test_merging_blocks_in_any_order_is_exact():
     for order in ([0, 1, 2, 3], [3, 1, 0, 2]):
         o, lse = parts[order[0]]
         for i in order[1:]:
-            o, lse = ring.merge_partials(o, lse, *parts[i])
+            o, lse = core.merge_partials([o, parts[i][0]], [lse, parts[i][1]])
         np.testing.assert_allclose(o, ref, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(
             lse, core.logsumexp(q @ k.T / np.sqrt(8)), rtol=1e-12
@@ -109,7 +109,7 @@ def test_merge_rules_for_empty_and_nan_parts():
     o = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
     lse = np.array([0.5, -np.inf, np.nan])
     junk = np.full((3, 2), 7.0)  # an empty part's o is never read
-    m_o, m_lse = ring.merge_partials(junk, np.full(3, -np.inf), o, lse)
+    m_o, m_lse = core.merge_partials([junk, o], [np.full(3, -np.inf), lse])
     np.testing.assert_array_equal(m_o[0], o[0])
     assert m_lse[0] == 0.5
     np.testing.assert_array_equal(m_o[1], [0.0, 0.0])  # both empty: 0, -inf
