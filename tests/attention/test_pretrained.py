@@ -204,3 +204,31 @@ def test_head_stats_of_minilm_are_distributions(minilm):
             st[k].shape == (6, 12) and (st[k] >= 0).all() and (st[k] <= 1 + 1e-6).all()
         )
     assert set(pretrained.head_types(st).ravel()) <= set(pretrained.TYPES)
+
+
+def test_figures_draw_every_head(minilm):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from attention.plots import pretrained as pplots
+
+    s = "The keys to the cabinet are on the table."
+    maps, toks = minilm.attentions(s), minilm.tokens(s)
+    st = heads.sentence_stats(maps, toks)
+    types = heads.head_types(st)
+    fig = pplots.heads_grid_figure(maps, toks, types)
+    assert len(fig.axes) == 72 and fig.get_figwidth() <= 6.5
+    assert fig.axes[0].images[0].get_array().shape == (len(toks), len(toks))
+    fig = pplots.entropy_figure(st, types)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert len(texts) == 72 and texts[0].startswith(f"{st['entropy'][0, 0]:.1f}")
+    fig = pplots.layer_mass_figure(heads.layer_mass(st))
+    assert len(fig.axes[0].patches) == 18
+    fig = pplots.head_map_figure(maps, toks, 1, 3)
+    with pytest.raises(ValueError, match="layer must be in 1..6"):
+        pplots.head_map_figure(maps, toks, 0, 3)
+    with pytest.raises(ValueError, match="N = len"):
+        pplots.heads_grid_figure(maps, toks[:-1])
+    plt.close("all")
