@@ -45,6 +45,8 @@ INSTALL = (
 #: sentence-transformers' max_seq_length for this model (sentence_bert_config.json).
 MAX_TOKENS = 256
 SPECIAL = ("[CLS]", "[SEP]")
+#: Texts whose default forward a model keeps (the chapter's and explorer's sentences).
+CACHE = 64
 
 #: ``attend(q, k, v) -> (o, p)``: q, k, v (1, H, N, d) float32; o (1, H, N, d); p the
 #: (1, H, N, N) weights, or None when the attention does not form them (a kernel).
@@ -111,6 +113,13 @@ class MiniLM:
         self.n_heads = config["num_attention_heads"]
         self.width = config["hidden_size"]
         self.eps = config["layer_norm_eps"]
+        self._cache = {}
+
+    def astype(self, dtype) -> MiniLM:
+        """The same model with its weights in ``dtype`` (float64: a reference forward
+        for float32's rounding)."""
+        w = {k: v.astype(dtype) for k, v in self.weights.items()}
+        return MiniLM(self.config, w, self.tokenizer)
 
     def __repr__(self) -> str:
         return (
@@ -141,7 +150,18 @@ class MiniLM:
 
     def forward(self, text: str, attend: Attend = numpy_attend):
         """(h, p): the last layer's states (N, 384) and the weights (6, 12, N, N)
-        (None when ``attend`` gives none)."""
+        (None when ``attend`` gives none). With the default attention the result is
+        kept per text (``CACHE`` texts), and copies are returned."""
+        if attend is not numpy_attend:
+            return self._forward(text, attend)
+        if text not in self._cache:
+            if len(self._cache) >= CACHE:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[text] = self._forward(text, attend)
+        h, p = self._cache[text]
+        return h.copy(), p.copy()
+
+    def _forward(self, text: str, attend: Attend):
         ids = self.ids(text)
         n, H = len(ids), self.n_heads
         emb = "embeddings."
@@ -194,7 +214,7 @@ class MiniLM:
         for t in texts:
             m = self.hidden(t, attend).mean(0)
             out.append(m / max(float(np.linalg.norm(m)), 1e-12))
-        return np.stack(out).astype(np.float32)
+        return np.stack(out)  # (n, 384) in the weights' dtype
 
 
 def _read(source: pathlib.Path) -> tuple[dict, dict, str]:
