@@ -556,7 +556,7 @@
     charts: ["map", "heads"],
     controls: ({ grid: g, init }) => {
       const s = g.sentences[init.sentence];
-      return [select("sentence", "sentence", g.sentences.map((x) => `${x.name}: ${x.text}`), init.sentence),
+      return [select("sentence", "sentence", g.sentences.map((x) => x.name), init.sentence),
         slider("layer", "layer", range(g.L), init.layer, (i) => String(i + 1)),
         slider("head", "head", range(g.H), init.head, (i) => String(i + 1)),
         slider("row", "query row", range(s.tokens.length), init.row, (i) => `${i}: ${s.tokens[i]}`)];
