@@ -6,13 +6,13 @@ For each sentence and head the statistics below are means over the query rows of
 names a head by the first rule of ``TYPES`` its statistics meet, with the thresholds of
 ``THRESHOLDS`` (stated, not fitted):
 
-previous / next / self  more than half of a word's weight, on average, on the token
+previous / next / self  at least half of a word's weight, on average, on the token
                         just before / just after / itself (rows of [CLS] and [SEP]
                         left out: they have no "previous word")
-[SEP] / [CLS]           more than half of every row's weight, on average, on that
+[SEP] / [CLS]           at least half of every row's weight, on average, on that
                         special token: Clark et al.'s "no-op" heads, which park weight
                         where it changes little (chapter 7's attention sinks)
-punctuation             more than half on the sentence's punctuation tokens
+punctuation             at least half on the sentence's punctuation tokens
 broad                   mean row entropy at least 0.75 of the uniform row's, log2 N:
                         the weight spread over most of the sentence
 mixed                   none of these
