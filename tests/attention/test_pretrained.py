@@ -232,3 +232,19 @@ def test_figures_draw_every_head(minilm):
     with pytest.raises(ValueError, match="N = len"):
         pplots.heads_grid_figure(maps, toks[:-1])
     plt.close("all")
+
+
+def test_swapped_attention_and_the_cache(minilm):
+    s = "The cache keeps copies."
+
+    def attend(q, k, v):  # the same attention, forming no weights
+        return model.numpy_attend(q, k, v)[0], None
+
+    h, p = minilm.forward(s, attend=attend)
+    assert p is None
+    np.testing.assert_allclose(h, minilm.hidden(s), atol=1e-6)
+    a = minilm.attentions(s)
+    a[:] = 0  # the caller's copy
+    np.testing.assert_allclose(minilm.attentions(s).sum(-1), 1.0, atol=1e-5)
+    m64 = minilm.astype(np.float64)
+    assert m64.attentions(s).dtype == np.float64 and m64.embed(s).shape == (1, 384)
