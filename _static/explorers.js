@@ -549,6 +549,43 @@
     },
   };
 
+  // ------------------------------------------------------------------ chapter 1: MiniLM
+  // (attention/explorers/pretrained.py: weights in thousandths, statistics and the
+  // measured head types computed in Python at build time)
+  KINDS.pretrained = {
+    charts: ["map", "heads"],
+    controls: ({ grid: g, init }) => {
+      const s = g.sentences[init.sentence];
+      return [select("sentence", "sentence", g.sentences.map((x) => x.name), init.sentence),
+        slider("layer", "layer", range(g.L), init.layer, (i) => String(i + 1)),
+        slider("head", "head", range(g.H), init.head, (i) => String(i + 1)),
+        slider("row", "query row", range(s.tokens.length), init.row, (i) => `${i}: ${s.tokens[i]}`)];
+    },
+    update(cfg, st, h) {
+      const g = cfg.grid, s = g.sentences[st.sentence], t = s.tokens, n = t.length;
+      const rows = range(n).map((i) => `${i}: ${t[i]}`), ctl = h.controls.row;
+      if (ctl.spec.options.join("\n") !== rows.join("\n")) ctl.setOptions(rows);
+      const r = Math.min(ctl.get(), n - 1);
+      const l = st.layer, hd = st.head, w = s.w[l][hd];
+      const qname = (i) => `${i}: ${t[i]}`;
+      const cells = [];
+      w.forEach((wr, i) => wr.forEach((v, j) => cells.push({ i, j, query: qname(i), key: qname(j), w: v / 1000 })));
+      const outline = range(n).map((j) => ({ i: r, j, query: qname(r), key: qname(j) }));
+      const heads = [];
+      for (let a = 0; a < g.L; a++) for (let b = 0; b < g.H; b++)
+        heads.push({ layer: a + 1, head: b + 1, entropy: s.entropy[a][b], type: g.types[a][b], letter: g.letters[g.types[a][b]] });
+      let best = 0;
+      w[r].forEach((v, j) => { if (v > w[r][best]) best = j; });
+      const f2 = (x) => Number(x).toFixed(2);
+      const text = `<p>Head ${l + 1}-${hd + 1}: measured type <b>${esc(g.types[l][hd])}</b> (over ${g.n_measured} sentences). ` +
+        `On this sentence its mean row entropy is ${f2(s.entropy[l][hd])} bits (uniform: ${f2(s.uniform)}); ` +
+        `a row puts ${f2(s.cls[l][hd])} of its weight on [CLS], ${f2(s.sep[l][hd])} on [SEP] and ${f2(s.punct[l][hd])} on punctuation. ` +
+        `Query ${r} (<b>${esc(t[r])}</b>) puts <b>${(w[r][best] / 1000).toFixed(3)}</b> on key ${best} (<b>${esc(t[best])}</b>).</p>`;
+      return { charts: { map: { spec: "map", data: { cells, outline } },
+                         heads: { spec: "heads", data: { heads, chosen: [{ layer: l + 1, head: hd + 1 }] } } }, text };
+    },
+  };
+
   KINDS.masks = {
     charts: ["mask"],
     controls: ({ grid: g, init }) => [select("kind", "mask", g.kinds, init.kind),

@@ -12,6 +12,7 @@ decode   chapter 5's explorer (decoding with a KV cache), its data, twin and wid
          one module
 ring     chapter 6's explorer (context parallelism across GPUs), the same way
 maps     chapter 1's pictures: the trained attention maps, the masks
+pretrained  chapter 1's real model: MiniLM's heads on the chapter's sentences
 softmax  chapter 2's: the online softmax block by block, the roofline
 estimators  chapter 3's: REINFORCE, with a baseline, Gumbel-softmax straight-through
 sampling chapter 4's: DAT's and MSDA's sampling points on the photograph
@@ -28,6 +29,7 @@ from . import live, site, static
 from .decode import decode_explorer
 from .estimators import estimator_explorer
 from .maps import attention_map_explorer, map_task, mask_explorer
+from .pretrained import pretrained_explorer
 from .ring import context_parallel_explorer
 from .sampling import sampling_points_explorer
 from .site import ON_SITE, tqdm
@@ -44,6 +46,7 @@ __all__ = [
     "mask_explorer",
     "naive_traffic_explorer",
     "online_softmax_explorer",
+    "pretrained_explorer",
     "roofline_explorer",
     "sampling_points_explorer",
     "teaser",

@@ -15,8 +15,9 @@ import re
 import numpy as np
 import pytest
 
-from attention import core, deformable
+from attention import core, deformable, pretrained
 from attention.explorers import estimators, maps, sampling, softmax
+from attention.explorers import pretrained as minilm_ex
 from tests.book.test_site_explorers import HTML, SHOTS, Page, browser  # noqa: F401
 
 pytestmark = pytest.mark.site
@@ -25,6 +26,7 @@ CH = "chapters/{}.html"
 EXPLORERS = [
     (CH.format("01_self_cross_attention"), "maps"),
     (CH.format("01_self_cross_attention"), "masks"),
+    (CH.format("01_self_cross_attention"), "pretrained"),
     (CH.format("02_flash_attention"), "online"),
     (CH.format("02_flash_attention"), "roofline"),
     (CH.format("03_soft_hard_attention"), "estimators"),
@@ -84,6 +86,32 @@ def check_masks(pg, eid):
         assert r["cell"] == ("may attend" if pt["keep"][i, j] else "masked")
         assert abs(r["p"] - pt["p"][i, j]) <= 5e-4 + 1e-12
     assert f"{int(pt['keep'].sum())} of {n_q * n_k} cells" in pg.readout(eid)
+
+
+def check_pretrained(pg, eid):
+    """MiniLM's maps on the page are attention.pretrained's (to the thousandths the
+    page carries), the row and head outlined are the state's, and the readout is
+    Python's sentence for that state."""
+    s, g = pg.state(eid), _grid(pg, eid)
+    sent = g["sentences"][s["sentence"]]
+    n = len(sent["tokens"])
+    assert pg.n_options(eid, "row") == n and 0 <= s["row"] < n
+    w = pretrained.load_minilm().attentions(sent["text"])[s["layer"], s["head"]]
+    cells = _by(pg.data(eid, "map", "cells"), "i", "j")
+    assert len(cells) == n * n
+    for (i, j), r in cells.items():
+        assert abs(r["w"] - w[i, j]) <= 5e-4 + 1e-7
+    assert {r["i"] for r in pg.data(eid, "map", "outline")} == {s["row"]}
+    assert len(pg.data(eid, "heads", "heads")) == 72
+    (chosen,) = pg.data(eid, "heads", "chosen")
+    assert (chosen["layer"], chosen["head"]) == (s["layer"] + 1, s["head"] + 1)
+    text = minilm_ex.readout(
+        list(minilm_ex.SENTENCES)[s["sentence"]],
+        s["layer"] + 1,
+        s["head"] + 1,
+        s["row"],
+    )
+    assert pg.readout(eid) == re.sub(r"<[^>]+>", "", text)
 
 
 def check_online(pg, eid):
@@ -216,6 +244,7 @@ def check_sampling(pg, eid):
 CHECKS = {
     "maps": check_maps,
     "masks": check_masks,
+    "pretrained": check_pretrained,
     "online": check_online,
     "roofline": check_roofline,
     "estimators": check_estimators,
@@ -232,6 +261,12 @@ CHECKS = {
 DATASETS = {
     "maps": [("map", "cells"), ("map", "outline"), ("row", "row")],
     "masks": [("mask", "cells")],
+    "pretrained": [
+        ("map", "cells"),
+        ("map", "outline"),
+        ("heads", "heads"),
+        ("heads", "chosen"),
+    ],
     "online": [("scores", "keys"), ("scores", "max"), ("state", "now")],
     "roofline": [("roof", "roof"), ("roof", "points")],
     "estimators": [("hist", "hist"), ("hist", "lines"), ("bars", "bars")],
@@ -315,6 +350,7 @@ def test_tab_reaches_every_control_at_390px(browser, page_name, kind):  # noqa: 
 CHANGES = {
     "maps": [("task", 1), ("row", 3)],
     "masks": [("n_q", 7), ("n_k", 3)],
+    "pretrained": [("sentence", 2), ("head", 8)],
     "online": [("step", 3)],
     "roofline": [("alg", 0), ("N", 8)],
     "estimators": [("method", 0), ("samples", 2)],
@@ -355,6 +391,7 @@ def test_picture_explorer_data_is_small():
     limits = {
         "maps": 60_000,
         "masks": 150_000,
+        "pretrained": 250_000,
         "online": 40_000,
         "roofline": 120_000,
         "estimators": 60_000,

@@ -1,0 +1,352 @@
+"""Chapter 1's explorer of a real model: all-MiniLM-L6-v2's heads on the chapter's
+sentences. Sentence, layer, head and query row -> that head's map with the row
+outlined, the mean row entropy of every head on the sentence (the chosen one
+outlined), the head's measured type, its mass on [CLS], [SEP] and punctuation, and
+where the row's weight goes. One call, ``pretrained_explorer``: the static twin on the
+site (every number computed here at build time by ``attention.pretrained``; the page's
+script only looks rows up, ``_static/explorers.js``), ipywidgets in Jupyter and Colab.
+
+Layers and heads are numbered from 1, as on the chapter's figures.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from attention import pretrained
+from attention.plots.pretrained import TYPE_LETTERS
+
+from . import site
+from .site import Explorer
+from .specs import _FONT, _frame
+
+#: The sentences the explorer offers (the chapter's), by name.
+SENTENCES = {
+    "coreference": "The trophy did not fit in the suitcase because it was too big.",
+    "agreement": "The keys to the old cabinet are on the kitchen table.",
+    "list": "We bought apples, pears, plums and cherries at the market.",
+}
+#: Head types are measured over these and the explorer's sentences together.
+MORE_SENTENCES = (
+    "The author who wrote these books lives in a small town.",
+    "When the dog saw the cat, it ran up the tree.",
+    "She said that the results, which surprised everyone, were correct.",
+)
+#: Weights are sent to the page in thousandths.
+SCALE = 1000
+
+
+@functools.lru_cache(maxsize=1)
+def measured_types():
+    """(stats, types): ``head_stats`` over the explorer's and the extra sentences and
+    the head types they give (``attention.pretrained.head_types``)."""
+    model = pretrained.load_minilm()
+    stats = pretrained.head_stats(model, [*SENTENCES.values(), *MORE_SENTENCES])
+    return stats, pretrained.head_types(stats)
+
+
+@functools.lru_cache(maxsize=1)
+def pretrained_grid() -> dict:
+    """The twin's data: per sentence its tokens, ``w[layer][head][row][key]`` in
+    thousandths, per-head statistics on that sentence (entropy in bits, mass on [CLS],
+    [SEP], punctuation, 2 decimals), and the types measured over all the sentences."""
+    model = pretrained.load_minilm()
+    stats, types = measured_types()
+    out = []
+    for name, text in SENTENCES.items():
+        toks, maps = model.tokens(text), model.attentions(text)
+        s = pretrained.heads.sentence_stats(maps, toks)
+        out.append(
+            {
+                "name": name,
+                "text": text,
+                "tokens": toks,
+                "w": np.rint(maps * SCALE).astype(int).tolist(),
+                **{
+                    k: np.round(s[k], 2).tolist()
+                    for k in ("entropy", "cls", "sep", "punct")
+                },
+                "uniform": round(float(np.log2(len(toks))), 2),
+            }
+        )
+    return {
+        "sentences": out,
+        "types": types.tolist(),
+        "letters": dict(TYPE_LETTERS),
+        "n_measured": len(SENTENCES) + len(MORE_SENTENCES),
+        "L": int(stats["entropy"].shape[0]),
+        "H": int(stats["entropy"].shape[1]),
+    }
+
+
+def pretrained_point(sentence: str, layer: int, head: int, row: int) -> dict:
+    """Everything the explorer says at one setting (``layer``, ``head`` from 1)."""
+    _check(sentence, layer, head, row)
+    g = pretrained_grid()
+    s = g["sentences"][list(SENTENCES).index(sentence)]
+    w = np.asarray(s["w"][layer - 1][head - 1][row]) / SCALE
+    j = int(np.argmax(w))
+    at = (layer - 1, head - 1)
+    return {
+        "tokens": s["tokens"],
+        "type": g["types"][at[0]][at[1]],
+        **{k: s[k][at[0]][at[1]] for k in ("entropy", "cls", "sep", "punct")},
+        "uniform": s["uniform"],
+        "row": w,
+        "top": j,
+    }
+
+
+def readout(sentence: str, layer: int, head: int, row: int) -> str:
+    """The explorer's text (the JavaScript twin writes the same sentence)."""
+    p = pretrained_point(sentence, layer, head, row)
+    t = p["tokens"]
+    return (
+        f"Head {layer}-{head}: measured type <b>{p['type']}</b> (over "
+        f"{pretrained_grid()['n_measured']} sentences). On this sentence its mean row "
+        f"entropy is {p['entropy']:.2f} bits (uniform: {p['uniform']:.2f}); a row "
+        f"puts {p['cls']:.2f} of its weight on [CLS], {p['sep']:.2f} on [SEP] and "
+        f"{p['punct']:.2f} on punctuation. Query {row} (<b>{t[row]}</b>) puts "
+        f"<b>{p['row'][p['top']]:.3f}</b> on key {p['top']} (<b>{t[p['top']]}</b>)."
+    )
+
+
+# ---------------------------------------------------------------------------------
+# Vega-Lite specs
+# ---------------------------------------------------------------------------------
+
+
+def map_spec(height: int = 300) -> dict:
+    """The head's map (data "cells": {i, j, query, key, w}) with the query row
+    outlined (data "outline")."""
+    x = {"field": "key", "type": "ordinal", "sort": {"field": "j"}}
+    y = {"field": "query", "type": "ordinal", "sort": {"field": "i"}}
+    return {
+        **_frame(height),
+        "layer": [
+            {
+                "data": {"name": "cells"},
+                "mark": {"type": "rect"},
+                "encoding": {
+                    "x": {**x, "title": "key", "axis": {"labelAngle": -90}},
+                    "y": {**y, "title": "query"},
+                    "color": {
+                        "field": "w",
+                        "type": "quantitative",
+                        "title": "weight",
+                        "scale": {"scheme": "blues", "domain": [0, 1]},
+                        "legend": {"orient": "bottom", "gradientLength": 160},
+                    },
+                    "tooltip": [
+                        {"field": "query"},
+                        {"field": "key"},
+                        {"field": "w", "type": "quantitative", "format": ".3f"},
+                    ],
+                },
+            },
+            {
+                "data": {"name": "outline"},
+                "mark": {
+                    "type": "rect",
+                    "fillOpacity": 0,
+                    "stroke": "#E8590C",
+                    "strokeWidth": 2.5,
+                },
+                "encoding": {"x": x, "y": y},
+            },
+        ],
+        **_FONT,
+    }
+
+
+def heads_spec(height: int = 300) -> dict:
+    """Every head's mean row entropy on the sentence: x layer, y head (data "heads":
+    {layer, head, entropy, letter, type}), the chosen head outlined (data "chosen")."""
+    x = {"field": "layer", "type": "ordinal", "title": "layer"}
+    y = {"field": "head", "type": "ordinal", "title": "head"}
+    return {
+        **_frame(height),
+        "layer": [
+            {
+                "data": {"name": "heads"},
+                "mark": {"type": "rect"},
+                "encoding": {
+                    "x": {**x, "axis": {"labelAngle": 0}},
+                    "y": y,
+                    "color": {
+                        "field": "entropy",
+                        "type": "quantitative",
+                        "title": "row entropy (bits)",
+                        "scale": {"scheme": "viridis", "reverse": True, "zero": True},
+                        "legend": {"orient": "bottom", "gradientLength": 160},
+                    },
+                    "tooltip": [
+                        {"field": "layer"},
+                        {"field": "head"},
+                        {"field": "type"},
+                        {"field": "entropy", "type": "quantitative", "format": ".2f"},
+                    ],
+                },
+            },
+            {
+                "data": {"name": "heads"},
+                "mark": {"type": "text", "fontSize": 11, "fontWeight": "bold"},
+                "encoding": {
+                    "x": x,
+                    "y": y,
+                    "text": {"field": "letter"},
+                    "color": {"value": "#E8590C"},
+                },
+            },
+            {
+                "data": {"name": "chosen"},
+                "mark": {
+                    "type": "rect",
+                    "fillOpacity": 0,
+                    "stroke": "#000000",
+                    "strokeWidth": 3,
+                },
+                "encoding": {"x": x, "y": y},
+            },
+        ],
+        **_FONT,
+    }
+
+
+# ---------------------------------------------------------------------------------
+# The two faces and the one call
+# ---------------------------------------------------------------------------------
+
+
+def _check(sentence, layer, head, row):
+    site.check_option("sentence", sentence, SENTENCES)
+    site.check_option("layer", layer, range(1, 7))
+    site.check_option("head", head, range(1, 13))
+    n = len(pretrained.load_minilm().tokens(SENTENCES[sentence]))
+    site.check_option("row", row, range(n))
+
+
+def static_pretrained_explorer(
+    sentence: str = "coreference", layer: int = 1, head: int = 3, row: int = 0
+) -> Explorer:
+    """The static site's twin: ``pretrained_grid`` and the specs, drawn in the
+    browser."""
+    _check(sentence, layer, head, row)
+    init = {
+        "sentence": list(SENTENCES).index(sentence),
+        "layer": layer - 1,
+        "head": head - 1,
+        "row": row,
+    }
+    return Explorer(
+        "pretrained",
+        {
+            "grid": pretrained_grid(),
+            "init": init,
+            "specs": {"map": map_spec(), "heads": heads_spec()},
+        },
+        "MiniLM's heads (chapter 1)",
+        "attention.explorers.pretrained.pretrained_explorer()",
+    )
+
+
+def pretrained_figure(sentence: str, layer: int, head: int, row: int):
+    """The live explorer's figure: the head's map with the row outlined, and every
+    head's entropy on the sentence with the chosen head outlined."""
+    import matplotlib.pyplot as plt
+
+    from attention.plots import pretrained as pplots
+
+    model = pretrained.load_minilm()
+    text = SENTENCES[sentence]
+    toks, maps = model.tokens(text), model.attentions(text)
+    _, types = measured_types()
+    fig, (a0, a1) = plt.subplots(
+        1, 2, figsize=(10, 4.6), gridspec_kw={"width_ratios": [1.3, 1]}
+    )
+    pplots.head_map_figure(maps, toks, layer, head, ax=a0)
+    a0.add_patch(
+        plt.Rectangle((-0.5, row - 0.5), len(toks), 1, fill=False, ec="#E8590C", lw=2.5)
+    )
+    pplots.entropy_figure(
+        pretrained.heads.sentence_stats(maps, toks), types=types, ax=a1
+    )
+    a1.add_patch(
+        plt.Rectangle((layer - 1.5, head - 1.5), 1, 1, fill=False, ec="k", lw=2.5)
+    )
+    fig.tight_layout()
+    return fig
+
+
+def live_pretrained_explorer(
+    sentence: str = "coreference", layer: int = 1, head: int = 3, row: int = 0
+):
+    """ipywidgets: each change redraws ``pretrained_figure`` and the text."""
+    import ipywidgets as widgets
+
+    from .live import _show_figure
+
+    _check(sentence, layer, head, row)
+    model = pretrained.load_minilm()
+    style = {"description_width": "initial"}
+    ctl = {
+        "sentence": widgets.Dropdown(
+            options=list(SENTENCES), value=sentence, description="sentence"
+        ),
+        "layer": widgets.IntSlider(
+            value=layer, min=1, max=6, description="layer", style=style
+        ),
+        "head": widgets.IntSlider(
+            value=head, min=1, max=12, description="head", style=style
+        ),
+        "row": widgets.IntSlider(
+            value=row,
+            min=0,
+            max=len(model.tokens(SENTENCES[sentence])) - 1,
+            description="query row",
+            style=style,
+        ),
+    }
+    text, out = widgets.HTML(), widgets.Output()
+
+    def redraw(change=None):
+        n = len(model.tokens(SENTENCES[ctl["sentence"].value]))
+        ctl["row"].max = n - 1
+        kw = {k: w.value for k, w in ctl.items()}
+        text.value = "<p>" + readout(**kw) + "</p>"
+        _show_figure(out, pretrained_figure(**kw))
+
+    for w in ctl.values():
+        w.observe(redraw, names="value")
+    redraw()
+    items = list(ctl.values())
+    return widgets.VBox([widgets.HBox(items[:2]), widgets.HBox(items[2:]), text, out])
+
+
+def pretrained_explorer(
+    sentence: str = "coreference", layer: int = 1, head: int = 3, row: int = 0
+):
+    """Chapter 1: MiniLM's heads on the chapter's sentences (``sentence`` one of
+    ``SENTENCES``; ``layer`` 1..6, ``head`` 1..12, ``row`` a token index); the static
+    twin on the built site, ipywidgets elsewhere."""
+    if site.ON_SITE:
+        return static_pretrained_explorer(sentence, layer, head, row)
+    return live_pretrained_explorer(sentence, layer, head, row)
+
+
+__all__ = [
+    "MORE_SENTENCES",
+    "SENTENCES",
+    "heads_spec",
+    "live_pretrained_explorer",
+    "map_spec",
+    "measured_types",
+    "pretrained_explorer",
+    "pretrained_figure",
+    "pretrained_grid",
+    "pretrained_point",
+    "readout",
+    "static_pretrained_explorer",
+]
