@@ -21,7 +21,7 @@ paper's slopes 2^(-8h/H)), ``relative_position_bias(table, ...)`` (T5's bucketed
 ``t5_bucket``). A learned sink logit per head is the ``sinks`` argument of
 ``masked_attention``: the softmax denominator gains exp(sinks[h]).
 
-``dense_mask`` draws a mask as its N_q x N_k matrix; ``block_mask`` cuts it into tiles
+``mask_matrix`` draws a mask as its N_q x N_k matrix; ``block_mask`` cuts it into tiles
 of ``block_size`` and classes each tile as ``FULL`` (every pair visible: no mask to
 evaluate), ``PARTIAL`` (some visible: the mask is evaluated inside) or ``EMPTY`` (none:
 the tile is skipped). ``BlockMask.sparsity()`` is torch's: the percent of tiles skipped.
@@ -270,14 +270,16 @@ def relative_position_bias(
 # ---------------------------------------------------------------------------------
 
 
-def dense_mask(mask: MaskMod, N_q: int, N_k: int | None = None, b: int = 0, h: int = 0):
+def mask_matrix(
+    mask: MaskMod, N_q: int, N_k: int | None = None, b: int = 0, h: int = 0
+):
     """The mask as its (N_q, N_k) bool matrix, for batch ``b`` and head ``h``."""
     _callable("mask", mask)
     N_q = _int("N_q", N_q, 1)
     N_k = N_q if N_k is None else _int("N_k", N_k, 1)
     if N_q * N_k > MAX_PAIRS:
         raise ValueError(
-            f"dense_mask: N_q * N_k = {N_q * N_k:,} pairs is more than MAX_PAIRS = "
+            f"mask_matrix: N_q * N_k = {N_q * N_k:,} pairs is more than MAX_PAIRS = "
             f"{MAX_PAIRS:,}; count tiles with attention.memory.blocksparse's closed "
             "forms instead"
         )
@@ -496,7 +498,7 @@ __all__ = [
     "and_masks",
     "block_mask",
     "causal_mask",
-    "dense_mask",
+    "mask_matrix",
     "document_mask",
     "masked_attention",
     "or_masks",

@@ -27,10 +27,10 @@ def length_label(n: int) -> str:
     return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else f"{n:,}"
 
 
-def mask_matrix(mask, N: int, ax=None, title: str = ""):
+def mask_matrix_plot(mask, N: int, ax=None, title: str = ""):
     """One mask's N x N matrix: visible pairs in the mask colour."""
     ax = _ax(ax)
-    dense = M.dense_mask(mask, N)
+    dense = M.mask_matrix(mask, N)
     cmap = ListedColormap([MASK_COLORS["masked"], MASK_COLORS["keep"]])
     ax.imshow(dense, cmap=cmap, vmin=0, vmax=1, interpolation="nearest")
     ax.set(title=title, xlabel="key kv_idx", ylabel="query q_idx")
@@ -146,5 +146,5 @@ __all__ = [
     "block_sparse_work_figure",
     "layer_pattern_figure",
     "length_label",
-    "mask_matrix",
+    "mask_matrix_plot",
 ]

@@ -75,11 +75,11 @@ def test_ready_made_masks_are_their_definitions():
             assert both(0, 0, i, j) == (i >= j and ids[i] == ids[j])
             either = M.or_masks(M.sliding_window(2), M.document_mask(ids))
             assert either(0, 0, i, j) == (0 <= i - j < 2 or ids[i] == ids[j])
-    assert M.dense_mask(M.and_masks(), 3).all()
-    assert not M.dense_mask(M.or_masks(), 3).any()
+    assert M.mask_matrix(M.and_masks(), 3).all()
+    assert not M.mask_matrix(M.or_masks(), 3).any()
     per_batch = M.document_mask(np.array([[0, 0, 1], [0, 1, 1]]))
     assert (
-        M.dense_mask(per_batch, 3, b=1)[1, 2] and not M.dense_mask(per_batch, 3)[1, 2]
+        M.mask_matrix(per_batch, 3, b=1)[1, 2] and not M.mask_matrix(per_batch, 3)[1, 2]
     )
 
 
@@ -116,7 +116,7 @@ def test_block_mask_classes_tiles_from_the_dense_matrix(block):
         M.and_masks(M.causal_mask, M.document_mask(ids)),
         M.prefix_lm(11),
     ):
-        dense = M.dense_mask(mask, 30)
+        dense = M.mask_matrix(mask, 30)
         bm = M.block_mask(mask, 30, block_size=block)
         for i in range(bm.kinds.shape[0]):
             for j in range(bm.kinds.shape[1]):
