@@ -139,23 +139,30 @@ def simulate_block_sparse(
 # ---------------------------------------------------------------------------------
 
 
-def _interval_work(N, d, d_v, Br, Bc, lo, hi) -> Work:
-    """Tiles and traffic of a mask whose row q sees keys lo(q)..hi(q) (inclusive), with
-    lo and hi nondecreasing and lo(q+1) <= hi(q) + 1 (the rows of a block then see one
-    interval of keys together: lo(first)..hi(last); every row sees lo(last)..hi(first)).
-    Per row block: visited key blocks lo(a) // Bc .. hi(b - 1) // Bc; full ones those
-    inside lo(b - 1)..hi(a)."""
+def _ranges(N, Br, Bc, lo, hi):
+    """Per row block of a mask whose row q sees keys lo(q)..hi(q) (inclusive), lo and
+    hi nondecreasing, lo(q+1) <= hi(q) + 1: the rows of a block then see one interval
+    of keys together, lo(first)..hi(last), and every row sees lo(last)..hi(first).
+    Returns (row sizes, first and last visited key block, first and last full key
+    block; no full block where first > last)."""
     t_r, t_c = cdiv(N, Br), cdiv(N, Bc)
     a = np.arange(t_r, dtype=np.int64) * Br  # first row of each block
     last = np.minimum(a + Br, N) - 1
-    br = last - a + 1
     j_lo, j_hi = lo(a) // Bc, hi(last) // Bc
-    vis = j_hi - j_lo + 1
-    ext = np.minimum((j_hi + 1) * Bc, N) - j_lo * Bc  # keys in the visited tiles
     i_lo, i_hi = lo(last), hi(a)  # keys every row of the block sees
     f_lo = -(-i_lo // Bc)
     f_hi = np.where(i_hi >= N - 1, t_c - 1, (i_hi + 1) // Bc - 1)
-    full = np.maximum(f_hi - f_lo + 1, 0)
+    return last - a + 1, j_lo, j_hi, f_lo, np.maximum(f_hi, f_lo - 1)
+
+
+def _interval_work(N, d, d_v, Br, Bc, lo, hi) -> Work:
+    """Tiles and traffic from ``_ranges``: the visited and the full key blocks of each
+    row block are two ranges, so their counts and key extents are differences."""
+    t_r, t_c = cdiv(N, Br), cdiv(N, Bc)
+    br, j_lo, j_hi, f_lo, f_hi = _ranges(N, Br, Bc, lo, hi)
+    vis = j_hi - j_lo + 1
+    ext = np.minimum((j_hi + 1) * Bc, N) - j_lo * Bc  # keys in the visited tiles
+    full = f_hi - f_lo + 1
     f_ext = np.where(full > 0, np.minimum((f_hi + 1) * Bc, N) - f_lo * Bc, 0)
     n_vis, n_full = int(vis.sum()), int(full.sum())
     keys = int(ext.sum())
@@ -174,6 +181,44 @@ def _interval_work(N, d, d_v, Br, Bc, lo, hi) -> Work:
     return Work(t, n_full, n_vis - n_full, t_r * t_c - n_vis, scores, evals, d, d_v)
 
 
+def _bounds(kind: str, N: int, value):
+    """(lo, hi) of a ready-made mask kind (see ``mask_for``)."""
+    if kind == "causal":
+        return (lambda q: 0 * q), (lambda q: q)
+    if kind == "window":
+        w = check_count("window", value)
+        return (lambda q: np.maximum(q - w + 1, 0)), (lambda q: q)
+    if kind == "document":
+        L = check_count("doc_len", value)
+        return (lambda q: (q // L) * L), (lambda q: q)
+    if kind == "prefix":
+        p = check_count("prefix", value)
+        return (lambda q: 0 * q), (lambda q: np.minimum(np.maximum(q, p - 1), N - 1))
+    raise ValueError(
+        f"kind must be one of ['causal', 'window', 'document', 'prefix'], got {kind!r}"
+    )
+
+
+def tile_ranges(kind: str, N: int, value=None, Br: int = 128, Bc: int = 128):
+    """Per row block of ``mask_for(kind, N, value)``: (first visited, first full, last
+    full, last visited) key block, an int array (T_r, 4), from the closed form (no pair
+    evaluated). A row block without full tiles has last full = first full - 1."""
+    N, Br, Bc = check_count("N", N), check_count("Br", Br), check_count("Bc", Bc)
+    _, j_lo, j_hi, f_lo, f_hi = _ranges(N, Br, Bc, *_bounds(kind, N, value))
+    return np.stack([j_lo, f_lo, f_hi, j_hi], axis=1)
+
+
+def closed_block_mask(kind: str, N: int, value=None, Br: int = 128, Bc: int = 128):
+    """The ``BlockMask`` of ``mask_for(kind, N, value)`` from ``tile_ranges``: equal to
+    ``attention.masks.block_mask`` of it, at lengths it refuses to evaluate."""
+    r = tile_ranges(kind, N, value, Br, Bc)
+    j = np.arange(cdiv(N, Bc))[None, :]
+    visited = (j >= r[:, :1]) & (j <= r[:, 3:])
+    full = (j >= r[:, 1:2]) & (j <= r[:, 2:3])
+    kinds = np.where(full, _masks.FULL, np.where(visited, _masks.PARTIAL, _masks.EMPTY))
+    return _masks.BlockMask(kinds.astype(np.int8), N, N, Br, Bc)
+
+
 def _dims(N, d, d_v, Br, Bc):
     N, d = check_count("N", N), check_count("d", d)
     d_v = d if d_v is None else check_count("d_v", d_v)
@@ -187,10 +232,7 @@ def window_work(
     With Br = Bc = B dividing N and window: a row block past the first window / B
     visits window / B + 1 tiles, two of them partial (the diagonal, the far edge)."""
     N, d, d_v, Br, Bc = _dims(N, d, d_v, Br, Bc)
-    w = check_count("window", window)
-    return _interval_work(
-        N, d, d_v, Br, Bc, lambda q: np.maximum(q - w + 1, 0), lambda q: q
-    )
+    return _interval_work(N, d, d_v, Br, Bc, *_bounds("window", N, window))
 
 
 def causal_work(

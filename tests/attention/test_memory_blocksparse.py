@@ -92,3 +92,13 @@ def test_size_guard_and_arguments():
     ids = np.arange(64) // 32
     bm = M.block_mask(M.document_mask(ids), 64, block_size=16)
     assert bs.simulate_block_sparse(bm, 8) == w
+
+
+@pytest.mark.parametrize("kind,value", CASES)
+def test_closed_block_mask_equals_the_evaluated_one(kind, value):
+    for N, Br, Bc in ((1, 16, 16), (257, 16, 32), (300, 7, 5), (512, 64, 64)):
+        want = M.block_mask(bs.mask_for(kind, N, value), N, block_size=(Br, Bc))
+        got = bs.closed_block_mask(kind, N, value, Br, Bc)
+        np.testing.assert_array_equal(got.kinds, want.kinds)
+    big = bs.closed_block_mask(kind, 2**17, value or 4096, 128, 128)  # 128k: at once
+    assert big.visited == bs.closed_work(kind, 2**17, 64, value or 4096).visited
