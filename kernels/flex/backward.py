@@ -57,7 +57,7 @@ def _dkdv_tile(
     MF,
     SMI,
     SMF,
-    bad,
+    SHIELD: tl.constexpr,
     MASK_FN: tl.constexpr,
     SCORE_FN: tl.constexpr,
     GRAD_FN: tl.constexpr,
@@ -130,7 +130,7 @@ def _dkdv_tile(
     if PARTIAL or not EVEN_N:
         dsT = tl.where(visT, dsT, 0.0)
     if PARTIAL:
-        if bad != 0:  # NaN/inf somewhere: only visible pairs enter the sums
+        if SHIELD:  # NaN/inf somewhere: only visible pairs enter the sums
             dv = _finite_dot(dv, pT, do, visT, True, DOT_PRECISION)
             dk = _finite_dot(dk, dsT, q, visT, False, DOT_PRECISION)
         else:
@@ -211,7 +211,9 @@ def _flex_dkdv(
     EVEN_M: tl.constexpr,
     EVEN_N: tl.constexpr,
     EVEN_D: tl.constexpr,
+    SHIELD: tl.constexpr,
 ):
+    # SHIELD: the second launch (only when an input holds NaN/inf: it stops otherwise)
     start_n = tl.program_id(0) * BLOCK_N
     off_hz = tl.program_id(1)
     b = off_hz // H_KV
@@ -250,7 +252,10 @@ def _flex_dkdv(
         v = v.to(tl.float32)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)
-    bad = tl.load(BAD)
+    if SHIELD:
+        go = tl.load(BAD) != 0
+    else:
+        go = True
     for g in range(GROUP):  # the q heads sharing this k/v head
         h = h_kv * GROUP + g
         bh = b * (H_KV * GROUP) + h
@@ -260,97 +265,101 @@ def _flex_dkdv(
         delta_base = Delta + bh.to(tl.int64) * N_Q
         col = b * bm_sz + h * bm_sh + start_n // SK  # this key tile's q-side lists
         n_full = tl.load(FQ_NUM + col)
-        for i in range(0, n_full):
-            qb = tl.load(FQ_IDX + col * NQB + i)
-            for sub in tl.static_range(SQ // BLOCK_M):
-                dk, dv = _dkdv_tile(
-                    dk,
-                    dv,
-                    k,
-                    v,
-                    q_base,
-                    do_base,
-                    lse_base,
-                    delta_base,
-                    stride_qm,
-                    stride_qd,
-                    stride_dom,
-                    stride_dod,
-                    qb * SQ + sub * BLOCK_M,
-                    offs_n,
-                    offs_d,
-                    offs_dv,
-                    b,
-                    h,
-                    scale,
-                    N_Q,
-                    N_K,
-                    D,
-                    DV,
-                    MI,
-                    MF,
-                    SMI,
-                    SMF,
-                    bad,
-                    MASK_FN,
-                    SCORE_FN,
-                    GRAD_FN,
-                    False,
-                    HAS_SCORE,
-                    HAS_GRAD,
-                    EVEN_M,
-                    EVEN_N,
-                    EVEN_D,
-                    UPCAST,
-                    DOT_PRECISION,
-                    BLOCK_M,
-                )
+        if SHIELD:
+            n_full = tl.where(go, n_full, 0)
+        for i in range(0, n_full * (SQ // BLOCK_M)):
+            qb = tl.load(FQ_IDX + col * NQB + i // (SQ // BLOCK_M))
+            sub = i % (SQ // BLOCK_M)
+            dk, dv = _dkdv_tile(
+                dk,
+                dv,
+                k,
+                v,
+                q_base,
+                do_base,
+                lse_base,
+                delta_base,
+                stride_qm,
+                stride_qd,
+                stride_dom,
+                stride_dod,
+                qb * SQ + sub * BLOCK_M,
+                offs_n,
+                offs_d,
+                offs_dv,
+                b,
+                h,
+                scale,
+                N_Q,
+                N_K,
+                D,
+                DV,
+                MI,
+                MF,
+                SMI,
+                SMF,
+                SHIELD,
+                MASK_FN,
+                SCORE_FN,
+                GRAD_FN,
+                False,
+                HAS_SCORE,
+                HAS_GRAD,
+                EVEN_M,
+                EVEN_N,
+                EVEN_D,
+                UPCAST,
+                DOT_PRECISION,
+                BLOCK_M,
+            )
         n_part = tl.load(Q_NUM + col)
-        for i in range(0, n_part):
-            qb = tl.load(Q_IDX + col * NQB + i)
-            for sub in tl.static_range(SQ // BLOCK_M):
-                dk, dv = _dkdv_tile(
-                    dk,
-                    dv,
-                    k,
-                    v,
-                    q_base,
-                    do_base,
-                    lse_base,
-                    delta_base,
-                    stride_qm,
-                    stride_qd,
-                    stride_dom,
-                    stride_dod,
-                    qb * SQ + sub * BLOCK_M,
-                    offs_n,
-                    offs_d,
-                    offs_dv,
-                    b,
-                    h,
-                    scale,
-                    N_Q,
-                    N_K,
-                    D,
-                    DV,
-                    MI,
-                    MF,
-                    SMI,
-                    SMF,
-                    bad,
-                    MASK_FN,
-                    SCORE_FN,
-                    GRAD_FN,
-                    True,
-                    HAS_SCORE,
-                    HAS_GRAD,
-                    EVEN_M,
-                    EVEN_N,
-                    EVEN_D,
-                    UPCAST,
-                    DOT_PRECISION,
-                    BLOCK_M,
-                )
+        if SHIELD:
+            n_part = tl.where(go, n_part, 0)
+        for i in range(0, n_part * (SQ // BLOCK_M)):
+            qb = tl.load(Q_IDX + col * NQB + i // (SQ // BLOCK_M))
+            sub = i % (SQ // BLOCK_M)
+            dk, dv = _dkdv_tile(
+                dk,
+                dv,
+                k,
+                v,
+                q_base,
+                do_base,
+                lse_base,
+                delta_base,
+                stride_qm,
+                stride_qd,
+                stride_dom,
+                stride_dod,
+                qb * SQ + sub * BLOCK_M,
+                offs_n,
+                offs_d,
+                offs_dv,
+                b,
+                h,
+                scale,
+                N_Q,
+                N_K,
+                D,
+                DV,
+                MI,
+                MF,
+                SMI,
+                SMF,
+                SHIELD,
+                MASK_FN,
+                SCORE_FN,
+                GRAD_FN,
+                True,
+                HAS_SCORE,
+                HAS_GRAD,
+                EVEN_M,
+                EVEN_N,
+                EVEN_D,
+                UPCAST,
+                DOT_PRECISION,
+                BLOCK_M,
+            )
     dk = dk * scale
     inside_k = (offs_n[:, None] < N_K) & (offs_d[None, :] < D)
     inside_v = (offs_n[:, None] < N_K) & (offs_dv[None, :] < DV)
@@ -361,7 +370,7 @@ def _flex_dkdv(
         + offs_n[:, None] * stride_dkn
         + offs_d[None, :] * stride_dkd,
         dk.to(DKP.dtype.element_ty),
-        mask=inside_k,
+        mask=inside_k & go,
     )
     tl.store(
         DVP
@@ -370,7 +379,7 @@ def _flex_dkdv(
         + offs_n[:, None] * stride_dvn
         + offs_dv[None, :] * stride_dvd,
         dv.to(DVP.dtype.element_ty),
-        mask=inside_v,
+        mask=inside_v & go,
     )
 
 
@@ -413,9 +422,11 @@ def backward(do, q, k, v, o, lse2, dlse, scale, block_mask, mask_pack, score_pac
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
     bm_sz, bm_sh = mask_strides(block_mask, B, H)
-    (bm, bn, w, st), bd, bdv = launch_flags(q, v, block_mask, "dkdv")
-    even_d = (d == bd) and (dv_dim == bdv)
-    _flex_dkdv[(triton.cdiv(N_k, bn), B * H_kv)](
+    nq_sz = (block_mask.q_num_blocks.shape[1] * block_mask.q_num_blocks.shape[2]) * (
+        bm_sz != 0
+    )
+    nq_sh = block_mask.q_num_blocks.shape[2] * (bm_sh != 0)
+    dkdv_args = (
         q,
         k,
         v,
@@ -440,11 +451,8 @@ def backward(do, q, k, v, o, lse2, dlse, scale, block_mask, mask_pack, score_pac
         *do.stride(),
         *dk.stride(),
         *dv.stride(),
-        # q-side lists are (Bm, Hm, nk): their strides
-        (block_mask.q_num_blocks.shape[1] * block_mask.q_num_blocks.shape[2])
-        if bm_sz
-        else 0,
-        block_mask.q_num_blocks.shape[2] if bm_sh else 0,
+        nq_sz,
+        nq_sh,
         block_mask.q_indices.shape[-1],
         H_kv,
         H // H_kv,
@@ -452,19 +460,8 @@ def backward(do, q, k, v, o, lse2, dlse, scale, block_mask, mask_pack, score_pac
         N_k,
         d,
         dv_dim,
-        BLOCK_D=bd,
-        BLOCK_DV=bdv,
-        BLOCK_M=bm,
-        BLOCK_N=bn,
-        EVEN_M=N_q % SQ == 0,
-        EVEN_N=N_k % bn == 0,
-        EVEN_D=even_d,
-        num_warps=w,
-        num_stages=st,
-        **flags,
     )
-    (bm, bn, w, st), _, _ = launch_flags(q, v, block_mask, "dq")
-    _flex_dq[(triton.cdiv(N_q, bm), B * H)](
+    dq_args = (
         q,
         k,
         v,
@@ -496,15 +493,38 @@ def backward(do, q, k, v, o, lse2, dlse, scale, block_mask, mask_pack, score_pac
         N_k,
         d,
         dv_dim,
-        BLOCK_D=bd,
-        BLOCK_DV=bdv,
-        BLOCK_M=bm,
-        BLOCK_N=bn,
-        EVEN_M=N_q % bm == 0,
-        EVEN_N=N_k % SK == 0,
-        EVEN_D=even_d,
-        num_warps=w,
-        num_stages=st,
-        **flags,
     )
+    for shield in (False, True) if block_mask.has_partial else (False,):
+        sfx = "-shield" if shield else ""
+        (bm, bn, w, st), bd, bdv = launch_flags(q, v, block_mask, "dkdv" + sfx)
+        even_d = (d == bd) and (dv_dim == bdv)
+        _flex_dkdv[(triton.cdiv(N_k, bn), B * H_kv)](
+            *dkdv_args,
+            BLOCK_D=bd,
+            BLOCK_DV=bdv,
+            BLOCK_M=bm,
+            BLOCK_N=bn,
+            EVEN_M=N_q % SQ == 0,
+            EVEN_N=N_k % bn == 0,
+            EVEN_D=even_d,
+            SHIELD=shield,
+            num_warps=w,
+            num_stages=st,
+            **flags,
+        )
+        (bm, bn, w, st), bd, bdv = launch_flags(q, v, block_mask, "dq" + sfx)
+        _flex_dq[(triton.cdiv(N_q, bm), B * H)](
+            *dq_args,
+            BLOCK_D=bd,
+            BLOCK_DV=bdv,
+            BLOCK_M=bm,
+            BLOCK_N=bn,
+            EVEN_M=N_q % bm == 0,
+            EVEN_N=N_k % SK == 0,
+            EVEN_D=even_d,
+            SHIELD=shield,
+            num_warps=w,
+            num_stages=st,
+            **flags,
+        )
     return dq, dk, dv, delta

@@ -72,7 +72,7 @@ def _dq_tile(
     MF,
     SMI,
     SMF,
-    bad,
+    SHIELD: tl.constexpr,
     MASK_FN: tl.constexpr,
     SCORE_FN: tl.constexpr,
     GRAD_FN: tl.constexpr,
@@ -137,7 +137,7 @@ def _dq_tile(
     if PARTIAL or not EVEN_N:
         ds = tl.where(vis, ds, 0.0)
     if PARTIAL:
-        if bad != 0:
+        if SHIELD:
             dq = _finite_dot(dq, ds, k, vis, False, DOT_PRECISION)
         else:
             dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=DOT_PRECISION)
@@ -210,7 +210,9 @@ def _flex_dq(
     EVEN_M: tl.constexpr,
     EVEN_N: tl.constexpr,
     EVEN_D: tl.constexpr,
+    SHIELD: tl.constexpr,
 ):
+    # SHIELD: the second launch (only when an input holds NaN/inf: it stops otherwise)
     start_m = tl.program_id(0)
     off_hz = tl.program_id(1)
     b = off_hz // H
@@ -255,94 +257,101 @@ def _flex_dq(
     k_base = K + b.to(tl.int64) * stride_kz + h_kv.to(tl.int64) * stride_kh
     v_base = V + b.to(tl.int64) * stride_vz + h_kv.to(tl.int64) * stride_vh
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    bad = tl.load(BAD)
+    if SHIELD:
+        go = tl.load(BAD) != 0
+    else:
+        go = True
     row = b * bm_sz + h * bm_sh + (start_m * BLOCK_M) // SQ
     n_full = tl.load(FKV_NUM + row)
-    for i in range(0, n_full):
-        kb = tl.load(FKV_IDX + row * NKB + i)
-        for sub in tl.static_range(SK // BLOCK_N):
-            dq = _dq_tile(
-                dq,
-                q,
-                do,
-                lse2,
-                delta,
-                k_base,
-                v_base,
-                stride_kn,
-                stride_kd,
-                stride_vn,
-                stride_vd,
-                kb * SK + sub * BLOCK_N,
-                offs_m,
-                offs_d,
-                offs_dv,
-                b,
-                h,
-                scale,
-                N_K,
-                D,
-                DV,
-                MI,
-                MF,
-                SMI,
-                SMF,
-                bad,
-                MASK_FN,
-                SCORE_FN,
-                GRAD_FN,
-                False,
-                HAS_SCORE,
-                HAS_GRAD,
-                EVEN_N,
-                EVEN_D,
-                UPCAST,
-                DOT_PRECISION,
-                BLOCK_N,
-            )
+    if SHIELD:
+        n_full = tl.where(go, n_full, 0)
+    for i in range(0, n_full * (SK // BLOCK_N)):
+        kb = tl.load(FKV_IDX + row * NKB + i // (SK // BLOCK_N))
+        sub = i % (SK // BLOCK_N)
+        dq = _dq_tile(
+            dq,
+            q,
+            do,
+            lse2,
+            delta,
+            k_base,
+            v_base,
+            stride_kn,
+            stride_kd,
+            stride_vn,
+            stride_vd,
+            kb * SK + sub * BLOCK_N,
+            offs_m,
+            offs_d,
+            offs_dv,
+            b,
+            h,
+            scale,
+            N_K,
+            D,
+            DV,
+            MI,
+            MF,
+            SMI,
+            SMF,
+            SHIELD,
+            MASK_FN,
+            SCORE_FN,
+            GRAD_FN,
+            False,
+            HAS_SCORE,
+            HAS_GRAD,
+            EVEN_N,
+            EVEN_D,
+            UPCAST,
+            DOT_PRECISION,
+            BLOCK_N,
+        )
     n_part = tl.load(KV_NUM + row)
-    for i in range(0, n_part):
-        kb = tl.load(KV_IDX + row * NKB + i)
-        for sub in tl.static_range(SK // BLOCK_N):
-            dq = _dq_tile(
-                dq,
-                q,
-                do,
-                lse2,
-                delta,
-                k_base,
-                v_base,
-                stride_kn,
-                stride_kd,
-                stride_vn,
-                stride_vd,
-                kb * SK + sub * BLOCK_N,
-                offs_m,
-                offs_d,
-                offs_dv,
-                b,
-                h,
-                scale,
-                N_K,
-                D,
-                DV,
-                MI,
-                MF,
-                SMI,
-                SMF,
-                bad,
-                MASK_FN,
-                SCORE_FN,
-                GRAD_FN,
-                True,
-                HAS_SCORE,
-                HAS_GRAD,
-                EVEN_N,
-                EVEN_D,
-                UPCAST,
-                DOT_PRECISION,
-                BLOCK_N,
-            )
+    if SHIELD:
+        n_part = tl.where(go, n_part, 0)
+    for i in range(0, n_part * (SK // BLOCK_N)):
+        kb = tl.load(KV_IDX + row * NKB + i // (SK // BLOCK_N))
+        sub = i % (SK // BLOCK_N)
+        dq = _dq_tile(
+            dq,
+            q,
+            do,
+            lse2,
+            delta,
+            k_base,
+            v_base,
+            stride_kn,
+            stride_kd,
+            stride_vn,
+            stride_vd,
+            kb * SK + sub * BLOCK_N,
+            offs_m,
+            offs_d,
+            offs_dv,
+            b,
+            h,
+            scale,
+            N_K,
+            D,
+            DV,
+            MI,
+            MF,
+            SMI,
+            SMF,
+            SHIELD,
+            MASK_FN,
+            SCORE_FN,
+            GRAD_FN,
+            True,
+            HAS_SCORE,
+            HAS_GRAD,
+            EVEN_N,
+            EVEN_D,
+            UPCAST,
+            DOT_PRECISION,
+            BLOCK_N,
+        )
     dq = dq * scale
     tl.store(
         DQ
@@ -351,5 +360,5 @@ def _flex_dq(
         + offs_m[:, None] * stride_dqm
         + offs_d[None, :] * stride_dqd,
         dq.to(DQ.dtype.element_ty),
-        mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < D),
+        mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < D) & go,
     )

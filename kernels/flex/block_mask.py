@@ -77,6 +77,8 @@ class BlockMask:
         self.BLOCK_SIZE = tuple(block_size)
         self.seq_lengths = tuple(seq_lengths)
         self.mask_mod = mask_mod
+        #: whether any tile is partial (the NaN/inf launches run only then)
+        self.has_partial = bool((state == PARTIAL).any())
         (
             self.kv_num_blocks,
             self.kv_indices,

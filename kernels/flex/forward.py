@@ -64,7 +64,7 @@ def _fwd_tile(
     MF,
     SMI,
     SMF,
-    v_bad,
+    SHIELD: tl.constexpr,
     MASK_FN: tl.constexpr,
     SCORE_FN: tl.constexpr,
     PARTIAL: tl.constexpr,
@@ -126,7 +126,7 @@ def _fwd_tile(
     acc = acc * alpha[:, None]
     if PARTIAL:
         # a hidden value row holding NaN/inf must not reach the row through 0 * NaN
-        if v_bad != 0:
+        if SHIELD:
             acc = _finite_dot(acc, p, v, visible, True, DOT_PRECISION)
         else:
             acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
@@ -194,7 +194,10 @@ def _flex_fwd(
     EVEN_M: tl.constexpr,
     EVEN_N: tl.constexpr,
     EVEN_D: tl.constexpr,
+    SHIELD: tl.constexpr,
 ):
+    # SHIELD: the second launch, which recomputes (and overwrites) the rows only when
+    # V holds NaN/inf, summing partial tiles through _finite_dot; otherwise it stops
     start_m = tl.program_id(0)
     off_hz = tl.program_id(1)
     b = off_hz // H
@@ -221,89 +224,96 @@ def _flex_fwd(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
-    v_bad = tl.load(V_BAD)
+    if SHIELD:
+        go = tl.load(V_BAD) != 0
+    else:
+        go = True
     # this query tile's row of the block mask (B and H broadcast by stride 0)
     row = b * bm_sz + h * bm_sh + (start_m * BLOCK_M) // SQ
     n_full = tl.load(FKV_NUM + row)
-    for i in range(0, n_full):
-        kb = tl.load(FKV_IDX + row * NKB + i)
-        for sub in tl.static_range(SK // BLOCK_N):
-            acc, l_i, m_i = _fwd_tile(
-                acc,
-                l_i,
-                m_i,
-                q,
-                k_base,
-                v_base,
-                stride_kn,
-                stride_kd,
-                stride_vn,
-                stride_vd,
-                kb * SK + sub * BLOCK_N,
-                offs_m,
-                offs_d,
-                offs_dv,
-                b,
-                h,
-                scale,
-                N_K,
-                D,
-                DV,
-                MI,
-                MF,
-                SMI,
-                SMF,
-                v_bad,
-                MASK_FN,
-                SCORE_FN,
-                False,
-                HAS_SCORE,
-                EVEN_N,
-                EVEN_D,
-                UPCAST,
-                DOT_PRECISION,
-                BLOCK_N,
-            )
+    if SHIELD:
+        n_full = tl.where(go, n_full, 0)
+    for i in range(0, n_full * (SK // BLOCK_N)):
+        kb = tl.load(FKV_IDX + row * NKB + i // (SK // BLOCK_N))
+        sub = i % (SK // BLOCK_N)
+        acc, l_i, m_i = _fwd_tile(
+            acc,
+            l_i,
+            m_i,
+            q,
+            k_base,
+            v_base,
+            stride_kn,
+            stride_kd,
+            stride_vn,
+            stride_vd,
+            kb * SK + sub * BLOCK_N,
+            offs_m,
+            offs_d,
+            offs_dv,
+            b,
+            h,
+            scale,
+            N_K,
+            D,
+            DV,
+            MI,
+            MF,
+            SMI,
+            SMF,
+            SHIELD,
+            MASK_FN,
+            SCORE_FN,
+            False,
+            HAS_SCORE,
+            EVEN_N,
+            EVEN_D,
+            UPCAST,
+            DOT_PRECISION,
+            BLOCK_N,
+        )
     n_part = tl.load(KV_NUM + row)
-    for i in range(0, n_part):
-        kb = tl.load(KV_IDX + row * NKB + i)
-        for sub in tl.static_range(SK // BLOCK_N):
-            acc, l_i, m_i = _fwd_tile(
-                acc,
-                l_i,
-                m_i,
-                q,
-                k_base,
-                v_base,
-                stride_kn,
-                stride_kd,
-                stride_vn,
-                stride_vd,
-                kb * SK + sub * BLOCK_N,
-                offs_m,
-                offs_d,
-                offs_dv,
-                b,
-                h,
-                scale,
-                N_K,
-                D,
-                DV,
-                MI,
-                MF,
-                SMI,
-                SMF,
-                v_bad,
-                MASK_FN,
-                SCORE_FN,
-                True,
-                HAS_SCORE,
-                EVEN_N,
-                EVEN_D,
-                UPCAST,
-                DOT_PRECISION,
-                BLOCK_N,
-            )
+    if SHIELD:
+        n_part = tl.where(go, n_part, 0)
+    for i in range(0, n_part * (SK // BLOCK_N)):
+        kb = tl.load(KV_IDX + row * NKB + i // (SK // BLOCK_N))
+        sub = i % (SK // BLOCK_N)
+        acc, l_i, m_i = _fwd_tile(
+            acc,
+            l_i,
+            m_i,
+            q,
+            k_base,
+            v_base,
+            stride_kn,
+            stride_kd,
+            stride_vn,
+            stride_vd,
+            kb * SK + sub * BLOCK_N,
+            offs_m,
+            offs_d,
+            offs_dv,
+            b,
+            h,
+            scale,
+            N_K,
+            D,
+            DV,
+            MI,
+            MF,
+            SMI,
+            SMF,
+            SHIELD,
+            MASK_FN,
+            SCORE_FN,
+            True,
+            HAS_SCORE,
+            EVEN_N,
+            EVEN_D,
+            UPCAST,
+            DOT_PRECISION,
+            BLOCK_N,
+        )
     # the sink: exp(sink) joins the denominator (base 2: sink * log2 e), not the sum
     if HAS_SINKS:
         sink = tl.load(SINKS + h).to(tl.float32) * LOG2E_C
@@ -323,13 +333,18 @@ def _flex_fwd(
     acc = tl.where(overflow[:, None], float("nan"), acc)
     lse2 = tl.where(overflow, float("nan"), lse2)
     lse_ptrs = LSE2 + off_hz.to(tl.int64) * N_Q + offs_m
-    if EVEN_M:
+    if SHIELD:
+        tl.store(lse_ptrs, lse2, mask=(offs_m < N_Q) & go)
+    elif EVEN_M:
         tl.store(lse_ptrs, lse2)
     else:
         tl.store(lse_ptrs, lse2, mask=offs_m < N_Q)
     o_ptrs = o_base + offs_m[:, None] * stride_om + offs_dv[None, :] * stride_od
     o = acc.to(Out.dtype.element_ty)
-    if EVEN_M and EVEN_D:
+    if SHIELD:
+        inside = (offs_m[:, None] < N_Q) & (offs_dv[None, :] < DV)
+        tl.store(o_ptrs, o, mask=inside & go)
+    elif EVEN_M and EVEN_D:
         tl.store(o_ptrs, o)
     else:
         tl.store(o_ptrs, o, mask=(offs_m[:, None] < N_Q) & (offs_dv[None, :] < DV))
@@ -354,10 +369,11 @@ def launch_flags(q, v, block_mask, kernel: str):
 
 
 def forward(q, k, v, scale, block_mask, mask_pack, score_pack, sinks):
-    """o (B, H, N_q, d_v) in q's dtype and the base-2 lse (B, H, N_q) float32."""
+    """o (B, H, N_q, d_v) in q's dtype and the base-2 lse (B, H, N_q) float32: the
+    main launch, then (when the block mask has partial tiles) the NaN/inf launch, whose
+    programs stop at once unless V holds NaN/inf."""
     B, H, N_q, d = q.shape
     H_kv, N_k, dv = k.shape[1], k.shape[2], v.shape[-1]
-    (bm, bn, warps, stages), bd, bdv = launch_flags(q, v, block_mask, "fwd")
     SQ, SK = block_mask.BLOCK_SIZE
     o = torch.empty((B, H, N_q, dv), dtype=q.dtype, device=q.device)
     lse2 = torch.empty((B, H, N_q), dtype=torch.float32, device=q.device)
@@ -366,7 +382,7 @@ def forward(q, k, v, scale, block_mask, mask_pack, score_pack, sinks):
     score_fn, smi, smf = score_pack[:3] if has_score else (mask_fn, mi, mf)
     v_bad = (~torch.isfinite(v.sum(dtype=torch.float32))).to(torch.int32).reshape(1)
     bm_sz, bm_sh = mask_strides(block_mask, B, H)
-    _flex_fwd[(triton.cdiv(N_q, bm), B * H)](
+    args = (
         q,
         k,
         v,
@@ -397,22 +413,29 @@ def forward(q, k, v, scale, block_mask, mask_pack, score_pack, sinks):
         N_k,
         d,
         dv,
-        MASK_FN=mask_fn,
-        SCORE_FN=score_fn,
-        HAS_SCORE=has_score,
-        HAS_SINKS=sinks is not None,
-        BLOCK_D=bd,
-        BLOCK_DV=bdv,
-        UPCAST=upcast(q.dtype, q.device),
-        DOT_PRECISION=dot_precision(q.dtype),
-        BLOCK_M=bm,
-        BLOCK_N=bn,
-        SQ=SQ,
-        SK=SK,
-        EVEN_M=N_q % bm == 0,
-        EVEN_N=N_k % SK == 0,
-        EVEN_D=(d == bd) and (dv == bdv),
-        num_warps=warps,
-        num_stages=stages,
     )
+    for shield in (False, True) if block_mask.has_partial else (False,):
+        kernel = "fwd-shield" if shield else "fwd"
+        (bm, bn, warps, stages), bd, bdv = launch_flags(q, v, block_mask, kernel)
+        _flex_fwd[(triton.cdiv(N_q, bm), B * H)](
+            *args,
+            MASK_FN=mask_fn,
+            SCORE_FN=score_fn,
+            HAS_SCORE=has_score,
+            HAS_SINKS=sinks is not None,
+            BLOCK_D=bd,
+            BLOCK_DV=bdv,
+            UPCAST=upcast(q.dtype, q.device),
+            DOT_PRECISION=dot_precision(q.dtype),
+            BLOCK_M=bm,
+            BLOCK_N=bn,
+            SQ=SQ,
+            SK=SK,
+            EVEN_M=N_q % bm == 0,
+            EVEN_N=N_k % SK == 0,
+            EVEN_D=(d == bd) and (dv == bdv),
+            SHIELD=shield,
+            num_warps=warps,
+            num_stages=stages,
+        )
     return o, lse2

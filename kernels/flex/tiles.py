@@ -26,9 +26,9 @@ LOG2E_C: tl.constexpr = tl.constexpr(LOG2E)
 
 _TC = {  # tensor-core dots (fp16 / bf16 on sm_80+)
     "fwd": {
-        "sm90": {64: (128, 64, 4, 3), 128: (128, 64, 8, 3), 256: (64, 64, 8, 2)},
-        "sm80": {64: (128, 64, 4, 3), 128: (128, 64, 8, 2), 256: (64, 32, 8, 2)},
-        "sm89": {64: (128, 64, 4, 2), 128: (64, 64, 4, 2), 256: (64, 32, 8, 2)},
+        "sm90": {64: (128, 64, 8, 3), 128: (128, 64, 8, 3), 256: (64, 64, 8, 2)},
+        "sm80": {64: (128, 64, 8, 3), 128: (128, 64, 8, 2), 256: (64, 32, 8, 2)},
+        "sm89": {64: (128, 64, 8, 2), 128: (64, 64, 4, 2), 256: (64, 32, 8, 2)},
     },
     "dkdv": {
         "sm90": {64: (32, 128, 8, 2), 128: (64, 64, 8, 2), 256: (32, 32, 8, 2)},
@@ -43,10 +43,13 @@ _TC = {  # tensor-core dots (fp16 / bf16 on sm_80+)
 }
 _FMA = {  # CUDA-core dots: float32 inputs anywhere, every dtype on sm_75
     "fwd": {64: (64, 32, 8, 2), 128: (32, 16, 4, 2), 256: (16, 16, 4, 1)},
-    "dkdv": {64: (16, 32, 8, 1), 128: (16, 16, 4, 1), 256: (16, 16, 4, 1)},
+    "dkdv": {64: (16, 32, 4, 1), 128: (16, 16, 4, 1), 256: (16, 16, 4, 1)},
     "dq": {64: (32, 32, 8, 1), 128: (32, 16, 8, 1), 256: (16, 16, 4, 1)},
 }
 KERNELS = ("fwd", "dkdv", "dq")
+#: the NaN/inf launches (SHIELD: they work only when an input holds NaN/inf, summing
+#: the partial tiles pair by pair): small tiles, chosen to fit, not for speed
+SHIELD_CONFIGS = {"tensor-core": (32, 32, 4, 1), "fma": (16, 16, 4, 1)}
 
 
 def block_d(head_dim: int) -> int:
@@ -55,12 +58,17 @@ def block_d(head_dim: int) -> int:
 
 
 def configs(kernel: str, capability, d_pad: int, dtype: torch.dtype) -> tuple:
-    """The shipped (BLOCK_M, BLOCK_N, num_warps, num_stages) for ``kernel`` on a GPU of
-    ``capability`` at padded head dim ``d_pad`` (16 ... 256)."""
-    if kernel not in KERNELS:
-        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    """The shipped (BLOCK_M, BLOCK_N, num_warps, num_stages) for ``kernel`` (fwd, dkdv,
+    dq, or their ``-shield`` NaN/inf launches) on a GPU of ``capability`` at padded
+    head dim ``d_pad`` (16 ... 256)."""
+    known = KERNELS + tuple(f"{k}-shield" for k in KERNELS)
+    if kernel not in known:
+        raise ValueError(f"kernel must be one of {known}, got {kernel!r}")
     key = 64 if d_pad <= 64 else d_pad
     arch = arch_class(capability)
+    if kernel.endswith("-shield"):
+        fma = arch == "sm75" or dtype == torch.float32
+        return SHIELD_CONFIGS["fma" if fma else "tensor-core"]
     if arch == "sm75" or dtype == torch.float32:
         return _FMA[kernel][key]
     return _TC[kernel][arch][key]
