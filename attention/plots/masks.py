@@ -135,7 +135,13 @@ def layer_pattern_figure(patterns: dict, ax=None, n_layers: int | None = None):
     ax.set_yticks([r + 0.5 for r in range(len(names))], names)
     ax.set_xlabel("layer")
     handles = [Patch(color=c, label=k) for k, c in LAYER_COLORS.items()]
-    ax.legend(handles=handles, loc="lower right", fontsize=8, ncol=2)
+    ax.legend(
+        handles=handles,
+        loc="lower right",
+        bbox_to_anchor=(1.0, 1.0),
+        fontsize=8,
+        ncol=2,
+    )
     return ax
 
 
