@@ -10,6 +10,8 @@ hard        argmax, sampled (Gumbel-max), top-k, straight-through, REINFORCE
             (chapter 3)
 deformable  reference grid, offsets, bilinear sampling, DAT, multi-scale (MSDA)
             (chapter 4)
+masks       mask and score mods of positions, block masks, attention under them with
+            sinks (chapter 7)
 plots       the book's figures and its one palette
 explorers   the book's explorers, one call each: ipywidgets in Jupyter and Colab,
             static twins drawn in the browser on the built site
