@@ -120,3 +120,71 @@ def test_one_call_picks_the_face(monkeypatch):
     assert explorers.block_mask_explorer(N=1024).kind == "blockmask"
     monkeypatch.setattr(site, "ON_SITE", False)
     assert ex.block_mask_explorer(N=1024).__class__.__name__ == "VBox"
+
+
+_HARNESS = r"""
+const fs = require("fs");
+const src = fs.readFileSync(process.argv[2], "utf8")
+  .replace("const KINDS = {};", "const KINDS = globalThis.__KINDS = {};");
+globalThis.window = globalThis;
+globalThis.document = { readyState: "loading", addEventListener() {},
+                        querySelectorAll() { return []; } };
+eval(src);
+const cfg = JSON.parse(fs.readFileSync(0, "utf8"));
+const K = globalThis.__KINDS.blockmask, specs = K.controls(cfg), controls = {};
+for (const s of specs) controls[s.name] = { spec: s, input: { disabled: false } };
+const state = Object.fromEntries(specs.map((s) => [s.name, s.value]));
+const out = K.update(cfg, state, { controls });
+console.log(JSON.stringify({ text: out.text, tiles: out.charts.tiles.data.tiles }));
+"""
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(kind="document", N=2048, block_size=64, doc_len=512),
+        dict(kind="prefix", N=4096, block_size=128, prefix=256),
+        dict(preset="gpt-oss local layers (window 128)", N=1024, block_size=64),
+    ],
+)
+def test_page_script_draws_the_python_numbers(kw, tmp_path):
+    """The page's script (run in node, the DOM stubbed) draws exactly the tiles of the
+    evaluated block mask and prints the Python readout's numbers."""
+    import json
+    import pathlib
+    import re
+    import shutil
+    import subprocess
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    js = pathlib.Path(__file__).resolve().parents[2] / "_static" / "explorers.js"
+    (tmp_path / "h.js").write_text(_HARNESS)
+    cfg = ex.static_block_mask_explorer(**kw).to_json()
+    run = subprocess.run(
+        [node, str(tmp_path / "h.js"), str(js)],
+        input=cfg,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    out = json.loads(run.stdout)
+    kind, value = ex.resolve(
+        kw.get("kind", "window"),
+        kw.get("window", 1024),
+        kw.get("doc_len", 2048),
+        kw.get("prefix", 1024),
+        kw.get("preset"),
+    )
+    N, B = kw["N"], kw["block_size"]
+    want = M.block_mask(bs.mask_for(kind, N, value or None), N, block_size=B).kinds
+    drawn = np.zeros_like(want)
+    code = {"empty": M.EMPTY, "partial": M.PARTIAL, "full": M.FULL}
+    for t in out["tiles"]:
+        drawn[t["y"] : t["y2"], t["x"] : t["x2"]] = code[t["tile"]]
+    np.testing.assert_array_equal(drawn, want)
+    text = re.sub(r"<[^>]+>", "", out["text"]).replace("×", "x")
+    py = ex.readout(ex.mask_point(kind, N, B, value), kind, value, N, B)
+    assert text == py  # the same numbers, the same words
