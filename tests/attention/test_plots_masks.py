@@ -1,5 +1,5 @@
 """attention.plots.masks: the work figure draws the closed forms' numbers, the block
-mask plot draws the tile kinds, the layer figure one cell per layer; labels read 1k.
+mask plot draws the tile kinds, the layer figure one cell per layer; labels 1k to 128k.
 """
 
 from __future__ import annotations
