@@ -77,24 +77,16 @@ def _fwd_tile(
 ):
     """One BLOCK_N-key step of the online softmax (acc, l_i, m_i in base 2)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    k = _load_rows(
-        k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
-        offs_n,
-        offs_d,
-        N_K,
-        D,
-        EVEN_N,
-        EVEN_D,
-    )
-    v = _load_rows(
-        v_base + offs_n[:, None] * stride_vn + offs_dv[None, :] * stride_vd,
-        offs_n,
-        offs_dv,
-        N_K,
-        DV,
-        EVEN_N,
-        EVEN_D,
-    )
+    k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
+    v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_dv[None, :] * stride_vd
+    # (inline, not _load_rows: under the interpreter every nested call costs)
+    if EVEN_N and EVEN_D:
+        k = tl.load(k_ptrs)
+        v = tl.load(v_ptrs)
+    else:
+        rows = offs_n[:, None] < N_K
+        k = tl.load(k_ptrs, mask=rows & (offs_d[None, :] < D), other=0.0)
+        v = tl.load(v_ptrs, mask=rows & (offs_dv[None, :] < DV), other=0.0)
     if UPCAST:
         k = k.to(tl.float32)
         v = v.to(tl.float32)
