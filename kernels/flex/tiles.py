@@ -60,12 +60,15 @@ def block_d(head_dim: int) -> int:
 def configs(kernel: str, capability, d_pad: int, dtype: torch.dtype) -> tuple:
     """The shipped (BLOCK_M, BLOCK_N, num_warps, num_stages) for ``kernel`` (fwd, dkdv,
     dq, or their ``-shield`` NaN/inf launches) on a GPU of ``capability`` at padded
-    head dim ``d_pad`` (16 ... 256)."""
+    head dim ``d_pad`` (16 ... 256). None where the kernel is not shipped: the sm_75
+    backward above d_pad = 64 (with CUDA-core dots every backward tile spills there)."""
     known = KERNELS + tuple(f"{k}-shield" for k in KERNELS)
     if kernel not in known:
         raise ValueError(f"kernel must be one of {known}, got {kernel!r}")
     key = 64 if d_pad <= 64 else d_pad
     arch = arch_class(capability)
+    if arch == "sm75" and key > 64 and not kernel.startswith("fwd"):
+        return None  # every backward tile spills there (flex_check): refused
     if kernel.endswith("-shield"):
         fma = arch == "sm75" or dtype == torch.float32
         return SHIELD_CONFIGS["fma" if fma else "tensor-core"]
@@ -77,7 +80,12 @@ def configs(kernel: str, capability, d_pad: int, dtype: torch.dtype) -> tuple:
 def tiles(kernel, capability, d_pad, dtype, block_size, interpret: bool) -> tuple:
     """The launch tile: the table's (or the interpreter's) capped by the block mask's
     (Q, KV) tile."""
-    bm, bn, w, s = (
-        INTERPRET_CONFIG if interpret else configs(kernel, capability, d_pad, dtype)
-    )
+    cfg = INTERPRET_CONFIG if interpret else configs(kernel, capability, d_pad, dtype)
+    if cfg is None:
+        raise ValueError(
+            f"the flex backward does not support head dims above 64 (padded "
+            f"{d_pad}) on sm_{capability[0]}{capability[1]}: without tensor cores "
+            f"its tiles spill registers; use d, d_v <= 64 or an sm_80+ GPU"
+        )
+    bm, bn, w, s = cfg
     return min(bm, block_size[0]), min(bn, block_size[1]), w, s

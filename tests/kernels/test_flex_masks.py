@@ -211,3 +211,15 @@ def test_bad_arguments_are_refused_by_name():
     with pytest.raises(TypeError, match="return_lse"):
         flex_attention(q, k, v, return_lse=1)
     assert isinstance(bm, BlockMask) and "sparsity" in repr(bm)
+
+
+def test_sm75_backward_above_d64_is_refused_by_the_tile_table():
+    from kernels.flex import tiles
+
+    assert tiles.configs("fwd", (7, 5), 128, torch.float16) is not None
+    assert tiles.configs("dkdv", (7, 5), 64, torch.float16) is not None
+    assert tiles.configs("dq", (7, 5), 128, torch.float16) is None
+    with pytest.raises(ValueError, match="head dims above 64"):
+        tiles.tiles("dkdv", (7, 5), 256, torch.float16, (128, 128), False)
+    with pytest.raises(ValueError, match="kernel"):
+        tiles.configs("bwd", (9, 0), 64, torch.float16)
