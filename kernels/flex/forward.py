@@ -372,7 +372,11 @@ def forward(q, k, v, scale, block_mask, mask_pack, score_pack, sinks):
     mask_fn, mi, mf = mask_pack
     has_score = score_pack is not None
     score_fn, smi, smf = score_pack[:3] if has_score else (mask_fn, mi, mf)
-    v_bad = (~torch.isfinite(v.sum(dtype=torch.float32))).to(torch.int32).reshape(1)
+    if block_mask.has_partial:  # read by the NaN/inf launch only
+        v_bad = ~torch.isfinite(v.sum(dtype=torch.float32))
+        v_bad = v_bad.to(torch.int32).reshape(1)
+    else:
+        v_bad = torch.zeros(1, dtype=torch.int32, device=q.device)
     bm_sz, bm_sh = mask_strides(block_mask, B, H)
     args = (
         q,
