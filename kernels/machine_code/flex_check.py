@@ -223,14 +223,17 @@ HEADER = (
 )
 
 
-def plan(quick: bool, targets=None):
+ALL_KERNELS = (*KERNELS, *(f"{k}-shield" for k in KERNELS))
+
+
+def plan(quick: bool, targets=None, kernels=None):
     if quick:
         return [c for c in QUICK if not targets or c[2] in targets]
     return [
         (k, name, t, dims, dt)
         for t in targets or TARGETS
         for name in ("causal", "window", "document", "softcap-sink")
-        for k in (*KERNELS, *(f"{k}-shield" for k in KERNELS))
+        for k in kernels or ALL_KERNELS
         for dims in HEAD_DIMS
         for dt in DTYPES
     ]
@@ -240,11 +243,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="the representative subset")
     ap.add_argument("--target", action="append", choices=list(TARGETS))
+    ap.add_argument("--kernel", action="append", choices=list(ALL_KERNELS))
     args = ap.parse_args(argv)
     if runtime.INTERPRET:
         print("flex_check needs TRITON_INTERPRET unset", file=sys.stderr)
         return 2
-    jobs = plan(args.quick, args.target)
+    jobs = plan(args.quick, args.target, args.kernel)
     print(f"# {len(jobs)} compilations", flush=True)
     print(HEADER, flush=True)
     bad = 0
