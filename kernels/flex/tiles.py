@@ -43,9 +43,11 @@ _TC = {  # tensor-core dots (fp16 / bf16 on sm_80+)
 }
 _FMA = {  # CUDA-core dots: float32 inputs anywhere, every dtype on sm_75
     "fwd": {64: (64, 32, 8, 2), 128: (32, 16, 4, 2), 256: (16, 16, 4, 1)},
-    "dkdv": {64: (16, 32, 4, 1), 128: (16, 16, 2, 1), 256: (16, 16, 2, 1)},
+    "dkdv": {64: (16, 32, 4, 1), 128: (16, 16, 8, 1), 256: (16, 16, 8, 1)},
     "dq": {64: (32, 32, 8, 1), 128: (32, 16, 8, 1), 256: (16, 16, 4, 1)},
 }
+#: per-architecture exceptions to the FMA table (ptxas spills the default there)
+_FMA_ARCH = {("dkdv", "sm80"): {128: (16, 16, 2, 1), 256: (16, 16, 2, 1)}}
 KERNELS = ("fwd", "dkdv", "dq")
 #: the NaN/inf launches (SHIELD: they work only when an input holds NaN/inf, summing
 #: the partial tiles pair by pair): small tiles, chosen to fit, not for speed
@@ -73,7 +75,7 @@ def configs(kernel: str, capability, d_pad: int, dtype: torch.dtype) -> tuple:
         fma = arch == "sm75" or dtype == torch.float32
         return SHIELD_CONFIGS["fma" if fma else "tensor-core"]
     if arch == "sm75" or dtype == torch.float32:
-        return _FMA[kernel][key]
+        return _FMA_ARCH.get((kernel, arch), {}).get(key, _FMA[kernel][key])
     return _TC[kernel][arch][key]
 
 
