@@ -42,7 +42,8 @@ NaN and inf
     visible key gives o = 0 and lse = -inf (with a sink, lse = the sink), never NaN.
     A NaN/inf in a pair the mask hides reaches nothing: skipped tiles are never read,
     and when an input holds one (a flag computed on the device, no host sync) partial
-    tiles sum P V, P^T dO, dS^T Q and dS K through kernels.flash's ``_finite_dot``.
+    tiles sum P V, P^T dO, dS^T Q and dS K through kernels.flash's ``_finite_dot``
+    (in second launches, SHIELD, whose programs stop at once when the flag is clear).
     Without a score mod, a row that sees a key but whose scores are all -inf (an input
     inf, fp32 overflow) reads NaN; with a score mod a -inf score is the mod's own mask
     (weight 0).
@@ -56,7 +57,10 @@ Dtypes and devices
     document and softcap + sink instantiations ahead of time and checks spills), and
     the Triton interpreter on a CPU.
 Known limits
-    No dropout, no paged KV cache, no FP8. Score mods: one per call (compose your own
+    A block mask made with B or H None is classified at b = 0 / h = 0 and reused for
+    every batch / head (torch's rule): a mask_mod that depends on b or h needs B / H
+    given. The sm_75 backward is refused above d, d_v = 64 (its tiles spill). No
+    dropout, no paged KV cache, no FP8. Score mods: one per call (compose your own
     ``@triton.jit`` for several); a user's score mod gets a numerical derivative.
     ``and_masks`` classifies tiles conservatively (a tile may be taken for partial
     when it is empty; results are exact, it only costs time). One tile config per

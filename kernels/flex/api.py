@@ -23,7 +23,6 @@ class _FlexAttention(torch.autograd.Function):
         ctx.scale, ctx.block_mask = scale, block_mask
         ctx.mask_pack, ctx.score_pack = mask_pack, score_pack
         ctx.sinks_dtype = None if sinks is None else sinks.dtype
-        ctx.mark_non_differentiable(lse2)
         return o, lse2 * LN2
 
     @staticmethod

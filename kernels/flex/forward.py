@@ -77,24 +77,16 @@ def _fwd_tile(
 ):
     """One BLOCK_N-key step of the online softmax (acc, l_i, m_i in base 2)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    k = _load_rows(
-        k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
-        offs_n,
-        offs_d,
-        N_K,
-        D,
-        EVEN_N,
-        EVEN_D,
-    )
-    v = _load_rows(
-        v_base + offs_n[:, None] * stride_vn + offs_dv[None, :] * stride_vd,
-        offs_n,
-        offs_dv,
-        N_K,
-        DV,
-        EVEN_N,
-        EVEN_D,
-    )
+    k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
+    v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_dv[None, :] * stride_vd
+    # (inline, not _load_rows: under the interpreter every nested call costs)
+    if EVEN_N and EVEN_D:
+        k = tl.load(k_ptrs)
+        v = tl.load(v_ptrs)
+    else:
+        rows = offs_n[:, None] < N_K
+        k = tl.load(k_ptrs, mask=rows & (offs_d[None, :] < D), other=0.0)
+        v = tl.load(v_ptrs, mask=rows & (offs_dv[None, :] < DV), other=0.0)
     if UPCAST:
         k = k.to(tl.float32)
         v = v.to(tl.float32)
@@ -380,7 +372,11 @@ def forward(q, k, v, scale, block_mask, mask_pack, score_pack, sinks):
     mask_fn, mi, mf = mask_pack
     has_score = score_pack is not None
     score_fn, smi, smf = score_pack[:3] if has_score else (mask_fn, mi, mf)
-    v_bad = (~torch.isfinite(v.sum(dtype=torch.float32))).to(torch.int32).reshape(1)
+    if block_mask.has_partial:  # read by the NaN/inf launch only
+        v_bad = ~torch.isfinite(v.sum(dtype=torch.float32))
+        v_bad = v_bad.to(torch.int32).reshape(1)
+    else:
+        v_bad = torch.zeros(1, dtype=torch.int32, device=q.device)
     bm_sz, bm_sh = mask_strides(block_mask, B, H)
     args = (
         q,

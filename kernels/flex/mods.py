@@ -349,7 +349,7 @@ def document_mask(document_ids) -> Mod:
         _document_leaf,
         ints=(n if ids.ndim == 2 else 0, n, ("array", 0)),
         int_arrays=(ids.to(torch.int32).reshape(-1),),
-        tiles=_document_tiles(ids),
+        tiles=_document_tiles(ids.cpu()),  # classified on the host: O(N) work
         batch=ids.shape[0] if ids.ndim == 2 else None,
     )
 
@@ -380,7 +380,7 @@ def dense_mask(mask) -> Mod:
             ("array", 0),
         ),
         int_arrays=(t4.to(torch.int32).reshape(-1),),
-        tiles=_dense_tiles(t4),
+        tiles=_dense_tiles(t4.cpu()),
         batch=B if B > 1 else None,
         heads=H if H > 1 else None,
     )
@@ -503,7 +503,16 @@ def pack(mod: Mod, device) -> tuple:
     """(fn, MI, MF[, grad_fn]) for the kernel: the generated caller, the int32 and
     float32 buffers (at least one element each, on ``device``) and, for a score mod,
     the generated derivative (None when a leaf is a user's function: the backward
-    then takes a central difference)."""
+    then takes a central difference). Cached on the Mod per device (a call does not
+    copy the buffers to the device again)."""
+    device = torch.device(device)
+    cache = mod.__dict__.setdefault("_packs", {})
+    if device not in cache:
+        cache[device] = _pack(mod, device)
+    return cache[device]
+
+
+def _pack(mod: Mod, device) -> tuple:
     offsets, ni, nf = _layout(mod)
     ints, floats = [], []
     iarr, farr = [], []

