@@ -411,6 +411,8 @@ def forward(q, k, v, scale, block_mask, mask_pack, score_pack, sinks):
         dv,
     )
     for shield in (False, True) if block_mask.has_partial else (False,):
+        if shield and runtime.INTERPRET and not int(v_bad):
+            break  # on the CPU the flag is read on the host: no device to wait for
         kernel = "fwd-shield" if shield else "fwd"
         (bm, bn, warps, stages), bd, bdv = launch_flags(q, v, block_mask, kernel)
         _flex_fwd[(triton.cdiv(N_q, bm), B * H)](

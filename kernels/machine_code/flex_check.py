@@ -14,7 +14,8 @@ kernel (``fwd``, ``dkdv``, ``dq``), head dims (d, d_v) in (64, 64), (128, 128) a
 (192, 128) (DeepSeek MLA's prefill), dtypes fp16 (tensor cores; FMA on sm_75) and
 fp32 (FMA), the shipped tile of ``kernels.flex.tiles.configs`` at a 128 x 128 block
 mask, the report gives shared memory against the target's limit, registers per thread
-and spill bytes (``ptxas -v``, as ``kernels.machine_code.compile_check``). The
+and spill bytes (``ptxas -v``, as ``kernels.machine_code.compile_check``), and on
+sm_90 whether the matmuls became Hopper ``wgmma``. The
 argument signature is Triton's own specialisation of a representative launch:
 contiguous (B, H = 16, N = 4096, d) q with H_kv = 8 (GQA), a broadcast block mask.
 The sm_75 backward above d = 64 is not shipped (every tile spills with CUDA-core
@@ -194,6 +195,7 @@ def compile_case(kernel, name, target, dims, dtype_name):
         res["shared"] = int(c.metadata.shared)
         res["registers"], st, ld = ptxas_usage(c.asm["ptx"])
         res["spills"] = st + ld
+        res["wgmma"] = "wgmma" in c.asm["ptx"] if target == "sm90" else None
         # the NaN/inf launches may spill (reported, not refused), as kernels.flash's
         spill_ok = res["spills"] == 0 or kernel.endswith("-shield")
         res["ok"] = spill_ok and res["shared"] <= res["limit"]
@@ -208,17 +210,19 @@ def format_row(r) -> str:
     bm, bn, w, s = r["config"]
     shared = f"{r['shared'] / 1024:.1f}/{r['limit'] // 1024}" if "shared" in r else "-"
     status = "ok" if r["ok"] else r.get("error", "FAIL")
+    wg = {True: "yes", False: "no", None: "-"}[r.get("wgmma")]
     return (
         f"{r['kernel']:<5} {r['case']:<13} {r['target']:<5} "
         f"{r['dims'][0]:>3}/{r['dims'][1]:<3} {r['dtype']:<4} "
         f"{bm}x{bn} w{w} s{s:<3} {shared:>11} {r.get('registers', '-'):>4} "
-        f"{r.get('spills', '-'):>6} {r['seconds']:5.1f}s {status}"
+        f"{r.get('spills', '-'):>6} {wg:>5} {r['seconds']:5.1f}s {status}"
     )
 
 
 HEADER = (
     f"{'kern':<5} {'case':<13} {'arch':<5} {'d/dv':<7} {'type':<4} "
-    f"{'BMxBN w s':<12} {'smem KB/lim':>11} {'regs':>4} {'spills':>6} {'time':>6} "
+    f"{'BMxBN w s':<12} {'smem KB/lim':>11} {'regs':>4} {'spills':>6} {'wgmma':>5} "
+    f"{'time':>6} "
     "status"
 )
 
@@ -251,7 +255,7 @@ def main(argv=None) -> int:
     jobs = plan(args.quick, args.target, args.kernel)
     print(f"# {len(jobs)} compilations", flush=True)
     print(HEADER, flush=True)
-    bad = 0
+    bad = skipped = 0
     for k, name, t, dims, dt in jobs:
         r = compile_case(k, name, t, dims, dt)
         if r is None:
@@ -259,10 +263,12 @@ def main(argv=None) -> int:
                 f"{k:<5} {name:<13} {t:<5} {dims[0]:>3}/{dims[1]:<3} {dt:<4} "
                 "not shipped"
             )
+            skipped += 1
             continue
         bad += not r["ok"]
         print(format_row(r), flush=True)
-    print(f"# {len(jobs) - bad}/{len(jobs)} ok")
+    done = len(jobs) - skipped
+    print(f"# {done - bad}/{done} ok" + (f", {skipped} not shipped" if skipped else ""))
     return 1 if bad else 0
 
 

@@ -346,3 +346,16 @@ def test_half_precision_forward_and_backward(dtype):
     rg = torch.autograd.grad(ro.sum(), (q, k, v))
     for a, b in zip(g, rg):
         assert (a.double() - b).abs().max() < 3e-2 * max(1.0, b.abs().max().item())
+
+
+def test_mask_tiles_larger_than_the_kernel_tile():
+    # the default BLOCK_SIZE = 128 with the interpreter's 64 x 64 kernel tile: each
+    # mask tile is walked in two kernel steps per side, ragged ends included
+    q, k, v = inputs(1, 2, 1, 200, 160, 16, 16, seed=13)
+    ids = torch.arange(200) // 50
+    mod = or_masks(document_mask(ids), sliding_window(70))
+    bm = create_block_mask(mod, None, None, 200, 160)
+    assert bm.BLOCK_SIZE == (128, 128) and bm.counts()["partial"] > 0
+    qi, ki = torch.arange(200)[:, None], torch.arange(160)[None, :]
+    vis = (ids[:, None] == ids[None, :160]) | ((qi - ki >= 0) & (qi - ki < 70))
+    check(q, k, v, bm, vis)
