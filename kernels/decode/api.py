@@ -13,8 +13,15 @@ import torch
 import triton
 
 from .. import runtime
-from ..flash.checks import _dot_precision, _upcast
-from ..naive import kernel_scale
+from ..common import (
+    FLOAT_DTYPES,
+    check_bool,
+    check_int,
+    check_tensor,
+    dot_precision,
+    kernel_scale,
+    upcast,
+)
 from . import kernel as K
 
 MAX_HEAD_DIM = 256
@@ -23,17 +30,6 @@ MAX_SPLITS = 64
 MIN_KEYS_PER_SPLIT = 256
 #: Under the interpreter the heuristic picks at most this many splits.
 INTERPRET_MAX_SPLITS = 2
-_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-
-
-def _tensor(name, t):
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-
-
-def _flag(name, x):
-    if not isinstance(x, bool):
-        raise TypeError(f"{name} must be a bool, got {type(x).__name__}")
 
 
 def sm_count(device: torch.device) -> int:
@@ -53,7 +49,11 @@ def choose_splits(
     write and a read in the merge) and at most ``MAX_SPLITS``. One split when the
     grid fills the GPU by itself. Under the interpreter at most
     ``INTERPRET_MAX_SPLITS``."""
-    if programs <= 0 or max_seqlen <= 0:
+    programs = check_int("programs", programs, 0)
+    max_seqlen = check_int("max_seqlen", max_seqlen, 0)
+    sms = check_int("sms", sms, 1)
+    check_bool("interpret", interpret)
+    if programs == 0 or max_seqlen == 0:
         return 1
     want = -(-2 * sms // programs)  # ceil(2 SMs / programs)
     fit = -(-max_seqlen // MIN_KEYS_PER_SPLIT)
@@ -63,7 +63,7 @@ def choose_splits(
     return s
 
 
-def _validate(
+def check_inputs(
     q,
     k_cache,
     v_cache,
@@ -80,11 +80,11 @@ def _validate(
         ("v_cache", v_cache),
         ("cache_seqlens", cache_seqlens),
     ):
-        _tensor(name, t)
+        check_tensor(name, t)
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if t.ndim != 4:
             raise ValueError(f"{name} must be 4-D, got shape {tuple(t.shape)}")
-        if t.dtype not in _DTYPES:
+        if t.dtype not in FLOAT_DTYPES:
             raise TypeError(
                 f"{name} must be float16, bfloat16 or float32, got dtype {t.dtype}"
             )
@@ -93,8 +93,8 @@ def _validate(
             f"q, k_cache, v_cache must share a dtype, got q {q.dtype}, "
             f"k_cache {k_cache.dtype}, v_cache {v_cache.dtype}"
         )
-    _flag("causal", causal)
-    _flag("return_lse", return_lse)
+    check_bool("causal", causal)
+    check_bool("return_lse", return_lse)
     if isinstance(num_splits, bool) or not isinstance(num_splits, numbers.Integral):
         raise TypeError(
             f"num_splits must be an int (0: chosen by the heuristic), "
@@ -111,7 +111,7 @@ def _validate(
         ("cache_seqlens", cache_seqlens),
     ]
     if block_table is not None:
-        _tensor("block_table", block_table)
+        check_tensor("block_table", block_table)
         tensors.append(("block_table", block_table))
     for name, t in tensors:
         if t.device != dev:
@@ -210,7 +210,7 @@ def _validate(
             f"{int(block_table[bad[0], bad[1]])} points outside the pool "
             f"of {n_pages} pages (k_cache {tuple(k_cache.shape)})"
         )
-    scale = kernel_scale(softmax_scale, d)
+    scale = kernel_scale(softmax_scale, d, "softmax_scale")
     return scale, int(host[2])
 
 
@@ -229,7 +229,7 @@ def prepare(
     what ``attention_with_kvcache`` returns. The launcher reads the tensors each time
     it is called (their values may change; their shapes and the checked lengths and
     pages must not)."""
-    scale, max_len = _validate(
+    scale, max_len = check_inputs(
         q,
         k_cache,
         v_cache,
@@ -269,8 +269,8 @@ def prepare(
         PAGED=paged,
         PAGE_SIZE=page,
         IS_CAUSAL=causal,
-        UPCAST=_upcast(q.dtype, q.device),
-        DOT_PRECISION=_dot_precision(q.dtype),
+        UPCAST=upcast(q.dtype, q.device),
+        DOT_PRECISION=dot_precision(q.dtype),
         BLOCK_M=bm,
         BLOCK_N=bn,
         BLOCK_D=bd,

@@ -19,8 +19,9 @@ import triton
 import triton.language as tl
 
 # the shared jit blocks of the flash kernels, and their architecture classes
-from ..flash.blocks import _finish_rows, _finite_dot, _masked_row_max
-from ..flash.tiles import _LOG2E, ARCHS, LN2, arch_class, block_d
+from ..common import LN2, LOG2E
+from ..flash import finish_rows, finite_dot, masked_row_max
+from ..flash.tiles import ARCHS, arch_class, block_d
 
 __all__ = [
     "ARCHS",
@@ -33,6 +34,8 @@ __all__ = [
     "tiles",
 ]
 
+# kernels.common's constants, as @triton.jit reads them
+_LOG2E: tl.constexpr = tl.constexpr(LOG2E)
 _LN2: tl.constexpr = tl.constexpr(LN2)
 
 #: At most this many query rows (GQA group x new tokens) per program: more rows are
@@ -264,7 +267,7 @@ def _decode_tiles(
             if IS_CAUSAL:
                 visible = visible & (offs_n[None, :] <= row_t[:, None] + causal_offset)
             s = tl.where(visible, s, float("-inf"))
-            m_new, m_sub = _masked_row_max(
+            m_new, m_sub = masked_row_max(
                 m_i, s, start_n, row_t, seqlen, causal_offset, IS_CAUSAL
             )
         else:
@@ -275,7 +278,7 @@ def _decode_tiles(
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
         if MASKED and IS_CAUSAL:  # no non-finite v reaches a hidden pair
-            acc = _finite_dot(acc, p, v, visible, True, DOT_PRECISION)
+            acc = finite_dot(acc, p, v, visible, True, DOT_PRECISION)
         else:
             acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
         m_i = m_new
@@ -447,7 +450,7 @@ def _decode_split(
         UPCAST,
         DOT_PRECISION,
     )
-    acc, lse2 = _finish_rows(acc, l_i, m_i)
+    acc, lse2 = finish_rows(acc, l_i, m_i)
 
     o_rows = (
         b.to(tl.int64) * stride_ob

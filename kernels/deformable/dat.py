@@ -15,7 +15,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from ..naive import kernel_scale
+from ..common import kernel_scale
 from .sampling import (
     LOG2E,
     MAX_HEAD_DIM,

@@ -12,15 +12,14 @@ import triton
 import triton.language as tl
 
 from .. import runtime
+from ..common import FLOAT_DTYPES, LOG2E  # noqa: F401  (LOG2E: the family's exp2 factor)
 
-LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
-LN2 = 0.6931471805599453  # ln(2)
 MAX_HEAD_DIM = 128
 #: No software pipelining: the gathers' addresses depend on the points, and
 #: multi-buffering four corner tiles per map costs more shared memory than it hides
 #: (164 KB at d = 128, fp32).
 NUM_STAGES = 1
-_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_FLOAT_DTYPES = FLOAT_DTYPES
 #: MSDA also takes float64 (Deformable DETR's own tests run in it): gathers and FMAs
 #: only, no tensor-core dot, so the kernel simply computes in fp64 then.
 _MSDA_DTYPES = _FLOAT_DTYPES + (torch.float64,)

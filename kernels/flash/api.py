@@ -10,13 +10,13 @@ from __future__ import annotations
 import torch
 
 from .. import runtime
-from ..naive import check_causal
+from ..common import LN2, check_bool, renamed_scale
 from . import backward_fused as fused
-from .backward import _backward
-from .checks import _grad_flag, _validate
-from .forward import _forward
+from .backward import backward_lse
+from .checks import _grad_flag, check_inputs
+from .forward import forward_lse
 from .forward_tma import forward_tma
-from .tiles import FORWARD_PATHS, LN2
+from .tiles import FORWARD_PATHS
 
 
 class _FlashAttention(torch.autograd.Function):
@@ -29,17 +29,15 @@ class _FlashAttention(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(
-        ctx, q, k, v, causal, sm_scale, return_lse, forward_path, deterministic
-    ):
+    def forward(ctx, q, k, v, causal, scale, return_lse, forward_path, deterministic):
         if forward_path == "pointer":
-            o, lse2 = _forward(q, k, v, causal, sm_scale)
+            o, lse2 = forward_lse(q, k, v, causal, scale)
         else:  # TMA descriptors (sm_90), kernels.flash.forward_tma
             o, lse2 = forward_tma(
-                q, k, v, causal, sm_scale, warp_specialize=forward_path == "tma-ws"
+                q, k, v, causal, scale, warp_specialize=forward_path == "tma-ws"
             )
         ctx.save_for_backward(q, k, v, o, lse2)
-        ctx.causal, ctx.sm_scale, ctx.deterministic = causal, sm_scale, deterministic
+        ctx.causal, ctx.scale, ctx.deterministic = causal, scale, deterministic
         if not return_lse:
             return o
         lse = lse2 * LN2  # (B, H, N_q) natural log; -inf stays -inf
@@ -56,11 +54,11 @@ class _FlashAttention(torch.autograd.Function):
         ):
             # (the fused kernel has no tile for this GPU and head dim: the two-kernel
             # backward, deterministic as well)
-            dq, dk, dv = _backward(do, q, k, v, o, lse2, ctx.causal, ctx.sm_scale, dlse)
+            dq, dk, dv = backward_lse(do, q, k, v, o, lse2, ctx.causal, ctx.scale, dlse)
         else:  # one fused kernel, dQ by fp32 atomics: kernels.flash.backward_fused
             bad = _grad_flag(ctx.causal, q, k, v, do, lse2, dlse)
             dq, dk, dv = fused.backward_fused(
-                do, q, k, v, o, lse2, ctx.causal, ctx.sm_scale, dlse=dlse, bad=bad
+                do, q, k, v, o, lse2, ctx.causal, ctx.scale, dlse=dlse, bad=bad
             )
         return dq, dk, dv, None, None, None, None, None
 
@@ -70,18 +68,21 @@ def flash_attention(
     k: torch.Tensor,
     v: torch.Tensor,
     causal: bool = False,
-    sm_scale: float | None = None,
+    softmax_scale: float | None = None,
     return_lse: bool = False,
     forward_path: str = "pointer",
     deterministic: bool = True,
+    *,
+    sm_scale: float | None = None,
 ):
-    """softmax(q k^T * sm_scale) v without ever storing the N_q x N_k scores.
+    """softmax(q k^T * softmax_scale) v without ever storing the N_q x N_k scores.
 
     Args:
         q: (B, H, N_q, d) float16, bfloat16 or float32.
         k, v: (B, H_kv, N_k, d), same dtype and device; H must be a multiple of H_kv.
         causal: mask aligned bottom-right: query i sees key j iff j <= i + N_k - N_q.
-        sm_scale: softmax scale, default 1 / sqrt(d).
+        softmax_scale: softmax scale, default 1 / sqrt(d) (flash-attn's name; the old
+            keyword ``sm_scale=`` still works, with a DeprecationWarning).
         return_lse: also return the natural log-sum-exp of each row.
         forward_path: "pointer" (the default), or "tma" / "tma-ws" (sm_90 only: the
             forward of :mod:`kernels.flash.forward_tma`, K/V tiles by TMA descriptors,
@@ -100,11 +101,11 @@ def flash_attention(
         Differentiable with respect to q, k and v, through o and through lse (so partial
         attentions can be merged by their lse, as in split-K or ring attention).
     """
-    scale = _validate(q, k, v, sm_scale)
-    check_causal(causal)
-    for name, flag in (("return_lse", return_lse), ("deterministic", deterministic)):
-        if not isinstance(flag, bool):
-            raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+    softmax_scale = renamed_scale(softmax_scale, sm_scale, "softmax_scale")
+    scale = check_inputs(q, k, v, softmax_scale, "softmax_scale")
+    check_bool("causal", causal)
+    check_bool("return_lse", return_lse)
+    check_bool("deterministic", deterministic)
     if forward_path not in FORWARD_PATHS:
         raise ValueError(
             f"forward_path must be one of {FORWARD_PATHS}, got {forward_path!r}"
@@ -119,8 +120,10 @@ def attention_probs(
     k: torch.Tensor,
     lse: torch.Tensor,
     causal: bool = False,
-    sm_scale: float | None = None,
+    softmax_scale: float | None = None,
     rows=None,
+    *,
+    sm_scale: float | None = None,
 ) -> torch.Tensor:
     """Recompute softmax probabilities P = exp(S * scale - lse) for chosen query rows.
 
@@ -136,8 +139,9 @@ def attention_probs(
     Returns:
         (B, H, len(rows), N_k) float32; masked entries and rows with lse = -inf are 0.
     """
-    scale = _validate(q, k, k, sm_scale)
-    check_causal(causal)
+    softmax_scale = renamed_scale(softmax_scale, sm_scale, "softmax_scale")
+    scale = check_inputs(q, k, k, softmax_scale, "softmax_scale")
+    check_bool("causal", causal)
     B, H, N_q, d = q.shape
     H_kv, N_k = k.shape[1], k.shape[2]
     if not isinstance(lse, torch.Tensor) or tuple(lse.shape) != (B, H, N_q):

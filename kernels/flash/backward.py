@@ -2,8 +2,8 @@
 
 ``_attn_bwd_preprocess`` (delta = rowsum(dO * O)), ``_attn_bwd_dkdv`` (one program per
 key block), ``_attn_bwd_dq`` (one program per query block), each recomputing P from
-the saved lse, and ``_backward``, which launches them (and their NaN-shield launches on
-causal problems).
+the saved lse, and ``backward_lse``, which launches them (and their NaN-shield
+launches on causal problems).
 """
 
 from __future__ import annotations
@@ -13,15 +13,16 @@ import triton
 import triton.language as tl
 
 from .. import runtime
+from ..common import dot_precision, upcast
 from .blocks import (
-    _finite_dot,
-    _key_range,
     _load_query_rows,
     _load_tile,
     _query_range,
     _store_tile,
+    finite_dot,
+    key_range,
 )
-from .checks import _dot_precision, _grad_flag, _upcast
+from .checks import _grad_flag
 from .tiles import (
     _HEURISTICS,
     _LOG2E,
@@ -165,7 +166,7 @@ def _attn_bwd_dkdv_inner(
     (a ragged last key block, EVEN_N=False) get s = -inf, so exp2 never sees them: with
     a strongly negative lse their exp2(0 - lse) would overflow. SHIELD (the second
     launch, which runs only when an input holds NaN/inf): the masked tiles sum dV and
-    dK over the visible pairs only (``_finite_dot``), so a hidden query row's NaN in q,
+    dK over the visible pairs only (``finite_dot``), so a hidden query row's NaN in q,
     dO, lse or delta never reaches a key it cannot see.
     """
     for start_m in range(lo, hi, BLOCK_M):
@@ -203,8 +204,8 @@ def _attn_bwd_dkdv_inner(
                 pT = tl.where(visT, pT, 0.0)  # 0 even where lse is NaN
                 dpT = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
                 dsT = tl.where(visT, pT * (dpT - delta[None, :]), 0.0)
-                dv = _finite_dot(dv, pT, do, visT, True, DOT_PRECISION)
-                dk = _finite_dot(dk, dsT, q, visT, False, DOT_PRECISION)
+                dv = finite_dot(dv, pT, do, visT, True, DOT_PRECISION)
+                dk = finite_dot(dk, dsT, q, visT, False, DOT_PRECISION)
             else:
                 dk, dv = _dkdv_dots(dk, dv, pT, v, q, do, delta, DOT_PRECISION)
         else:
@@ -449,7 +450,7 @@ def _attn_bwd_dq_inner(
     """Accumulate dQ of the resident query block over key blocks [lo, hi).
 
     SHIELD (the second launch, which runs only when an input holds NaN/inf): the
-    causal masked tiles sum dS K over the visible keys only (``_finite_dot``), so a
+    causal masked tiles sum dS K over the visible keys only (``finite_dot``), so a
     hidden key's NaN in k or v never reaches a query that cannot see it.
     """
     for start_n in range(lo, hi, BLOCK_N):
@@ -491,7 +492,7 @@ def _attn_bwd_dq_inner(
         if MASKED and IS_CAUSAL:
             if SHIELD:  # NaN/inf somewhere: only visible keys enter the sum
                 ds = tl.where(visible, ds, 0.0)
-                dq = _finite_dot(dq, ds, k, visible, False, DOT_PRECISION)
+                dq = finite_dot(dq, ds, k, visible, False, DOT_PRECISION)
             else:
                 dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=DOT_PRECISION)
         else:
@@ -595,9 +596,7 @@ def _attn_bwd_dq(
 
         causal_offset = N_CTX_K - N_CTX_Q
         # the same key ranges as the forward pass
-        hi, full_end = _key_range(
-            start_m, N_CTX_Q, N_CTX_K, IS_CAUSAL, BLOCK_M, BLOCK_N
-        )
+        hi, full_end = key_range(start_m, N_CTX_Q, N_CTX_K, IS_CAUSAL, BLOCK_M, BLOCK_N)
         dq = _attn_bwd_dq_inner(
             dq,
             q,
@@ -674,7 +673,7 @@ def _attn_bwd_dq(
         )
 
 
-def _backward(do, q, k, v, o, lse2, causal: bool, scale: float, dlse=None):
+def backward_lse(do, q, k, v, o, lse2, causal: bool, scale: float, dlse=None):
     B, H, N_q, d = q.shape
     if not runtime.INTERPRET:
         cap = torch.cuda.get_device_capability(q.device)
@@ -688,7 +687,7 @@ def _backward(do, q, k, v, o, lse2, causal: bool, scale: float, dlse=None):
     H_kv, N_k = k.shape[1], k.shape[2]
     group = H // H_kv
     bd = block_d(d)
-    upcast, precision = _upcast(q.dtype, q.device), _dot_precision(q.dtype)
+    up, precision = upcast(q.dtype, q.device), dot_precision(q.dtype)
     delta = torch.empty_like(lse2)  # (B, H, N_q) float32
     dq = torch.empty((B, H, N_q, d), dtype=q.dtype, device=q.device)  # (B, H, N_q, d)
     # (B, H_kv, N_k, d)
@@ -761,7 +760,7 @@ def _backward(do, q, k, v, o, lse2, causal: bool, scale: float, dlse=None):
         N_k,
         d,
     )
-    flags = dict(IS_CAUSAL=causal, BLOCK_D=bd, UPCAST=upcast, DOT_PRECISION=precision)
+    flags = dict(IS_CAUSAL=causal, BLOCK_D=bd, UPCAST=up, DOT_PRECISION=precision)
     grid_kv = lambda META: (triton.cdiv(N_k, META["BLOCK_N"]), B * H_kv)
     grid_q = lambda META: (triton.cdiv(N_q, META["BLOCK_M"]), B * H)
     _attn_bwd_dkdv[grid_kv](*dkdv_args, **flags, SHIELD=False)

@@ -54,9 +54,9 @@ import triton
 import triton.language as tl
 
 from .. import runtime
+from ..common import dot_precision, upcast
 from .backward import PREPROCESS_NUM_WARPS, _attn_bwd_preprocess, preprocess_block_m
 from .blocks import _load_query_rows, _load_tile, _query_range
-from .checks import _dot_precision, _upcast
 from .checks import (
     _nonfinite_flag as nonfinite_flag,  # (1,) int32 NaN/inf flag: the same as flash's
 )
@@ -716,7 +716,7 @@ def backward_fused(
 ):
     """dq, dk, dv of the FlashAttention forward in one fused kernel (dQ by atomics).
 
-    Args as :func:`kernels.flash._backward`: do, q, o (B, H, N_q, d); k, v (B, H_kv,
+    Args as :func:`kernels.flash.backward_lse`: do, q, o (B, H, N_q, d); k, v (B, H_kv,
     N_k, d); lse2 the forward's base-2 lse, contiguous float32 (B, H, N_q); dlse an
     optional gradient on the natural lse. ``delta`` optionally the precomputed
     rowsum(dO * O), contiguous float32 (B, H, N_q) (dlse is still applied here); None
@@ -734,7 +734,7 @@ def backward_fused(
                 f"the fused backward has no tile for head dim {d}, "
                 f"dtype {q.dtype} (q shape {tuple(q.shape)}) on "
                 f"sm_{cap[0]}{cap[1]}: every tile tried spills registers; "
-                f"use the two-kernel backward (kernels.flash._backward, "
+                f"use the two-kernel backward (kernels.flash.backward_lse, "
                 f"flash_attention's default)"
             )
     H_kv, N_k = k.shape[1], k.shape[2]
@@ -790,8 +790,8 @@ def backward_fused(
     meta = dict(
         IS_CAUSAL=bool(causal),
         BLOCK_D=bd,
-        UPCAST=_upcast(q.dtype, q.device),
-        DOT_PRECISION=_dot_precision(q.dtype),
+        UPCAST=upcast(q.dtype, q.device),
+        DOT_PRECISION=dot_precision(q.dtype),
     )
     if tiles is None:
         grid = lambda META: (triton.cdiv(N_k, META["BLOCK_N"]), B * H_kv)

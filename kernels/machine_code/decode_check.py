@@ -40,8 +40,8 @@ if runtime.INTERPRET and __name__ == "__main__":
 import torch  # noqa: E402
 import triton  # noqa: E402
 
+from kernels.common import dot_precision  # noqa: E402
 from kernels.decode import kernel as K  # noqa: E402
-from kernels.flash.checks import _dot_precision  # noqa: E402
 from kernels.machine_code.compile_check import (  # noqa: E402
     _NAME_DTYPES,
     _compile_values,
@@ -143,7 +143,7 @@ def _split_values(case: Case, cap) -> tuple[dict, int, int]:
         "IS_CAUSAL": case.causal,
         "SPLIT": True,
         "UPCAST": dt == torch.bfloat16 and cap < (8, 0),
-        "DOT_PRECISION": _dot_precision(dt),
+        "DOT_PRECISION": dot_precision(dt),
         "BLOCK_M": bm,
         "BLOCK_N": bn,
         "BLOCK_D": K.block_d(d),

@@ -21,13 +21,9 @@ import torch.distributed as dist
 
 # The flash kernel's entry points, and nothing else of it: each block's forward returns
 # (o, base-2 lse); the backward takes the final o and lse.
-from ..flash import flash_attention
-from ..flash.backward import _backward
-from ..flash.checks import _DTYPES, _validate
-from ..flash.forward import _forward
-from ..flash.tiles import LN2
-from ..naive import check_causal
-from .layout import check_layout, segments
+from ..common import FLOAT_DTYPES, LN2, check_bool, check_tensor, renamed_scale
+from ..flash import backward_lse, check_inputs, flash_attention, forward_lse
+from .layout import check_layout, shard_intervals
 
 _TAG_KV, _TAG_DKV = 1, 2  # P2P tags: K/V shards and dK/dV accumulators
 
@@ -35,27 +31,42 @@ _TAG_KV, _TAG_DKV = 1, 2  # P2P tags: K/V shards and dK/dV accumulators
 # --------------------------------------------------------------------------------------
 # The log-sum-exp merge
 # --------------------------------------------------------------------------------------
-def merge(
-    o_a: torch.Tensor,
-    lse_a: torch.Tensor,
-    o_b: torch.Tensor,
-    lse_b: torch.Tensor,
-    *,
-    base2: bool = False,
-):
-    """Merge two partial attentions of the same query rows over disjoint key sets.
+def merge_partials(o_parts: torch.Tensor, lse_parts: torch.Tensor, *, base2=False):
+    """Merge S partial attentions of the same query rows over disjoint key sets.
 
-    o: (..., N, d), lse: (..., N) (natural log, or base 2 with ``base2``). Returns
-    (o, lse) of attention over the union of the keys: lse = log(e^lse_a + e^lse_b),
-    o = e^(lse_a - lse) o_a + e^(lse_b - lse) o_b. A part with lse = -inf (no visible
-    key, o = 0) contributes nothing, exactly: the other part comes back bit for bit.
-    Both -inf gives (0, -inf). A NaN in either part's lse or o gives NaN.
+    o_parts: (S, ..., N, d), each part normalised over its own keys; lse_parts:
+    (S, ..., N), natural log (base 2 with ``base2``). Returns (o, lse) of attention over
+    the union of the keys: lse = log sum_s e^lse_s, o = sum_s e^(lse_s - lse) o_s, the
+    torch twin of ``attention``'s NumPy ``merge_partials``. A part with lse = -inf (no
+    visible key, o = 0) contributes nothing, exactly: with one other part, that part
+    comes back bit for bit. All -inf gives (0, -inf). A NaN in any part's lse gives
+    NaN (and a NaN in a part's o reaches that row). Bad arguments are refused by name.
     """
-    lse = torch.logaddexp2(lse_a, lse_b) if base2 else torch.logaddexp(lse_a, lse_b)
-    ref = torch.where(torch.isneginf(lse), 0.0, lse)  # both empty: both weights 0
-    exp = torch.exp2 if base2 else torch.exp
-    w_a, w_b = exp(lse_a - ref), exp(lse_b - ref)  # (..., N)
-    return w_a.unsqueeze(-1) * o_a + w_b.unsqueeze(-1) * o_b, lse
+    check_tensor("o_parts", o_parts)
+    check_tensor("lse_parts", lse_parts)
+    check_bool("base2", base2)
+    if o_parts.ndim < 3 or o_parts.shape[0] < 1:
+        raise ValueError(
+            "o_parts must be (S, ..., N, d) with S >= 1 parts stacked on axis 0, "
+            f"got shape {tuple(o_parts.shape)}"
+        )
+    if tuple(lse_parts.shape) != tuple(o_parts.shape[:-1]):
+        raise ValueError(
+            f"lse_parts must be (S, ..., N) = {tuple(o_parts.shape[:-1])} to match "
+            f"o_parts {tuple(o_parts.shape)}, got {tuple(lse_parts.shape)}"
+        )
+    if not (lse_parts.is_floating_point() and o_parts.is_floating_point()):
+        raise TypeError(
+            f"o_parts and lse_parts must be floating point, got {o_parts.dtype} "
+            f"and {lse_parts.dtype}"
+        )
+    exp, log = (torch.exp2, torch.log2) if base2 else (torch.exp, torch.log)
+    top = lse_parts.amax(0)  # (..., N); NaN if a part's lse is NaN
+    top = torch.where(torch.isneginf(top), 0.0, top)  # every part empty
+    lse = top + log(exp(lse_parts - top).sum(0))  # (..., N)
+    ref = torch.where(torch.isneginf(lse), 0.0, lse)
+    w = exp(lse_parts - ref)  # (S, ..., N)
+    return (w.unsqueeze(-1) * o_parts).sum(0), lse
 
 
 # --------------------------------------------------------------------------------------
@@ -153,6 +164,11 @@ def group_size(group) -> tuple[int, int]:
     """(world size, rank) of ``group``; (1, 0) with no process group initialised."""
     if group is None and not (dist.is_available() and dist.is_initialized()):
         return 1, 0
+    if group is not None and not isinstance(group, dist.ProcessGroup):
+        raise TypeError(
+            f"group must be a torch.distributed ProcessGroup or None, "
+            f"got {type(group).__name__}"
+        )
     return dist.get_world_size(group), dist.get_rank(group)
 
 
@@ -170,7 +186,7 @@ def make_ring(q, k, causal: bool, group, layout: str, scale: float) -> Ring:
         k.shape[1],
         d,
         n,
-        _DTYPES.index(q.dtype),
+        FLOAT_DTYPES.index(q.dtype),
         int(causal),
         ("contiguous", "zigzag").index(layout),
         scale,
@@ -201,7 +217,7 @@ def make_ring(q, k, causal: bool, group, layout: str, scale: float) -> Ring:
                 f"q: a zigzag sequence of {n_total} positions over {P} "
                 f"ranks needs at least {2 * P} (one per chunk)"
             )
-        segs = [segments(n_total, r, P, layout) for r in range(P)]
+        segs = [shard_intervals(n_total, r, P, layout) for r in range(P)]
         expected = [sum(e - s for s, e in sg) for sg in segs]
         if lengths != expected:
             raise ValueError(
@@ -341,15 +357,17 @@ def ring_forward(q, k, v, ring: Ring, scale: float):
         if block is not None:
             with _span("compute", step, "forward", ring, q.device):
                 rows = slice(block.q0, block.q1)
-                o_b, l_b = _forward(
+                o_b, l_b = forward_lse(
                     q[:, :, rows],
                     kv[0, :, :, block.k0 : block.k1],
                     kv[1, :, :, block.k0 : block.k1],
                     block.causal,
                     scale,
                 )
-                o[:, :, rows], lse2[:, :, rows] = merge(
-                    o[:, :, rows], lse2[:, :, rows], o_b.float(), l_b, base2=True
+                o[:, :, rows], lse2[:, :, rows] = merge_partials(
+                    torch.stack((o[:, :, rows], o_b.float())),
+                    torch.stack((lse2[:, :, rows], l_b)),
+                    base2=True,
                 )
         if transfer is not None:
             kv = transfer.wait(step)
@@ -381,7 +399,7 @@ def ring_backward(do, dlse, q, k, v, o, lse2, ring: Ring, scale: float):
                 rows = slice(block.q0, block.q1)
                 keys = slice(block.k0, block.k1)
                 # the kernels index lse (and delta) as contiguous (B, H, N) rows
-                grads = _backward(
+                grads = backward_lse(
                     do[:, :, rows],
                     q[:, :, rows],
                     kv[0, :, :, keys],
@@ -448,6 +466,8 @@ def ring_attention(
     group=None,
     layout: str = "contiguous",
     return_lse: bool = False,
+    softmax_scale: float | None = None,
+    *,
     sm_scale: float | None = None,
 ):
     """Attention of this rank's query shard over the whole sequence, K/V on a ring.
@@ -461,17 +481,18 @@ def ring_attention(
         layout: "contiguous" or "zigzag": which positions each rank holds
             (:func:`kernels.ring.shard`).
         return_lse: also return the natural-log log-sum-exp (B, H, N_local).
-        sm_scale: softmax scale, default 1 / sqrt(d).
+        softmax_scale: softmax scale, default 1 / sqrt(d) (``sm_scale=``, its old
+            name, still works with a DeprecationWarning).
 
     Returns:
         o (B, H, N_local, d) in q's dtype, and with ``return_lse`` lse (B, H, N_local)
         float32. Differentiable in q, k, v (through o and lse).
     """
-    scale = _validate(q, k, v, sm_scale)
-    check_causal(causal)
+    softmax_scale = renamed_scale(softmax_scale, sm_scale, "softmax_scale")
+    scale = check_inputs(q, k, v, softmax_scale)
+    check_bool("causal", causal)
     check_layout(layout)
-    if not isinstance(return_lse, bool):
-        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
+    check_bool("return_lse", return_lse)
     if k.shape[2] != q.shape[2]:
         raise ValueError(
             f"k and v must hold the same positions as q: q has "

@@ -299,8 +299,8 @@ def _bad_calls():
         (dict(return_lse="yes"), TypeError, "return_lse must be a bool"),
         (dict(num_splits=-1), ValueError, "num_splits must be >= 0"),
         (dict(num_splits=2.0), TypeError, "num_splits must be an int"),
-        (dict(softmax_scale=float("nan")), ValueError, "sm_scale must be finite"),
-        (dict(softmax_scale="x"), TypeError, "sm_scale must be a real number"),
+        (dict(softmax_scale=float("nan")), ValueError, "softmax_scale must be finite"),
+        (dict(softmax_scale="x"), TypeError, "softmax_scale must be a real number"),
         (
             dict(q=torch.empty(2, 0, 4, 16, dtype=q.dtype, device=DEVICE)),
             ValueError,

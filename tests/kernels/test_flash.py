@@ -152,7 +152,7 @@ def test_custom_scale_and_large_logits_do_not_overflow():
     n_q, n_k = q.shape[2], k.shape[2]
     for sm_scale in (None, 0.05):
         o, lse = flash_attention(
-            q, k, v, causal=True, sm_scale=sm_scale, return_lse=True
+            q, k, v, causal=True, softmax_scale=sm_scale, return_lse=True
         )
         do = torch.randn_like(o)
         dq, dk, dv = torch.autograd.grad(o, (q, k, v), do)
@@ -223,7 +223,7 @@ def test_half_precision_within_twice_pytorch_error(dtype, case):
 
 def test_lse_is_natural_log_sum_exp():
     q, k, v = _qkv(1, 2, 2, 20, 30, 16)
-    _, lse = flash_attention(q, k, v, sm_scale=0.7, return_lse=True)
+    _, lse = flash_attention(q, k, v, softmax_scale=0.7, return_lse=True)
     s = (q.double() @ k.double().transpose(-1, -2)) * 0.7  # (B, H, N_q, N_k)
     assert _max_err(lse, torch.logsumexp(s, -1)) < 1e-5
 
@@ -481,11 +481,13 @@ def test_nan_query_row_gives_nan_row_not_empty_row():
 def test_scale_overflowing_fp32_is_refused(sm_scale):
     # item 3: sm_scale * log2(e) is folded into the kernel's fp32 scores
     q, k, v = _qkv(1, 1, 1, 8, 8, 16)
-    with pytest.raises(ValueError, match="sm_scale"):
-        flash_attention(q, k, v, sm_scale=sm_scale)
-    with pytest.raises(ValueError, match="sm_scale"):
-        reference_attention(q, k, v, sm_scale=sm_scale)
-    flash_attention(q, k, v, sm_scale=2.3e38)  # the largest finite product is accepted
+    with pytest.raises(ValueError, match="softmax_scale"):
+        flash_attention(q, k, v, softmax_scale=sm_scale)
+    with pytest.raises(ValueError, match="scale"):
+        reference_attention(q, k, v, scale=sm_scale)
+    flash_attention(
+        q, k, v, softmax_scale=2.3e38
+    )  # the largest finite product is accepted
 
 
 @pytest.mark.parametrize(
@@ -494,7 +496,7 @@ def test_scale_overflowing_fp32_is_refused(sm_scale):
         ({"causal": "False"}, TypeError),
         ({"causal": 1}, TypeError),
         ({"return_lse": "yes"}, TypeError),
-        ({"sm_scale": "0.5"}, TypeError),
+        ({"softmax_scale": "0.5"}, TypeError),
     ],
 )
 def test_flags_are_checked_as_bools(kw, exc):
@@ -559,7 +561,9 @@ def test_negative_and_zero_scale_match_fp64(sm_scale, causal, n):
     # (the NEG_SCALE heuristic). N = 128 runs the unmasked loop only (non-causal), both
     # loops (causal), or the unmasked loop then a ragged tail (N = 77).
     q, k, v = _qkv(1, 2, 2, n, n, 32, grad=True, seed=3)
-    o, lse = flash_attention(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=True)
+    o, lse = flash_attention(
+        q, k, v, causal=causal, softmax_scale=sm_scale, return_lse=True
+    )
     do = torch.randn_like(o)
     o.backward(do)
     o_ref, lse_ref, grads = _ref_grads(q, k, v, do, causal, sm_scale)
@@ -681,7 +685,13 @@ def test_scores_overflowing_fp32_give_nan_rows_never_empty_rows(
     q, k, v = _qkv(1, 1, 1, n, n, 16, seed=1)
     q, k = q.abs() + 0.5, k.abs() + 0.5
     o, lse = flash_attention(
-        q, k, v, causal=causal, sm_scale=sm_scale, return_lse=True, forward_path=path
+        q,
+        k,
+        v,
+        causal=causal,
+        softmax_scale=sm_scale,
+        return_lse=True,
+        forward_path=path,
     )
     assert torch.isnan(o).all() and torch.isnan(lse).all()
 
