@@ -37,10 +37,10 @@ NaN and inf
     (forward) and P^T dO, dS^T Q, dS K (backward) pair by pair, selecting the visible
     pairs, instead of through ``tl.dot`` (where a hidden pair weighs 0 and 0 * NaN =
     NaN); the backward does this in a second launch per kernel, whose programs stop at
-    once when the flag is clear. The scores q k^T * sm_scale are fp32: a row whose top
-    score overflows fp32 (or whose visible scores are all -inf) has no fp32 softmax and
-    reads NaN, never a finite guess or the empty-row answer. sm_scale * log2(e) itself
-    must fit fp32 (ValueError).
+    once when the flag is clear. The scores q k^T * softmax_scale are fp32: a row whose
+    top score overflows fp32 (or whose visible scores are all -inf) has no fp32
+    softmax and reads NaN, never a finite guess or the empty-row answer.
+    softmax_scale * log2(e) itself must fit fp32 (ValueError).
 Head dims
     1 ... 256, powers of two or not: the tile is padded to ``BLOCK_D`` = next power of
     two (at least 16) and the tail is masked, so d = 80 runs at d = 128's cost.

@@ -138,6 +138,8 @@ def attention_probs(
 
     Returns:
         (B, H, len(rows), N_k) float32; masked entries and rows with lse = -inf are 0.
+        An lse that is not floating point is a TypeError; an lse of -inf at a row that
+        sees keys (impossible for finite q and k) a ValueError.
     """
     softmax_scale = renamed_scale(softmax_scale, sm_scale, "softmax_scale")
     scale = check_inputs(q, k, k, softmax_scale, "softmax_scale")
@@ -149,6 +151,24 @@ def attention_probs(
             tuple(lse.shape) if isinstance(lse, torch.Tensor) else type(lse).__name__
         )
         raise ValueError(f"lse must be (B, H, N_q) = {(B, H, N_q)}, got {shape}")
+    if not lse.is_floating_point():
+        raise TypeError(
+            f"lse must be a floating-point tensor (flash_attention's float32 lse), "
+            f"got dtype {lse.dtype}"
+        )
+    # A row that sees at least one key has a finite lse when q and k are finite (only
+    # an empty causal row has -inf): a -inf there means the lse of another problem.
+    sees = torch.ones(N_q, dtype=torch.bool, device=q.device)
+    if causal:
+        sees = torch.arange(N_q, device=q.device) + (N_k - N_q) >= 0
+    if bool((torch.isneginf(lse) & sees).any()) and bool(
+        torch.isfinite(q).all() and torch.isfinite(k).all()
+    ):
+        raise ValueError(
+            f"lse is -inf at rows that see keys (causal={causal}): with finite q and k "
+            f"only a row with no visible key (causal, N_q > N_k) has lse -inf; was lse "
+            f"computed with another causal flag or other inputs?"
+        )
     if rows is None:
         idx = torch.arange(N_q, device=q.device)
     else:

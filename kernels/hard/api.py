@@ -10,45 +10,21 @@ import torch
 import triton
 
 from .. import runtime
-from ..common import check_bool, check_int, dot_precision, renamed_scale
-from ..flash import check_inputs as flash_check_inputs
+from ..common import check_int, dot_precision, renamed_scale
 from ..flash.tiles import block_d
 from ..naive import repeat_kv
+from .checks import check_inputs
 from .forward import (
     NAN_INDEX_BLOCK,
     _hard_attn_fwd,
     _hard_nan_index,
     _topk_attn_fwd,
 )
-from .tiles import (
-    MAX_HEAD_DIM,
-    MAX_TOPK,
-)
+from .tiles import MAX_TOPK
 
 # ---------------------------------------------------------------------------------
 # Wrappers: validate -> allocate -> grid -> launch
 # ---------------------------------------------------------------------------------
-
-
-def check_inputs(q, k, v, causal, scale, name: str = "softmax_scale") -> float:
-    """The checks of ``flash_attention`` (kernels/flash/checks.py), plus this module's
-    head-dim limit. N_k = 0 is allowed (every row is empty): the other checks run on
-    a one-key stand-in."""
-    if (
-        isinstance(k, torch.Tensor)
-        and isinstance(v, torch.Tensor)
-        and k.ndim == 4
-        and k.shape == v.shape
-        and k.shape[2] == 0
-    ):
-        k, v = (t.new_zeros(t.shape[:2] + (1,) + t.shape[3:]) for t in (k, v))
-    scale = flash_check_inputs(q, k, v, scale, name)
-    if q.shape[-1] > MAX_HEAD_DIM:
-        raise ValueError(
-            f"head dim d must be in 1..{MAX_HEAD_DIM}, got q shape {tuple(q.shape)}"
-        )
-    check_bool("causal", causal)
-    return scale
 
 
 def _upcast(dtype: torch.dtype, device: torch.device) -> bool:

@@ -82,6 +82,8 @@ PyTorch's own context parallelism
     op's decomposition, and its first call is far slower than later ones.
 """
 
+from .api import ring_attention
+from .blocks import Block, block_plan, merge_partials
 from .layout import (
     LAYOUTS,
     local_length,
@@ -90,7 +92,6 @@ from .layout import (
     shard_intervals,
     unshard,
 )
-from .ring import Block, block_plan, merge_partials, ring_attention
 
 __all__ = [
     "LAYOUTS",

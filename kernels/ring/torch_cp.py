@@ -41,9 +41,9 @@ def _cp_rank(
     from torch.distributed.tensor.experimental import context_parallel
 
     from ..naive import reference_attention
+    from .api import ring_attention
     from .checks import _inputs
     from .layout import shard
-    from .ring import ring_attention
 
     q, k, v, _ = _inputs(n, heads, heads, head_dim, seed)  # (1, H, N, d) float32
     ref, _ = reference_attention(q.double(), k.double(), v.double(), causal)

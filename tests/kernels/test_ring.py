@@ -27,7 +27,7 @@ from kernels.ring import (
     shard_intervals,
     unshard,
 )
-from kernels.ring import ring as ring_mod
+from kernels.ring import blocks as ring_mod
 from kernels.ring.launch import run_local
 
 pytestmark = pytest.mark.xdist_group("ring")

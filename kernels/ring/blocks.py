@@ -1,13 +1,11 @@
-"""The ring loop: forward and backward of ring attention on torch.distributed.
+"""The pieces of the ring loop: the log-sum-exp merge, the block plan, the ring.
 
-Each rank holds a query shard and a key/value shard of one sequence. For P steps a rank
-computes its queries against the K/V shard it holds (the book's flash kernel returns
-(o, lse) for the block), merges that partial into its running result by the
-log-sum-exp rule, and meanwhile passes the shard on to the next rank with
-``torch.distributed.batch_isend_irecv`` (send to rank+1, receive from rank-1), posted
-before the block's compute so the transfer overlaps it. The backward walks the same
-ring: K/V travel again, and so do fp32 dK/dV accumulators, one step behind, so that
-after P steps every rank holds the gradients of its own K/V shard.
+``merge_partials`` (S partial attentions merged by their lse: public as
+``kernels.ring.merge_partials``), ``Block`` / ``block_plan`` (which part of a (query
+shard, key shard) pair is visible under the global causal mask), ``Ring`` /
+``make_ring`` (the process group, the neighbours and every rank's segments, agreed by
+one all_gather), the bounded waits and the P2P transfer of a step, and the timeline
+spans ``ring_timeline`` records.
 """
 
 from __future__ import annotations
@@ -19,11 +17,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-# The flash kernel's entry points, and nothing else of it: each block's forward returns
-# (o, base-2 lse); the backward takes the final o and lse.
-from ..common import FLOAT_DTYPES, LN2, check_bool, check_tensor, renamed_scale
-from ..flash import backward_lse, check_inputs, flash_attention, forward_lse
-from .layout import check_layout, shard_intervals
+from ..common import FLOAT_DTYPES, check_bool, check_tensor
+from .layout import shard_intervals
 
 _TAG_KV, _TAG_DKV = 1, 2  # P2P tags: K/V shards and dK/dV accumulators
 
@@ -333,174 +328,3 @@ class _Transfer:
                 )
             )
         return self.recv
-
-
-# --------------------------------------------------------------------------------------
-# Forward and backward loops
-# --------------------------------------------------------------------------------------
-def ring_forward(q, k, v, ring: Ring, scale: float):
-    """(o in q's dtype, lse2 (B, H, N) float32 base 2) of this rank's queries against
-    the whole sequence."""
-    B, H, n, d = q.shape
-    o = torch.zeros((B, H, n, d), dtype=torch.float32, device=q.device)  # (B,H,n,d)
-    lse2 = torch.full((B, H, n), float("-inf"), device=q.device)  # (B, H, n)
-    kv = torch.stack((k, v))  # (2, B, H_kv, n_src, d): one message per step
-    P = ring.world_size
-    for step in range(P):
-        transfer = None
-        if step < P - 1:  # the next shard moves while this one computes
-            nxt = ring.length(ring.src(step + 1))
-            transfer = _Transfer(
-                ring, kv, (2, B, k.shape[1], nxt, d), _TAG_KV, step, "forward"
-            )
-        block = ring.plan(step)
-        if block is not None:
-            with _span("compute", step, "forward", ring, q.device):
-                rows = slice(block.q0, block.q1)
-                o_b, l_b = forward_lse(
-                    q[:, :, rows],
-                    kv[0, :, :, block.k0 : block.k1],
-                    kv[1, :, :, block.k0 : block.k1],
-                    block.causal,
-                    scale,
-                )
-                o[:, :, rows], lse2[:, :, rows] = merge_partials(
-                    torch.stack((o[:, :, rows], o_b.float())),
-                    torch.stack((lse2[:, :, rows], l_b)),
-                    base2=True,
-                )
-        if transfer is not None:
-            kv = transfer.wait(step)
-    return o.to(q.dtype), lse2
-
-
-def ring_backward(do, dlse, q, k, v, o, lse2, ring: Ring, scale: float):
-    """(dq, dk, dv) of this rank's shards: K/V travel the ring again; each rank adds
-    its queries' contribution to the travelling fp32 dK/dV of the shard it holds and
-    passes it on one step behind K/V, so after P steps dK/dV are home."""
-    B, H, n, d = q.shape
-    H_kv = k.shape[1]
-    dq = torch.zeros((B, H, n, d), dtype=torch.float32, device=q.device)  # (B,H,n,d)
-    kv = torch.stack((k, v))  # (2, B, H_kv, n_src, d)
-    P = ring.world_size
-    dkv_transfer = None
-    for step in range(P):
-        src = ring.src(step)
-        kv_transfer = None
-        if step < P - 1:
-            nxt = ring.length(ring.src(step + 1))
-            kv_transfer = _Transfer(
-                ring, kv, (2, B, H_kv, nxt, d), _TAG_KV, step, "backward"
-            )
-        block = ring.plan(step)
-        grads = None
-        if block is not None:
-            with _span("compute", step, "backward", ring, q.device):
-                rows = slice(block.q0, block.q1)
-                keys = slice(block.k0, block.k1)
-                # the kernels index lse (and delta) as contiguous (B, H, N) rows
-                grads = backward_lse(
-                    do[:, :, rows],
-                    q[:, :, rows],
-                    kv[0, :, :, keys],
-                    kv[1, :, :, keys],
-                    o[:, :, rows],
-                    lse2[:, :, rows].contiguous(),
-                    block.causal,
-                    scale,
-                    None if dlse is None else dlse[:, :, rows].contiguous(),
-                )
-                dq[:, :, rows] += grads[0].float()
-        # the accumulator of shard `src`: fresh at step 0, else from the previous rank
-        dkv = (
-            torch.zeros(
-                (2, B, H_kv, ring.length(src), d), dtype=torch.float32, device=q.device
-            )
-            if dkv_transfer is None
-            else dkv_transfer.wait(step)
-        )
-        if grads is not None:
-            dkv[0, :, :, keys] += grads[1].float()
-            dkv[1, :, :, keys] += grads[2].float()
-        # pass it on (after the last step it goes to its owner, rank + 1's shard)
-        dkv_transfer = _Transfer(
-            ring,
-            dkv,
-            (2, B, H_kv, ring.length(ring.src(step + 1)), d),
-            _TAG_DKV,
-            step,
-            "backward",
-        )
-        if kv_transfer is not None:
-            kv = kv_transfer.wait(step)
-    dkv = dkv_transfer.wait(P - 1)  # (2, B, H_kv, n, d): this rank's own dK, dV
-    return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype)
-
-
-class _RingAttention(torch.autograd.Function):
-    """Saves this rank's q, k, v, the final o and the global lse (base 2); the
-    backward reruns the ring (no N x N tensor, no per-step state kept)."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, ring, scale):
-        o, lse2 = ring_forward(q, k, v, ring, scale)
-        ctx.save_for_backward(q, k, v, o, lse2)
-        ctx.ring, ctx.scale = ring, scale
-        ctx.set_materialize_grads(False)
-        return o, lse2 * LN2  # natural-log lse; -inf stays -inf
-
-    @staticmethod
-    def backward(ctx, do, dlse):
-        q, k, v, o, lse2 = ctx.saved_tensors
-        if do is None:  # only the lse was used
-            do = torch.zeros_like(o)
-        dq, dk, dv = ring_backward(do, dlse, q, k, v, o, lse2, ctx.ring, ctx.scale)
-        return dq, dk, dv, None, None
-
-
-def ring_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    causal: bool = False,
-    group=None,
-    layout: str = "contiguous",
-    return_lse: bool = False,
-    softmax_scale: float | None = None,
-    *,
-    sm_scale: float | None = None,
-):
-    """Attention of this rank's query shard over the whole sequence, K/V on a ring.
-
-    Args:
-        q: (B, H, N_local, d) this rank's queries (float16, bfloat16, float32).
-        k, v: (B, H_kv, N_local, d), the same positions as q; H a multiple of H_kv.
-        causal: the global causal mask (query at position i sees keys j <= i).
-        group: the process group (None: the default group; with no process group
-            initialised, a single process, P = 1).
-        layout: "contiguous" or "zigzag": which positions each rank holds
-            (:func:`kernels.ring.shard`).
-        return_lse: also return the natural-log log-sum-exp (B, H, N_local).
-        softmax_scale: softmax scale, default 1 / sqrt(d) (``sm_scale=``, its old
-            name, still works with a DeprecationWarning).
-
-    Returns:
-        o (B, H, N_local, d) in q's dtype, and with ``return_lse`` lse (B, H, N_local)
-        float32. Differentiable in q, k, v (through o and lse).
-    """
-    softmax_scale = renamed_scale(softmax_scale, sm_scale, "softmax_scale")
-    scale = check_inputs(q, k, v, softmax_scale)
-    check_bool("causal", causal)
-    check_layout(layout)
-    check_bool("return_lse", return_lse)
-    if k.shape[2] != q.shape[2]:
-        raise ValueError(
-            f"k and v must hold the same positions as q: q has "
-            f"N_local={q.shape[2]}, k {k.shape[2]} (q {tuple(q.shape)}, "
-            f"k {tuple(k.shape)})"
-        )
-    if group_size(group)[0] == 1:  # one rank: one flash call, nothing else
-        return flash_attention(q, k, v, causal, scale, return_lse)
-    ring = make_ring(q, k, causal, group, layout, scale)
-    o, lse = _RingAttention.apply(q, k, v, ring, scale)
-    return (o, lse) if return_lse else o
