@@ -26,6 +26,8 @@ from collections.abc import Sequence
 
 import torch
 
+from ..common import check_int
+
 #: the sequence layouts ring attention accepts
 LAYOUTS = ("contiguous", "zigzag")
 
@@ -38,11 +40,8 @@ def check_layout(layout) -> str:
 
 def check_world(rank, world_size) -> None:
     """Raise naming ``world_size`` or ``rank`` unless 0 <= rank < world_size."""
-    for name, value in (("world_size", world_size), ("rank", rank)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(
-                f"{name} must be an int, got {type(value).__name__} {value!r}"
-            )
+    check_int("world_size", world_size)
+    check_int("rank", rank)
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     if not 0 <= rank < world_size:
@@ -103,8 +102,7 @@ def positions(n: int, rank: int, world_size: int, layout: str) -> torch.Tensor:
 
 
 def _check_dim(x: torch.Tensor, dim, name: str) -> int:
-    if isinstance(dim, bool) or not isinstance(dim, int):
-        raise TypeError(f"dim must be an int, got {type(dim).__name__} {dim!r}")
+    check_int("dim", dim)
     if not -x.ndim <= dim < x.ndim:
         raise ValueError(
             f"dim must be in {-x.ndim}..{x.ndim - 1} for {name} of "
