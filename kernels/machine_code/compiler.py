@@ -26,6 +26,7 @@ from triton._C.libtriton import native_specialize_impl  # noqa: E402
 from triton.backends.compiler import BaseBackend, GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
+from kernels import common  # noqa: E402
 from kernels.flash import backward, backward_fused, forward, forward_tma, tiles  # noqa: E402
 
 #: fwd-tma / fwd-tma-ws: kernels.flash.forward_tma's forward (TMA descriptors; the
@@ -57,8 +58,8 @@ KERNEL_FNS = {
     "fwd-tma-ws": "_attn_fwd_tma",
 }
 HEAD_DIMS = (64, 80, 128, 256)  # 80: the padded, masked head-dim path (BLOCK_D = 128)
-DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+DTYPES = common.FLOAT_DTYPES  # fp16, bf16, fp32
+DTYPE_NAMES = {dt: name for name, dt in common.DTYPE_NAMES.items()}  # dtype -> "fp16"
 PTXAS = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
 
 
