@@ -139,7 +139,8 @@ def attention_probs(
     Returns:
         (B, H, len(rows), N_k) float32; masked entries and rows with lse = -inf are 0.
         An lse that is not floating point is a TypeError; an lse of -inf at a row that
-        sees keys (impossible for finite q and k) a ValueError.
+        sees keys (impossible for finite q and k), or one whose rows do not sum to 1
+        within the fp32 error bound of the recomputation, a ValueError.
     """
     softmax_scale = renamed_scale(softmax_scale, sm_scale, "softmax_scale")
     scale = check_inputs(q, k, k, softmax_scale, "softmax_scale")
@@ -188,4 +189,38 @@ def attention_probs(
             torch.arange(N_k, device=q.device)[None, :] <= idx[:, None] + (N_k - N_q)
         )
     p = torch.exp(s - torch.where(torch.isfinite(row_lse), row_lse, 0.0)[..., None])
-    return torch.where(visible, p, 0.0)
+    p = torch.where(visible, p, 0.0)
+    _check_rows_sum_to_one(p, s, q[:, :, idx], kk, row_lse, scale, causal, idx)
+    return p
+
+
+def _check_rows_sum_to_one(p, s, q_rows, kk, row_lse, scale, causal, idx) -> None:
+    """Each rebuilt row with a finite lse sums to 1 up to the fp32 error of the two
+    computations of its scores and lse (ValueError otherwise: an lse of another
+    problem, e.g. a causal one read with causal=False).
+
+    Bound (unit roundoff u = 2^-24): a score q.k * scale summed in another order
+    differs by at most 2 d u |scale| (|q| . |k|) between the kernel and here; the
+    subtraction, the scale and the natural-log conversion add 3 u (|s| + |lse|); the
+    kernel's exp2 (ex2.approx on a GPU) is within 2^-21 relative; the row sum adds
+    N_k u. The row sum then lies within expm1(max_j delta_j) + N_k u of 1, doubled
+    for margin. Rows with a NaN, or whose inputs are not finite, are not judged.
+    """
+    u = 2.0**-24
+    n_k, d = kk.shape[-2], kk.shape[-1]
+    mag = torch.matmul(q_rows.float().abs(), kk.abs().transpose(-2, -1))
+    delta = 2 * d * u * abs(scale) * mag + 3 * u * (s.abs() + row_lse.abs()[..., None])
+    delta = torch.where(p > 0, delta, 0.0).amax(-1) + 2.0**-21  # (B, H, R)
+    tol = 2 * (torch.expm1(delta) + n_k * u)
+    err = (p.sum(-1) - 1).abs()
+    judged = torch.isfinite(row_lse) & torch.isfinite(err) & torch.isfinite(tol)
+    bad = judged & (err > tol)
+    if bool(bad.any()):
+        b, h, r = bad.nonzero()[0].tolist()
+        total, bound = 1 + float(err[b, h, r]), float(tol[b, h, r])
+        raise ValueError(
+            f"lse does not normalise query row {int(idx[r])} (batch {b}, head {h}): "
+            f"its probabilities sum to {total:.6g}, beyond the fp32 bound "
+            f"{bound:.2g} (causal={causal}): was lse computed with another causal "
+            f"flag or other inputs?"
+        )

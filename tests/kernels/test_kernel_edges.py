@@ -115,14 +115,37 @@ def test_attention_probs_refuses_minus_inf_rows_that_see_keys():
         attention_probs(q, k, bad, causal=True)
 
 
+@pytest.mark.parametrize("made, read", [(True, False), (False, True)])
+def test_attention_probs_refuses_an_lse_of_the_other_mask(made, read):
+    # N_q = N_k: no row is empty, so only the row sums tell the masks apart
+    q, k, v = _qkv(n_q=16, n_k=16, seed=3)
+    _, lse = flash_attention(q, k, v, causal=made, return_lse=True)
+    p = attention_probs(q, k, lse, causal=made)  # its own mask: rows sum to 1
+    assert torch.allclose(p.sum(-1), torch.ones(()), atol=1e-5)
+    with pytest.raises(ValueError, match="lse does not normalise query row"):
+        attention_probs(q, k, lse, causal=read)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_attention_probs_accepts_its_own_lse_at_large_logits(dtype):
+    # the bound scales with |q| |k|: large logits in half precision stay accepted
+    q, k, v = (t.to(dtype) for t in _qkv(n_q=16, n_k=40, d=64, seed=4))
+    q = q * 6
+    for causal in (False, True):
+        _, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
+        p = attention_probs(q, k, lse, causal=causal, rows=[0, 7, 15])
+        assert p.shape == (1, 2, 3, 40)
+
+
 def test_attention_probs_keeps_a_minus_inf_lse_when_scores_are_infinite():
     q, k, v = _qkv()
+    _, lse = flash_attention(q, k, v, return_lse=True)
     q = q.clone()
-    q[0, 0, 3] = float("-inf")  # non-finite input: no claim about the lse is made
-    lse = torch.zeros(1, 2, 8, device=DEV)
+    q[0, 0, 3] = float("-inf")  # non-finite input: no claim about its lse is made
     lse[0, 0, 3] = float("-inf")
     p = attention_probs(q, k, lse)
     assert p.shape == (1, 2, 8, 8)
+    assert torch.allclose(p[0, 1].sum(-1), torch.ones(()), atol=1e-5)
 
 
 # --------------------------------------------------------------------------------------
