@@ -42,7 +42,7 @@ NaN and inf
     visible key gives o = 0 and lse = -inf (with a sink, lse = the sink), never NaN.
     A NaN/inf in a pair the mask hides reaches nothing: skipped tiles are never read,
     and when an input holds one (a flag computed on the device, no host sync) partial
-    tiles sum P V, P^T dO, dS^T Q and dS K through kernels.flash's ``_finite_dot``
+    tiles sum P V, P^T dO, dS^T Q and dS K through kernels.flash's ``finite_dot``
     (in second launches, SHIELD, whose programs stop at once when the flag is clear).
     Without a score mod, a row that sees a key but whose scores are all -inf (an input
     inf, fp32 overflow) reads NaN; with a score mod a -inf score is the mod's own mask

@@ -11,7 +11,7 @@ stored and no atomics are needed. With a score mod f, dS = P (dP - delta) f'(x) 
 the natural score x = q.k * scale: f' from the mod's exact derivative, or a central
 difference for a user's mod (``kernels.flex.mods``). delta = rowsum(dO * O) - dlse
 is computed in torch. When an input holds NaN/inf (a flag computed on the device),
-the partial tiles sum through kernels.flash's ``_finite_dot`` so a hidden pair's NaN
+the partial tiles sum through kernels.flash's ``finite_dot`` so a hidden pair's NaN
 reaches no visible gradient.
 """
 
@@ -23,7 +23,7 @@ import triton.language as tl
 
 from .. import runtime
 from ..common import dot_precision, upcast
-from ..flash.blocks import _finite_dot
+from ..flash import finite_dot
 from .backward_dq import _flex_dq, _score_and_grad
 from .forward import _load_rows, launch_flags, mask_strides
 from .tiles import LOG2E_C
@@ -132,8 +132,8 @@ def _dkdv_tile(
         dsT = tl.where(visT, dsT, 0.0)
     if PARTIAL:
         if SHIELD:  # NaN/inf somewhere: only visible pairs enter the sums
-            dv = _finite_dot(dv, pT, do, visT, True, DOT_PRECISION)
-            dk = _finite_dot(dk, dsT, q, visT, False, DOT_PRECISION)
+            dv = finite_dot(dv, pT, do, visT, True, DOT_PRECISION)
+            dk = finite_dot(dk, dsT, q, visT, False, DOT_PRECISION)
         else:
             dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=DOT_PRECISION)
             dk = tl.dot(dsT.to(q.dtype), q, dk, input_precision=DOT_PRECISION)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..flash.blocks import _finite_dot
+from ..flash import finite_dot
 from .forward import _load_rows
 from .tiles import LOG2E_C
 
@@ -138,7 +138,7 @@ def _dq_tile(
         ds = tl.where(vis, ds, 0.0)
     if PARTIAL:
         if SHIELD:
-            dq = _finite_dot(dq, ds, k, vis, False, DOT_PRECISION)
+            dq = finite_dot(dq, ds, k, vis, False, DOT_PRECISION)
         else:
             dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=DOT_PRECISION)
     else:

@@ -18,7 +18,7 @@ import triton.language as tl
 
 from .. import runtime
 from ..common import dot_precision, upcast
-from ..flash.blocks import _finite_dot
+from ..flash import finite_dot
 from .tiles import LOG2E_C, block_d, tiles
 
 
@@ -119,7 +119,7 @@ def _fwd_tile(
     if PARTIAL:
         # a hidden value row holding NaN/inf must not reach the row through 0 * NaN
         if SHIELD:
-            acc = _finite_dot(acc, p, v, visible, True, DOT_PRECISION)
+            acc = finite_dot(acc, p, v, visible, True, DOT_PRECISION)
         else:
             acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
     else:
@@ -189,7 +189,7 @@ def _flex_fwd(
     SHIELD: tl.constexpr,
 ):
     # SHIELD: the second launch, which recomputes (and overwrites) the rows only when
-    # V holds NaN/inf, summing partial tiles through _finite_dot; otherwise it stops
+    # V holds NaN/inf, summing partial tiles through finite_dot; otherwise it stops
     start_m = tl.program_id(0)
     off_hz = tl.program_id(1)
     b = off_hz // H

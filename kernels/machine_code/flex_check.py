@@ -43,7 +43,7 @@ if runtime.INTERPRET and __name__ == "__main__":
 
 import torch  # noqa: E402
 
-from kernels.flex import (  # noqa: E402  # noqa: E402
+from kernels.flex import (  # noqa: E402
     and_masks,
     backward,
     backward_dq,
@@ -55,7 +55,7 @@ from kernels.flex import (  # noqa: E402  # noqa: E402
     softcap,
     tiles,
 )
-from kernels.machine_code.compile_check import (  # noqa: E402
+from kernels.machine_code.compiler import (  # noqa: E402
     _compile_values,
     _jit_function,
     ptxas_usage,
