@@ -245,3 +245,12 @@ def test_empty_rows_and_decode():
     assert (o[0, 0, :2] == 0).all() and np.isneginf(lse[0, 0, :2]).all()
     assert np.isfinite(lse[0, 0, 2:]).all()
     assert (sparse.select_blocks(q, k, 4, 2)[0, 0, :2] == -1).all()
+
+
+def test_nsa_without_forced_blocks_ranks_as_moba_for_one_head_per_group():
+    # softmax is monotone: with one query head per KV head and no forced blocks, the
+    # compressed branch's probabilities rank blocks as the mean-pooled scores do
+    q, k, _ = qkv(2, 3, 3, 30, 75, 8)
+    want = sparse.select_blocks(q, k, 16, 3, causal=False)
+    got = sparse.nsa_select(q, k, 16, 3, False, n_initial=0, n_local=0)
+    np.testing.assert_array_equal(got, want)
