@@ -9,6 +9,9 @@ Three rules pick k blocks of ``block_size`` keys per query (``attention.sparse``
             mean-pooled compressed keys, 1 initial and 2 local blocks forced); with a
             learned compression it would differ, mean pooling is the learning-free
             stand-in;
+``quest``   Quest's pages ranked by the upper bound of q . k from each page's
+            per-channel min and max key (``quest_select``), an inference-time rule
+            beside the two trained ones;
 ``oracle``  the k blocks of largest mass in the map itself (the best any rule can do
             with k blocks: an upper bound).
 
@@ -34,7 +37,7 @@ __all__ = [
     "oracle_blocks",
 ]
 
-METHODS = ("moba", "nsa", "oracle")
+METHODS = ("moba", "nsa", "quest", "oracle")
 
 
 def block_mass(p, block_size: int) -> np.ndarray:
@@ -87,7 +90,8 @@ def mass_curves(
     methods=METHODS,
     causal=False,
 ) -> dict:
-    """Mean mass kept over every row and head, per method: {method: (len(block_sizes),
+    """Mean mass kept over every row and head, per method (all of ``METHODS`` unless
+    ``methods``): {method: (len(block_sizes),
     len(ks)) array}. p (B, H, N_q, N_k) the maps that q (B, H, N_q, d) and k (B, H_kv,
     N_k, d) produced (MoBA and NSA read q and k; the oracle reads p)."""
     p = as_real_array("p", p, 4)
@@ -104,7 +108,8 @@ def mass_curves(
             if m == "oracle":
                 order = oracle_blocks(p, bs, top, causal)
             else:
-                pick = sparse.select_blocks if m == "moba" else sparse.nsa_select
+                pick = {"moba": sparse.select_blocks, "nsa": sparse.nsa_select,
+                        "quest": sparse.quest_select}[m]  # fmt: skip
                 order = np.repeat(pick(q, k, bs, top, causal), h_q // h_kv, axis=1)
             for b, kk in enumerate(ks):
                 out[m][a, b] = np.nanmean(mass_kept(p, order[..., :kk], bs))

@@ -19,7 +19,7 @@ def tokens_label(n: int) -> str:
 
 #: One colour per method, the selection dashed in its method's colour.
 SPARSE_COLORS = {"dense": "#C44E52", "moba": "#4C72B0", "nsa": "#8172B2",
-                 "dsa": "#55A868", "oracle": "#333333"}  # fmt: skip
+                 "dsa": "#55A868", "quest": "#CCB974", "oracle": "#333333"}  # fmt: skip
 
 
 def sparse_cost_figure(

@@ -32,7 +32,7 @@ def test_mass_kept_matches_loop():
 def test_oracle_is_an_upper_bound_and_all_blocks_keep_everything():
     q, k, p = maps()
     curves = sparse_mass.mass_curves(p, q, k, (16, 32), (1, 2, 3, 5))
-    for m in ("moba", "nsa"):
+    for m in ("moba", "nsa", "quest"):
         assert (curves[m] <= curves["oracle"] + 1e-12).all()
     # 5 blocks of 16 cover 70 keys: every rule keeps all the mass
     for m in sparse_mass.METHODS:
