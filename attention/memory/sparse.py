@@ -22,9 +22,10 @@ its own (ragged only if it is the last) and full earlier ones.
 
 The selection, counted in closed form (ESTIMATES of a model, no kernel timed):
 
-``gate_cost``     MoBA's gate: mean-pool K (read N_k d, write the n_b pooled keys), each
-                  query head scores every eligible block: 2 d FLOPs per (head, query,
-                  block), O(N^2 / block); the pooled keys are re-read per query tile.
+``gate_cost``     MoBA's gate shared by a GQA group (``select_blocks``): mean-pool K
+                  (read N_k d, write the n_b pooled keys), sum the group's G query
+                  rows, score every eligible block: 2 d FLOPs per (query, block),
+                  O(N^2 / block); the pooled keys are re-read per query tile.
 ``indexer_cost``  DSA's indexer: H_I heads of width d_I score every visible key,
                   (2 d_I + 2) H_I FLOPs per (query, key) (the dot, the weight and the
                   sum), O(N^2) at its small width; k_I re-read per query tile.
@@ -179,15 +180,17 @@ def _pairs(n_q, n_k, width, causal):
 
 
 def gate_cost(n_q, n_k, block_size, topk, d, group=1, causal=True, Br=64) -> dict:
-    """MoBA's gate per KV head: {"flops", "traffic"} (elements). Pools K, then each of
-    the ``group`` query heads scores every eligible block (2 d FLOPs each)."""
+    """MoBA's gate per KV head: {"flops", "traffic"} (elements). Pools K, sums the
+    ``group`` query heads' rows, scores every eligible block (2 d FLOPs each)."""
     n_q, n_k = check_count("n_q", n_q), check_count("n_k", n_k)
     bs, topk, d = (check_count(*a) for a in (("block_size", block_size),
                                              ("topk", topk), ("d", d)))  # fmt: skip
     g, Br = check_count("group", group), check_count("Br", Br)
     n_b = cdiv(n_k, bs)
     _, units = _visible(n_q, n_k, Br, bs, causal)
-    flops = 2 * d * g * _pairs(n_q, n_k, bs, causal) + n_k * d  # scores + pooling sums
+    # the group's queries summed first ((G - 1) d adds per query), one 2 d dot per
+    # (query, eligible block), and the pooling sums (d per key)
+    flops = 2 * d * _pairs(n_q, n_k, bs, causal) + (g - 1) * d * n_q + n_k * d
     t = traffic(
         {
             "K": (n_k * d, 0),

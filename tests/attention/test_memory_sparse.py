@@ -74,3 +74,24 @@ def test_guards_and_errors():
         ms.selected_work(8, 8, 0, 1, 4)
     with pytest.raises(TypeError, match="topk"):
         ms.selected_work(8, 8, 4, 1.5, 4)
+
+
+def test_selection_costs_count_the_eligible_pairs():
+    n_q, n_k, bs, d, g = 37, 50, 16, 8, 4
+    pairs = sum(
+        1 for i in range(n_q) for c in range(4) if c * bs <= i + n_k - n_q
+    )  # fmt: skip
+    gate = ms.gate_cost(n_q, n_k, bs, 3, d, g, Br=16)
+    assert gate["flops"] == 2 * d * pairs + (g - 1) * d * n_q + n_k * d
+    # per query tile of 16 rows, the pooled keys its last row may see
+    tiles = [min(15 + 16 * t, n_q - 1) + n_k - n_q for t in range(3)]
+    assert gate["traffic"].per_tensor["K_pooled"] == (
+        sum(p // bs + 1 for p in tiles) * d, 4 * d
+    )  # fmt: skip
+    assert ms.gate_cost(n_q, n_k, bs, 3, d, g, causal=False)["flops"] == (
+        2 * d * n_q * 4 + (g - 1) * d * n_q + n_k * d
+    )  # fmt: skip
+    idx = ms.indexer_cost(n_q, n_k, 5, 3, 4)
+    visible = sum(i + n_k - n_q + 1 for i in range(n_q))
+    assert idx["flops"] == (2 * 4 + 2) * 3 * visible
+    assert idx["traffic"].per_tensor["idx"] == (0, n_q * 5)
