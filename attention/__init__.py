@@ -17,6 +17,10 @@ decode      KV cache, split-KV (FlashDecoding), paged cache, GQA (chapter 5)
 ring        sharding layouts, blockwise attention, the ring schedule (chapter 6)
 masks       mask and score mods of positions, block masks, attention under them with
             sinks (chapter 7)
+sparse      attention over chosen key blocks; MoBA, NSA, DSA's indexer and Quest's
+            selection rules (chapter 8)
+sparse_mass the share of attention mass a block budget keeps, on real maps
+            (chapter 8)
 plots       the book's figures and its one palette
 explorers   the book's explorers, one call each: ipywidgets in Jupyter and Colab,
             static twins drawn in the browser on the built site

@@ -61,7 +61,9 @@ The package: ``sim`` (HBMSim, Traffic, the registry, shared checks), ``forward``
 ``roofline`` (block sizes, FLOPs, GPU specs), ``decode`` (chapter 5: one decode step
 of a batch, naive, FlashAttention-2's grid, split-KV and paged; real models' caches),
 ``blocksparse`` (chapter 7: a block-sparse forward over a mask's visited tiles,
-simulated and in closed form; imported as ``attention.memory.blocksparse``), ``cache``
+simulated and in closed form; imported as ``attention.memory.blocksparse``),
+``sparse`` (chapter 8: attention over chosen blocks, simulated and in closed form, and
+its selection's cost; imported as ``attention.memory.sparse``), ``cache``
 (what the model leaves out: the
 compulsory traffic, each tensor once, and the L2 policy under which a GPU gets near it).
 Every public name is re-exported here.
