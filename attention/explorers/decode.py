@@ -17,8 +17,9 @@ import numpy as np
 from attention import decode, memory, plots
 
 from . import site
+from .common import FONT, frame, show_figure
+from .settings import Choice, check
 from .site import Explorer
-from .specs import _FONT, _frame
 
 #: The controls' values (the static grid covers exactly these).
 BATCH = [1, 8, 64]
@@ -228,7 +229,7 @@ def time_spec(height: int = 240) -> dict:
     at the chosen context. Data "lines": {x, series, us}; "marker": {x}."""
     series = list(LINES)
     return {
-        **_frame(height),
+        **frame(height),
         "layer": [
             {
                 "data": {"name": "lines"},
@@ -280,7 +281,7 @@ def time_spec(height: int = 240) -> dict:
                 "encoding": {"x": {"field": "x", "type": "quantitative"}},
             },
         ],
-        **_FONT,
+        **FONT,
     }
 
 
@@ -288,7 +289,7 @@ def waste_spec(height: int = 200) -> dict:
     """Bars of the percent of reserved cache wasted: pre-allocated, then each page
     size. Data "waste": {layout, percent, chosen}."""
     return {
-        **_frame(height),
+        **frame(height),
         "data": {"name": "waste"},
         "mark": {"type": "bar", "stroke": "#222", "strokeWidth": 0.4},
         "encoding": {
@@ -318,7 +319,7 @@ def waste_spec(height: int = 200) -> dict:
                 {"field": "percent", "type": "quantitative", "format": ".1f"},
             ],
         },
-        **_FONT,
+        **FONT,
     }
 
 
@@ -327,19 +328,34 @@ def waste_spec(height: int = 200) -> dict:
 # ---------------------------------------------------------------------------------
 
 
+#: The settings both faces take (the static grid covers exactly these; H_kv must
+#: also divide H_q).
+SETTINGS = {
+    "B": Choice(BATCH),
+    "N": Choice(CONTEXT),
+    "H_q": Choice(HEADS_Q),
+    "H_kv": Choice(HEADS_KV),
+    "d": Choice(HEAD_DIM),
+    "dtype": Choice(dict(DTYPES)),
+    "n_splits": Choice(SPLITS),
+    "page_size": Choice(PAGES),
+    "gpu": Choice(GPUS),
+}
+
+
 def _check(B, N, H_q, H_kv, d, dtype, n_splits, page_size, gpu):
-    for name, value, options in (
-        ("B", B, BATCH),
-        ("N", N, CONTEXT),
-        ("H_q", H_q, HEADS_Q),
-        ("H_kv", H_kv, HEADS_KV),
-        ("d", d, HEAD_DIM),
-        ("dtype", dtype, dict(DTYPES)),
-        ("n_splits", n_splits, SPLITS),
-        ("page_size", page_size, PAGES),
-        ("gpu", gpu, GPUS),
-    ):
-        site.check_option(name, value, options)
+    check(
+        SETTINGS,
+        B=B,
+        N=N,
+        H_q=H_q,
+        H_kv=H_kv,
+        d=d,
+        dtype=dtype,
+        n_splits=n_splits,
+        page_size=page_size,
+        gpu=gpu,
+    )
     decode.kv_group(H_q, H_kv)
 
 
@@ -377,7 +393,7 @@ def static_decode_explorer(
         "decode",
         config,
         "Decode explorer (chapter 5)",
-        "attention.explorers.decode.decode_explorer()",
+        "explorers.decode_explorer()",
     )
 
 
@@ -458,8 +474,6 @@ def live_decode_explorer(
     """ipywidgets: each change redraws ``decode_explorer_figure`` and the text."""
     import ipywidgets as widgets
 
-    from .live import _show_figure
-
     _check(B, N, H_q, H_kv, d, dtype, n_splits, page_size, gpu)
     style = {"description_width": "initial"}
 
@@ -487,7 +501,7 @@ def live_decode_explorer(
             text.value = "<p>H_kv must divide H_q: choose fewer KV heads.</p>"
             return
         text.value = "<p>" + readout(decode_point(**kw), **kw) + "</p>"
-        _show_figure(out, decode_explorer_figure(**kw))
+        show_figure(out, decode_explorer_figure(**kw))
 
     for w in ctl.values():
         w.observe(redraw, names="value")
@@ -496,12 +510,33 @@ def live_decode_explorer(
     return widgets.VBox([*rows, text, out])
 
 
-def decode_explorer(**settings):
-    """Chapter 5's explorer: the static twin on the built site, ipywidgets elsewhere.
-    Settings: B, N, H_q, H_kv, d, dtype, n_splits, page_size, gpu."""
-    if site.ON_SITE:
-        return static_decode_explorer(**settings)
-    return live_decode_explorer(**settings)
+def decode_explorer(
+    B: int = 8,
+    N: int = 8192,
+    H_q: int = 32,
+    H_kv: int = 8,
+    d: int = 128,
+    dtype: str = "float16",
+    n_splits: int = 4,
+    page_size: int = 16,
+    gpu: str = "H100",
+):
+    """Chapter 5's explorer: one decode step of B sequences of N cached tokens (H_q
+    query heads over H_kv KV heads of width d in ``dtype``), split-KV into
+    ``n_splits``, paged in ``page_size``-token pages, on ``gpu``. The static twin on
+    the built site, ipywidgets elsewhere."""
+    face = static_decode_explorer if site.ON_SITE else live_decode_explorer
+    return face(
+        B=B,
+        N=N,
+        H_q=H_q,
+        H_kv=H_kv,
+        d=d,
+        dtype=dtype,
+        n_splits=n_splits,
+        page_size=page_size,
+        gpu=gpu,
+    )
 
 
 __all__ = [

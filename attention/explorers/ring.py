@@ -19,9 +19,10 @@ import numpy as np
 from attention import ring as _ring
 from attention.memory import ring as _mring
 
-from . import site as _site
+from . import site
+from .common import FONT, frame, show_figure
+from .settings import Choice, check
 from .site import Explorer
-from .specs import _FONT, _frame
 
 #: The grid of the static twin (the live version takes these values too).
 RING_N = [16384, 65536, 262144, 1048576]
@@ -172,13 +173,43 @@ def ring_grid() -> dict:
 # ---------------------------------------------------------------------------------
 
 
+#: The settings both faces take (the static grid covers exactly these); ``heads``
+#: indexes ``RING_HEADS``.
+SETTINGS = {
+    "N": Choice(RING_N),
+    "P": Choice(RING_P),
+    "heads": Choice(range(len(RING_HEADS))),
+    "d": Choice(RING_D),
+    "dtype": Choice(RING_DTYPES),
+    "causal": Choice([False, True]),
+    "layout": Choice(RING_LAYOUTS),
+    "link": Choice(RING_LINKS),
+    "gpu": Choice(RING_GPUS),
+}
+
+
+def _check(N, P, heads, d, dtype, causal, layout, link, gpu) -> None:
+    check(
+        SETTINGS,
+        N=N,
+        P=P,
+        heads=heads,
+        d=d,
+        dtype=dtype,
+        causal=causal,
+        layout=layout,
+        link=link,
+        gpu=gpu,
+    )
+
+
 def work_spec(height: int = 220) -> dict:
     """Device x step cells coloured by the share of a full block computed; zero cells
     (idle) white. Data "work": {device, step, share}."""
     from attention.plots.ring import COMPUTE
 
     return {
-        **_frame(height),
+        **frame(height),
         "data": {"name": "work"},
         "mark": {"type": "rect", "stroke": "#ffffff", "strokeWidth": 0.5},
         "encoding": {
@@ -207,14 +238,14 @@ def work_spec(height: int = 220) -> dict:
                 {"field": "share", "type": "quantitative", "format": ".3f"},
             ],
         },
-        **_FONT,
+        **FONT,
     }
 
 
 def times_spec(height: int = 200) -> dict:
     """Horizontal bars of estimated times (ms). Data "times": {what, ms, color}."""
     return {
-        **_frame(height),
+        **frame(height),
         "data": {"name": "times"},
         "mark": {"type": "bar"},
         "encoding": {
@@ -241,11 +272,11 @@ def times_spec(height: int = 200) -> dict:
                 {"field": "ms", "type": "quantitative", "format": ".4g"},
             ],
         },
-        **_FONT,
+        **FONT,
     }
 
 
-def ring_explorer_static(
+def static_context_parallel_explorer(
     N: int = 262144,
     P: int = 8,
     heads: int = 2,
@@ -257,6 +288,7 @@ def ring_explorer_static(
     gpu: str = "H100",
 ) -> Explorer:
     """The static twin: its data from ``ring_grid``; ``heads`` indexes RING_HEADS."""
+    _check(N, P, heads, d, dtype, causal, layout, link, gpu)
     from attention.plots.ring import COMPUTE, SEND
 
     config = {
@@ -284,7 +316,7 @@ def ring_explorer_static(
         "ring",
         config,
         "Context-parallel explorer (chapter 6)",
-        "context_parallel_explorer()",
+        "explorers.context_parallel_explorer()",
     )
 
 
@@ -322,7 +354,7 @@ def readout(N, P, heads, d, dtype, causal, layout, link, gpu) -> str:
     )
 
 
-def ring_explorer_live(
+def live_context_parallel_explorer(
     N: int = 262144,
     P: int = 8,
     heads: int = 2,
@@ -340,8 +372,7 @@ def ring_explorer_live(
 
     from attention.plots.ring import load_balance_figure
 
-    from .live import _show_figure
-
+    _check(N, P, heads, d, dtype, causal, layout, link, gpu)
     style = {"description_width": "initial"}
     c = {
         "N": widgets.SelectionSlider(
@@ -385,7 +416,7 @@ def ring_explorer_live(
             s["N"], s["P"], layouts=(s["layout"],), causal=s["causal"]
         )[0]
         ax.figure.set_size_inches(4.2, 3.6)
-        _show_figure(out, ax.figure)
+        show_figure(out, ax.figure)
         plt.close(ax.figure)
 
     for w in c.values():
@@ -403,10 +434,33 @@ def ring_explorer_live(
     )
 
 
-def context_parallel_explorer(**kwargs):
+def context_parallel_explorer(
+    N: int = 262144,
+    P: int = 8,
+    heads: int = 2,
+    d: int = 128,
+    dtype: str = "bfloat16",
+    causal: bool = True,
+    layout: str = "zigzag",
+    link: str = "NVLink 4",
+    gpu: str = "H100",
+):
     """Chapter 6's explorer, one call: the static twin on the built site
-    (``ON_SITE``), the ipywidgets version in Jupyter and Colab. Keyword arguments:
-    N, P, heads (an index into RING_HEADS), d, dtype, causal, layout, link, gpu."""
-    if _site.ON_SITE:
-        return ring_explorer_static(**kwargs)
-    return ring_explorer_live(**kwargs)
+    (``ON_SITE``), the ipywidgets version in Jupyter and Colab. ``heads`` indexes
+    ``RING_HEADS``; the other settings are points of the grid (``SETTINGS``)."""
+    face = (
+        static_context_parallel_explorer
+        if site.ON_SITE
+        else live_context_parallel_explorer
+    )
+    return face(
+        N=N,
+        P=P,
+        heads=heads,
+        d=d,
+        dtype=dtype,
+        causal=causal,
+        layout=layout,
+        link=link,
+        gpu=gpu,
+    )
