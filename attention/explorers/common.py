@@ -5,6 +5,23 @@ their grids send to the page, and the live faces' figure swap (``show_figure``).
 
 from __future__ import annotations
 
+from attention.plots import style as _style
+
+# The book's palette (``attention.plots.style``) under the names explorers use it by:
+# a colour means the same on the page as in the chapters' figures.
+BLUE = _style.TENSOR_COLORS["Q"]
+ORANGE = _style.TENSOR_COLORS["K"]
+GREEN = _style.TENSOR_COLORS["V"]
+RED = _style.TENSOR_COLORS["S"]
+PURPLE = _style.TENSOR_COLORS["P"]
+GREY = _style.TENSOR_COLORS["l"]
+DARK_GREY = _style.TENSOR_COLORS["m"]
+LIGHT_GREY = _style.TENSOR_COLORS["D"]
+AMBER = _style.MEMORY_COLORS["SRAM"]
+NAVY = _style.MEMORY_COLORS["HBM"]
+KEEP = _style.MASK_COLORS["keep"]
+TEAL = _style.SELECTION_COLORS["topk"]
+
 #: How the explorers name the compulsory count beside the simulated one.
 COMPULSORY_LABEL = "compulsory (each tensor once)"  # short: fits a 390 px legend row
 

@@ -17,7 +17,7 @@ import numpy as np
 from attention import decode, memory, plots
 
 from . import site
-from .common import FONT, frame, show_figure
+from .common import BLUE, FONT, GREY, LIGHT_GREY, NAVY, PURPLE, RED, frame, show_figure
 from .settings import Choice, check
 from .site import Explorer
 
@@ -31,11 +31,13 @@ DTYPES = list(plots.DTYPE_BYTES.items())  # the book's dtypes and element sizes
 SPLITS = [1, 2, 4, 8, 16, 32]
 PAGES = [16, 32, 128]
 GPUS = ["T4", "A100", "L4", "H100", "H200"]
+#: The series of the kernel itself (its table has splits and pages; the others not).
+KERNEL_LINE = "split-KV, paged (the kernel)"
 #: The traffic lines of the explorer, and the algorithms behind them.
 LINES = {
     "naive (S, P in HBM)": "decode_naive",
     "FA2 grid (per query head)": "decode_fa2",
-    "split-KV, paged (the kernel)": "decode_paged",
+    KERNEL_LINE: "decode_paged",
 }
 #: Requests per batch in the waste count (lengths uniform in 1..context, seeded).
 WASTE_SEED = 0
@@ -103,7 +105,7 @@ def decode_point(
         "cache_bytes": B * N * 2 * H_kv * d * bpe,
         "step_bytes": by,
         "bytes_per_token": {k: v // B for k, v in by.items()},
-        "intensity": flops / by["split-KV, paged (the kernel)"],
+        "intensity": flops / by[KERNEL_LINE],
         "step_us_estimate": {
             k: v / (spec.hbm_tbps * 1e12) * 1e6 for k, v in by.items()
         },
@@ -138,6 +140,8 @@ def decode_grid() -> dict:
         "bw": [memory.GPUS[g].hbm_tbps * 1e12 for g in GPUS],
         "gpu_names": [memory.GPUS[g].name for g in GPUS],
         "lines": list(LINES),
+        # The page reads the kernel's series by this name, not by its place.
+        "kernel_line": KERNEL_LINE,
     }
     table = {}
     for name, alg in LINES.items():
@@ -218,9 +222,9 @@ def decode_grid() -> dict:
 # ---------------------------------------------------------------------------------
 
 _LINE_COLORS = {
-    "naive (S, P in HBM)": "#C44E52",
-    "FA2 grid (per query head)": "#8172B3",
-    "split-KV, paged (the kernel)": "#4C72B0",
+    "naive (S, P in HBM)": RED,
+    "FA2 grid (per query head)": PURPLE,
+    KERNEL_LINE: BLUE,
 }
 
 
@@ -277,7 +281,7 @@ def time_spec(height: int = 240) -> dict:
             },
             {
                 "data": {"name": "marker"},
-                "mark": {"type": "rule", "color": "#8C8C8C", "strokeDash": [4, 3]},
+                "mark": {"type": "rule", "color": GREY, "strokeDash": [4, 3]},
                 "encoding": {"x": {"field": "x", "type": "quantitative"}},
             },
         ],
@@ -310,7 +314,7 @@ def waste_spec(height: int = 200) -> dict:
                 "type": "nominal",
                 "scale": {
                     "domain": ["chosen", "other"],
-                    "range": ["#2F4B7C", "#A6A6A6"],
+                    "range": [NAVY, LIGHT_GREY],
                 },
                 "legend": None,
             },
@@ -444,7 +448,7 @@ def decode_explorer_figure(
             for n in CONTEXT
         ]
         a0.plot(CONTEXT, us, "o-", label=name, color=_LINE_COLORS[name])
-    a0.axvline(N, color="#8C8C8C", ls="--")
+    a0.axvline(N, color=GREY, ls="--")
     a0.set(
         xscale="log",
         yscale="log",

@@ -18,7 +18,7 @@ import numpy as np
 from attention import core, hard
 
 from . import site
-from .common import FONT, frame, show_figure
+from .common import BLUE, FONT, GREY, ORANGE, RED, frame, show_figure
 from .settings import Choice, Range, check
 from .site import Explorer
 
@@ -32,9 +32,9 @@ LOGITS = (0.3, -0.5, 1.2, 0.0)
 LOSSES = (1.0, 4.0, 2.5, 3.0)
 
 _COLORS = {
-    "REINFORCE": "#C44E52",
-    "REINFORCE + baseline": "#DD8452",
-    "Gumbel-softmax ST": "#4C72B0",
+    "REINFORCE": RED,
+    "REINFORCE + baseline": ORANGE,
+    "Gumbel-softmax ST": BLUE,
 }
 
 
@@ -157,7 +157,7 @@ def _specs() -> dict:
                 "data": {"name": "hist"},
                 "mark": {
                     "type": "rect",
-                    "color": "#8C8C8C",
+                    "color": GREY,
                     "stroke": "#222",
                     "strokeWidth": 0.3,
                 },
@@ -203,7 +203,7 @@ def _specs() -> dict:
                         "title": None,
                         "scale": {
                             "domain": ["mean of the estimates", "true gradient"],
-                            "range": ["#C44E52", "#111111"],
+                            "range": [RED, "#111111"],
                         },
                         "legend": {"orient": "top"},
                     },
@@ -302,8 +302,8 @@ def estimator_figure(logits, losses, method, tau, n_samples, component):
     j = component
     fig, (a0, a1) = plt.subplots(1, 2, figsize=(11, 3.6))
     g = estimates(s, f, method, tau, n_samples)
-    a0.hist(g[:, j], bins=BINS, color="#8C8C8C", ec="#222", lw=0.3)
-    a0.axvline(g[:, j].mean(), color="#C44E52", lw=2.5, label="mean of the estimates")
+    a0.hist(g[:, j], bins=BINS, color=GREY, ec="#222", lw=0.3)
+    a0.axvline(g[:, j].mean(), color=RED, lw=2.5, label="mean of the estimates")
     a0.axvline(true[j], color="#111", ls="--", lw=2, label="true gradient")
     a0.set(
         xlabel=f"estimate of ∂E[f]/∂s_{j}",

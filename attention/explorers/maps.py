@@ -17,7 +17,7 @@ import numpy as np
 from attention import core
 
 from . import site
-from .common import FONT, frame, show_figure
+from .common import FONT, KEEP, frame, show_figure
 from .settings import Choice, Range, check
 from .site import Explorer
 
@@ -126,7 +126,7 @@ def maps_grid(tasks: dict) -> dict:
 
 
 def _map_specs() -> dict:
-    blue = "#2171B5"
+    blue = KEEP
     heat = {
         **frame(260),
         "layer": [
@@ -249,7 +249,7 @@ def map_figure(t: dict, name: str, example: int, head: int, row: int):
             (-0.5, row - 0.5), w.shape[1], 1, fill=False, ec="#E8590C", lw=2.5
         )
     )
-    a1.bar(range(w.shape[1]), w[row], color="#2171B5", ec="#222", lw=0.4)
+    a1.bar(range(w.shape[1]), w[row], color=KEEP, ec="#222", lw=0.4)
     a1.set_xticks(range(w.shape[1]), labels=[str(k) for k in ks], rotation=60)
     a1.set(ylim=(0, 1), ylabel="weight", title=f"row {row}: query {qs[row]}")
     fig.tight_layout()
@@ -399,7 +399,7 @@ def _mask_spec() -> dict:
                         "title": None,
                         "scale": {
                             "domain": ["may attend", "masked"],
-                            "range": ["#2171B5", "#D9D9D9"],
+                            "range": [KEEP, "#D9D9D9"],
                         },
                         "legend": {"orient": "bottom"},
                     },

@@ -12,7 +12,7 @@ import numpy as np
 from attention import core
 
 from . import site
-from .common import FONT, frame, show_figure
+from .common import AMBER, BLUE, FONT, GREY, RED, frame, show_figure
 from .settings import Choice, Range, check
 from .site import Explorer
 
@@ -117,7 +117,7 @@ def online_grid(s=None, v=None) -> dict:
 
 def _online_specs() -> dict:
     status = ["seen", "this block", "not yet"]
-    colors = ["#4C72B0", "#FFA600", "#D0D0D0"]
+    colors = [BLUE, AMBER, "#D0D0D0"]
     scores = {
         **frame(200),
         "layer": [
@@ -160,7 +160,7 @@ def _online_specs() -> dict:
                         },
                         "legend": {"orient": "bottom"},
                     },
-                    "color": {"value": "#C44E52"},
+                    "color": {"value": RED},
                 },
             },
         ],
@@ -238,7 +238,7 @@ def _online_specs() -> dict:
                         "title": None,
                         "scale": {
                             "domain": ["m", "ℓ", "α"],
-                            "range": ["#C44E52", "#8C8C8C", "#FFA600"],
+                            "range": [RED, GREY, AMBER],
                         },
                         "legend": {"orient": "top"},
                     },
@@ -251,7 +251,7 @@ def _online_specs() -> dict:
             },
             {
                 "data": {"name": "now"},
-                "mark": {"type": "rule", "color": "#8C8C8C", "strokeDash": [4, 3]},
+                "mark": {"type": "rule", "color": GREY, "strokeDash": [4, 3]},
                 "encoding": {"x": {"field": "step", "type": "quantitative"}},
             },
         ],
@@ -286,13 +286,11 @@ def online_figure(block: int, step: int):
     st = steps[step]
     p = core.softmax(s)
     j = np.arange(len(s))
-    color = np.where(
-        j < st["a"], "#4C72B0", np.where(j < st["b"], "#FFA600", "#D0D0D0")
-    )
+    color = np.where(j < st["a"], BLUE, np.where(j < st["b"], AMBER, "#D0D0D0"))
     fig, (a0, a1, a2) = plt.subplots(1, 3, figsize=(12, 3.4))
     a0.bar(j, s, color=color, ec="#222", lw=0.4)
-    a0.axhline(st["m"], color="#C44E52", lw=2, label="running max m")
-    a0.axhline(s.max(), color="#C44E52", ls="--", lw=1, label="final max")
+    a0.axhline(st["m"], color=RED, lw=2, label="running max m")
+    a0.axhline(s.max(), color=RED, ls="--", lw=1, label="final max")
     a0.set(xlabel="key j", ylabel="score", title=f"block {step + 1} of {len(steps)}")
     a0.legend(fontsize=7)
     a1.bar(j, st["w"], color=color, ec="#222", lw=0.4)
@@ -301,12 +299,12 @@ def online_figure(block: int, step: int):
     a1.legend(fontsize=7)
     k = np.arange(1, len(steps) + 1)
     for key, name, c in (
-        ("m", "m", "#C44E52"),
-        ("l", "ℓ", "#8C8C8C"),
-        ("alpha", "α", "#FFA600"),
+        ("m", "m", RED),
+        ("l", "ℓ", GREY),
+        ("alpha", "α", AMBER),
     ):
         a2.plot(k, [x[key] for x in steps], "o-", color=c, label=name)
-    a2.axvline(step + 1, color="#8C8C8C", ls="--")
+    a2.axvline(step + 1, color=GREY, ls="--")
     a2.set(xlabel="block", title="the running state")
     a2.legend(fontsize=7)
     fig.tight_layout()

@@ -20,7 +20,7 @@ from attention import ring as _ring
 from attention.memory import ring as _mring
 
 from . import site
-from .common import FONT, frame, show_figure
+from .common import FONT, GREEN, GREY, frame, show_figure
 from .settings import Choice, check
 from .site import Explorer
 
@@ -297,7 +297,8 @@ def static_context_parallel_explorer(
             "compute": COMPUTE,
             "send": SEND,
             "total": "#333333",
-            "ulysses": "#55A868",
+            "ulysses": GREEN,
+            "serial": GREY,
         },
         "init": {
             "N": RING_N.index(N),

@@ -9,7 +9,7 @@ from attention import memory
 from attention.memory import ring as _mring
 
 from . import site
-from .common import FONT, frame, show_figure
+from .common import BLUE, DARK_GREY, FONT, RED, frame, show_figure
 from .settings import Choice, check
 from .site import Explorer
 
@@ -122,7 +122,7 @@ def _roof_spec() -> dict:
         "layer": [
             {
                 "data": {"name": "roof"},
-                "mark": {"type": "line", "color": "#595959", "strokeWidth": 2},
+                "mark": {"type": "line", "color": DARK_GREY, "strokeWidth": 2},
                 "encoding": {
                     "x": {
                         "field": "ai",
@@ -162,7 +162,7 @@ def _roof_spec() -> dict:
                         "legend": {"orient": "bottom"},
                         "scale": {
                             "domain": ["simulated (no L2)", "compulsory"],
-                            "range": ["#C44E52", "#4C72B0"],
+                            "range": [RED, BLUE],
                         },
                     },
                     "tooltip": [
@@ -245,10 +245,10 @@ def roofline_figure(gpu, N, d, dtype, algorithm):
 
     p = roofline_point(gpu, N, d, dtype, algorithm)
     fig, ax = plt.subplots(figsize=(6.4, 4))
-    ax.plot(*zip(*roof_line(gpu, dtype)), color="#595959")
+    ax.plot(*zip(*roof_line(gpu, dtype)), color=DARK_GREY)
     for key, label, c, mk in (
-        ("sim", "simulated (no L2)", "#C44E52", "o"),
-        ("comp", "compulsory", "#4C72B0", "D"),
+        ("sim", "simulated (no L2)", RED, "o"),
+        ("comp", "compulsory", BLUE, "D"),
     ):
         ax.scatter(
             [p[key]["ai"]],

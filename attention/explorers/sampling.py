@@ -23,7 +23,7 @@ from attention import core
 from attention import deformable as dfm
 
 from . import site
-from .common import FONT, show_figure
+from .common import BLUE, FONT, GREEN, ORANGE, PURPLE, RED, show_figure
 from .settings import Choice, Range, check
 from .site import Explorer
 
@@ -34,10 +34,10 @@ SCALES = [0.0, 0.5, 1.0, 2.0]
 #: Weights are sent in units of 1e-4 (a reader sees two or three decimals).
 UNIT = 1e-4
 #: Level colours (MSDA) and the query's.
-LEVEL_COLORS = ["#C44E52", "#DD8452", "#55A868", "#8172B3"]
-QUERY_COLOR = "#4C72B0"
+LEVEL_COLORS = [RED, ORANGE, GREEN, PURPLE]
+QUERY_COLOR = BLUE
 DAT_KINDS = ["reference points", "deformed points (size: weight)"]
-DAT_COLORS = ["#FFFFFF", "#DD8452"]
+DAT_COLORS = ["#FFFFFF", ORANGE]
 
 
 def query_positions(height: int, width: int) -> list[tuple[int, int]]:
@@ -399,7 +399,7 @@ def sampling_figure(
     ax.scatter(
         *pts.T,
         s=8 + 3000 * wts,
-        color="#DD8452",
+        color=ORANGE,
         ec="white",
         lw=0.5,
         label="deformed points (size: weight)",
