@@ -45,12 +45,8 @@ def tensor_names(results) -> list[str]:
     return list(dict.fromkeys(t for r in results for t in r.per_tensor))
 
 
-def show_figure(out, fig) -> None:
-    """Replace ``out``'s content with ``fig`` as a PNG, then close the figure.
-
-    Setting ``out.outputs`` directly works the same inside and outside a running kernel
-    (so tests can check a redraw), and swaps the image in one step (no flicker).
-    """
+def figure_png(fig) -> str:
+    """``fig`` as a base64 PNG (then closed): what a live face shows."""
     import base64
     import io
 
@@ -59,7 +55,15 @@ def show_figure(out, fig) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
     plt.close(fig)
-    png = base64.b64encode(buf.getvalue()).decode("ascii")
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def show_png(out, png: str) -> None:
+    """Replace ``out``'s content with the base64 PNG ``png``.
+
+    Setting ``out.outputs`` directly works the same inside and outside a running kernel
+    (so tests can check a redraw), and swaps the image in one step (no flicker).
+    """
     out.outputs = (
         {
             "output_type": "display_data",
@@ -67,6 +71,11 @@ def show_figure(out, fig) -> None:
             "data": {"image/png": png, "text/plain": "<Figure>"},
         },
     )
+
+
+def show_figure(out, fig) -> None:
+    """Replace ``out``'s content with ``fig`` as a PNG, then close the figure."""
+    show_png(out, figure_png(fig))
 
 
 def book_colors():

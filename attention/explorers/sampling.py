@@ -339,10 +339,11 @@ def static_sampling_points_explorer(
     head=0,
 ) -> Explorer:
     """The static site's twin of ``sampling_points_explorer``."""
+    _check(image, x, dat_params, n_heads, n_groups)
+    _check_settings(dat_params, n_heads, query, scale, label, head)
     grid = sampling_grid(
         image, x, dat_params, n_heads, n_groups, stride, offset_range, msda
     )
-    _check_settings(dat_params, n_heads, query, scale, label, head)
     labels = list(dat_params)
     init = {
         "query": query,

@@ -7,6 +7,7 @@ specs, the static twins and the ipywidgets faces, one call each.
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 from attention import plots
@@ -18,9 +19,10 @@ from .common import (
     bars_floor_spec,
     book_colors,
     dtypes,
+    figure_png,
     flat,
     frame,
-    show_figure,
+    show_png,
     tensor_names,
 )
 from .settings import Choice, Range, check, index
@@ -377,6 +379,33 @@ def _closed_form_tile_figure(N, d, sram_kib, Br, Bc, dtype, algorithm, events):
     return fig
 
 
+def tile_figure(N, d, sram_kib, Br, Bc, dtype, algorithm, step):
+    """The live face's figure at one setting: ``plots.tile_explorer_figure`` (the
+    counts from the closed forms; only the chosen algorithm is simulated, for its
+    schedule), or, past ``SIMULATE_EVENTS``, the closed forms alone."""
+    from attention import memory
+
+    kw = dict(N=N, d=d, sram_kib=sram_kib, Br=Br, Bc=Bc, dtype=dtype)
+    M = int(sram_kib) * 1024 // plots.DTYPE_BYTES[dtype]
+    try:
+        events = memory.closed_form(algorithm, N, d, Br=Br, Bc=Bc, M=M).events
+    except ValueError:
+        # The tiles do not fit: the figure says why, simulating nothing.
+        events = 0
+    if events > SIMULATE_EVENTS:
+        return _closed_form_tile_figure(algorithm=algorithm, events=events, **kw)
+    return plots.tile_explorer_figure(
+        algorithm=algorithm, step=step, max_tiles=MAX_TILES, text_panel=False, **kw
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def tile_png(N, d, sram_kib, Br, Bc, dtype, algorithm, step) -> str:
+    """``tile_figure`` as a PNG, cached: a slider moved back to a setting it showed
+    redraws at once (each PNG is some 100 KB; 256 of them at most)."""
+    return figure_png(tile_figure(N, d, sram_kib, Br, Bc, dtype, algorithm, step))
+
+
 def live_tile_size_explorer(
     N: int = 1024,
     d: int = 64,
@@ -452,35 +481,6 @@ def live_tile_size_explorer(
             step_s.value = 0
         step_note.value = "" if why is None else f"<i>{why}</i>"
 
-    def figure():
-        kw = dict(
-            N=n_s.value,
-            d=d_m.value,
-            sram_kib=m_s.value,
-            Br=br_s.value,
-            Bc=bc_s.value,
-            dtype=dt_m.value,
-            algorithm=alg_m.value,
-        )
-        # The figure simulates the chosen algorithm only (the rest: closed forms).
-        try:
-            events = memory.closed_form(
-                alg_m.value,
-                n_s.value,
-                d_m.value,
-                Br=br_s.value,
-                Bc=bc_s.value,
-                M=sram_elements(),
-            ).events
-        except ValueError:
-            # The tiles do not fit: the figure says why, simulating nothing.
-            events = 0
-        if events > SIMULATE_EVENTS:
-            return _closed_form_tile_figure(events=events, **kw)
-        return plots.tile_explorer_figure(
-            step=step_s.value, max_tiles=MAX_TILES, text_panel=False, **kw
-        )
-
     def numbers() -> str:
         try:
             text = plots.tile_explorer_summary(
@@ -505,7 +505,19 @@ def live_tile_size_explorer(
             if change is None or change["owner"] is not step_s:
                 update_step()
                 summary.value = numbers()
-            show_figure(out, figure())
+            show_png(
+                out,
+                tile_png(
+                    n_s.value,
+                    d_m.value,
+                    m_s.value,
+                    br_s.value,
+                    bc_s.value,
+                    dt_m.value,
+                    alg_m.value,
+                    step_s.value,
+                ),
+            )
         finally:
             busy["on"] = False
 
@@ -555,7 +567,9 @@ __all__ = [
     "schedule_steps",
     "schedule_table",
     "sram_table",
+    "tile_figure",
     "tile_grid",
+    "tile_png",
     "tile_schedule_state",
     "tile_size_explorer",
 ]
