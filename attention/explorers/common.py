@@ -5,6 +5,8 @@ their grids send to the page, and the live faces' figure swap (``show_figure``).
 
 from __future__ import annotations
 
+import functools
+
 from attention.plots import style as _style
 
 # The book's palette (``attention.plots.style``) under the names explorers use it by:
@@ -56,6 +58,15 @@ def figure_png(fig) -> str:
     fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
     plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+@functools.lru_cache(maxsize=512)
+def cached_png(make, **settings) -> str:
+    """``figure_png(make(**settings))``, cached per (``make``, ``settings``): a live
+    face whose figure is a function of its settings redraws a setting it showed at
+    once (a slider moved back, or a control the figure does not depend on). ``make``
+    is a module-level function, the settings hashable."""
+    return figure_png(make(**settings))
 
 
 def show_png(out, png: str) -> None:

@@ -6,7 +6,7 @@ static twin and ipywidgets face.
 from __future__ import annotations
 
 from . import site
-from .common import bars_spec, flat, lines_spec, show_figure, tensor_names
+from .common import bars_spec, cached_png, flat, lines_spec, show_png, tensor_names
 from .settings import Choice, Range, check, index
 from .site import Explorer
 
@@ -184,16 +184,14 @@ def live_deformable_traffic_explorer(
     out = widgets.Output()
 
     def redraw(change=None):
-        show_figure(
-            out,
-            plots.deformable_traffic_figure(
-                side=side_s.value,
-                d=d_m.value,
-                r=r_s.value,
-                n_points=p_s.value,
-                n_levels=l_s.value,
-            ),
+        args = dict(
+            side=side_s.value,
+            d=d_m.value,
+            r=r_s.value,
+            n_points=p_s.value,
+            n_levels=l_s.value,
         )
+        show_png(out, cached_png(plots.deformable_traffic_figure, **args))
 
     for w in (r_s, p_s, l_s, side_s, d_m):
         w.observe(redraw, names="value")

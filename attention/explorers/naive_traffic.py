@@ -8,7 +8,15 @@ from __future__ import annotations
 from attention import plots
 
 from . import site
-from .common import bars_spec, book_colors, dtypes, flat, lines_spec, show_figure
+from .common import (
+    bars_spec,
+    book_colors,
+    cached_png,
+    dtypes,
+    flat,
+    lines_spec,
+    show_png,
+)
 from .settings import Choice, Range, check, index
 from .site import Explorer
 
@@ -148,13 +156,9 @@ def live_naive_traffic_explorer(
 
     def redraw(change=None):
         m_slider.disabled = self_box.value
-        fig = plots.naive_traffic_figure(
-            n=n_slider.value,
-            m=None if self_box.value else m_slider.value,
-            d=d_menu.value,
-            dtype=dtype_menu.value,
-        )
-        show_figure(out, fig)
+        m = None if self_box.value else m_slider.value
+        args = dict(n=n_slider.value, m=m, d=d_menu.value, dtype=dtype_menu.value)
+        show_png(out, cached_png(plots.naive_traffic_figure, **args))
 
     for w in (n_slider, m_slider, self_box, d_menu, dtype_menu):
         w.observe(redraw, names="value")

@@ -20,7 +20,7 @@ from attention import ring as _ring
 from attention.memory import ring as _mring
 
 from . import site
-from .common import FONT, GREEN, GREY, frame, show_figure
+from .common import FONT, GREEN, GREY, cached_png, frame, show_png
 from .settings import Choice, check
 from .site import Explorer
 
@@ -355,6 +355,17 @@ def readout(N, P, heads, d, dtype, causal, layout, link, gpu) -> str:
     )
 
 
+def work_figure(N: int, P: int, layout: str, causal: bool):
+    """The live face's figure: the work per device and step
+    (``plots.ring.load_balance_figure``) of one layout; it depends on these four
+    settings only, so the others redraw from ``common.cached_png``."""
+    from attention.plots.ring import load_balance_figure
+
+    ax = load_balance_figure(N, P, layouts=(layout,), causal=causal)[0]
+    ax.figure.set_size_inches(4.2, 3.6)
+    return ax.figure
+
+
 def live_context_parallel_explorer(
     N: int = 262144,
     P: int = 8,
@@ -369,9 +380,6 @@ def live_context_parallel_explorer(
     """ipywidgets controls over the same grid; each change redraws the work per device
     and step (``plots.ring.load_balance_figure``) and the readout."""
     import ipywidgets as widgets
-    import matplotlib.pyplot as plt
-
-    from attention.plots.ring import load_balance_figure
 
     _check(N, P, heads, d, dtype, causal, layout, link, gpu)
     style = {"description_width": "initial"}
@@ -413,12 +421,8 @@ def live_context_parallel_explorer(
     def redraw(_=None):
         s = {k: w.value for k, w in c.items()}
         text.value = readout(**s)
-        ax = load_balance_figure(
-            s["N"], s["P"], layouts=(s["layout"],), causal=s["causal"]
-        )[0]
-        ax.figure.set_size_inches(4.2, 3.6)
-        show_figure(out, ax.figure)
-        plt.close(ax.figure)
+        args = {k: s[k] for k in ("N", "P", "layout", "causal")}
+        show_png(out, cached_png(work_figure, **args))
 
     for w in c.values():
         w.observe(redraw, names="value")

@@ -6,7 +6,7 @@ ipywidgets face.
 from __future__ import annotations
 
 from . import site
-from .common import bars_spec, flat, lines_spec, show_figure, tensor_names
+from .common import bars_spec, cached_png, flat, lines_spec, show_png, tensor_names
 from .settings import Choice, Range, check, index
 from .site import Explorer
 
@@ -118,9 +118,8 @@ def live_topk_traffic_explorer(N: int = 4096, d: int = 64, k: int = 8):
     out = widgets.Output()
 
     def redraw(change=None):
-        show_figure(
-            out, plots.selection_traffic_figure(N=n_s.value, d=d_m.value, k=k_s.value)
-        )
+        args = dict(N=n_s.value, d=d_m.value, k=k_s.value)
+        show_png(out, cached_png(plots.selection_traffic_figure, **args))
 
     for w in (k_s, n_s, d_m):
         w.observe(redraw, names="value")

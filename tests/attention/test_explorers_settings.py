@@ -202,8 +202,10 @@ def _no_png(monkeypatch):
     monkeypatch.setattr(common, "figure_png", quick)
     monkeypatch.setattr(tile_size, "figure_png", quick)
     tile_size.tile_png.cache_clear()
+    common.cached_png.cache_clear()
     yield
     tile_size.tile_png.cache_clear()
+    common.cached_png.cache_clear()
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -279,3 +281,21 @@ def test_a_setting_shown_once_redraws_from_the_cache(monkeypatch):
     bc.value = 64
     bc.value = 128
     assert len(calls) == 2
+
+
+def test_controls_the_figure_does_not_read_redraw_from_the_cache(monkeypatch):
+    """The ring explorer's figure depends on N, P, layout and causal only: moving the
+    GPU or the link updates the readout without drawing the figure again."""
+    calls = []
+    real = ring.work_figure
+
+    def counted(**kw):
+        calls.append(kw)
+        return real(**kw)
+
+    monkeypatch.setattr(ring, "work_figure", counted)
+    box = ring.live_context_parallel_explorer(N=16384, P=2)
+    ctl = controls(box)
+    ctl["GPU"].value = "A100"
+    ctl["link"].value = "PCIe 5 x16"
+    assert len(calls) == 1
