@@ -1,11 +1,21 @@
-/* The book's static explorers (attention/explorers/static.py writes their data into
- * the page).
+/* The book's static explorers (each explorer's module in attention/explorers/ writes
+ * its data into the page through site.Explorer).
  *
  * Each <div class="static-explorer"> holds JSON: the controls' grids, Vega-Lite specs and
- * the numbers attention.memory (or attention.hard) computed when the chapter executed.
- * This script builds native controls, looks the chosen rows up and hands them to Vega
- * (vega-bundle.js, vendored from vl-convert-python). It computes nothing about attention:
- * the one product is bytes = elements x bytes per element, exactly Traffic.bytes.
+ * the numbers attention.memory (or attention.hard, attention.core, ...) computed when the
+ * chapter executed. This script builds native controls, looks the chosen rows up and
+ * hands them to Vega (vega-bundle.js, vendored from vl-convert-python). It runs no
+ * attention algorithm and no simulation. What it does compute from the looked-up
+ * numbers, all of it arithmetic on them:
+ *   - bytes = elements x bytes per element (Traffic.bytes), sums over tensors (totals,
+ *     the S and P share), ratios of two totals, and N / P tokens per device;
+ *   - decode's step time ESTIMATE = bytes / the GPU's peak HBM bandwidth (Python sends
+ *     both), the same division memory.roofline_ms makes;
+ *   - unit changes: fixed-point weights back to fractions (/ 10^4 sampling, / 1000
+ *     masks), the online softmax's acc / l, histogram bin edges from (lo, hi, bins),
+ *     and per-level averages of the sampling weights;
+ *   - the flat-grid indices of the chosen settings (row-major, as the grids document).
+ * Series are read by name (the grids name them), never by the order of a Python dict.
  * window.staticExplorers[id] exposes each explorer (state, Vega views) to the site tests.
  */
 (function () {
@@ -443,7 +453,7 @@
         return { charts: {}, text: `<p>H_kv = ${hkv} does not divide H_q = ${hq}: choose fewer KV heads.</p>` };
       }
       const ib = g.bpe.indexOf(g.dtypes[s.dtype][1]);
-      const kern = g.lines[2];
+      const kern = g.kernel_line;  // the series the kernel draws, named by the grid
       // bytes of one step: the kernel's table has splits and pages, the others do not
       const at = (line, iN) => (line === kern ? g.bytes[line][s.B][iN][ic][s.d][ib][s.S][s.page]
         : g.bytes[line][s.B][iN][ic][s.d][ib]);
@@ -488,7 +498,7 @@
         { what: "compute, busiest step", ms: row.compute_ms, color: c.compute },
         { what: "K/V transfer, one step", ms: row.transfer_ms, color: c.send },
         { what: "ring, overlapped", ms: row.total_ms, color: c.total },
-        { what: "ring, no overlap", ms: row.serial_ms, color: "#8C8C8C" }];
+        { what: "ring, no overlap", ms: row.serial_ms, color: c.serial }];
       if (row.ulysses_ms !== null) times.push({ what: "Ulysses (all-to-all + compute)", ms: row.ulysses_ms, color: c.ulysses });
       const N = g.N[s.N], P = g.P[s.P];
       const uly = row.ulysses_ms === null ? "not possible: P must divide the heads"

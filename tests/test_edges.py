@@ -24,7 +24,13 @@ from hypothesis import strategies as st
 from attention import deformable as adf
 from attention import hard as ahard
 from attention import memory, plots
-from attention.explorers import live, static
+from attention.explorers import (
+    deformable_traffic,
+    naive_traffic,
+    temperature,
+    tile_size,
+    topk_traffic,
+)
 from attention.plots import maps
 from kernels import naive, runtime
 from kernels.flash import tiles as ftiles
@@ -281,16 +287,19 @@ BAD = [
     (lambda: plots.mask_heatmap(np.ones(3, bool)), "mask"),
     (lambda: plots.human_bytes(-1), "n"),
     (lambda: plots.power_law_fit([1, 2, 3], [1, 2]), "x and y"),
-    (lambda: static.tile_size_explorer(N=1000), "N"),
-    (lambda: static.tile_size_explorer(dtype="int4"), "dtype"),
-    (lambda: static.topk_traffic_explorer(k=7), "k"),
-    (lambda: static.temperature_explorer(tau=0.3), "tau"),
-    (lambda: static.deformable_traffic_explorer(side=50), "side"),
-    (lambda: live.tile_size_explorer(d=48), "d"),
-    (lambda: live.naive_traffic_explorer(dtype="int4"), "dtype"),
-    (lambda: live.topk_traffic_explorer(k=0), "k"),
-    (lambda: live.deformable_traffic_explorer(n_levels=9), "n_levels"),
-    (lambda: live.temperature_explorer(tau=100.0), "tau"),
+    (lambda: tile_size.static_tile_size_explorer(N=1000), "N"),
+    (lambda: tile_size.static_tile_size_explorer(dtype="int4"), "dtype"),
+    (lambda: topk_traffic.static_topk_traffic_explorer(k=7), "k"),
+    (lambda: temperature.static_temperature_explorer(tau=0.3), "tau"),
+    (lambda: deformable_traffic.static_deformable_traffic_explorer(side=50), "side"),
+    (lambda: tile_size.live_tile_size_explorer(d=48), "d"),
+    (lambda: naive_traffic.live_naive_traffic_explorer(dtype="int4"), "dtype"),
+    (lambda: topk_traffic.live_topk_traffic_explorer(k=0), "k"),
+    (
+        lambda: deformable_traffic.live_deformable_traffic_explorer(n_levels=9),
+        "n_levels",
+    ),
+    (lambda: temperature.live_temperature_explorer(tau=100.0), "tau"),
 ]
 
 

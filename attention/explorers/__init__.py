@@ -1,42 +1,55 @@
 """The book's explorers: one call per explorer, live in Jupyter and Colab, static on
 the built site.
 
-site     ``ON_SITE`` (true while the site is built), ``tqdm`` (silent there), the
-         ``Explorer`` page object and the Sphinx hook that vendors Vega into the build
-live     the ipywidgets explorers, redrawn by Python (``attention.plots``, ``memory``)
-static   their static twins: data computed when the chapter executes, drawn in the
-         browser by ``_static/explorers.js``
-data     the grids behind the twins (``memory.closed_form``, ``simulate``, ...)
-specs    the twins' Vega-Lite specs
-decode   chapter 5's explorer (decoding with a KV cache), its data, twin and widget in
-         one module
-ring     chapter 6's explorer (context parallelism across GPUs), the same way
-blockmask  chapter 7's explorer (masks, block masks and the work they save), the same
-         way
-maps     chapter 1's pictures: the trained attention maps, the masks
-pretrained  chapter 1's real model: MiniLM's heads on the chapter's sentences
-softmax  chapter 2's: the online softmax block by block, the roofline
-estimators  chapter 3's: REINFORCE, with a baseline, Gumbel-softmax straight-through
-sampling chapter 4's: DAT's and MSDA's sampling points on the photograph
+Every explorer is one module holding its data (the grids its static twin sends to the
+page), its Vega-Lite specs, its static twin ``static_<call>``, its ipywidgets face
+``live_<call>`` and its one public call ``<call>``, which gives the twin while the site
+is built (``site.ON_SITE``, read at each call) and the widgets elsewhere; both faces
+first check the call's arguments against the module's settings declaration
+(``settings.check``: a ValueError naming a setting outside its choices or range).
 
-A chapter calls ``explorers.tile_size_explorer(...)``; the switch between the two
-media lives here (``site.ON_SITE``, read at each call), not in the chapter. Each call
-takes the same arguments in both; on the site they must be points of the twin's grid
-(``data.TILE_N``, ``data.SRAM_KIB``, ...).
+naive_traffic       chapter 1: HBM bytes of standard attention against n, m, d, dtype
+maps                chapter 1: the trained attention maps, and the masks
+tile_size           chapter 2: the tile-size explorer (traffic, SRAM, the schedule)
+landing             the landing page: standard attention against FlashAttention-2
+online_softmax      chapter 2: the online softmax block by block
+roofline            chapter 2: the roofline of one attention head
+temperature         chapter 3: the Gumbel-softmax temperature
+topk_traffic        chapter 3: soft, hard and top-k traffic
+estimators          chapter 3: REINFORCE, with a baseline, Gumbel-softmax ST
+deformable_traffic  chapter 4: dense, DAT and MSDA traffic
+sampling            chapter 4: DAT's and MSDA's sampling points on the photograph
+decode              chapter 5: decoding with a KV cache
+ring                chapter 6: context parallelism across GPUs
+blockmask           chapter 7: masks, block masks and the work they save
+pretrained          chapter 1: a real model's heads (MiniLM) on the chapter's sentences
+
+settings  the one settings check both faces call (``Choice``, ``Range``, ``check``)
+common    what the explorers share: the Vega-Lite frame, the traffic bars and lines,
+          the live faces' figure swap
+site      ``ON_SITE``, ``tqdm`` (silent there), the ``Explorer`` page object and the
+          Sphinx hook that vendors Vega into the build
 """
 
 from __future__ import annotations
 
-from . import live, site, static
+from . import site
 from .blockmask import block_mask_explorer
 from .decode import decode_explorer
+from .deformable_traffic import deformable_traffic_explorer
 from .estimators import estimator_explorer
+from .landing import teaser
 from .maps import attention_map_explorer, map_task, mask_explorer
+from .naive_traffic import naive_traffic_explorer
+from .online_softmax import online_softmax_explorer
 from .pretrained import pretrained_explorer
 from .ring import context_parallel_explorer
+from .roofline import roofline_explorer
 from .sampling import sampling_points_explorer
 from .site import ON_SITE, tqdm
-from .softmax import online_softmax_explorer, roofline_explorer
+from .temperature import temperature_explorer
+from .tile_size import tile_size_explorer
+from .topk_traffic import topk_traffic_explorer
 
 __all__ = [
     "ON_SITE",
@@ -53,73 +66,10 @@ __all__ = [
     "pretrained_explorer",
     "roofline_explorer",
     "sampling_points_explorer",
+    "site",
     "teaser",
     "temperature_explorer",
     "tile_size_explorer",
     "topk_traffic_explorer",
     "tqdm",
 ]
-
-
-def _medium():
-    """``static`` while the site is built, ``live`` otherwise."""
-    return static if site.ON_SITE else live
-
-
-def naive_traffic_explorer(
-    n: int = 1024, m: int | None = None, d: int = 64, dtype: str = "float16"
-):
-    """Chapter 1: bytes of standard attention against the key length n per tensor,
-    and the per-tensor split at (m, n); ``m=None`` is self-attention (m = n)."""
-    return _medium().naive_traffic_explorer(n=n, m=m, d=d, dtype=dtype)
-
-
-def tile_size_explorer(
-    N: int = 1024,
-    d: int = 64,
-    sram_kib: int = 192,
-    Br: int = 64,
-    Bc: int = 64,
-    dtype: str = "float16",
-    algorithm: str = "flash2",
-):
-    """Chapter 2: HBM traffic of the forward (or backward) algorithms beside their
-    compulsory traffic, the SRAM need against ``sram_kib`` KiB, FA1's rule and the
-    schedule over the tiles of S, step by step."""
-    return _medium().tile_size_explorer(
-        N=N, d=d, sram_kib=sram_kib, Br=Br, Bc=Bc, dtype=dtype, algorithm=algorithm
-    )
-
-
-def teaser(d: int = 64, dtype: str = "float16"):
-    """The landing page: standard attention against FlashAttention-2, HBM bytes per
-    tensor as N and the tiles change (in Jupyter: the tile-size explorer there)."""
-    return _medium().teaser(d=d, dtype=dtype)
-
-
-def temperature_explorer(
-    scores=None, noise=None, tau: float = 1.0, row: int = 0, seed: int = 0
-):
-    """Chapter 3: y = softmax((s + g) / tau) over a temperature slider, with the SAME
-    scores and Gumbel noise at every tau (random (8, 12) ones from ``seed`` where
-    None), and one query row beside softmax(s)."""
-    return _medium().temperature_explorer(
-        scores=scores, noise=noise, tau=tau, row=row, seed=seed
-    )
-
-
-def topk_traffic_explorer(N: int = 4096, d: int = 64, k: int = 8):
-    """Chapter 3: HBM traffic of soft, hard and top-k attention against N, and per
-    tensor at N."""
-    return _medium().topk_traffic_explorer(N=N, d=d, k=k)
-
-
-def deformable_traffic_explorer(
-    side: int = 64, d: int = 32, r: int = 4, n_points: int = 4, n_levels: int = 4
-):
-    """Chapter 4: per-tensor traffic of dense, DAT (factor ``r``) and MSDA
-    (``n_points`` per level, ``n_levels`` levels) on a ``side`` x ``side`` map, and the
-    totals against the map side."""
-    return _medium().deformable_traffic_explorer(
-        side=side, d=d, r=r, n_points=n_points, n_levels=n_levels
-    )

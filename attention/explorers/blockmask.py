@@ -17,8 +17,8 @@ from __future__ import annotations
 from attention.memory import blocksparse as bs
 
 from . import site
+from .common import FONT, frame
 from .site import Explorer
-from .specs import _FONT, _frame
 
 KINDS = ["causal", "window", "document", "prefix"]
 #: Each kind's parameter and the values its control offers.
@@ -133,7 +133,7 @@ def tiles_spec(height: int = 320) -> dict:
     {x, x2, y, y2, tile} with tile "empty", "partial" or "full"."""
     kinds = list(COLORS)
     return {
-        **_frame(height),
+        **frame(height),
         "data": {"name": "tiles"},
         "mark": {"type": "rect"},
         "encoding": {
@@ -159,7 +159,7 @@ def tiles_spec(height: int = 320) -> dict:
                 "legend": {"orient": "bottom", "title": None},
             },
         },
-        **_FONT,
+        **FONT,
     }
 
 
@@ -167,7 +167,7 @@ def bytes_spec(height: int = 240) -> dict:
     """Log-log HBM bytes against N, this mask and dense causal, a rule at the chosen
     N. Data "lines": {x, series, mib}; "marker": {x}."""
     return {
-        **_frame(height),
+        **frame(height),
         "layer": [
             {
                 "data": {"name": "lines"},
@@ -209,7 +209,7 @@ def bytes_spec(height: int = 240) -> dict:
                 "encoding": {"x": {"field": "x", "type": "quantitative"}},
             },
         ],
-        **_FONT,
+        **FONT,
     }
 
 
@@ -327,7 +327,7 @@ def live_block_mask_explorer(
     """ipywidgets: each change redraws ``block_mask_explorer_figure`` and the text."""
     import ipywidgets as widgets
 
-    from .live import _show_figure
+    from .common import show_figure
 
     _check(kind, N, block_size, window, doc_len, prefix, preset)
     style = {"description_width": "initial"}
@@ -354,7 +354,7 @@ def live_block_mask_explorer(
         k, v = resolve(kw["kind"], kw["window"], kw["doc_len"], kw["prefix"], pre)
         p = mask_point(k, kw["N"], kw["block_size"], v)
         text.value = "<p>" + readout(p, k, v, kw["N"], kw["block_size"]) + "</p>"
-        _show_figure(out, block_mask_explorer_figure(k, kw["N"], kw["block_size"], v))
+        show_figure(out, block_mask_explorer_figure(k, kw["N"], kw["block_size"], v))
 
     for w in ctl.values():
         w.observe(redraw, names="value")

@@ -17,8 +17,9 @@ import numpy as np
 from attention import decode, memory, plots
 
 from . import site
+from .common import BLUE, FONT, GREY, LIGHT_GREY, NAVY, PURPLE, RED, frame, show_figure
+from .settings import Choice, check
 from .site import Explorer
-from .specs import _FONT, _frame
 
 #: The controls' values (the static grid covers exactly these).
 BATCH = [1, 8, 64]
@@ -30,11 +31,13 @@ DTYPES = list(plots.DTYPE_BYTES.items())  # the book's dtypes and element sizes
 SPLITS = [1, 2, 4, 8, 16, 32]
 PAGES = [16, 32, 128]
 GPUS = ["T4", "A100", "L4", "H100", "H200"]
+#: The series of the kernel itself (its table has splits and pages; the others not).
+KERNEL_LINE = "split-KV, paged (the kernel)"
 #: The traffic lines of the explorer, and the algorithms behind them.
 LINES = {
     "naive (S, P in HBM)": "decode_naive",
     "FA2 grid (per query head)": "decode_fa2",
-    "split-KV, paged (the kernel)": "decode_paged",
+    KERNEL_LINE: "decode_paged",
 }
 #: Requests per batch in the waste count (lengths uniform in 1..context, seeded).
 WASTE_SEED = 0
@@ -102,7 +105,7 @@ def decode_point(
         "cache_bytes": B * N * 2 * H_kv * d * bpe,
         "step_bytes": by,
         "bytes_per_token": {k: v // B for k, v in by.items()},
-        "intensity": flops / by["split-KV, paged (the kernel)"],
+        "intensity": flops / by[KERNEL_LINE],
         "step_us_estimate": {
             k: v / (spec.hbm_tbps * 1e12) * 1e6 for k, v in by.items()
         },
@@ -137,6 +140,8 @@ def decode_grid() -> dict:
         "bw": [memory.GPUS[g].hbm_tbps * 1e12 for g in GPUS],
         "gpu_names": [memory.GPUS[g].name for g in GPUS],
         "lines": list(LINES),
+        # The page reads the kernel's series by this name, not by its place.
+        "kernel_line": KERNEL_LINE,
     }
     table = {}
     for name, alg in LINES.items():
@@ -217,9 +222,9 @@ def decode_grid() -> dict:
 # ---------------------------------------------------------------------------------
 
 _LINE_COLORS = {
-    "naive (S, P in HBM)": "#C44E52",
-    "FA2 grid (per query head)": "#8172B3",
-    "split-KV, paged (the kernel)": "#4C72B0",
+    "naive (S, P in HBM)": RED,
+    "FA2 grid (per query head)": PURPLE,
+    KERNEL_LINE: BLUE,
 }
 
 
@@ -228,7 +233,7 @@ def time_spec(height: int = 240) -> dict:
     at the chosen context. Data "lines": {x, series, us}; "marker": {x}."""
     series = list(LINES)
     return {
-        **_frame(height),
+        **frame(height),
         "layer": [
             {
                 "data": {"name": "lines"},
@@ -276,11 +281,11 @@ def time_spec(height: int = 240) -> dict:
             },
             {
                 "data": {"name": "marker"},
-                "mark": {"type": "rule", "color": "#8C8C8C", "strokeDash": [4, 3]},
+                "mark": {"type": "rule", "color": GREY, "strokeDash": [4, 3]},
                 "encoding": {"x": {"field": "x", "type": "quantitative"}},
             },
         ],
-        **_FONT,
+        **FONT,
     }
 
 
@@ -288,7 +293,7 @@ def waste_spec(height: int = 200) -> dict:
     """Bars of the percent of reserved cache wasted: pre-allocated, then each page
     size. Data "waste": {layout, percent, chosen}."""
     return {
-        **_frame(height),
+        **frame(height),
         "data": {"name": "waste"},
         "mark": {"type": "bar", "stroke": "#222", "strokeWidth": 0.4},
         "encoding": {
@@ -309,7 +314,7 @@ def waste_spec(height: int = 200) -> dict:
                 "type": "nominal",
                 "scale": {
                     "domain": ["chosen", "other"],
-                    "range": ["#2F4B7C", "#A6A6A6"],
+                    "range": [NAVY, LIGHT_GREY],
                 },
                 "legend": None,
             },
@@ -318,7 +323,7 @@ def waste_spec(height: int = 200) -> dict:
                 {"field": "percent", "type": "quantitative", "format": ".1f"},
             ],
         },
-        **_FONT,
+        **FONT,
     }
 
 
@@ -327,19 +332,34 @@ def waste_spec(height: int = 200) -> dict:
 # ---------------------------------------------------------------------------------
 
 
+#: The settings both faces take (the static grid covers exactly these; H_kv must
+#: also divide H_q).
+SETTINGS = {
+    "B": Choice(BATCH),
+    "N": Choice(CONTEXT),
+    "H_q": Choice(HEADS_Q),
+    "H_kv": Choice(HEADS_KV),
+    "d": Choice(HEAD_DIM),
+    "dtype": Choice(dict(DTYPES)),
+    "n_splits": Choice(SPLITS),
+    "page_size": Choice(PAGES),
+    "gpu": Choice(GPUS),
+}
+
+
 def _check(B, N, H_q, H_kv, d, dtype, n_splits, page_size, gpu):
-    for name, value, options in (
-        ("B", B, BATCH),
-        ("N", N, CONTEXT),
-        ("H_q", H_q, HEADS_Q),
-        ("H_kv", H_kv, HEADS_KV),
-        ("d", d, HEAD_DIM),
-        ("dtype", dtype, dict(DTYPES)),
-        ("n_splits", n_splits, SPLITS),
-        ("page_size", page_size, PAGES),
-        ("gpu", gpu, GPUS),
-    ):
-        site.check_option(name, value, options)
+    check(
+        SETTINGS,
+        B=B,
+        N=N,
+        H_q=H_q,
+        H_kv=H_kv,
+        d=d,
+        dtype=dtype,
+        n_splits=n_splits,
+        page_size=page_size,
+        gpu=gpu,
+    )
     decode.kv_group(H_q, H_kv)
 
 
@@ -377,7 +397,7 @@ def static_decode_explorer(
         "decode",
         config,
         "Decode explorer (chapter 5)",
-        "attention.explorers.decode.decode_explorer()",
+        "explorers.decode_explorer()",
     )
 
 
@@ -428,7 +448,7 @@ def decode_explorer_figure(
             for n in CONTEXT
         ]
         a0.plot(CONTEXT, us, "o-", label=name, color=_LINE_COLORS[name])
-    a0.axvline(N, color="#8C8C8C", ls="--")
+    a0.axvline(N, color=GREY, ls="--")
     a0.set(
         xscale="log",
         yscale="log",
@@ -458,8 +478,6 @@ def live_decode_explorer(
     """ipywidgets: each change redraws ``decode_explorer_figure`` and the text."""
     import ipywidgets as widgets
 
-    from .live import _show_figure
-
     _check(B, N, H_q, H_kv, d, dtype, n_splits, page_size, gpu)
     style = {"description_width": "initial"}
 
@@ -487,7 +505,7 @@ def live_decode_explorer(
             text.value = "<p>H_kv must divide H_q: choose fewer KV heads.</p>"
             return
         text.value = "<p>" + readout(decode_point(**kw), **kw) + "</p>"
-        _show_figure(out, decode_explorer_figure(**kw))
+        show_figure(out, decode_explorer_figure(**kw))
 
     for w in ctl.values():
         w.observe(redraw, names="value")
@@ -496,12 +514,33 @@ def live_decode_explorer(
     return widgets.VBox([*rows, text, out])
 
 
-def decode_explorer(**settings):
-    """Chapter 5's explorer: the static twin on the built site, ipywidgets elsewhere.
-    Settings: B, N, H_q, H_kv, d, dtype, n_splits, page_size, gpu."""
-    if site.ON_SITE:
-        return static_decode_explorer(**settings)
-    return live_decode_explorer(**settings)
+def decode_explorer(
+    B: int = 8,
+    N: int = 8192,
+    H_q: int = 32,
+    H_kv: int = 8,
+    d: int = 128,
+    dtype: str = "float16",
+    n_splits: int = 4,
+    page_size: int = 16,
+    gpu: str = "H100",
+):
+    """Chapter 5's explorer: one decode step of B sequences of N cached tokens (H_q
+    query heads over H_kv KV heads of width d in ``dtype``), split-KV into
+    ``n_splits``, paged in ``page_size``-token pages, on ``gpu``. The static twin on
+    the built site, ipywidgets elsewhere."""
+    face = static_decode_explorer if site.ON_SITE else live_decode_explorer
+    return face(
+        B=B,
+        N=N,
+        H_q=H_q,
+        H_kv=H_kv,
+        d=d,
+        dtype=dtype,
+        n_splits=n_splits,
+        page_size=page_size,
+        gpu=gpu,
+    )
 
 
 __all__ = [

@@ -18,8 +18,9 @@ import numpy as np
 from attention import core, hard
 
 from . import site
-from .site import Explorer, check_option
-from .specs import _FONT, _frame
+from .common import BLUE, FONT, GREY, ORANGE, RED, frame, show_figure
+from .settings import Choice, Range, check
+from .site import Explorer
 
 METHODS = ["REINFORCE", "REINFORCE + baseline", "Gumbel-softmax ST"]
 TAUS = [0.1, 0.25, 0.5, 1.0, 2.0, 5.0]
@@ -31,22 +32,37 @@ LOGITS = (0.3, -0.5, 1.2, 0.0)
 LOSSES = (1.0, 4.0, 2.5, 3.0)
 
 _COLORS = {
-    "REINFORCE": "#C44E52",
-    "REINFORCE + baseline": "#DD8452",
-    "Gumbel-softmax ST": "#4C72B0",
+    "REINFORCE": RED,
+    "REINFORCE + baseline": ORANGE,
+    "Gumbel-softmax ST": BLUE,
 }
 
 
-def _check(logits, losses, method, tau, n_samples):
+def settings(n: int) -> dict:
+    """The settings both faces take, for ``n`` logits (the static grid covers exactly
+    these)."""
+    return {
+        "method": Choice(METHODS),
+        "tau": Choice(TAUS),
+        "n_samples": Choice(SAMPLES),
+        "component": Range(0, n - 1),
+    }
+
+
+def _check(logits, losses, method, tau, n_samples, component=0):
     s = core.as_real_array("logits", logits, 1).astype(float)
     f = core.as_real_array("losses", losses, 1).astype(float)
     if s.ndim != 1 or f.shape != s.shape:
         raise ValueError(
             f"logits and losses must be (N,) alike, got {s.shape}, {f.shape}"
         )
-    check_option("method", method, METHODS)
-    check_option("tau", tau, TAUS)
-    check_option("n_samples", n_samples, SAMPLES)
+    check(
+        settings(len(s)),
+        method=method,
+        tau=tau,
+        n_samples=n_samples,
+        component=component,
+    )
     return s, f
 
 
@@ -135,13 +151,13 @@ def estimator_grid(logits=LOGITS, losses=LOSSES) -> dict:
 
 def _specs() -> dict:
     hist = {
-        **_frame(230),
+        **frame(230),
         "layer": [
             {
                 "data": {"name": "hist"},
                 "mark": {
                     "type": "rect",
-                    "color": "#8C8C8C",
+                    "color": GREY,
                     "stroke": "#222",
                     "strokeWidth": 0.3,
                 },
@@ -187,7 +203,7 @@ def _specs() -> dict:
                         "title": None,
                         "scale": {
                             "domain": ["mean of the estimates", "true gradient"],
-                            "range": ["#C44E52", "#111111"],
+                            "range": [RED, "#111111"],
                         },
                         "legend": {"orient": "top"},
                     },
@@ -203,10 +219,10 @@ def _specs() -> dict:
                 },
             },
         ],
-        **_FONT,
+        **FONT,
     }
     bars = {
-        **_frame(230),
+        **frame(230),
         "data": {"name": "bars"},
         "mark": {"type": "bar", "stroke": "#222", "strokeWidth": 0.4},
         "encoding": {
@@ -247,7 +263,7 @@ def _specs() -> dict:
                 {"field": "value", "type": "quantitative", "format": ".4f"},
             ],
         },
-        **_FONT,
+        **FONT,
     }
     return {"hist": hist, "bars": bars}
 
@@ -261,9 +277,7 @@ def static_estimator_explorer(
     component=2,
 ) -> Explorer:
     """The static site's twin of ``estimator_explorer``."""
-    s, _ = _check(logits, losses, method, tau, n_samples)
-    if component not in range(len(s)):
-        raise ValueError(f"component must be in 0..{len(s) - 1}, got {component!r}")
+    _check(logits, losses, method, tau, n_samples, component)
     init = {
         "method": METHODS.index(method),
         "tau": TAUS.index(tau),
@@ -283,13 +297,13 @@ def estimator_figure(logits, losses, method, tau, n_samples, component):
     |bias| and std of each method for this component."""
     import matplotlib.pyplot as plt
 
-    s, f = _check(logits, losses, method, tau, n_samples)
+    s, f = _check(logits, losses, method, tau, n_samples, component)
     true = hard.expected_loss_grad(s, f)
     j = component
     fig, (a0, a1) = plt.subplots(1, 2, figsize=(11, 3.6))
     g = estimates(s, f, method, tau, n_samples)
-    a0.hist(g[:, j], bins=BINS, color="#8C8C8C", ec="#222", lw=0.3)
-    a0.axvline(g[:, j].mean(), color="#C44E52", lw=2.5, label="mean of the estimates")
+    a0.hist(g[:, j], bins=BINS, color=GREY, ec="#222", lw=0.3)
+    a0.axvline(g[:, j].mean(), color=RED, lw=2.5, label="mean of the estimates")
     a0.axvline(true[j], color="#111", ls="--", lw=2, label="true gradient")
     a0.set(
         xlabel=f"estimate of ∂E[f]/∂s_{j}",
@@ -323,7 +337,7 @@ def estimator_figure(logits, losses, method, tau, n_samples, component):
 
 
 def estimator_readout(logits, losses, method, tau, n_samples, component) -> str:
-    s, f = _check(logits, losses, method, tau, n_samples)
+    s, f = _check(logits, losses, method, tau, n_samples, component)
     true = hard.expected_loss_grad(s, f)
     st = summary(estimates(s, f, method, tau, n_samples), true)
     j = component
@@ -348,9 +362,7 @@ def live_estimator_explorer(
     """ipywidgets: each change redraws ``estimator_figure`` and the text."""
     import ipywidgets as widgets
 
-    from .live import _show_figure
-
-    s, _ = _check(logits, losses, method, tau, n_samples)
+    s, _ = _check(logits, losses, method, tau, n_samples, component)
     style = {"description_width": "initial"}
     ctl = {
         "method": widgets.Dropdown(
@@ -375,7 +387,7 @@ def live_estimator_explorer(
         kw = {k: w.value for k, w in ctl.items()}
         ctl["tau"].disabled = "Gumbel" not in kw["method"]
         text.value = "<p>" + estimator_readout(logits, losses, **kw) + "</p>"
-        _show_figure(out, estimator_figure(logits, losses, **kw))
+        show_figure(out, estimator_figure(logits, losses, **kw))
 
     for w in ctl.values():
         w.observe(redraw, names="value")
@@ -394,10 +406,15 @@ def estimator_explorer(
 ):
     """Chapter 3: gradient estimates of E_{z ~ softmax(logits)}[losses[z]]; the static
     twin on the built site, ipywidgets elsewhere."""
-    kw = dict(method=method, tau=tau, n_samples=n_samples, component=component)
-    if site.ON_SITE:
-        return static_estimator_explorer(logits, losses, **kw)
-    return live_estimator_explorer(logits, losses, **kw)
+    face = static_estimator_explorer if site.ON_SITE else live_estimator_explorer
+    return face(
+        logits,
+        losses,
+        method=method,
+        tau=tau,
+        n_samples=n_samples,
+        component=component,
+    )
 
 
 __all__ = ["estimates", "estimator_explorer", "estimator_grid", "histogram", "summary"]

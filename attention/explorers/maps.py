@@ -17,12 +17,19 @@ import numpy as np
 from attention import core
 
 from . import site
-from .site import Explorer, check_option
-from .specs import _FONT, _frame
+from .common import FONT, KEEP, frame, show_figure
+from .settings import Choice, Range, check
+from .site import Explorer
 
 #: The mask view's controls (the static grid covers exactly these).
 MASK_KINDS = ["causal", "padding", "causal and padding", "none"]
 MASK_SIZES = list(range(1, 9))
+MASK_SETTINGS = {
+    "n_q": Range(1, 8),
+    "n_k": Range(1, 8),
+    "kind": Choice(MASK_KINDS),
+    "length": Range(1, 8),
+}
 #: Scores behind the mask view's weights: one fixed draw, cut to (N_q, N_k).
 MASK_SEED = 0
 #: Decimals of the weights sent to the page (a reader sees 2).
@@ -75,6 +82,27 @@ def _check_tasks(tasks: dict) -> dict:
     return tasks
 
 
+def map_settings(tasks: dict, task: str | None) -> dict:
+    """The settings both faces take: a task of ``tasks`` (None: the first) and an
+    example, head and query row of that task's maps."""
+    names = list(tasks)
+    e, h, m, _ = tasks[task if task in names else names[0]]["maps"].shape
+    return {
+        "task": Choice([None, *names]),
+        "example": Range(0, e - 1),
+        "head": Range(0, h - 1),
+        "row": Range(0, m - 1),
+    }
+
+
+def _check_map(tasks, task, example, head, row) -> list[str]:
+    names = list(_check_tasks(tasks))
+    rules = map_settings(tasks, task)
+    check(rules, task=task)
+    check(rules, example=example, head=head, row=row)
+    return names
+
+
 def maps_grid(tasks: dict) -> dict:
     """The static twin's data: per task its labels and ``w[example][head][row][key]``
     rounded to ``DECIMALS``."""
@@ -98,9 +126,9 @@ def maps_grid(tasks: dict) -> dict:
 
 
 def _map_specs() -> dict:
-    blue = "#2171B5"
+    blue = KEEP
     heat = {
-        **_frame(260),
+        **frame(260),
         "layer": [
             {
                 "data": {"name": "cells"},
@@ -147,10 +175,10 @@ def _map_specs() -> dict:
                 },
             },
         ],
-        **_FONT,
+        **FONT,
     }
     row = {
-        **_frame(200),
+        **frame(200),
         "data": {"name": "row"},
         "mark": {"type": "bar", "color": blue, "stroke": "#222", "strokeWidth": 0.4},
         "encoding": {
@@ -172,7 +200,7 @@ def _map_specs() -> dict:
                 {"field": "w", "type": "quantitative", "format": ".3f"},
             ],
         },
-        **_FONT,
+        **FONT,
     }
     return {"map": heat, "row": row}
 
@@ -181,7 +209,7 @@ def static_attention_map_explorer(
     tasks: dict, task: str | None = None, example: int = 0, head: int = 0, row: int = 0
 ) -> Explorer:
     """The static site's twin: ``maps_grid`` and the specs, drawn in the browser."""
-    names = list(_check_tasks(tasks))
+    names = _check_map(tasks, task, example, head, row)
     ti = names.index(task) if task is not None else 0
     config = {
         "grid": maps_grid(tasks),
@@ -221,7 +249,7 @@ def map_figure(t: dict, name: str, example: int, head: int, row: int):
             (-0.5, row - 0.5), w.shape[1], 1, fill=False, ec="#E8590C", lw=2.5
         )
     )
-    a1.bar(range(w.shape[1]), w[row], color="#2171B5", ec="#222", lw=0.4)
+    a1.bar(range(w.shape[1]), w[row], color=KEEP, ec="#222", lw=0.4)
     a1.set_xticks(range(w.shape[1]), labels=[str(k) for k in ks], rotation=60)
     a1.set(ylim=(0, 1), ylabel="weight", title=f"row {row}: query {qs[row]}")
     fig.tight_layout()
@@ -250,9 +278,7 @@ def live_attention_map_explorer(
     """ipywidgets: task, example, head and row redraw ``map_figure`` and the text."""
     import ipywidgets as widgets
 
-    from .live import _show_figure
-
-    names = list(_check_tasks(tasks))
+    names = _check_map(tasks, task, example, head, row)
     style = {"description_width": "initial"}
     first = tasks[task or names[0]]["maps"]
     w_task = widgets.Dropdown(
@@ -276,7 +302,7 @@ def live_attention_map_explorer(
         text.value = (
             "<p>" + map_readout(t, w_ex.value, w_head.value, w_row.value) + "</p>"
         )
-        _show_figure(
+        show_figure(
             out, map_figure(t, w_task.value, w_ex.value, w_head.value, w_row.value)
         )
 
@@ -293,9 +319,10 @@ def attention_map_explorer(
 ):
     """Chapter 1: the trained maps, ``tasks`` = {name: ``map_task(...)``}; the static
     twin on the built site, ipywidgets elsewhere."""
-    if site.ON_SITE:
-        return static_attention_map_explorer(tasks, task, example, head, row)
-    return live_attention_map_explorer(tasks, task, example, head, row)
+    face = (
+        static_attention_map_explorer if site.ON_SITE else live_attention_map_explorer
+    )
+    return face(tasks, task=task, example=example, head=head, row=row)
 
 
 # ---------------------------------------------------------------------------------
@@ -353,7 +380,7 @@ def mask_grid() -> dict:
 
 def _mask_spec() -> dict:
     return {
-        **_frame(260),
+        **frame(260),
         "layer": [
             {
                 "data": {"name": "cells"},
@@ -372,7 +399,7 @@ def _mask_spec() -> dict:
                         "title": None,
                         "scale": {
                             "domain": ["may attend", "masked"],
-                            "range": ["#2171B5", "#D9D9D9"],
+                            "range": [KEEP, "#D9D9D9"],
                         },
                         "legend": {"orient": "bottom"},
                     },
@@ -406,14 +433,12 @@ def _mask_spec() -> dict:
                 },
             },
         ],
-        **_FONT,
+        **FONT,
     }
 
 
 def _check_mask(n_q, n_k, kind, length):
-    for name, v in (("n_q", n_q), ("n_k", n_k), ("length", length)):
-        check_option(name, v, MASK_SIZES)
-    check_option("kind", kind, MASK_KINDS)
+    check(MASK_SETTINGS, n_q=n_q, n_k=n_k, kind=kind, length=length)
 
 
 def static_mask_explorer(n_q=5, n_k=7, kind="causal", length=4) -> Explorer:
@@ -455,8 +480,6 @@ def live_mask_explorer(n_q=5, n_k=7, kind="causal", length=4):
 
     from attention import plots
 
-    from .live import _show_figure
-
     _check_mask(n_q, n_k, kind, length)
     style = {"description_width": "initial"}
     ctl = {
@@ -487,7 +510,7 @@ def live_mask_explorer(n_q=5, n_k=7, kind="causal", length=4):
             title=f"{kw['kind']}: weights under the mask",
         )
         text.value = "<p>" + mask_readout(**kw) + "</p>"
-        _show_figure(out, fig)
+        show_figure(out, fig)
 
     for w in ctl.values():
         w.observe(redraw, names="value")
@@ -500,9 +523,8 @@ def mask_explorer(n_q: int = 5, n_k: int = 7, kind: str = "causal", length: int 
     """Chapter 1: causal (bottom-right), padding (the first ``length`` keys), both or
     none on an N_q x N_k grid, with the weights of fixed scores under the mask; static
     twin on the site, ipywidgets elsewhere."""
-    if site.ON_SITE:
-        return static_mask_explorer(n_q, n_k, kind, length)
-    return live_mask_explorer(n_q, n_k, kind, length)
+    face = static_mask_explorer if site.ON_SITE else live_mask_explorer
+    return face(n_q=n_q, n_k=n_k, kind=kind, length=length)
 
 
 __all__ = [

@@ -19,8 +19,8 @@ from attention import pretrained
 from attention.plots.pretrained import TYPE_LETTERS
 
 from . import site
+from .common import FONT, frame
 from .site import Explorer
-from .specs import _FONT, _frame
 
 #: The sentences the explorer offers (the chapter's), by name.
 SENTENCES = {
@@ -124,7 +124,7 @@ def map_spec(height: int = 300) -> dict:
     x = {"field": "key", "type": "ordinal", "sort": {"field": "j"}}
     y = {"field": "query", "type": "ordinal", "sort": {"field": "i"}}
     return {
-        **_frame(height),
+        **frame(height),
         "layer": [
             {
                 "data": {"name": "cells"},
@@ -157,7 +157,7 @@ def map_spec(height: int = 300) -> dict:
                 "encoding": {"x": x, "y": y},
             },
         ],
-        **_FONT,
+        **FONT,
     }
 
 
@@ -167,7 +167,7 @@ def heads_spec(height: int = 300) -> dict:
     x = {"field": "layer", "type": "ordinal", "title": "layer"}
     y = {"field": "head", "type": "ordinal", "title": "head"}
     return {
-        **_frame(height),
+        **frame(height),
         "layer": [
             {
                 "data": {"name": "heads"},
@@ -211,7 +211,7 @@ def heads_spec(height: int = 300) -> dict:
                 "encoding": {"x": x, "y": y},
             },
         ],
-        **_FONT,
+        **FONT,
     }
 
 
@@ -286,7 +286,7 @@ def live_pretrained_explorer(
     """ipywidgets: each change redraws ``pretrained_figure`` and the text."""
     import ipywidgets as widgets
 
-    from .live import _show_figure
+    from .common import show_figure
 
     _check(sentence, layer, head, row)
     model = pretrained.load_minilm()
@@ -316,7 +316,7 @@ def live_pretrained_explorer(
         ctl["row"].max = n - 1
         kw = {k: w.value for k, w in ctl.items()}
         text.value = "<p>" + readout(**kw) + "</p>"
-        _show_figure(out, pretrained_figure(**kw))
+        show_figure(out, pretrained_figure(**kw))
 
     for w in ctl.values():
         w.observe(redraw, names="value")

@@ -19,9 +19,10 @@ import numpy as np
 from attention import ring as _ring
 from attention.memory import ring as _mring
 
-from . import site as _site
+from . import site
+from .common import FONT, GREEN, GREY, cached_png, frame, show_png
+from .settings import Choice, check
 from .site import Explorer
-from .specs import _FONT, _frame
 
 #: The grid of the static twin (the live version takes these values too).
 RING_N = [16384, 65536, 262144, 1048576]
@@ -172,13 +173,43 @@ def ring_grid() -> dict:
 # ---------------------------------------------------------------------------------
 
 
+#: The settings both faces take (the static grid covers exactly these); ``heads``
+#: indexes ``RING_HEADS``.
+SETTINGS = {
+    "N": Choice(RING_N),
+    "P": Choice(RING_P),
+    "heads": Choice(range(len(RING_HEADS))),
+    "d": Choice(RING_D),
+    "dtype": Choice(RING_DTYPES),
+    "causal": Choice([False, True]),
+    "layout": Choice(RING_LAYOUTS),
+    "link": Choice(RING_LINKS),
+    "gpu": Choice(RING_GPUS),
+}
+
+
+def _check(N, P, heads, d, dtype, causal, layout, link, gpu) -> None:
+    check(
+        SETTINGS,
+        N=N,
+        P=P,
+        heads=heads,
+        d=d,
+        dtype=dtype,
+        causal=causal,
+        layout=layout,
+        link=link,
+        gpu=gpu,
+    )
+
+
 def work_spec(height: int = 220) -> dict:
     """Device x step cells coloured by the share of a full block computed; zero cells
     (idle) white. Data "work": {device, step, share}."""
     from attention.plots.ring import COMPUTE
 
     return {
-        **_frame(height),
+        **frame(height),
         "data": {"name": "work"},
         "mark": {"type": "rect", "stroke": "#ffffff", "strokeWidth": 0.5},
         "encoding": {
@@ -207,14 +238,14 @@ def work_spec(height: int = 220) -> dict:
                 {"field": "share", "type": "quantitative", "format": ".3f"},
             ],
         },
-        **_FONT,
+        **FONT,
     }
 
 
 def times_spec(height: int = 200) -> dict:
     """Horizontal bars of estimated times (ms). Data "times": {what, ms, color}."""
     return {
-        **_frame(height),
+        **frame(height),
         "data": {"name": "times"},
         "mark": {"type": "bar"},
         "encoding": {
@@ -241,11 +272,11 @@ def times_spec(height: int = 200) -> dict:
                 {"field": "ms", "type": "quantitative", "format": ".4g"},
             ],
         },
-        **_FONT,
+        **FONT,
     }
 
 
-def ring_explorer_static(
+def static_context_parallel_explorer(
     N: int = 262144,
     P: int = 8,
     heads: int = 2,
@@ -257,6 +288,7 @@ def ring_explorer_static(
     gpu: str = "H100",
 ) -> Explorer:
     """The static twin: its data from ``ring_grid``; ``heads`` indexes RING_HEADS."""
+    _check(N, P, heads, d, dtype, causal, layout, link, gpu)
     from attention.plots.ring import COMPUTE, SEND
 
     config = {
@@ -265,7 +297,8 @@ def ring_explorer_static(
             "compute": COMPUTE,
             "send": SEND,
             "total": "#333333",
-            "ulysses": "#55A868",
+            "ulysses": GREEN,
+            "serial": GREY,
         },
         "init": {
             "N": RING_N.index(N),
@@ -284,7 +317,7 @@ def ring_explorer_static(
         "ring",
         config,
         "Context-parallel explorer (chapter 6)",
-        "context_parallel_explorer()",
+        "explorers.context_parallel_explorer()",
     )
 
 
@@ -322,7 +355,18 @@ def readout(N, P, heads, d, dtype, causal, layout, link, gpu) -> str:
     )
 
 
-def ring_explorer_live(
+def work_figure(N: int, P: int, layout: str, causal: bool):
+    """The live face's figure: the work per device and step
+    (``plots.ring.load_balance_figure``) of one layout; it depends on these four
+    settings only, so the others redraw from ``common.cached_png``."""
+    from attention.plots.ring import load_balance_figure
+
+    ax = load_balance_figure(N, P, layouts=(layout,), causal=causal)[0]
+    ax.figure.set_size_inches(4.2, 3.6)
+    return ax.figure
+
+
+def live_context_parallel_explorer(
     N: int = 262144,
     P: int = 8,
     heads: int = 2,
@@ -336,12 +380,8 @@ def ring_explorer_live(
     """ipywidgets controls over the same grid; each change redraws the work per device
     and step (``plots.ring.load_balance_figure``) and the readout."""
     import ipywidgets as widgets
-    import matplotlib.pyplot as plt
 
-    from attention.plots.ring import load_balance_figure
-
-    from .live import _show_figure
-
+    _check(N, P, heads, d, dtype, causal, layout, link, gpu)
     style = {"description_width": "initial"}
     c = {
         "N": widgets.SelectionSlider(
@@ -381,12 +421,8 @@ def ring_explorer_live(
     def redraw(_=None):
         s = {k: w.value for k, w in c.items()}
         text.value = readout(**s)
-        ax = load_balance_figure(
-            s["N"], s["P"], layouts=(s["layout"],), causal=s["causal"]
-        )[0]
-        ax.figure.set_size_inches(4.2, 3.6)
-        _show_figure(out, ax.figure)
-        plt.close(ax.figure)
+        args = {k: s[k] for k in ("N", "P", "layout", "causal")}
+        show_png(out, cached_png(work_figure, **args))
 
     for w in c.values():
         w.observe(redraw, names="value")
@@ -403,10 +439,33 @@ def ring_explorer_live(
     )
 
 
-def context_parallel_explorer(**kwargs):
+def context_parallel_explorer(
+    N: int = 262144,
+    P: int = 8,
+    heads: int = 2,
+    d: int = 128,
+    dtype: str = "bfloat16",
+    causal: bool = True,
+    layout: str = "zigzag",
+    link: str = "NVLink 4",
+    gpu: str = "H100",
+):
     """Chapter 6's explorer, one call: the static twin on the built site
-    (``ON_SITE``), the ipywidgets version in Jupyter and Colab. Keyword arguments:
-    N, P, heads (an index into RING_HEADS), d, dtype, causal, layout, link, gpu."""
-    if _site.ON_SITE:
-        return ring_explorer_static(**kwargs)
-    return ring_explorer_live(**kwargs)
+    (``ON_SITE``), the ipywidgets version in Jupyter and Colab. ``heads`` indexes
+    ``RING_HEADS``; the other settings are points of the grid (``SETTINGS``)."""
+    face = (
+        static_context_parallel_explorer
+        if site.ON_SITE
+        else live_context_parallel_explorer
+    )
+    return face(
+        N=N,
+        P=P,
+        heads=heads,
+        d=d,
+        dtype=dtype,
+        causal=causal,
+        layout=layout,
+        link=link,
+        gpu=gpu,
+    )

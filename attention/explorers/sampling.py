@@ -23,8 +23,9 @@ from attention import core
 from attention import deformable as dfm
 
 from . import site
+from .common import BLUE, FONT, GREEN, ORANGE, PURPLE, RED, show_figure
+from .settings import Choice, Range, check
 from .site import Explorer
-from .specs import _FONT
 
 #: Query positions: the centres of a QUERY_GRID x QUERY_GRID grid of cells.
 QUERY_GRID = 8
@@ -33,10 +34,10 @@ SCALES = [0.0, 0.5, 1.0, 2.0]
 #: Weights are sent in units of 1e-4 (a reader sees two or three decimals).
 UNIT = 1e-4
 #: Level colours (MSDA) and the query's.
-LEVEL_COLORS = ["#C44E52", "#DD8452", "#55A868", "#8172B3"]
-QUERY_COLOR = "#4C72B0"
+LEVEL_COLORS = [RED, ORANGE, GREEN, PURPLE]
+QUERY_COLOR = BLUE
 DAT_KINDS = ["reference points", "deformed points (size: weight)"]
-DAT_COLORS = ["#FFFFFF", "#DD8452"]
+DAT_COLORS = ["#FFFFFF", ORANGE]
 
 
 def query_positions(height: int, width: int) -> list[tuple[int, int]]:
@@ -114,6 +115,28 @@ def _check(image, x, dat_params, n_heads, n_groups):
     if n_heads % n_groups:
         raise ValueError(f"n_heads={n_heads} must divide by n_groups={n_groups}")
     return image, x
+
+
+def settings(labels, n_heads: int) -> dict:
+    """The settings both faces take: a query of the ``QUERY_GRID`` x ``QUERY_GRID``
+    grid (``query_positions``), an offset scale of ``SCALES``, a label of
+    ``dat_params`` (None: the last) and a DAT head."""
+    return {
+        "query": Range(0, QUERY_GRID**2 - 1),
+        "scale": Choice(SCALES),
+        "label": Choice([None, *labels]),
+        "head": Range(0, n_heads - 1),
+    }
+
+
+def _check_settings(dat_params, n_heads, query, scale, label, head) -> None:
+    check(
+        settings(list(dat_params), n_heads),
+        query=query,
+        scale=scale,
+        label=label,
+        head=head,
+    )
 
 
 def sampling_grid(
@@ -297,7 +320,7 @@ def _image_spec(kinds: list[str], colors: list[str], height: int, width: int) ->
                 },
             },
         ],
-        **_FONT,
+        **FONT,
     }
 
 
@@ -316,11 +339,11 @@ def static_sampling_points_explorer(
     head=0,
 ) -> Explorer:
     """The static site's twin of ``sampling_points_explorer``."""
+    _check(image, x, dat_params, n_heads, n_groups)
+    _check_settings(dat_params, n_heads, query, scale, label, head)
     grid = sampling_grid(
         image, x, dat_params, n_heads, n_groups, stride, offset_range, msda
     )
-    if scale not in SCALES:
-        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
     labels = list(dat_params)
     init = {
         "query": query,
@@ -377,7 +400,7 @@ def sampling_figure(
     ax.scatter(
         *pts.T,
         s=8 + 3000 * wts,
-        color="#DD8452",
+        color=ORANGE,
         ec="white",
         lw=0.5,
         label="deformed points (size: weight)",
@@ -438,9 +461,8 @@ def live_sampling_points_explorer(
     """ipywidgets: each change redraws ``sampling_figure``."""
     import ipywidgets as widgets
 
-    from .live import _show_figure
-
     image, x = _check(image, x, dat_params, n_heads, n_groups)
+    _check_settings(dat_params, n_heads, query, scale, label, head)
     _, h, w, _ = x.shape
     pos = query_positions(h, w)
     style = {"description_width": "initial"}
@@ -477,7 +499,7 @@ def live_sampling_points_explorer(
 
     def redraw(change=None):
         kw = {k: v.value for k, v in ctl.items()}
-        _show_figure(
+        show_figure(
             out,
             sampling_figure(
                 image,
@@ -521,11 +543,25 @@ def sampling_points_explorer(
     trained offsets); ``msda``: None or {params, spatial_shapes, n_heads, n_points}
     (the pyramid is pooled from ``x``'s image). ``query`` indexes
     ``query_positions``. The static twin on the built site, ipywidgets elsewhere."""
-    args = (image, x, dat_params, n_heads, n_groups, stride, offset_range, msda)
-    kw = dict(query=query, scale=scale, label=label, head=head)
-    if site.ON_SITE:
-        return static_sampling_points_explorer(*args, **kw)
-    return live_sampling_points_explorer(*args, **kw)
+    face = (
+        static_sampling_points_explorer
+        if site.ON_SITE
+        else live_sampling_points_explorer
+    )
+    return face(
+        image,
+        x,
+        dat_params,
+        n_heads,
+        n_groups,
+        stride,
+        offset_range,
+        msda,
+        query=query,
+        scale=scale,
+        label=label,
+        head=head,
+    )
 
 
 __all__ = [

@@ -16,6 +16,8 @@ import json
 import os
 import uuid
 
+from .settings import check_option  # noqa: F401  (kept for callers of site)
+
 #: Set (to "1") by ``setup`` in the Sphinx process; kernels it starts inherit it.
 SITE_ENV = "ATTENTION_STATIC_SITE"
 ON_SITE = os.environ.get(SITE_ENV) == "1"
@@ -27,13 +29,6 @@ if ON_SITE:
     tqdm = functools.partial(_tqdm, disable=True)
 else:
     from tqdm.auto import tqdm  # noqa: F401  (a widget in Jupyter, text in a terminal)
-
-
-def check_option(name: str, value, options) -> None:
-    """A control's value must be one of its options: ValueError naming the argument and
-    listing them (not a TraitError from ipywidgets or a bare ``list.index`` error)."""
-    if value not in list(options):
-        raise ValueError(f"{name} must be one of {list(options)}, got {value!r}")
 
 
 #: The Vega bundle's file name in the build's _static folder.

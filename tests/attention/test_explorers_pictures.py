@@ -16,7 +16,7 @@ import pytest  # noqa: E402
 
 from attention import core, flash, hard, memory  # noqa: E402
 from attention import deformable as dfm  # noqa: E402
-from attention.explorers import estimators, maps, sampling, softmax  # noqa: E402
+from attention.explorers import estimators, maps, online_softmax, roofline, sampling  # noqa: E402
 from tests.attention.widget_tools import controls as _controls  # noqa: E402
 from tests.attention.widget_tools import output as _output  # noqa: E402
 from tests.attention.widget_tools import png as _png  # noqa: E402
@@ -121,10 +121,10 @@ def test_live_map_explorers_redraw():
 # ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("block", softmax.BLOCKS + [7])
+@pytest.mark.parametrize("block", online_softmax.BLOCKS + [7])
 def test_online_steps_match_a_direct_fp64_computation_and_flash(block):
-    s, v = softmax.default_row()
-    steps = softmax.online_steps(s, v, block)
+    s, v = online_softmax.default_row()
+    steps = online_softmax.online_steps(s, v, block)
     assert len(steps) == -(-len(s) // block)
     for st in steps:  # the state after keys [0, b) is that of the prefix, computed anew
         b = st["b"]
@@ -144,12 +144,14 @@ def test_online_steps_match_a_direct_fp64_computation_and_flash(block):
 
 
 def test_online_grid_and_roofline_points():
-    g = softmax.online_grid()
-    assert g["blocks"] == softmax.BLOCKS and len(g["runs"]) == len(softmax.BLOCKS)
-    s, v = softmax.default_row()
+    g = online_softmax.online_grid()
+    assert g["blocks"] == online_softmax.BLOCKS and len(g["runs"]) == len(
+        online_softmax.BLOCKS
+    )
+    s, v = online_softmax.default_row()
     np.testing.assert_allclose(g["p"], core.softmax(s), rtol=1e-5)
     np.testing.assert_allclose(g["o"], core.softmax(s) @ v, rtol=1e-5, atol=1e-6)
-    p = softmax.roofline_point("A100", 1024, 64, "float16", "standard")
+    p = roofline.roofline_point("A100", 1024, 64, "float16", "standard")
     flops = 4 * 1024 * 1024 * 64
     by = memory.simulate("standard", 1024, 64, keep_trace=False).bytes(2)
     assert p["flops"] == flops and p["sim"]["bytes"] == by
@@ -159,16 +161,16 @@ def test_online_grid_and_roofline_points():
         spec.peak_tflops * 1e12, flops / by * spec.hbm_tbps * 1e12
     )
     comp = memory.compulsory("flash2", 4096, 128).bytes(4)
-    q = softmax.roofline_point("H100", 4096, 128, "float32", "flash2")
+    q = roofline.roofline_point("H100", 4096, 128, "float32", "flash2")
     assert q["comp"]["bytes"] == comp
     assert q["comp"]["flops_s"] <= 494.7e12  # H100 TF32 dense peak
-    grid = softmax.roofline_grid()
+    grid = roofline.roofline_grid()
     i = [
-        softmax.ROOF_GPUS.index("H100"),
-        softmax.ROOF_N.index(4096),
-        softmax.ROOF_D.index(128),
-        softmax.ROOF_DTYPES.index("float32"),
-        softmax.ROOF_ALGS.index("flash2"),
+        roofline.ROOF_GPUS.index("H100"),
+        roofline.ROOF_N.index(4096),
+        roofline.ROOF_D.index(128),
+        roofline.ROOF_DTYPES.index("float32"),
+        roofline.ROOF_ALGS.index("flash2"),
     ]
     row = grid["rows"][i[0]][i[1]][i[2]][i[3]][i[4]]
     np.testing.assert_allclose(
@@ -177,25 +179,25 @@ def test_online_grid_and_roofline_points():
 
 
 def test_chapter2_explorers_are_small_and_refuse_bad_arguments():
-    assert _size(softmax.static_online_softmax_explorer()) < 40_000
-    assert _size(softmax.static_roofline_explorer()) < 120_000
+    assert _size(online_softmax.static_online_softmax_explorer()) < 40_000
+    assert _size(roofline.static_roofline_explorer()) < 120_000
     with pytest.raises(ValueError, match="block"):
-        softmax.static_online_softmax_explorer(block=7)
+        online_softmax.static_online_softmax_explorer(block=7)
     with pytest.raises(ValueError, match="gpu"):
-        softmax.static_roofline_explorer(gpu="T4")
+        roofline.static_roofline_explorer(gpu="T4")
     with pytest.raises(ValueError, match="block"):
-        softmax.online_steps([1.0, 2.0], [[1.0], [2.0]], 0)
+        online_softmax.online_steps([1.0, 2.0], [[1.0], [2.0]], 0)
 
 
 def test_live_chapter2_explorers_redraw():
-    box = softmax.live_online_softmax_explorer(block=4)
+    box = online_softmax.live_online_softmax_explorer(block=4)
     out, first = _output(box), _png(_output(box))
     ctl = _controls(box)
     ctl["block step"].value = 3
     assert _png(out) != first
     ctl["block size"].value = 12
     assert ctl["block step"].max == 1
-    box = softmax.live_roofline_explorer()
+    box = roofline.live_roofline_explorer()
     out, first = _output(box), _png(_output(box))
     _controls(box)["algorithm"].value = "standard"
     assert _png(out) != first
@@ -341,5 +343,5 @@ def test_live_sampling_explorer_redraws():
 
 
 def test_explorer_json_is_valid():
-    e = softmax.static_online_softmax_explorer()
+    e = online_softmax.static_online_softmax_explorer()
     assert json.loads(e.to_json())["kind"] == "online"

@@ -93,7 +93,7 @@ def test_idle_and_work_tables(grid):
 
 
 def test_json_is_small_and_parseable():
-    e = er.ring_explorer_static()
+    e = er.static_context_parallel_explorer()
     text = e.to_json()
     assert len(text) < 1_000_000
     data = json.loads(text)
@@ -116,7 +116,7 @@ def test_one_call_picks_the_twin(monkeypatch):
 
 
 def test_live_explorer_redraws():
-    box = er.ring_explorer_live(P=4, causal=True, layout="contiguous")
+    box = er.live_context_parallel_explorer(P=4, causal=True, layout="contiguous")
     out = _output(box)
     first, c = _png(out), _controls(box)
     text = next(w for w in _walk(box) if type(w).__name__ == "HTML")
@@ -140,7 +140,7 @@ NODE = shutil.which("node")
 def test_page_script_looks_rows_up(tmp_path, grid):
     """Run explorers.js's 'ring' kind in Node on a few states; its bars carry exactly
     the grid's numbers for that state, found by the same index the Python grid uses."""
-    cfg = json.loads(er.ring_explorer_static().to_json())
+    cfg = json.loads(er.static_context_parallel_explorer().to_json())
     rng = np.random.default_rng(1)
     picks = [int(i) for i in rng.choice(len(COMBOS), 12, replace=False)]
     states = []

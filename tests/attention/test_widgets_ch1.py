@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from attention import plots  # noqa: E402
-from attention.explorers import live  # noqa: E402
+from attention.explorers import naive_traffic  # noqa: E402
 from tests.attention.widget_tools import controls as _controls  # noqa: E402
 from tests.attention.widget_tools import output as _output  # noqa: E402
 from tests.attention.widget_tools import png as _png  # noqa: E402
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.xdist_group("ch1_widgets")
 
 
 def test_explorer_draws_the_real_figure_and_redraws_it():
-    box = live.naive_traffic_explorer(n=256)
+    box = naive_traffic.live_naive_traffic_explorer(n=256)
     out = _output(box)
     first = _png(out)
     _controls(box)["keys n"].value = 512
@@ -37,7 +37,7 @@ def test_every_control_redraws_with_its_new_value(monkeypatch):
         return fig
 
     monkeypatch.setattr(plots, "naive_traffic_figure", fake_figure)
-    box = live.naive_traffic_explorer(n=256)
+    box = naive_traffic.live_naive_traffic_explorer(n=256)
     out = _output(box)
     assert calls == [{"n": 256, "m": None, "d": 64, "dtype": "float16"}]
     c = _controls(box)

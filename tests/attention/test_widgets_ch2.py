@@ -7,7 +7,7 @@ import pytest
 matplotlib.use("Agg")
 
 from attention import plots  # noqa: E402
-from attention.explorers import live  # noqa: E402
+from attention.explorers import tile_size  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("memory_flash")
 
@@ -41,7 +41,7 @@ def test_explorer_redraws_on_each_control(monkeypatch):
         return real(**kw)
 
     monkeypatch.setattr(plots, "tile_explorer_figure", spy)
-    box = live.tile_size_explorer(N=256, d=64, Br=64, Bc=64)
+    box = tile_size.live_tile_size_explorer(N=256, d=64, Br=64, Bc=64)
     first = _png(box)
     assert calls[-1]["N"] == 256 and calls[-1]["algorithm"] == "flash2"
     # No text panel inside the figure: the numbers are printed under it.
@@ -65,7 +65,7 @@ def test_explorer_redraws_on_each_control(monkeypatch):
 
 
 def test_fa1_rule_button_sets_tiles():
-    box = live.tile_size_explorer(N=256, d=64, sram_kib=64, dtype="float16")
+    box = tile_size.live_tile_size_explorer(N=256, d=64, sram_kib=64, dtype="float16")
     _find(box, "Use the FA1 rule for Br, Bc").click()
     # M = 64 KiB / 2 B = 32768 elements: Bc = ceil(M / 4d) = 128, Br = min(128, d) = 64.
     assert (_find(box, "Br").value, _find(box, "Bc").value) == (64, 128)
@@ -81,7 +81,7 @@ def test_invalid_tiles_show_the_reason(monkeypatch):
         return fig
 
     monkeypatch.setattr(plots, "tile_explorer_figure", spy)
-    box = live.tile_size_explorer(N=1024, d=128, sram_kib=16, Br=256, Bc=256)
+    box = tile_size.live_tile_size_explorer(N=1024, d=128, sram_kib=16, Br=256, Bc=256)
     assert "Invalid choice" in texts[-1] and "M holds 8192" in texts[-1]
     assert _png(box) and _summary(box) == ""  # the figure gives the reason
 
@@ -203,7 +203,7 @@ def _note(box):
 def test_step_slider_is_off_when_the_tiles_do_not_fit():
     from attention import memory
 
-    box = live.tile_size_explorer(N=1024, d=128, sram_kib=16, Br=256, Bc=256)
+    box = tile_size.live_tile_size_explorer(N=1024, d=128, sram_kib=16, Br=256, Bc=256)
     step = _find(box, "step")
     assert step.disabled and step.max == 0 and step.value == 0
     assert "do not fit in SRAM" in _note(box) and "M holds 8192" in _note(box)
@@ -244,15 +244,15 @@ def test_no_slider_position_runs_a_huge_simulation(monkeypatch):
     t0 = time.perf_counter()
     # The sliders' extreme corner (longest N, smallest tiles), forward and backward.
     for alg in ("flash2", "flash2_bwd"):
-        box = live.tile_size_explorer(
+        box = tile_size.live_tile_size_explorer(
             N=16384, d=32, sram_kib=256, Br=16, Bc=16, algorithm=alg
         )
         assert _find(box, "step").disabled and "too many to draw" in _note(box)
         assert _png(box)
     assert time.perf_counter() - t0 < 10  # ~1 s each on one core
-    assert sum(events) <= live.SIMULATE_EVENTS
+    assert sum(events) <= tile_size.SIMULATE_EVENTS
     # The closed-form figure carries the counts.
-    fig = live._closed_form_tile_figure(
+    fig = tile_size._closed_form_tile_figure(
         16384, 32, 256, 16, 16, "float16", "flash2", events=10**7
     )
     text = " ".join(t.get_text() for ax in fig.axes for t in ax.texts)

@@ -10,7 +10,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from attention import plots  # noqa: E402
-from attention.explorers import live  # noqa: E402
+from attention.explorers import temperature, topk_traffic  # noqa: E402
 from tests.attention.widget_tools import controls as _controls  # noqa: E402
 from tests.attention.widget_tools import output as _output  # noqa: E402
 from tests.attention.widget_tools import png as _png  # noqa: E402
@@ -27,7 +27,7 @@ def test_temperature_explorer_redraws(monkeypatch):
         return real(s, g, tau=tau, row=row)
 
     monkeypatch.setattr(plots, "gumbel_softmax_figure", recording)
-    box = live.temperature_explorer(tau=1.0)
+    box = temperature.live_temperature_explorer(tau=1.0)
     out = _output(box)
     first = _png(out)
     assert len(calls) == 1 and calls[0][0] == pytest.approx(1.0)
@@ -49,7 +49,7 @@ def test_topk_traffic_explorer_redraws(monkeypatch):
         return real(**kw, ns=[256, 1024])
 
     monkeypatch.setattr(plots, "selection_traffic_figure", recording)
-    box = live.topk_traffic_explorer(N=1024, k=8)
+    box = topk_traffic.live_topk_traffic_explorer(N=1024, k=8)
     out = _output(box)
     first = _png(out)
     assert calls == [{"N": 1024, "d": 64, "k": 8}]

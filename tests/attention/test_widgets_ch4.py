@@ -13,7 +13,7 @@ import pytest  # noqa: E402
 # registers the deformable traffic algorithms
 import attention.deformable  # noqa: E402,F401
 from attention import plots  # noqa: E402
-from attention.explorers import live  # noqa: E402
+from attention.explorers import deformable_traffic  # noqa: E402
 from tests.attention.widget_tools import controls as _controls  # noqa: E402
 from tests.attention.widget_tools import output as _output  # noqa: E402
 from tests.attention.widget_tools import png as _png  # noqa: E402
@@ -22,7 +22,9 @@ pytestmark = pytest.mark.xdist_group("deformable")
 
 
 def test_explorer_draws_and_redraws_the_real_figure():
-    box = live.deformable_traffic_explorer(side=32, d=16, r=4, n_points=4, n_levels=2)
+    box = deformable_traffic.live_deformable_traffic_explorer(
+        side=32, d=16, r=4, n_points=4, n_levels=2
+    )
     out = _output(box)
     first = _png(out)
     _controls(box)["DAT factor r"].value = 8
@@ -43,7 +45,9 @@ def test_sliders_pass_their_values_to_the_figure(monkeypatch):
         return fig
 
     monkeypatch.setattr(plots, "deformable_traffic_figure", fake_figure)
-    box = live.deformable_traffic_explorer(side=64, d=32, r=4, n_points=4, n_levels=4)
+    box = deformable_traffic.live_deformable_traffic_explorer(
+        side=64, d=32, r=4, n_points=4, n_levels=4
+    )
     assert calls[-1] == dict(side=64, d=32, r=4, n_points=4, n_levels=4)
     controls = _controls(box)
     for name, key, value in [

@@ -18,7 +18,15 @@ import re
 import pytest
 
 from attention import deformable, hard, memory, plots  # noqa: F401  (registers)
-from attention.explorers import data, site
+from attention.explorers import (
+    common,
+    deformable_traffic,
+    naive_traffic,
+    site,
+    temperature,
+    tile_size,
+    topk_traffic,
+)
 
 pytestmark = pytest.mark.site
 
@@ -201,7 +209,7 @@ def _expected_bars(results: dict, bpe: int) -> dict:
 
 
 def check_tile(pg: Page, eid: str) -> None:
-    s, cfg = pg.state(eid), data
+    s, cfg = pg.state(eid), tile_size
     N, d = cfg.TILE_N[s["N"]], cfg.TILE_D[s["d"]]
     br, bc = cfg.TILE_B[s["Br"]], cfg.TILE_B[s["Bc"]]
     dtype, bpe = DTYPES[s["dtype"]]
@@ -214,7 +222,8 @@ def check_tile(pg: Page, eid: str) -> None:
         r["group"]: (r["what"], r["bytes"]) for r in pg.data(eid, "bars", "compulsory")
     }
     assert floor == {
-        a: (data.COMPULSORY_LABEL, memory.compulsory(a, N, d).bytes(bpe)) for a in group
+        a: (common.COMPULSORY_LABEL, memory.compulsory(a, N, d).bytes(bpe))
+        for a in group
     }
     # Fit or not, as the simulator with this SRAM says.
     M = cfg.SRAM_KIB[s["sram"]][1] * 1024 // bpe
@@ -269,7 +278,11 @@ def check_tile(pg: Page, eid: str) -> None:
 
 def check_teaser(pg: Page, eid: str) -> None:
     s = pg.state(eid)
-    N, br, bc = data.TILE_N[s["N"]], data.TILE_B[s["Br"]], data.TILE_B[s["Bc"]]
+    N, br, bc = (
+        tile_size.TILE_N[s["N"]],
+        tile_size.TILE_B[s["Br"]],
+        tile_size.TILE_B[s["Bc"]],
+    )
     res = {
         "standard attention": memory.closed_form("standard", N, 64, Br=br, Bc=bc),
         "FlashAttention-2": memory.closed_form("flash2", N, 64, Br=br, Bc=bc),
@@ -284,21 +297,21 @@ def check_teaser(pg: Page, eid: str) -> None:
     floor = {
         r["group"]: (r["what"], r["bytes"]) for r in pg.data(eid, "bars", "compulsory")
     }
-    assert floor == {a: (data.COMPULSORY_LABEL, b) for a, b in once.items()}
+    assert floor == {a: (common.COMPULSORY_LABEL, b) for a, b in once.items()}
     text = pg.readout(eid)
     assert all(plots.human_bytes(b) in text for b in once.values()), text
 
 
 def check_naive(pg: Page, eid: str) -> None:
     s = pg.state(eid)
-    n, d = data.NAIVE_N[s["n"]], data.NAIVE_D[s["d"]]
-    m = n if s["self"] else data.NAIVE_M[s["m"]]
+    n, d = naive_traffic.NAIVE_N[s["n"]], naive_traffic.NAIVE_D[s["d"]]
+    m = n if s["self"] else naive_traffic.NAIVE_M[s["m"]]
     _, bpe = DTYPES[s["dtype"]]
     t = memory.closed_form("standard", m, d, Br=64, Bc=64, N_k=n)
     want = {(k, k, kind): v for (_, k, kind), v in _expected_bars({"": t}, bpe).items()}
     assert _bars(pg.data(eid, "bars", "bars")) == want
     lines = {(r["x"], r["series"]): r["bytes"] for r in pg.data(eid, "lines", "lines")}
-    for nn in data.NAIVE_N:
+    for nn in naive_traffic.NAIVE_N:
         tt = memory.closed_form(
             "standard", nn if s["self"] else m, d, Br=64, Bc=64, N_k=nn
         )
@@ -313,7 +326,7 @@ def check_temperature(pg: Page, eid: str) -> None:
 
     s = pg.state(eid)
     cfg = pg.page.evaluate("eid => window.staticExplorers[eid].cfg.grid", eid)
-    tau = 10.0 ** data.TAU_EXP[s["tau"]]
+    tau = 10.0 ** temperature.TAU_EXP[s["tau"]]
     y = hard.gumbel_softmax(np.array(cfg["scores"]), tau, noise=np.array(cfg["noise"]))
     got = np.zeros_like(y)
     for r in pg.data(eid, "map", "map"):
@@ -328,7 +341,11 @@ def check_temperature(pg: Page, eid: str) -> None:
 
 def check_topk(pg: Page, eid: str) -> None:
     s = pg.state(eid)
-    N, d, k = data.TOPK_N[s["N"]], data.TOPK_D[s["d"]], data.TOPK_K[s["k"]]
+    N, d, k = (
+        topk_traffic.TOPK_N[s["N"]],
+        topk_traffic.TOPK_D[s["d"]],
+        topk_traffic.TOPK_K[s["k"]],
+    )
     res = {
         "soft": memory.closed_form("soft", N, d),
         "hard (argmax)": memory.closed_form("hard", N, d),
@@ -336,15 +353,22 @@ def check_topk(pg: Page, eid: str) -> None:
     }
     assert _bars(pg.data(eid, "bars", "bars")) == _expected_bars(res, 2)
     lines = {(r["x"], r["series"]): r["bytes"] for r in pg.data(eid, "lines", "lines")}
-    for nn in data.TOPK_N:
+    for nn in topk_traffic.TOPK_N:
         assert lines[(nn, "top-k")] == memory.closed_form("topk", nn, d, k=k).bytes(2)
         assert lines[(nn, "soft")] == memory.closed_form("soft", nn, d).bytes(2)
 
 
 def check_deformable(pg: Page, eid: str) -> None:
     s = pg.state(eid)
-    side, d = data.DEFORM_SIDE[s["side"]], data.DEFORM_D[s["d"]]
-    r, P, L = data.DEFORM_R[s["r"]], data.DEFORM_P[s["P"]], data.DEFORM_L[s["L"]]
+    side, d = (
+        deformable_traffic.DEFORM_SIDE[s["side"]],
+        deformable_traffic.DEFORM_D[s["d"]],
+    )
+    r, P, L = (
+        deformable_traffic.DEFORM_R[s["r"]],
+        deformable_traffic.DEFORM_P[s["P"]],
+        deformable_traffic.DEFORM_L[s["L"]],
+    )
 
     def kw(alg, side):
         if alg == "msda":
@@ -355,14 +379,14 @@ def check_deformable(pg: Page, eid: str) -> None:
 
     res = {
         name: memory.closed_form(alg, **kw(alg, side))
-        for name, alg in data.DEFORM_ALGS.items()
+        for name, alg in deformable_traffic.DEFORM_ALGS.items()
     }
     assert _bars(pg.data(eid, "bars", "bars")) == _expected_bars(res, 2)
     lines = {
         (r_["x"], r_["series"]): r_["bytes"] for r_ in pg.data(eid, "lines", "lines")
     }
-    for name, alg in data.DEFORM_ALGS.items():
-        for sd in data.DEFORM_SIDE:
+    for name, alg in deformable_traffic.DEFORM_ALGS.items():
+        for sd in deformable_traffic.DEFORM_SIDE:
             assert lines[(sd, name)] == memory.closed_form(alg, **kw(alg, sd)).bytes(2)
 
 

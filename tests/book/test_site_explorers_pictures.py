@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from attention import core, deformable, pretrained
-from attention.explorers import estimators, maps, sampling, softmax
+from attention.explorers import estimators, maps, online_softmax, roofline, sampling
 from attention.explorers import pretrained as minilm_ex
 from tests.book.test_site_explorers import HTML, SHOTS, Page, browser  # noqa: F401
 
@@ -116,9 +116,9 @@ def check_pretrained(pg, eid):
 
 def check_online(pg, eid):
     s = pg.state(eid)
-    block = softmax.BLOCKS[s["block"]]
-    x, v = softmax.default_row()
-    steps = softmax.online_steps(x, v, block)
+    block = online_softmax.BLOCKS[s["block"]]
+    x, v = online_softmax.default_row()
+    steps = online_softmax.online_steps(x, v, block)
     assert pg.n_options(eid, "step") == len(steps)
     st = steps[s["step"]]
     keys = sorted(pg.data(eid, "scores", "keys"), key=lambda r: r["j"])
@@ -151,13 +151,13 @@ def check_online(pg, eid):
 def check_roofline(pg, eid):
     s = pg.state(eid)
     args = (
-        softmax.ROOF_GPUS[s["gpu"]],
-        softmax.ROOF_N[s["N"]],
-        softmax.ROOF_D[s["d"]],
-        softmax.ROOF_DTYPES[s["dtype"]],
-        softmax.ROOF_ALGS[s["alg"]],
+        roofline.ROOF_GPUS[s["gpu"]],
+        roofline.ROOF_N[s["N"]],
+        roofline.ROOF_D[s["d"]],
+        roofline.ROOF_DTYPES[s["dtype"]],
+        roofline.ROOF_ALGS[s["alg"]],
     )
-    p = softmax.roofline_point(*args)
+    p = roofline.roofline_point(*args)
     pts = _by(pg.data(eid, "roof", "points"), "traffic")
     for name, key in (("simulated (no L2)", "sim"), ("compulsory", "comp")):
         np.testing.assert_allclose(
@@ -166,7 +166,7 @@ def check_roofline(pg, eid):
             rtol=1e-4,
         )
     roof = [[r["ai"], r["tflops"]] for r in pg.data(eid, "roof", "roof")]
-    np.testing.assert_allclose(roof, softmax.roof_line(args[0], args[3]), rtol=1e-4)
+    np.testing.assert_allclose(roof, roofline.roof_line(args[0], args[3]), rtol=1e-4)
 
 
 def check_estimators(pg, eid):

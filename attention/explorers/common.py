@@ -1,20 +1,101 @@
-"""Vega-Lite specs of the static site's explorers (``explorers.static``): the encodings
-and the book's colours; the data (``explorers.data``) goes into their named data
-sources in the browser.
+"""What the explorers share: the Vega-Lite frame and font, the traffic bars and lines
+(with the book's tensor colours from ``attention.plots``), the per-tensor count rows
+their grids send to the page, and the live faces' figure swap (``show_figure``).
 """
 
 from __future__ import annotations
 
-from .data import COMPULSORY_LABEL
+import functools
+
+from attention.plots import style as _style
+
+# The book's palette (``attention.plots.style``) under the names explorers use it by:
+# a colour means the same on the page as in the chapters' figures.
+BLUE = _style.TENSOR_COLORS["Q"]
+ORANGE = _style.TENSOR_COLORS["K"]
+GREEN = _style.TENSOR_COLORS["V"]
+RED = _style.TENSOR_COLORS["S"]
+PURPLE = _style.TENSOR_COLORS["P"]
+GREY = _style.TENSOR_COLORS["l"]
+DARK_GREY = _style.TENSOR_COLORS["m"]
+LIGHT_GREY = _style.TENSOR_COLORS["D"]
+AMBER = _style.MEMORY_COLORS["SRAM"]
+NAVY = _style.MEMORY_COLORS["HBM"]
+KEEP = _style.MASK_COLORS["keep"]
+TEAL = _style.SELECTION_COLORS["topk"]
+
+#: How the explorers name the compulsory count beside the simulated one.
+COMPULSORY_LABEL = "compulsory (each tensor once)"  # short: fits a 390 px legend row
 
 
-def _colors():
+def dtypes():
+    from attention import plots
+
+    return list(plots.DTYPE_BYTES.items())
+
+
+def flat(per_tensor: dict, names: list[str]) -> list[int]:
+    """[reads, writes] of each tensor in ``names`` (0, 0 where absent), flattened."""
+    out = []
+    for n in names:
+        r, w = per_tensor.get(n, (0, 0))
+        out += [int(r), int(w)]
+    return out
+
+
+def tensor_names(results) -> list[str]:
+    return list(dict.fromkeys(t for r in results for t in r.per_tensor))
+
+
+def figure_png(fig) -> str:
+    """``fig`` as a base64 PNG (then closed): what a live face shows."""
+    import base64
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+@functools.lru_cache(maxsize=512)
+def cached_png(make, **settings) -> str:
+    """``figure_png(make(**settings))``, cached per (``make``, ``settings``): a live
+    face whose figure is a function of its settings redraws a setting it showed at
+    once (a slider moved back, or a control the figure does not depend on). ``make``
+    is a module-level function, the settings hashable."""
+    return figure_png(make(**settings))
+
+
+def show_png(out, png: str) -> None:
+    """Replace ``out``'s content with the base64 PNG ``png``.
+
+    Setting ``out.outputs`` directly works the same inside and outside a running kernel
+    (so tests can check a redraw), and swaps the image in one step (no flicker).
+    """
+    out.outputs = (
+        {
+            "output_type": "display_data",
+            "metadata": {},
+            "data": {"image/png": png, "text/plain": "<Figure>"},
+        },
+    )
+
+
+def show_figure(out, fig) -> None:
+    """Replace ``out``'s content with ``fig`` as a PNG, then close the figure."""
+    show_png(out, figure_png(fig))
+
+
+def book_colors():
     from attention import plots
 
     return {**plots.TENSOR_COLORS, "SRAM": plots.MEMORY_COLORS["SRAM"]}
 
 
-_FONT = {
+FONT = {
     "config": {
         "font": "system-ui, -apple-system, Segoe UI, sans-serif",
         "view": {"stroke": None},
@@ -24,7 +105,7 @@ _FONT = {
 }
 
 
-def _frame(height: int) -> dict:
+def frame(height: int) -> dict:
     """Every spec's first keys: Vega-Lite v6, the column's width, ``height`` px tall."""
     return {
         "$schema": "https://vega.github.io/schema/vega-lite/v6.json",
@@ -34,8 +115,8 @@ def _frame(height: int) -> dict:
     }
 
 
-def _color_scale(tensors: list[str]) -> dict:
-    colors = _colors()
+def color_scale(tensors: list[str]) -> dict:
+    colors = book_colors()
     return {"domain": tensors, "range": [colors.get(t, "#333333") for t in tensors]}
 
 
@@ -45,7 +126,7 @@ def bars_spec(
     """Stacked bars of HBM bytes per group (algorithm), split by tensor; writes lighter.
     Data "bars": rows {group, tensor, kind ("read"/"written"), bytes, order}."""
     return {
-        **_frame(height),
+        **frame(height),
         "data": {"name": "bars"},
         "mark": {"type": "bar", "stroke": "#222", "strokeWidth": 0.4},
         "encoding": {
@@ -66,7 +147,7 @@ def bars_spec(
             "color": {
                 "field": "tensor",
                 "type": "nominal",
-                "scale": _color_scale(tensors),
+                "scale": color_scale(tensors),
                 "legend": {
                     "orient": "bottom",
                     "columns": 5,
@@ -88,7 +169,7 @@ def bars_spec(
                 {"field": "bytes", "type": "quantitative", "format": ","},
             ],
         },
-        **_FONT,
+        **FONT,
     }
 
 
@@ -147,7 +228,7 @@ def lines_spec(
     """Log-log lines of bytes against a size, one per series, and a rule at the chosen
     size. Data "lines": {x, series, bytes}; data "marker": {x}."""
     return {
-        **_frame(height),
+        **frame(height),
         "layer": [
             {
                 "data": {"name": "lines"},
@@ -197,145 +278,5 @@ def lines_spec(
                 "encoding": {"x": {"field": "x", "type": "quantitative"}},
             },
         ],
-        **_FONT,
-    }
-
-
-def tiles_spec(height: int = 240) -> dict:
-    """The grid of (i, j) tiles of S at one step of a schedule. Data "tiles":
-    {i, j, fill (a tensor, "SRAM" or "pending"), current (bool)}."""
-    colors = _colors()
-    fills = ["S", "P", "dP", "dS", "SRAM", "pending"]
-    rng = [colors[f] for f in fills[:-1]] + ["#ffffff"]
-    return {
-        **_frame(height),
-        "data": {"name": "tiles"},
-        "mark": {"type": "rect", "stroke": "#cccccc", "strokeWidth": 0.5},
-        "encoding": {
-            "x": {
-                "field": "j",
-                "type": "ordinal",
-                "title": "key block j",
-                "axis": {"labelAngle": 0},
-            },
-            "y": {"field": "i", "type": "ordinal", "title": "query block i"},
-            "color": {
-                "field": "fill",
-                "type": "nominal",
-                "scale": {"domain": fills, "range": rng},
-                "legend": {"orient": "bottom", "title": "tile went to", "columns": 3},
-            },
-            "opacity": {
-                "condition": {
-                    "test": ("datum.current || datum.fill == 'pending'"),
-                    "value": 1.0,
-                },
-                "value": 0.35,
-            },
-            "strokeWidth": {
-                "condition": {"test": "datum.current", "value": 2.5},
-                "value": 0.5,
-            },
-            "stroke": {
-                "condition": {"test": "datum.current", "value": "#000000"},
-                "value": "#cccccc",
-            },
-            "tooltip": [{"field": "i"}, {"field": "j"}, {"field": "fill"}],
-        },
-        **_FONT,
-    }
-
-
-def heatmap_spec(hard_color: str) -> dict:
-    """Chapter 3's map of Gumbel-softmax weights (query x key), the chosen query row
-    outlined in ``hard_color``. Data "map": {query, key, y, selected}."""
-    return {
-        **_frame(200),
-        "data": {"name": "map"},
-        "layer": [
-            {
-                "mark": {"type": "rect"},
-                "encoding": {
-                    "x": {"field": "key", "type": "ordinal", "title": "key"},
-                    "y": {"field": "query", "type": "ordinal", "title": "query"},
-                    "color": {
-                        "field": "y",
-                        "type": "quantitative",
-                        "title": "weight",
-                        "scale": {"scheme": "blues", "domain": [0, 1]},
-                        "legend": {"orient": "right", "gradientLength": 120},
-                    },
-                    "tooltip": [
-                        {"field": "query"},
-                        {"field": "key"},
-                        {"field": "y", "type": "quantitative", "format": ".4f"},
-                    ],
-                },
-            },
-            {
-                "mark": {
-                    "type": "rect",
-                    "fill": None,
-                    "stroke": hard_color,
-                    "strokeWidth": 2,
-                },
-                "transform": [{"filter": "datum.selected"}],
-                "encoding": {
-                    "x": {"field": "key", "type": "ordinal"},
-                    "y": {"field": "query", "type": "ordinal"},
-                },
-            },
-        ],
-        **_FONT,
-    }
-
-
-def weights_row_spec(soft_color: str, hard_color: str) -> dict:
-    """One query's weights (bars), softmax(s) (black ticks) and the Gumbel-max sample
-    (a triangle). Data "row": {key, y, p}; data "sample": {key}."""
-    return {
-        **_frame(200),
-        "layer": [
-            {
-                "data": {"name": "row"},
-                "mark": {"type": "bar", "color": soft_color, "opacity": 0.85},
-                "encoding": {
-                    "x": {"field": "key", "type": "ordinal", "title": "key"},
-                    "y": {
-                        "field": "y",
-                        "type": "quantitative",
-                        "title": "weight",
-                        "scale": {"domain": [0, 1.08]},
-                    },
-                    "tooltip": [
-                        {"field": "key"},
-                        {"field": "y", "format": ".4f"},
-                        {"field": "p", "format": ".4f"},
-                    ],
-                },
-            },
-            {
-                "data": {"name": "row"},
-                "mark": {"type": "tick", "color": "black", "thickness": 2},
-                "encoding": {
-                    "x": {"field": "key", "type": "ordinal"},
-                    "y": {"field": "p", "type": "quantitative"},
-                },
-            },
-            {
-                "data": {"name": "sample"},
-                "mark": {
-                    "type": "point",
-                    "shape": "triangle-down",
-                    "filled": True,
-                    "size": 90,
-                    "color": hard_color,
-                },
-                "encoding": {
-                    "x": {"field": "key", "type": "ordinal"},
-                    "y": {"datum": 1.0, "type": "quantitative"},
-                },
-            },
-        ],
-        **_FONT,
+        **FONT,
     }

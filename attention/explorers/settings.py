@@ -1,0 +1,114 @@
+"""The explorers' one settings check, shared by the live and the static face.
+
+Each explorer declares its settings once, as a dict {argument name: ``Choice`` or
+``Range``}; both faces call ``check`` on the values a chapter passes before drawing
+anything. A value outside its choices or range is a ValueError naming the argument as
+the caller wrote it, the value and what is allowed. Nothing is clamped: a live slider
+is built only from a value ``check`` accepted, and a static twin only looks up values
+that are points of its grid (``index``), so neither face can quietly show another
+setting than the one asked for.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of ``options`` (compared with ``==``, bools never stand in for numbers);
+    ``shown`` lists them as a reader knows them where the options are encoded (the
+    temperature slider's exponents shown as temperatures)."""
+
+    options: tuple
+    shown: tuple | None = None
+
+    def __init__(self, options, shown=None):
+        object.__setattr__(self, "options", tuple(options))
+        object.__setattr__(self, "shown", None if shown is None else tuple(shown))
+
+    def allowed(self) -> str:
+        return f"one of {list(self.shown or self.options)}"
+
+    def contains(self, value) -> bool:
+        flags = [isinstance(o, bool) for o in self.options]
+        if isinstance(value, bool) != all(flags) and (all(flags) or not any(flags)):
+            return False  # a bool for a number, or a number for a bool
+        try:
+            return value in self.options
+        except (TypeError, ValueError):  # an array, an unhashable value
+            return False
+
+
+@dataclass(frozen=True)
+class Range:
+    """A number in [lo, hi] on the grid lo + k * step (``step`` None: any number;
+    ``integer``: an int); ``log`` ranges (a log slider) read lo, hi and step as powers
+    of ten."""
+
+    lo: float
+    hi: float
+    step: float | None = None
+    integer: bool = True
+    log: bool = False
+
+    def allowed(self) -> str:
+        kind = "an int" if self.integer else "a number"
+        if self.log:
+            text = f"{kind} in [10^{self.lo}, 10^{self.hi}]"
+        else:
+            text = f"{kind} in [{self.lo}, {self.hi}]"
+        if self.step is not None:
+            text += f" in steps of {self.step}" + (" (in log10)" if self.log else "")
+        return text
+
+    def contains(self, value) -> bool:
+        numbers = (int,) if self.integer else (int, float)
+        try:
+            import numpy as np
+
+            numbers += (np.integer,) if self.integer else (np.integer, np.floating)
+        except ImportError:  # pragma: no cover
+            pass
+        if isinstance(value, bool) or not isinstance(value, numbers):
+            return False
+        if not math.isfinite(value):
+            return False
+        if self.log:
+            if value <= 0:
+                return False
+            x = math.log10(value)
+        else:
+            x = value
+        tol = 1e-9 * max(1.0, abs(self.hi - self.lo))
+        if not self.lo - tol <= x <= self.hi + tol:
+            return False
+        if self.step is None:
+            return True
+        k = (x - self.lo) / self.step
+        return abs(k - round(k)) <= (1e-6 if self.log else 1e-9)
+
+
+def check(settings: dict, **values) -> None:
+    """Every value named in ``values`` must lie in its declaration in ``settings``:
+    ValueError "``name`` must be <allowed>, got <value>" otherwise."""
+    for name, value in values.items():
+        rule = settings[name]
+        if not rule.contains(value):
+            raise ValueError(f"{name} must be {rule.allowed()}, got {value!r}")
+
+
+def check_option(name: str, value, options) -> None:
+    """A control's value must be one of its options (``check`` with one ``Choice``)."""
+    check({name: Choice(options)}, **{name: value})
+
+
+def index(name: str, value, options, shown=None) -> int:
+    """Where ``value`` sits among a control's ``options`` (a static twin's grid), after
+    ``check``: ValueError naming the argument and listing the options (``shown``)."""
+    check({name: Choice(options, shown)}, **{name: value})
+    return list(options).index(value)
+
+
+__all__ = ["Choice", "Range", "check", "check_option", "index"]
