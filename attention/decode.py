@@ -30,6 +30,7 @@ from .kvcache import (  # noqa: F401 (re-exported: the kernel's calls live there
     E4M3_MAX,
     _int_array,
     attention_with_kvcache,
+    cascade_attention,
     kv_group,
     mla_with_kvcache,
     quantize_e4m3,

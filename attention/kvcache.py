@@ -385,3 +385,43 @@ def mla_with_kvcache(
         "softmax_scale", 0, return_lse, (-1, -1), 0.0, None, None, None, None,
         "kv_cache", "kv_cache",
     )  # fmt: skip
+
+
+def cascade_attention(
+    q, k_prefix, v_prefix, k_cache, v_cache, cache_seqlens, scale=None
+):
+    """Cascade attention (FlashInfer's; SGLang and vLLM ship it for shared prompts): B
+    requests share a ``prefix`` of P tokens, ``k_prefix, v_prefix (P, H_kv, d)`` stored
+    once, and own suffixes in ``k_cache, v_cache (B, N_max, H_kv, d)`` of
+    ``cache_seqlens`` tokens (the N_q new ones included). One partial over the shared
+    prefix for all B N_q H_q rows (the prefix read once: every row sees all of it), one
+    per request over its suffix (causal), merged by ``attention.core.merge_partials``.
+    Returns (out (B, N_q, H_q, d), lse (B, H_q, N_q)): attention over prefix + suffix.
+    """
+    q = as_real_array("q", q, 4)
+    kp, vp = (
+        as_real_array("k_prefix", k_prefix, 3),
+        as_real_array("v_prefix", v_prefix, 3),
+    )
+    if kp.ndim != 3 or kp.shape != vp.shape or kp.shape[1:] != np.shape(k_cache)[2:]:
+        raise ValueError(
+            f"k_prefix and v_prefix must be (P, H_kv, d) matching the cache's "
+            f"(H_kv, d), got {kp.shape}, {vp.shape} against {np.shape(k_cache)}"
+        )
+    B, n_q, h_q, d = q.shape
+    group = kv_group(h_q, kp.shape[1])
+    scale = check_scale("scale", scale, d)
+    o_s, lse_s = attention_with_kvcache(
+        q, k_cache, v_cache, cache_seqlens, scale=scale, return_lse=True
+    )
+    k = np.repeat(kp.transpose(1, 0, 2), group, axis=0)  # (H_q, P, d)
+    v = np.repeat(vp.transpose(1, 0, 2), group, axis=0)
+    rows = q.transpose(2, 0, 1, 3).reshape(h_q, B * n_q, d)  # every request's rows
+    keep = np.ones((1, kp.shape[0]), dtype=bool)
+    o_p, lse_p = _chunk_partial(rows @ k.transpose(0, 2, 1) * scale, keep, v)
+    o_p = o_p.reshape(h_q, B, n_q, d).transpose(1, 2, 0, 3)  # (B, N_q, H_q, d)
+    lse_p = lse_p.reshape(h_q, B, n_q).transpose(1, 0, 2)  # (B, H_q, N_q)
+    o, lse = merge_partials(
+        [o_p.transpose(0, 2, 1, 3), o_s.transpose(0, 2, 1, 3)], [lse_p, lse_s]
+    )
+    return o.transpose(0, 2, 1, 3), lse
