@@ -1,5 +1,5 @@
-"""attention.memory.serving: MLA and fp8 bytes per token from the configs, the whole-step
-roofline's intensities (weights grow with B N_q, attention with N_q only), the
+"""attention.memory.serving: MLA and fp8 bytes per token from the configs, the whole
+step roofline's intensities (weights grow with B N_q, attention with N_q only), the
 compulsory count against the FA2 grid's, cascade bytes; attention.decode's cascade
 attention equals attention over prefix + suffix (fp64 reference)."""
 
