@@ -5,7 +5,9 @@ The math of ``kernels/decode``.
 
 Every function here is exact in float64: decoding token by token equals causal attention
 over the whole sequence to ~1e-15 (the tests hold 1e-12), whatever the split count or
-the page size. Per-head arrays are ``(B, H, N, d)``; ``attention_with_kvcache`` takes
+the page size. Per-head arrays are ``(B, H, N, d)``; ``attention_with_kvcache`` and
+``mla_with_kvcache`` (defined in ``attention.kvcache``, with their window, softcap,
+ALiBi, sink and fp8 keywords, and re-exported here) take
 the kernel's (flash-attn's) layout instead, ``q (B, N_q, H_q, d)`` against a cache
 ``(B, N_max, H_kv, d)`` or pages ``(num_pages, page_size, H_kv, d)`` with a block table.
 H_q is a multiple of H_kv (grouped-query attention, GQA; H_kv = 1 is multi-query, MQA):
@@ -19,33 +21,22 @@ merge. Arguments are checked first (ValueError or TypeError naming the argument)
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
 from .checks import as_real_array, check_bool, check_int, check_scale
 from .core import logsumexp, merge_partials, softmax, weighted_sum
 from .flash import standard_forward
-
-# ---------------------------------------------------------------------------------
-# GQA: the KV heads shared by groups of query heads
-# ---------------------------------------------------------------------------------
-
-
-def kv_group(n_heads_q: int, n_heads_kv: int) -> int:
-    """Query heads per KV head, H_q // H_kv (ValueError unless H_kv divides H_q)."""
-    h_q, h_kv = check_int("H_q", n_heads_q, 1), check_int("H_kv", n_heads_kv, 1)
-    if h_q % h_kv:
-        raise ValueError(f"H_q must be a multiple of H_kv, got H_q={h_q}, H_kv={h_kv}")
-    return h_q // h_kv
-
-
-def repeat_kv(x, group: int, axis: int = -3) -> np.ndarray:
-    """Each KV head repeated ``group`` times along the head axis (default ``(B, H_kv, N,
-    d)`` -> ``(B, H_kv * group, N, d)``): query head h then meets KV head h // group."""
-    x = as_real_array("x", x, 3)
-    return np.repeat(x, check_int("group", group, 1), axis=axis)
-
+from .kvcache import (  # noqa: F401 (re-exported: the kernel's calls live there)
+    E4M3_MAX,
+    _int_array,
+    attention_with_kvcache,
+    cascade_attention,
+    kv_group,
+    mla_with_kvcache,
+    quantize_e4m3,
+    repeat_kv,
+    round_e4m3,
+)
 
 # ---------------------------------------------------------------------------------
 # Partial softmaxes, merged by attention.core.merge_partials (chapters 2, 5 and 6)
@@ -345,137 +336,6 @@ class PagedKVCache:
         k = self.k[pages].reshape(-1, *self.k.shape[2:])[:n]  # (length, H_kv, d)
         v = self.v[pages].reshape(-1, *self.v.shape[2:])[:n]
         return k, v
-
-
-# ---------------------------------------------------------------------------------
-# The kernel's call, in NumPy
-# ---------------------------------------------------------------------------------
-
-
-def _int_array(name, x, ndim):
-    a = np.asarray(x)
-    if a.dtype == np.bool_ or not np.issubdtype(a.dtype, np.integer):
-        raise TypeError(f"{name} must be an integer array, got dtype {a.dtype}")
-    if a.ndim != ndim:
-        raise ValueError(f"{name} must be {ndim}-D, got shape {a.shape}")
-    return a.astype(np.int64)
-
-
-def attention_with_kvcache(
-    q,
-    k_cache,
-    v_cache,
-    cache_seqlens,
-    block_table=None,
-    causal: bool = True,
-    scale: float | None = None,
-    num_splits: int = 0,
-    return_lse: bool = False,
-    *,
-    softmax_scale: float | None = None,
-):
-    """The decode kernel's call (``kernels.decode.attention_with_kvcache``, flash-attn's
-    ``flash_attn_with_kvcache``) in float64 NumPy.
-
-    q (B, N_q, H_q, d); k_cache, v_cache (B, N_max, H_kv, d), or pages (num_pages,
-    page_size, H_kv, d) with ``block_table`` (B, max_pages) of physical page numbers;
-    cache_seqlens (B,): the valid keys of each sequence, the N_q new tokens included
-    (the queries are its last N_q positions; causal aligns bottom-right). ``num_splits``
-    cuts the keys into that many chunks merged by log-sum-exp (0 or 1: one chunk); the
-    result does not depend on it. ``scale`` is the softmax scale (default 1/sqrt(d));
-    the kernel's name for it, ``softmax_scale``, is accepted with a DeprecationWarning.
-    Returns out (B, N_q, H_q, d), and lse (B, H_q, N_q) with ``return_lse``.
-    """
-    scale_name = "scale"
-    if softmax_scale is not None:
-        warnings.warn(
-            "attention.decode.attention_with_kvcache: softmax_scale is deprecated "
-            "here (the NumPy functions call it scale); pass scale",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        if scale is not None:
-            raise TypeError("pass scale or softmax_scale, not both")
-        scale, scale_name = softmax_scale, "softmax_scale"
-    q = as_real_array("q", q)
-    k_cache, v_cache = (
-        as_real_array("k_cache", k_cache),
-        as_real_array("v_cache", v_cache),
-    )
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
-        if t.ndim != 4:
-            raise ValueError(f"{name} must be 4-D, got shape {t.shape}")
-    if k_cache.shape != v_cache.shape:
-        raise ValueError(
-            f"k_cache and v_cache must have one shape, got "
-            f"{k_cache.shape} and {v_cache.shape}"
-        )
-    B, n_q, h_q, d = q.shape
-    if k_cache.shape[3] != d:
-        raise ValueError(
-            f"q and k_cache must share the head dim d: q {q.shape}, "
-            f"k_cache {k_cache.shape}"
-        )
-    group = kv_group(h_q, k_cache.shape[2])
-    causal, return_lse = (
-        check_bool("causal", causal),
-        check_bool("return_lse", return_lse),
-    )
-    scale = check_scale(scale_name, scale, d)
-    splits = max(1, check_int("num_splits", num_splits, 0))
-    lens = _int_array("cache_seqlens", cache_seqlens, 1)
-    if lens.shape != (B,):
-        raise ValueError(f"cache_seqlens must be (B,) = ({B},), got {lens.shape}")
-    if block_table is None:
-        capacity = k_cache.shape[1]
-        if k_cache.shape[0] != B:
-            raise ValueError(
-                f"without a block_table, k_cache must be (B, N_max, H_kv, "
-                f"d) with B = {B}, got {k_cache.shape}"
-            )
-    else:
-        table = _int_array("block_table", block_table, 2)
-        if table.shape[0] != B:
-            raise ValueError(
-                f"block_table must be (B, max_pages) with B = {B}, got {table.shape}"
-            )
-        page = k_cache.shape[1]
-        capacity = table.shape[1] * page
-    if lens.size and (lens.min() < 0 or lens.max() > capacity):
-        raise ValueError(
-            f"cache_seqlens must be in 0..{capacity} (the cache's "
-            f"capacity per sequence), got {lens.tolist()}"
-        )
-    if ((lens > 0) & (lens < n_q)).any():
-        # the queries are the sequence's last N_q positions: as kernels.decode, a
-        # sequence holds them all or is an empty slot (0)
-        raise ValueError(
-            f"cache_seqlens counts the N_q = {n_q} new tokens: each must "
-            f"be 0 (an empty slot) or >= {n_q}, got {lens.tolist()}"
-        )
-    out = np.empty((B, h_q, n_q, d))  # (B, H_q, N_q, d)
-    lse = np.empty((B, h_q, n_q))  # (B, H_q, N_q)
-    for b in range(B):
-        n = int(lens[b])
-        if block_table is None:
-            k, v = k_cache[b, :n], v_cache[b, :n]  # (n, H_kv, d)
-        else:
-            pages = table[b, : -(-n // page)]
-            if pages.size and (pages.min() < 0 or pages.max() >= k_cache.shape[0]):
-                raise ValueError(
-                    f"block_table[{b}] points outside the pool of "
-                    f"{k_cache.shape[0]} pages: {pages.tolist()}"
-                )
-            k = k_cache[pages].reshape(-1, *k_cache.shape[2:])[:n]  # (n, H_kv, d)
-            v = v_cache[pages].reshape(-1, *v_cache.shape[2:])[:n]
-        k = repeat_kv(k.transpose(1, 0, 2), group, axis=0)  # (H_q, n, d)
-        v = repeat_kv(v.transpose(1, 0, 2), group, axis=0)
-        qb = q[b].transpose(1, 0, 2)  # (H_q, N_q, d)
-        out[b], lse[b] = split_kv_attention(
-            qb, k, v, splits, causal=causal, scale=scale
-        )
-    out = out.transpose(0, 2, 1, 3)  # (B, N_q, H_q, d)
-    return (out, lse) if return_lse else out
 
 
 # ---------------------------------------------------------------------------------

@@ -60,6 +60,8 @@ The package: ``sim`` (HBMSim, Traffic, the registry, shared checks), ``forward``
 (standard, flash1, flash2), ``backward`` (standard_bwd, flash2_bwd, flash2_bwd_split),
 ``roofline`` (block sizes, FLOPs, GPU specs), ``decode`` (chapter 5: one decode step
 of a batch, naive, FlashAttention-2's grid, split-KV and paged; real models' caches),
+``serving`` (chapter 5: MLA and fp8 bytes per token, the whole step's roofline, cascade
+bytes; imported as ``attention.memory.serving``),
 ``blocksparse`` (chapter 7: a block-sparse forward over a mask's visited tiles,
 simulated and in closed form; imported as ``attention.memory.blocksparse``),
 ``sparse`` (chapter 8: attention over chosen blocks, simulated and in closed form, and
