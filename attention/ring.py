@@ -26,6 +26,12 @@ device r+1 while receiving the next one from device r-1. Causal masks use the gl
 positions of the tokens (self-attention, N_q = N_k), so every layout gives the same
 result as one device would.
 
+All-gather context parallelism (Llama 3's; PyTorch's ``context_parallel`` default):
+``allgather_attention_numpy`` gives every device all K/V at once and attends its query
+shard in one block under the global causal mask; ``allgather_attention_backward_numpy``
+forms each device's dq and partial dK/dV for all keys, summed and returned to their
+owners as a reduce-scatter does. Both equal dense attention in float64.
+
 NaN rules as in ``attention.flash``: a fully masked query row gives o = 0 and
 lse = -inf; a NaN in a row's visible inputs gives NaN in that row only; a hidden key
 never reaches a query, whatever its values (the mask selects).

@@ -18,6 +18,15 @@ Counts (B sequences, H query heads, H_kv key/value heads, head dim d):
   causal diagonal block of n tokens has n(n+1)/2, not n^2/2. A kernel computes whole
   tiles, so it does slightly more; the model counts the work the mask leaves.
 
+The backward ring (``simulate_ring_backward`` / ``ring_backward_closed_form``), as
+``kernels.ring`` runs it: K/V travel again in the input dtype (steps t < P-1) and each
+shard's fp32 dK/dV accumulator travels one step behind them at every step, the last
+hop bringing it home; FLOPs are 10 * pairs * H * d * B (FlashAttention-2's five
+matmuls), so per step the backward moves (b + 4) / b times the forward's bytes (3x in
+bf16) for 2.5x its FLOPs, and ``pass_threshold(..., backward=True)`` is 1.2x the
+forward's in bf16. All-gather context parallelism (``allgather_closed_form``): one
+all-gather of K/V (the ring's volume, at once) and one reduce-scatter of dK/dV.
+
 DeepSpeed-Ulysses (Jacobs et al. 2023) splits heads instead: an all-to-all turns
 (N/P tokens, all heads) into (all N tokens, H/P heads) for q, k, v, each device runs
 ordinary attention, and a second all-to-all returns o. It needs H and H_kv divisible by
