@@ -506,6 +506,52 @@
                          times: { spec: "times", data: { times } } }, text };
     },
   };
+  // ------------------------------------------------------------------ chapter 7
+  KINDS.blockmask = {
+    charts: ["tiles", "bytes"],
+    controls: ({ grid: g, init }) => [
+      select("preset", "model preset", Object.keys(g.presets), init.preset),
+      select("kind", "mask", g.kinds, init.kind),
+      select("window", "window", g.values.window, init.window, fmtInt),
+      select("document", "document length", g.values.document, init.document, fmtInt),
+      select("prefix", "prefix", g.values.prefix, init.prefix, fmtInt),
+      select("N", "sequence length N", g.N, init.N, fmtInt),
+      select("B", "block size", g.B, init.B)],
+    update(cfg, s, h) {
+      // Rows were computed in Python (attention.explorers.blockmask.mask_grid); look-ups
+      // and drawing only.
+      const g = cfg.grid, pre = g.presets[Object.keys(g.presets)[s.preset]];
+      const ki = pre ? pre[0] : s.kind, kind = g.kinds[ki];
+      const vi = pre ? pre[1] : (kind === "causal" ? 0 : s[kind]);
+      const value = g.values[kind][vi], N = g.N[s.N], B = g.B[s.B];
+      for (const k of ["kind", "window", "document", "prefix"]) {
+        h.controls[k].input.disabled = !!pre || (k !== "kind" && k !== kind);
+      }
+      const key = `${kind},${value},${N},${B}`, r = g.ranges[key], w = g.work[key];
+      const rows = r.length / 4, cols = Math.ceil(N / B);
+      const tiles = [{ x: 0, x2: cols, y: 0, y2: rows, tile: "empty" }];
+      for (let i = 0; i < rows; i++) {
+        const [jlo, flo, fhi, jhi] = r.slice(4 * i, 4 * i + 4);
+        const rect = (a, b, tile) => { if (b > a) tiles.push({ x: a, x2: b, y: i, y2: i + 1, tile }); };
+        if (fhi < flo) rect(jlo, jhi + 1, "partial");
+        else { rect(jlo, flo, "partial"); rect(flo, fhi + 1, "full"); rect(fhi + 1, jhi + 1, "partial"); }
+      }
+      const c = g.work[`causal,0,${N},${B}`];
+      const lines = [];
+      const mine = g.lines[`${kind},${value},${B}`], dense = g.lines[`causal,0,${B}`];
+      g.line_N.forEach((n, k) => lines.push({ x: n, series: "dense causal", mib: dense[k] / 2 ** 20 },
+        { x: n, series: "this mask", mib: mine[k] / 2 ** 20 }));
+      const what = kind === "causal" ? "causal" : `${kind} ${fmtInt(value)}`;
+      const text = `<p>${esc(what)}, N = ${fmtInt(N)}, tiles ${B} × ${B}: the kernel visits ` +
+        `<b>${fmtInt(w[0])}</b> of ${fmtInt(w[3])} tiles (<b>${(100 * w[0] / w[3]).toFixed(1)}%</b>; ` +
+        `${fmtInt(w[1])} full, ${fmtInt(w[2])} partial), sparsity ${(100 * (w[3] - w[0]) / w[3]).toFixed(1)}%. ` +
+        `One head, d = ${g.d}, bf16: <b>${human(w[4])}</b> of HBM traffic and <b>${(w[5] / 1e9).toFixed(2)}</b> ` +
+        `GFLOPs, against dense causal's ${human(c[4])} and ${(c[5] / 1e9).toFixed(2)} GFLOPs ` +
+        `(${(w[5] / c[5]).toFixed(2)}× the FLOPs).</p>`;
+      return { charts: { tiles: { spec: "tiles", data: { tiles } },
+                         bytes: { spec: "bytes", data: { lines, marker: [{ x: N }] } } }, text };
+    },
+  };
   // ================================================================== the chapters' pictures
   // (attention/explorers/maps.py, softmax.py, estimators.py, sampling.py): rows computed
   // in Python, looked up here.

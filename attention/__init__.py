@@ -15,6 +15,8 @@ deformable  reference grid, offsets, bilinear sampling, DAT, multi-scale (MSDA)
             (chapter 4)
 decode      KV cache, split-KV (FlashDecoding), paged cache, GQA (chapter 5)
 ring        sharding layouts, blockwise attention, the ring schedule (chapter 6)
+masks       mask and score mods of positions, block masks, attention under them with
+            sinks (chapter 7)
 plots       the book's figures and its one palette
 explorers   the book's explorers, one call each: ipywidgets in Jupyter and Colab,
             static twins drawn in the browser on the built site

@@ -3,7 +3,7 @@ results/<gpu>.json.
 
     python benchmarks/run.py                # every suite
     python benchmarks/run.py --suite flash  # one suite (flash, hard, deformable,
-                                            # decode, ring)
+                                            # decode, ring, flex)
     python benchmarks/run.py --quick        # smallest sweep, to check the script itself
     python benchmarks/run.py --dry-run      # on a CPU: the whole protocol, a fake timer
 
@@ -59,11 +59,18 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-SUITES = ["flash", "hard", "deformable", "decode", "ring"]
+SUITES = ["flash", "hard", "deformable", "decode", "ring", "flex"]
 # Share of the sweep budget per suite (time a suite leaves unused passes to the next
 # ones). The flash sweep (fwd and fwd+bwd, two dtypes, six lengths, six implementations)
 # is the largest.
-WEIGHTS = {"flash": 3.0, "hard": 1.0, "deformable": 1.0, "decode": 1.0, "ring": 0.5}
+WEIGHTS = {
+    "flash": 3.0,
+    "hard": 1.0,
+    "deformable": 1.0,
+    "decode": 1.0,
+    "ring": 0.5,
+    "flex": 1.0,
+}
 DRY_GPU = "dry run (CPU, fake timer)"
 
 

@@ -167,7 +167,7 @@ def _path_forward(path: str):
 def check_paths(dry: bool = False) -> dict:
     """Every forward path against the fp64 reference on this GPU: ``{"default": ...,
     "paths": {path: {"ok", "max_err", "error", "checks": [...]}}}``."""
-    from kernels.flash.tiles import LN2
+    from kernels.common import LN2
 
     shapes = DRY_CHECK_SHAPES if dry else CHECK_SHAPES
     out = {"default": forward_tma.DEFAULT_FORWARD_PATH, "paths": {}}

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 
 import torch
 
@@ -33,11 +34,13 @@ __all__ = [
     "LOG2E",
     "check_bool",
     "check_int",
+    "check_qkv",
     "check_scale",
     "check_size",
     "check_tensor",
     "dot_precision",
     "kernel_scale",
+    "renamed_scale",
     "upcast",
 ]
 
@@ -52,9 +55,8 @@ DTYPE_NAMES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.floa
 
 
 def check_bool(name: str, value) -> bool:
-    """A flag: exactly ``True`` or ``False`` (TypeError naming ``name`` otherwise; "
-    "an int
-    0/1 or a tensor is not a flag)."""
+    """A flag: exactly ``True`` or ``False`` (TypeError naming ``name`` otherwise; an
+    int 0/1 or a tensor is not a flag)."""
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
     return value
@@ -80,6 +82,64 @@ def check_tensor(name: str, value) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
     return value
+
+
+def check_qkv(q, k, v, same_dtype: bool = True) -> None:
+    """q (B, H, N_q, d), k and v (B, H_kv, N_k, d): 4-D floating-point tensors on one
+    device, k and v of one shape, batch and head dim matching q, H a multiple of H_kv
+    (GQA). TypeError/ValueError naming the tensor otherwise. Dtypes must match unless
+    ``same_dtype`` is False (the fp64 reference takes mixed inputs)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_tensor(name, t)
+        if t.ndim != 4:
+            raise ValueError(
+                f"{name} must be 4-D (B, H, N, d), got shape {tuple(t.shape)}"
+            )
+        if not t.is_floating_point():
+            raise TypeError(
+                f"{name} must be a floating-point tensor, got dtype {t.dtype}"
+            )
+    if same_dtype and not q.dtype == k.dtype == v.dtype:
+        raise TypeError(
+            f"q, k, v must share a dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}"
+        )
+    if not q.device == k.device == v.device:
+        raise ValueError(
+            f"q, k, v must be on one device, got q {q.device}, "
+            f"k {k.device}, v {v.device}"
+        )
+    if k.shape != v.shape:
+        raise ValueError(
+            f"k and v must have the same shape, got k {tuple(k.shape)} "
+            f"and v {tuple(v.shape)}"
+        )
+    (B, H, _, d), (Bk, H_kv, _, dk) = q.shape, k.shape
+    if Bk != B or dk != d:
+        raise ValueError(
+            f"k must be (B={B}, H_kv, N_k, d={d}) to match q "
+            f"{tuple(q.shape)}, got {tuple(k.shape)}"
+        )
+    if H_kv == 0 or H % H_kv != 0:
+        raise ValueError(
+            f"q heads H={H} must be a multiple of k/v heads H_kv={H_kv} "
+            f"(q {tuple(q.shape)}, k {tuple(k.shape)})"
+        )
+
+
+def renamed_scale(scale, old, name: str, old_name: str = "sm_scale"):
+    """The scale a public call got: ``scale`` under its current name ``name``, or
+    ``old`` under the old keyword ``old_name``, still accepted with a
+    DeprecationWarning so existing code runs. Both given: TypeError."""
+    if old is None:
+        return scale
+    if scale is not None:
+        raise TypeError(f"pass {name} only ({old_name} is its old name), not both")
+    warnings.warn(
+        f"{old_name}= is deprecated, pass {name}= instead",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return old
 
 
 def check_scale(scale, d: int, name: str = "scale") -> float:

@@ -19,7 +19,8 @@ Conventions shared with :mod:`kernels.flash`:
 * a query row that sees no key gets probability 0 everywhere and output 0, never NaN;
   a NaN in a row's inputs gives NaN in that row (``reference_attention``, the top-k
   baseline: output and lse), and a value row that a query cannot see never reaches it;
-* ``sm_scale`` defaults to ``1 / sqrt(d)``.
+* ``scale`` (PyTorch's name) defaults to ``1 / sqrt(d)``; the old keyword ``sm_scale=``
+  still works, with a DeprecationWarning.
 
 ``naive_hard_attention`` and ``naive_topk_attention`` are chapter 3's baselines for
 ``kernels.hard``: the same materialised ``S`` (``naive_scores``), then argmax or top-k
@@ -32,72 +33,25 @@ benchmark suite's correctness checks compare kernels against it.
 
 from __future__ import annotations
 
-import math
-import numbers
-
 import torch
+
+from .common import (
+    check_bool,
+    check_int,
+    check_qkv,
+    check_scale,
+    check_size,
+    renamed_scale,
+)
 
 
 def causal_mask(n_q: int, n_k: int, device=None) -> torch.Tensor:
     """Boolean ``(n_q, n_k)`` mask, True where query i may see
     key j (bottom-right aligned). n_q, n_k >= 0."""
-    n_q, n_k = _check_size("n_q", n_q), _check_size("n_k", n_k)
+    n_q, n_k = check_size("n_q", n_q), check_size("n_k", n_k)
     i = torch.arange(n_q, device=device)[:, None]
     j = torch.arange(n_k, device=device)[None, :]
     return j <= i + (n_k - n_q)
-
-
-def _check_size(name: str, value) -> int:
-    """A size: a non-negative int (TypeError for bools and floats)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
-    return int(value)
-
-
-FP32_MAX = 3.4028234663852886e38
-LOG2E = 1.4426950408889634
-
-
-def check_scale(sm_scale, d: int) -> float:
-    """The softmax scale: 1/sqrt(d) by default; refused (ValueError) when it is not a
-    finite real number or when sm_scale * log2(e), the factor the kernels fold into
-    their exp2 scores, overflows float32."""
-    if sm_scale is None:
-        return 1.0 / math.sqrt(d)
-    if isinstance(sm_scale, bool) or not isinstance(sm_scale, numbers.Real):
-        raise TypeError(
-            f"sm_scale must be a real number or None, got {type(sm_scale).__name__}"
-        )
-    scale = float(sm_scale)
-    if not math.isfinite(scale) or abs(scale) * LOG2E > FP32_MAX:
-        raise ValueError(
-            "sm_scale must be finite with |sm_scale * log2(e)| within "
-            f"float32 (|sm_scale| <= {FP32_MAX / LOG2E:.3g}), got "
-            f"{sm_scale}"
-        )
-    return scale
-
-
-FP32_TINY = 2.0**-126  # the smallest normal float32
-
-
-def kernel_scale(sm_scale, d: int) -> float:
-    """``check_scale`` for the Triton kernels, whose scale is a float32 argument: a
-    nonzero |sm_scale| below the smallest normal float32 (which Triton cannot pass as
-    fp32) is flushed to 0. That changes no fp32 result: exp2(s * sm_scale * log2 e)
-    rounds to 1 for every finite fp32 score s either way."""
-    scale = check_scale(sm_scale, d)
-    return 0.0 if abs(scale) < FP32_TINY else scale
-
-
-def check_causal(causal) -> bool:
-    if not isinstance(causal, bool):
-        raise TypeError(
-            f"causal must be a bool, got {type(causal).__name__} {causal!r}"
-        )
-    return causal
 
 
 def masked_matmul(
@@ -111,47 +65,6 @@ def masked_matmul(
     return terms.sum(-2)  # (..., N_q, d)
 
 
-def _check(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, same_dtype: bool = True
-) -> None:
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.ndim != 4:
-            raise ValueError(
-                f"{name} must be 4-D (B, H, N, d), got shape {tuple(t.shape)}"
-            )
-        if not t.is_floating_point():
-            raise TypeError(
-                f"{name} must be a floating-point tensor, got dtype {t.dtype}"
-            )
-    if same_dtype and not q.dtype == k.dtype == v.dtype:
-        raise TypeError(
-            f"q, k, v must share a dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}"
-        )
-    if not q.device == k.device == v.device:
-        raise ValueError(
-            f"q, k, v must be on one device, got q {q.device}, "
-            f"k {k.device}, v {v.device}"
-        )
-    if k.shape != v.shape:
-        raise ValueError(
-            f"k and v must have the same shape, got k {tuple(k.shape)} "
-            f"and v {tuple(v.shape)}"
-        )
-    (B, H, _, d), (Bk, H_kv, _, dk) = q.shape, k.shape
-    if Bk != B or dk != d:
-        raise ValueError(
-            f"k must be (B={B}, H_kv, N_k, d={d}) to match q "
-            f"{tuple(q.shape)}, got {tuple(k.shape)}"
-        )
-    if H_kv == 0 or H % H_kv != 0:
-        raise ValueError(
-            f"q heads H={H} must be a multiple of k/v heads H_kv={H_kv} "
-            f"(q {tuple(q.shape)}, k {tuple(k.shape)})"
-        )
-
-
 def repeat_kv(x: torch.Tensor, group: int) -> torch.Tensor:
     """(B, H_kv, N, d) -> (B, H_kv * group, N, d):
     each k/v head serves ``group`` q heads (an int >= 1)."""
@@ -160,7 +73,7 @@ def repeat_kv(x: torch.Tensor, group: int) -> torch.Tensor:
             f"x must be a 4-D (B, H_kv, N, d) torch.Tensor, got "
             f"{type(x).__name__} {tuple(getattr(x, 'shape', ()))}"
         )
-    if _check_size("group", group) < 1:
+    if check_size("group", group) < 1:
         raise ValueError(f"group must be >= 1 (q heads per k/v head), got {group}")
     return x if group == 1 else x.repeat_interleave(group, dim=1)  # (B, H, N, d)
 
@@ -169,13 +82,15 @@ def naive_scores(
     q: torch.Tensor,
     k: torch.Tensor,
     causal: bool = False,
+    scale: float | None = None,
+    *,
     sm_scale: float | None = None,
 ) -> torch.Tensor:
     """S = q k^T * scale, materialised: (B, H, N_q, N_k), causally hidden entries
     -inf."""
-    _check(q, k, k)
-    scale = check_scale(sm_scale, q.shape[-1])
-    check_causal(causal)
+    check_qkv(q, k, k)
+    scale = check_scale(renamed_scale(scale, sm_scale, "scale"), q.shape[-1])
+    check_bool("causal", causal)
     k = repeat_kv(k, q.shape[1] // k.shape[1])  # (B, H, N_k, d)
     s = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, N_q, N_k): in HBM
     if causal:
@@ -190,6 +105,8 @@ def naive_attention(
     k: torch.Tensor,
     v: torch.Tensor,
     causal: bool = False,
+    scale: float | None = None,
+    *,
     sm_scale: float | None = None,
 ) -> torch.Tensor:
     """softmax(q k^T * scale) v with S and P materialised: q (B, H, N_q, d), k/v (B,
@@ -199,9 +116,10 @@ def naive_attention(
     would run it), so its error against :func:`reference_attention` is PyTorch's own
     error in that dtype.
     """
-    _check(q, k, v)
+    check_qkv(q, k, v)
     v = repeat_kv(v, q.shape[1] // k.shape[1])  # (B, H, N_k, d)
-    s = naive_scores(q, k, causal, sm_scale)  # (B, H, N_q, N_k): in HBM
+    scale = renamed_scale(scale, sm_scale, "scale")
+    s = naive_scores(q, k, causal, scale)  # (B, H, N_q, N_k): in HBM
     p = torch.softmax(s, dim=-1)  # (B, H, N_q, N_k): in HBM, kept for the backward
     if causal:  # a row with no visible key: 0, not NaN
         p = p.masked_fill(
@@ -218,6 +136,8 @@ def reference_attention(
     k: torch.Tensor,
     v: torch.Tensor,
     causal: bool = False,
+    scale: float | None = None,
+    *,
     sm_scale: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """fp64 attention and its natural log-sum-exp:
@@ -227,13 +147,13 @@ def reference_attention(
     A row with no visible key has o = 0 and lse = -inf. Mixed input dtypes are fine
     (everything becomes float64).
     """
-    _check(q, k, v, same_dtype=False)
+    check_qkv(q, k, v, same_dtype=False)
     group = q.shape[1] // k.shape[1]
-    scale = check_scale(sm_scale, q.shape[-1])
+    scale = check_scale(renamed_scale(scale, sm_scale, "scale"), q.shape[-1])
     q, k, v = q.double(), repeat_kv(k.double(), group), repeat_kv(v.double(), group)
     s = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, N_q, N_k)
     keep = None
-    if check_causal(causal):
+    if check_bool("causal", causal):
         keep = causal_mask(q.shape[2], k.shape[2], device=q.device)
         s = s.masked_fill(~keep, float("-inf"))
     # (B, H, N_q); -inf where every key is masked, NaN rows NaN
@@ -252,21 +172,22 @@ def _rows(v: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     return torch.gather(v, 2, flat).view(B, H, N_q, T, v.shape[-1])  # (B, H, N_q, T, d)
 
 
-def naive_hard_attention(q, k, v, causal=False, sm_scale=None):
+def naive_hard_attention(q, k, v, causal=False, scale=None, *, sm_scale=None):
     """S = q k^T (materialised), idx = argmax S, o = v[idx].  Returns (o, idx).
 
     A timing baseline for ``kernels.hard.hard_attention``: a row with no visible key
     gets torch.argmax's answer for an all -inf row (index 0), where the kernel returns
     -1 and o = 0.
     """
-    _check(q, k, v)
-    s = naive_scores(q, k, causal, sm_scale)  # (B, H, N_q, N_k)
+    check_qkv(q, k, v)
+    scale = renamed_scale(scale, sm_scale, "scale")
+    s = naive_scores(q, k, causal, scale)  # (B, H, N_q, N_k)
     idx = s.argmax(-1)  # (B, H, N_q)
     v = repeat_kv(v, q.shape[1] // k.shape[1])  # (B, H, N_k, d)
     return _rows(v, idx.unsqueeze(-1))[:, :, :, 0], idx
 
 
-def naive_topk_attention(q, k, v, topk, causal=False, sm_scale=None):
+def naive_topk_attention(q, k, v, topk, causal=False, scale=None, *, sm_scale=None):
     """S = q k^T (materialised), the topk scores per row, their softmax,
     the kept rows of V.
 
@@ -274,12 +195,10 @@ def naive_topk_attention(q, k, v, topk, causal=False, sm_scale=None):
     than ``topk`` visible keys) weigh 0 and are not read; a row with no visible key
     gives 0, a row with a NaN score gives NaN.
     """
-    _check(q, k, v)
-    if isinstance(topk, bool) or not isinstance(topk, int):
-        raise TypeError(f"topk must be an int, got {type(topk).__name__}")
-    if topk < 1:
-        raise ValueError(f"topk must be >= 1, got {topk}")
-    s = naive_scores(q, k, causal, sm_scale)  # (B, H, N_q, N_k)
+    check_qkv(q, k, v)
+    check_int("topk", topk, 1)
+    scale = renamed_scale(scale, sm_scale, "scale")
+    s = naive_scores(q, k, causal, scale)  # (B, H, N_q, N_k)
     vals, idx = s.topk(min(topk, s.shape[-1]), dim=-1)  # (B, H, N_q, T)
     kept = vals > float("-inf")  # (B, H, N_q, T)
     m = vals.float().amax(-1, keepdim=True)

@@ -90,7 +90,12 @@ def test_nan_rule_of_hard_and_topk_kernels(shape, where, causal, seed, topk):
     rows = ref_rows(qn, kn, causal, 0.25)
 
     o, idx = hard_attention(
-        q.to(DEV), k.to(DEV), v.to(DEV), causal=causal, sm_scale=0.25, return_index=True
+        q.to(DEV),
+        k.to(DEV),
+        v.to(DEV),
+        causal=causal,
+        softmax_scale=0.25,
+        return_index=True,
     )
     o, idx = o[0, 0].cpu().numpy(), idx[0, 0].cpu().numpy()
     o_s, idx_s = hard_attention(
@@ -98,7 +103,7 @@ def test_nan_rule_of_hard_and_topk_kernels(shape, where, causal, seed, topk):
         k.to(DEV),
         v.to(DEV),
         causal=causal,
-        sm_scale=0.25,
+        softmax_scale=0.25,
         sample=True,
         seed=seed,
         return_index=True,
@@ -110,7 +115,7 @@ def test_nan_rule_of_hard_and_topk_kernels(shape, where, causal, seed, topk):
         v.to(DEV),
         topk,
         causal=causal,
-        sm_scale=0.25,
+        softmax_scale=0.25,
         return_index=True,
     )
     o_k, idx_k = o_k[0, 0].cpu().numpy(), np.sort(idx_k[0, 0].cpu().numpy(), -1)

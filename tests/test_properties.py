@@ -313,10 +313,21 @@ def kernel_problem(draw):
 def test_flash_kernel_matches_reference_for_any_tiles(prob, block_m, block_n):
     q, k, v, causal, scale = prob
     o, lse = flash_attention(
-        q.to(DEV), k.to(DEV), v.to(DEV), causal=causal, sm_scale=scale, return_lse=True
+        q.to(DEV),
+        k.to(DEV),
+        v.to(DEV),
+        causal=causal,
+        softmax_scale=scale,
+        return_lse=True,
     )
     o_t = forward_with_tiles(
-        q.to(DEV), k.to(DEV), v.to(DEV), block_m, block_n, causal=causal, sm_scale=scale
+        q.to(DEV),
+        k.to(DEV),
+        v.to(DEV),
+        block_m,
+        block_n,
+        causal=causal,
+        softmax_scale=scale,
     )
     group = q.shape[1] // k.shape[1]
     n_q, n_k, d = q.shape[2], k.shape[2], q.shape[3]
@@ -349,7 +360,12 @@ def test_hard_kernels_match_numpy_twin(n_q, n_k, topk, causal, seed, nan):
         t = {"q": q, "k": k, "v": v}[nan]
         t[0, 0, seed % t.shape[2], seed % 8] = float("nan")
     o, idx = hard_attention(
-        q.to(DEV), k.to(DEV), v.to(DEV), causal=causal, sm_scale=0.25, return_index=True
+        q.to(DEV),
+        k.to(DEV),
+        v.to(DEV),
+        causal=causal,
+        softmax_scale=0.25,
+        return_index=True,
     )
     o_n, idx_n = ahard.hard_attention(
         q[0, 0].numpy(),
@@ -367,7 +383,7 @@ def test_hard_kernels_match_numpy_twin(n_q, n_k, topk, causal, seed, nan):
         v.to(DEV),
         topk,
         causal=causal,
-        sm_scale=0.25,
+        softmax_scale=0.25,
         return_index=True,
     )
     idx_kn = ahard.topk_index(
@@ -426,12 +442,12 @@ def test_msda_kernel_matches_numpy_twin_in_float64(l_q, n_l, n_p, d, seed):
 
 
 @SLOW
-@given(st.sampled_from(["sm_scale", "causal", "topk"]), st.data())
+@given(st.sampled_from(["softmax_scale", "causal", "topk"]), st.data())
 def test_kernel_bad_arguments_raise_value_or_type_error(arg, data):
     q = torch.zeros(1, 1, 4, 16, device=DEV)
     value = data.draw(
         {
-            "sm_scale": st.sampled_from([1e300, -3e38, math.inf, math.nan, "1"]),
+            "softmax_scale": st.sampled_from([1e300, -3e38, math.inf, math.nan, "1"]),
             "causal": st.sampled_from(["False", 1, None]),
             "topk": st.sampled_from([0, -1, 2.7, "3", 129]),
         }[arg]

@@ -11,6 +11,8 @@ specs    the twins' Vega-Lite specs
 decode   chapter 5's explorer (decoding with a KV cache), its data, twin and widget in
          one module
 ring     chapter 6's explorer (context parallelism across GPUs), the same way
+blockmask  chapter 7's explorer (masks, block masks and the work they save), the same
+         way
 maps     chapter 1's pictures: the trained attention maps, the masks
 pretrained  chapter 1's real model: MiniLM's heads on the chapter's sentences
 softmax  chapter 2's: the online softmax block by block, the roofline
@@ -26,6 +28,7 @@ takes the same arguments in both; on the site they must be points of the twin's 
 from __future__ import annotations
 
 from . import live, site, static
+from .blockmask import block_mask_explorer
 from .decode import decode_explorer
 from .estimators import estimator_explorer
 from .maps import attention_map_explorer, map_task, mask_explorer
@@ -38,6 +41,7 @@ from .softmax import online_softmax_explorer, roofline_explorer
 __all__ = [
     "ON_SITE",
     "attention_map_explorer",
+    "block_mask_explorer",
     "context_parallel_explorer",
     "decode_explorer",
     "deformable_traffic_explorer",

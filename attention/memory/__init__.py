@@ -60,7 +60,9 @@ The package: ``sim`` (HBMSim, Traffic, the registry, shared checks), ``forward``
 (standard, flash1, flash2), ``backward`` (standard_bwd, flash2_bwd, flash2_bwd_split),
 ``roofline`` (block sizes, FLOPs, GPU specs), ``decode`` (chapter 5: one decode step
 of a batch, naive, FlashAttention-2's grid, split-KV and paged; real models' caches),
-``cache`` (what the model leaves out: the
+``blocksparse`` (chapter 7: a block-sparse forward over a mask's visited tiles,
+simulated and in closed form; imported as ``attention.memory.blocksparse``), ``cache``
+(what the model leaves out: the
 compulsory traffic, each tensor once, and the L2 policy under which a GPU gets near it).
 Every public name is re-exported here.
 """

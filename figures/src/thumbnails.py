@@ -6,7 +6,8 @@ self-attention map, chapter 2 the HBM traffic of standard attention, FlashAttent
 and -2 with the compulsory traffic, chapter 3 hard (Gumbel-softmax) weights at a low
 temperature, chapter 4 deformable sampling points over an image, chapter 5 decoding
 against prefill on the roofline, chapter 6 the ring's schedule (each step's block
-computed while the next K/V shard travels). Run from the repository root:
+computed while the next K/V shard travels), chapter 7 the block mask of a causal
+sliding window (full, partial and skipped tiles). Run from the repository root:
 ``python figures/src/thumbnails.py``; intro.md shows the files it writes.
 """
 
@@ -25,7 +26,8 @@ from matplotlib import cbook  # noqa: E402
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from attention import core, deformable, hard, memory, plots  # noqa: E402
+from attention import core, deformable, hard, masks, memory, plots  # noqa: E402
+from attention.plots import masks as mask_plots  # noqa: E402
 from attention.plots import ring as ring_plots  # noqa: E402
 
 OUT_DIR = ROOT / "figures"
@@ -131,11 +133,20 @@ def ch6():
     return fig
 
 
+def ch7():
+    """The block mask of a causal sliding window (chapter 7's figure)."""
+    window = masks.and_masks(masks.causal_mask, masks.sliding_window(64))
+    fig, ax = _new()
+    mask_plots.block_mask_plot(masks.block_mask(window, 256, block_size=32), ax=ax)
+    ax.set_title("")
+    return fig
+
+
 def main(out_dir: pathlib.Path = OUT_DIR) -> list[pathlib.Path]:
     plots.use_book_style()
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for k, draw in enumerate((ch1, ch2, ch3, ch4, ch5, ch6), start=1):
+    for k, draw in enumerate((ch1, ch2, ch3, ch4, ch5, ch6, ch7), start=1):
         fig = draw()
         fig.tight_layout(pad=0.3)
         path = out_dir / f"thumb_ch{k}.png"

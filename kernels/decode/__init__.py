@@ -15,7 +15,7 @@ Call
     (B, N_q, H_q, d) in q's dtype, and with ``return_lse`` lse (B, H_q, N_q) float32
     (natural log).
 Algorithm
-    Kernel 1 (``kernel._decode_split``), grid (H_kv x row blocks, num_splits, B): a
+    Kernel 1 (``forward._decode_split``), grid (H_kv x row blocks, num_splits, B): a
     program holds every query row that reads one KV head, the G = H_q / H_kv heads of
     the group times the N_q tokens, as one tile of BLOCK_M = next power of two of
     G N_q (16 ... 64 rows, 32 for CUDA-core dots at d > 128; more rows take more
@@ -25,7 +25,7 @@ Algorithm
     per tile when BLOCK_N divides the page size, else one per key), with the online
     softmax of :mod:`kernels.flash` in base 2 (exp2, log2(e) folded into the scale),
     and writes a normalised partial output o_s and its log-sum-exp lse_s in fp32.
-    Kernel 2 (``kernel._decode_merge``), one program per (sequence, head, token):
+    Kernel 2 (``forward._decode_merge``), one program per (sequence, head, token):
     o = sum_s exp(lse_s - lse) o_s with lse = log sum_s exp(lse_s), the merge rule of
     chapter 2's online softmax applied across programs (FlashDecoding). With one split
     kernel 1 writes the output directly and there is no merge.
@@ -64,7 +64,7 @@ Head dims
     1 ... 256 (float32 on a GPU: 1 ... 128); the tile is padded to BLOCK_D = next
     power of two (at least 16) and the tail masked (d = 80 runs at d = 128's cost).
 Devices and tiles
-    CUDA sm_75/80/86/89/90 (``kernel.tiles``: BLOCK_N, warps, stages per architecture
+    CUDA sm_75/80/86/89/90 (``tiles.tiles``: BLOCK_N, warps, stages per architecture
     class and padded head dim; CUDA-core dots on sm_75 and for fp32), checked ahead of
     time by ``kernels.machine_code.decode_check`` (no spills on sm_75/80/89/90). On a
     CPU the kernels run under the Triton interpreter with 16-key tiles.
@@ -80,6 +80,7 @@ Known limits
 from __future__ import annotations
 
 from .. import runtime  # noqa: F401  (first: decides CUDA vs interpreter)
-from .api import MAX_HEAD_DIM, attention_with_kvcache, choose_splits, prepare
+from .api import attention_with_kvcache, prepare
+from .checks import MAX_HEAD_DIM, choose_splits
 
 __all__ = ["attention_with_kvcache", "prepare", "choose_splits", "MAX_HEAD_DIM"]

@@ -73,19 +73,15 @@ Known limits
 PyTorch versions built on ``grid_sample`` that the tests and benchmarks compare against.
 """
 
-from .dat import (
-    dat_config,
+from .api import (
+    MSDeformAttnFunction,
     deformable_attention,
     deformable_attention_reference,
-    sample_maps,
-)
-from .msda import (
-    MSDeformAttnFunction,
     ms_deform_attn,
     ms_deform_attn_reference,
-    msda_config,
+    sample_maps,
 )
-from .sampling import MAX_HEAD_DIM
+from .tiles import MAX_HEAD_DIM, dat_config, msda_config
 
 __all__ = [
     "MAX_HEAD_DIM",

@@ -37,10 +37,10 @@ NaN and inf
     (forward) and P^T dO, dS^T Q, dS K (backward) pair by pair, selecting the visible
     pairs, instead of through ``tl.dot`` (where a hidden pair weighs 0 and 0 * NaN =
     NaN); the backward does this in a second launch per kernel, whose programs stop at
-    once when the flag is clear. The scores q k^T * sm_scale are fp32: a row whose top
-    score overflows fp32 (or whose visible scores are all -inf) has no fp32 softmax and
-    reads NaN, never a finite guess or the empty-row answer. sm_scale * log2(e) itself
-    must fit fp32 (ValueError).
+    once when the flag is clear. The scores q k^T * softmax_scale are fp32: a row whose
+    top score overflows fp32 (or whose visible scores are all -inf) has no fp32
+    softmax and reads NaN, never a finite guess or the empty-row answer.
+    softmax_scale * log2(e) itself must fit fp32 (ValueError).
 Head dims
     1 ... 256, powers of two or not: the tile is padded to ``BLOCK_D`` = next power of
     two (at least 16) and the tail is masked, so d = 80 runs at d = 128's cost.
@@ -70,16 +70,35 @@ Known limits
     Head dims that are not powers of two waste the padded part of each tile. On sm_75
     the backward pass refuses head dims above 128 (ValueError): with FMA dot products
     every tile of at least 16 x 16 spills registers there.
+
+Lent to the other families (public, so no family imports another's private names):
+``check_inputs`` (the q/k/v and scale checks), ``forward_lse`` / ``backward_lse``
+(one block's forward returning o and the base-2 lse, and the backward from them: what
+ring attention calls per step), and the ``@triton.jit`` pieces of :mod:`.blocks`:
+``softmax_pv_step`` (one key tile of the online softmax), ``finite_dot`` (the masked
+P V tile that keeps a hidden NaN/inf value row out), ``masked_row_max``,
+``finish_rows`` and ``key_range``.
 """
 
 from .api import attention_probs, flash_attention
-from .forward import forward_with_tiles
+from .backward import backward_lse
+from .blocks import finish_rows, finite_dot, key_range, masked_row_max, softmax_pv_step
+from .checks import check_inputs
+from .forward import forward_lse, forward_with_tiles
 from .tiles import FORWARD_PATHS, MAX_HEAD_DIM
 
 __all__ = [
     "FORWARD_PATHS",
     "MAX_HEAD_DIM",
     "attention_probs",
+    "backward_lse",
+    "check_inputs",
+    "finish_rows",
+    "finite_dot",
     "flash_attention",
+    "forward_lse",
     "forward_with_tiles",
+    "key_range",
+    "masked_row_max",
+    "softmax_pv_step",
 ]

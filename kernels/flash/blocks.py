@@ -2,7 +2,7 @@
 
 Tile loads and stores with their edge masks, the causal key and query ranges of a
 block, the masked row maximum, the online-softmax step of the forwards
-(``_softmax_pv_step``, used by the pointer and the TMA forward), the rows' finish, the
+(``softmax_pv_step``, used by the pointer and the TMA forward), the rows' finish, the
 backward's query-row loader and the pair-by-pair dot of the NaN shield.
 """
 
@@ -90,7 +90,7 @@ def _select_dot(
 
 
 @triton.jit
-def _key_range(
+def key_range(
     start_m,
     N_CTX_Q,
     N_CTX_K,
@@ -145,7 +145,7 @@ def _query_range(
 
 
 @triton.jit
-def _masked_row_max(
+def masked_row_max(
     m_i, s, start_n, offs_m, N_CTX_K, causal_offset, IS_CAUSAL: tl.constexpr
 ):
     """The running row max after a masked tile of base-2 scores ``s`` (hidden pairs
@@ -165,7 +165,7 @@ def _masked_row_max(
 
 
 @triton.jit
-def _finish_rows(acc, l_i, m_i):
+def finish_rows(acc, l_i, m_i):
     """The forward's epilogue: o = acc / l and the base-2 lse (on the same fp32 grid
     as the scores the backward recomputes). A row that saw no key has l = 0: o = 0, lse
     = -inf. l = 0 with a max other than -inf means the row's top score overflowed fp32
@@ -181,7 +181,7 @@ def _finish_rows(acc, l_i, m_i):
 
 
 @triton.jit
-def _softmax_pv_step(
+def softmax_pv_step(
     acc,
     l_i,
     m_i,
@@ -224,7 +224,7 @@ def _softmax_pv_step(
             visible = visible & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
         s = tl.where(visible, s, float("-inf"))
         # -- online softmax: new running max, rescale what was accumulated so far --
-        m_ij, m_ij_safe = _masked_row_max(
+        m_ij, m_ij_safe = masked_row_max(
             m_i, s, start_n, offs_m, N_CTX_K, causal_offset, IS_CAUSAL
         )
         p = tl.exp2(s - m_ij_safe[:, None])
@@ -323,7 +323,7 @@ def _load_query_rows(
 
 
 @triton.jit
-def _finite_dot(acc, a, b, visible, COUNT: tl.constexpr, DOT_PRECISION: tl.constexpr):
+def finite_dot(acc, a, b, visible, COUNT: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """acc += a @ b, where ``a`` is 0 at the hidden pairs (``visible`` False) and no
     non-finite entry of b may reach acc through a hidden pair (in a plain dot it weighs
     0, and 0 * NaN = NaN). The slow path of the causal masked tiles, taken only when an

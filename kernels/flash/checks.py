@@ -1,7 +1,7 @@
 """Host-side checks shared by every FlashAttention launch.
 
-Argument validation (``_validate``: shapes, dtypes, devices, the softmax scale), the
-dtype rules of the dot products (``_upcast``, ``_dot_precision``) and the device-side
+Argument validation (``check_inputs``: shapes, dtypes, devices, the softmax scale), the
+dtype rules of the dot products (``upcast``, ``dot_precision``) and the device-side
 NaN/inf flags that switch the causal launches to their pair-by-pair path.
 """
 
@@ -10,24 +10,22 @@ from __future__ import annotations
 import torch
 
 from .. import runtime
-from ..naive import kernel_scale
+from ..common import FLOAT_DTYPES, check_tensor, kernel_scale
 from .tiles import MAX_HEAD_DIM
 
-_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
-
-def _validate(q, k, v, sm_scale) -> float:
-    """Check q (B, H, N_q, d), k/v (B, H_kv, N_k, d); return the softmax scale."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+def check_inputs(q, k, v, scale, name: str = "softmax_scale") -> float:
+    """Check q (B, H, N_q, d), k/v (B, H_kv, N_k, d); return the softmax scale (errors
+    about the scale name ``name``, the caller's argument)."""
+    for arg, t in (("q", q), ("k", k), ("v", v)):
+        check_tensor(arg, t)
         if t.ndim != 4:
             raise ValueError(
-                f"{name} must be 4-D (B, H, N, d), got shape {tuple(t.shape)}"
+                f"{arg} must be 4-D (B, H, N, d), got shape {tuple(t.shape)}"
             )
-        if t.dtype not in _DTYPES:
+        if t.dtype not in FLOAT_DTYPES:
             raise TypeError(
-                f"{name} must be float16, bfloat16 or float32, got dtype {t.dtype}"
+                f"{arg} must be float16, bfloat16 or float32, got dtype {t.dtype}"
             )
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(
@@ -74,21 +72,8 @@ def _validate(q, k, v, sm_scale) -> float:
             f"q heads H={H} must be a positive multiple of k/v heads "
             f"H_kv={H_kv} (q {tuple(q.shape)}, k {tuple(k.shape)})"
         )
-    # finite, and sm_scale * log2(e) (folded into the kernels' exp2 scores) within fp32
-    return kernel_scale(sm_scale, d)
-
-
-def _upcast(dtype: torch.dtype, device: torch.device) -> bool:
-    """bf16 tiles go through fp32 under the interpreter and on GPUs without bf16
-    tensor cores."""
-    if dtype != torch.bfloat16:
-        return False
-    return runtime.INTERPRET or torch.cuda.get_device_capability(device) < (8, 0)
-
-
-def _dot_precision(dtype: torch.dtype) -> str:
-    # tf32 is ignored for fp16/bf16 dots
-    return "ieee" if dtype == torch.float32 else "tf32"
+    # finite, and scale * log2(e) (folded into the kernels' exp2 scores) within fp32
+    return kernel_scale(scale, d, name)
 
 
 def _nonfinite_flag(causal, *tensors, nan_only=()) -> torch.Tensor:

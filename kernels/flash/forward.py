@@ -1,7 +1,7 @@
 """The FlashAttention-2 forward by pointer loads: the kernel and its launches.
 
 ``_attn_fwd`` (one program per query block and batch x head; the key loop
-``_attn_fwd_inner`` over the online-softmax step of :mod:`.blocks`), ``_forward``
+``_attn_fwd_inner`` over the online-softmax step of :mod:`.blocks`), ``forward_lse``
 (autotuned launch, returns o and the base-2 lse) and ``forward_with_tiles`` (a tile
 of your choice, for the benchmark sweep).
 """
@@ -12,9 +12,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ..naive import check_causal
-from .blocks import _finish_rows, _key_range, _load_tile, _softmax_pv_step, _store_tile
-from .checks import _dot_precision, _upcast, _v_bad, _validate
+from ..common import check_bool, dot_precision, renamed_scale, upcast
+from .blocks import _load_tile, _store_tile, finish_rows, key_range, softmax_pv_step
+from .checks import _v_bad, check_inputs
 from .tiles import _HEURISTICS, _LOG2E, _all_configs, _pruner, block_d, n_bucket
 
 
@@ -57,7 +57,7 @@ def _attn_fwd_inner(
     sm_90 but keeps it in registers for the whole loop: on sm_80/89 and several sm_90
     configs ptxas then spills, so the full compile check refuses it.)
     MASKED: the diagonal blocks (causal) and the ragged last key block
-    (``_softmax_pv_step``).
+    (``softmax_pv_step``).
     """
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
@@ -76,7 +76,7 @@ def _attn_fwd_inner(
             v = v.to(tl.float32)
         # -- raw scores q k^T, (BLOCK_M, BLOCK_N), on chip --
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-        acc, l_i, m_i = _softmax_pv_step(
+        acc, l_i, m_i = softmax_pv_step(
             acc,
             l_i,
             m_i,
@@ -186,7 +186,7 @@ def _attn_fwd(
 
     # key range: keys < hi for this block, keys < full_end seen by every row
     causal_offset = N_CTX_K - N_CTX_Q
-    hi, full_end = _key_range(start_m, N_CTX_Q, N_CTX_K, IS_CAUSAL, BLOCK_M, BLOCK_N)
+    hi, full_end = key_range(start_m, N_CTX_Q, N_CTX_K, IS_CAUSAL, BLOCK_M, BLOCK_N)
     offs_n0 = tl.arange(0, BLOCK_N)  # key offsets within a block
     v_bad = tl.load(V_BAD)  # does V hold a NaN/inf anywhere? (causal launches set it)
     # stage 1: blocks every row sees in full, no masks
@@ -253,7 +253,7 @@ def _attn_fwd(
             NEG_SCALE,
         )
 
-    acc, lse2 = _finish_rows(acc, l_i, m_i)
+    acc, lse2 = finish_rows(acc, l_i, m_i)
     lse_ptrs = LSE2 + off_hz.to(tl.int64) * N_CTX_Q + offs_m  # contiguous (B, H, N_q)
     if EVEN_M:
         tl.store(lse_ptrs, lse2)
@@ -271,7 +271,7 @@ def _attn_fwd(
     )
 
 
-def _forward(q, k, v, causal: bool, scale: float):
+def forward_lse(q, k, v, causal: bool, scale: float):
     B, H, N_q, d = q.shape
     H_kv, N_k = k.shape[1], k.shape[2]
     o = torch.empty((B, H, N_q, d), dtype=q.dtype, device=q.device)  # (B, H, N_q, d)
@@ -298,8 +298,8 @@ def _forward(q, k, v, causal: bool, scale: float):
         n_bucket(N_k),
         IS_CAUSAL=causal,
         BLOCK_D=block_d(d),
-        UPCAST=_upcast(q.dtype, q.device),
-        DOT_PRECISION=_dot_precision(q.dtype),
+        UPCAST=upcast(q.dtype, q.device),
+        DOT_PRECISION=dot_precision(q.dtype),
     )
     return o, lse2
 
@@ -311,9 +311,11 @@ def forward_with_tiles(
     block_m: int,
     block_n: int,
     causal: bool = False,
-    sm_scale: float | None = None,
+    softmax_scale: float | None = None,
     num_warps: int = 4,
     num_stages: int = 2,
+    *,
+    sm_scale: float | None = None,
 ) -> torch.Tensor:
     """The forward kernel at a tile size of your choice, bypassing the autotuner.
 
@@ -322,8 +324,9 @@ def forward_with_tiles(
     d), not differentiable. ``block_m`` and ``block_n`` must be powers of two >= 16. A
     tile that does not fit the GPU raises Triton's out-of-resources error.
     """
-    scale = _validate(q, k, v, sm_scale)
-    check_causal(causal)
+    softmax_scale = renamed_scale(softmax_scale, sm_scale, "softmax_scale")
+    scale = check_inputs(q, k, v, softmax_scale)
+    check_bool("causal", causal)
     for name, b in (("block_m", block_m), ("block_n", block_n)):
         if not isinstance(b, int) or b < 16 or b & (b - 1):
             raise ValueError(f"{name} must be a power of two >= 16, got {b!r}")
@@ -352,8 +355,8 @@ def forward_with_tiles(
         n_bucket(N_k),
         IS_CAUSAL=bool(causal),
         BLOCK_D=block_d(d),
-        UPCAST=_upcast(q.dtype, q.device),
-        DOT_PRECISION=_dot_precision(q.dtype),
+        UPCAST=upcast(q.dtype, q.device),
+        DOT_PRECISION=dot_precision(q.dtype),
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         num_warps=num_warps,

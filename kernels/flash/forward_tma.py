@@ -30,7 +30,8 @@ Shapes, dtypes, head dims, causal
     As :func:`kernels.flash.flash_attention`'s forward: q (B, H, N_q, d), k/v (B, H_kv,
     N_k, d), fp16/bf16/fp32, d in 1..256 (padded to a power of two), any N_q, N_k.
     Returns ``(o, lse2)``: o in q's dtype, lse2 the base-2 log-sum-exp (float32,
-    (B, H, N_q)), the contract of ``kernels.flash._forward``. Forward only: no autograd.
+    (B, H, N_q)), the contract of ``kernels.flash.forward_lse``. Forward only: no
+    autograd.
 Devices
     sm_90 (H100/H200) and newer: TMA descriptors need Hopper. Under the Triton
     interpreter (CPU) the descriptors are emulated, so the path is tested there.
@@ -52,9 +53,9 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .. import runtime
-from ..naive import check_causal
-from .blocks import _finish_rows, _key_range, _softmax_pv_step
-from .checks import _dot_precision, _upcast, _v_bad, _validate
+from ..common import check_bool, dot_precision, upcast
+from .blocks import finish_rows, key_range, softmax_pv_step
+from .checks import _v_bad, check_inputs
 from .tiles import (
     _HEURISTICS,
     _LOG2E,
@@ -269,7 +270,7 @@ def _tma_fwd_inner(
             k = k.to(tl.float32)
             v = v.to(tl.float32)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-        acc, l_i, m_i = _softmax_pv_step(
+        acc, l_i, m_i = softmax_pv_step(
             acc,
             l_i,
             m_i,
@@ -353,7 +354,7 @@ def _attn_fwd_tma(
         q = q.to(tl.float32)
 
     causal_offset = N_CTX_K - N_CTX_Q
-    hi, full_end = _key_range(start_m, N_CTX_Q, N_CTX_K, IS_CAUSAL, BLOCK_M, BLOCK_N)
+    hi, full_end = key_range(start_m, N_CTX_Q, N_CTX_K, IS_CAUSAL, BLOCK_M, BLOCK_N)
     offs_n0 = tl.arange(0, BLOCK_N)
     v_bad = tl.load(V_BAD)
     # stage 1: blocks every row sees in full, no masks (warp-specialised if asked)
@@ -422,7 +423,7 @@ def _attn_fwd_tma(
             False,
         )
 
-    acc, lse2 = _finish_rows(acc, l_i, m_i)
+    acc, lse2 = finish_rows(acc, l_i, m_i)
     lse_ptrs = LSE2 + off_hz.to(tl.int64) * N_CTX_Q + offs_m
     if EVEN_M:
         tl.store(lse_ptrs, lse2)
@@ -485,10 +486,10 @@ def forward_tma(
 
     Returns:
         (o, lse2): o (B, H, N_q, d) in q's dtype, lse2 (B, H, N_q) float32 base-2
-        log-sum-exp (-inf for a row that sees no key), as ``kernels.flash._forward``.
+        log-sum-exp (-inf for a row that sees no key), as ``kernels.flash.forward_lse``.
     """
-    scale = _validate(q, k, v, sm_scale)
-    check_causal(causal)
+    scale = check_inputs(q, k, v, sm_scale)
+    check_bool("causal", causal)
     if not isinstance(warp_specialize, (bool, str)) or warp_specialize not in _KERNELS:
         raise ValueError(
             f"warp_specialize must be False, True or 'auto', got {warp_specialize!r}"
@@ -532,8 +533,8 @@ def forward_tma(
         n_bucket(N_k),
         IS_CAUSAL=bool(causal),
         BLOCK_D=bd,
-        UPCAST=_upcast(q.dtype, q.device),
-        DOT_PRECISION=_dot_precision(q.dtype),
+        UPCAST=upcast(q.dtype, q.device),
+        DOT_PRECISION=dot_precision(q.dtype),
     )
     return o, lse2
 
@@ -548,11 +549,11 @@ def forward(
 ):
     """``(o, lse2)`` by the named forward path (one of ``FORWARD_PATHS``)."""
     if path == "pointer":
-        from .forward import _forward
+        from .forward import forward_lse
 
-        scale = _validate(q, k, v, sm_scale)
-        check_causal(causal)
-        return _forward(q, k, v, bool(causal), scale)
+        scale = check_inputs(q, k, v, sm_scale)
+        check_bool("causal", causal)
+        return forward_lse(q, k, v, bool(causal), scale)
     if path not in FORWARD_PATHS:
         raise ValueError(f"path must be one of {FORWARD_PATHS}, got {path!r}")
     return forward_tma(q, k, v, causal, sm_scale, warp_specialize=path == "tma-ws")

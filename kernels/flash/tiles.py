@@ -14,14 +14,13 @@ import triton
 import triton.language as tl
 
 from .. import runtime
+from ..common import LOG2E
 
-LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
-LN2 = 0.6931471805599453  # ln(2): log(x) = log2(x) * LN2
 MAX_HEAD_DIM = 256
 #: flash_attention's forward paths: pointer loads (the default), TMA descriptors, TMA
 #: with a warp-specialised key loop (kernels.flash.forward_tma; sm_90 only)
 FORWARD_PATHS = ("pointer", "tma", "tma-ws")
-_LOG2E: tl.constexpr = tl.constexpr(LOG2E)
+_LOG2E: tl.constexpr = tl.constexpr(LOG2E)  # kernels.common.LOG2E for @triton.jit
 
 
 # --------------------------------------------------------------------------------------
@@ -111,7 +110,7 @@ _TABLES: dict[str, dict[str, dict[int, list[tuple[int, int, int, int]]]]] = {
 # with it 128 x 64 tiles at BLOCK_D = 128 spill on sm_80/89, and 4-warp 128 x 64 or
 # 3-stage 128 x 128 tiles at d = 64/128 spill on sm_89/90: those entries use the tiles
 # above, each checked by `make compile-check`. The causal backward's masked stage keeps
-# a path for inputs holding NaN/inf too (``_finite_dot``): with it the 4-warp 64 x 64
+# a path for inputs holding NaN/inf too (``finite_dot``): with it the 4-warp 64 x 64
 # dQ tile at BLOCK_D = 128 spills on sm_80 (8 warps now), and so does the fp32 dK/dV
 # tile 32 x 32 at d <= 64 (16 x 32 now).)
 # Tiles for dot products on CUDA cores (FMA): float32 inputs everywhere (IEEE fp32

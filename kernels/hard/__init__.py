@@ -54,7 +54,8 @@ Devices
     Triton interpreter (TRITON_INTERPRET=1, CPU tensors), where tiles are upcast to
     float32 because the interpreter's tl.dot mishandles bf16 (so are bf16 tiles on
     sm_75, which lacks bf16 tensor cores).
-    Input checks are flash_attention's (``kernels.flash.checks._validate``).
+    Input checks are flash_attention's (``kernels.flash.check_inputs``, in
+    :mod:`kernels.hard.checks`).
 Known limits
     No dropout, no key-padding masks (only causal), no fused backward kernel for top-k
     (PyTorch gathers: memory O(N_q * topk * d) in the backward). Top-k's merge cost

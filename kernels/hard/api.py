@@ -10,45 +10,21 @@ import torch
 import triton
 
 from .. import runtime
-from ..flash.checks import _validate as _flash_validate
+from ..common import check_int, dot_precision, renamed_scale
 from ..flash.tiles import block_d
 from ..naive import repeat_kv
+from .checks import check_inputs
 from .forward import (
     NAN_INDEX_BLOCK,
     _hard_attn_fwd,
     _hard_nan_index,
     _topk_attn_fwd,
 )
-from .tiles import (
-    MAX_HEAD_DIM,
-    MAX_TOPK,
-)
+from .tiles import MAX_TOPK
 
 # ---------------------------------------------------------------------------------
 # Wrappers: validate -> allocate -> grid -> launch
 # ---------------------------------------------------------------------------------
-
-
-def _validate(q, k, v, causal, sm_scale) -> float:
-    """The checks of ``flash_attention`` (kernels/flash/checks.py), plus this module's
-    head-dim limit. N_k = 0 is allowed (every row is empty): the other checks run on
-    a one-key stand-in."""
-    if (
-        isinstance(k, torch.Tensor)
-        and isinstance(v, torch.Tensor)
-        and k.ndim == 4
-        and k.shape == v.shape
-        and k.shape[2] == 0
-    ):
-        k, v = (t.new_zeros(t.shape[:2] + (1,) + t.shape[3:]) for t in (k, v))
-    scale = _flash_validate(q, k, v, sm_scale)
-    if q.shape[-1] > MAX_HEAD_DIM:
-        raise ValueError(
-            f"head dim d must be in 1..{MAX_HEAD_DIM}, got q shape {tuple(q.shape)}"
-        )
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    return scale
 
 
 def _upcast(dtype: torch.dtype, device: torch.device) -> bool:
@@ -73,11 +49,11 @@ def _common(q, k):
         "HEAD_DIM": d,
         "HEAD_DIM_PAD": block_d(d),
         "UPCAST": _upcast(q.dtype, q.device),
-        "DOT_PRECISION": "ieee" if q.dtype == torch.float32 else "tf32",
+        "DOT_PRECISION": dot_precision(q.dtype),
     }
 
 
-def _hard_forward(q, k, v, causal, sm_scale, sample, seed):
+def _hard_forward(q, k, v, causal, scale, sample, seed):
     B, H, N_q, d = q.shape
     o = torch.empty((B, H, N_q, d), dtype=q.dtype, device=q.device)
     idx = torch.empty((B, H, N_q), dtype=torch.int64, device=q.device)
@@ -88,7 +64,7 @@ def _hard_forward(q, k, v, causal, sm_scale, sample, seed):
         v,
         o,
         idx,
-        sm_scale,
+        scale,
         seed,
         *_strides(q),
         *_strides(k),
@@ -106,7 +82,7 @@ def _hard_forward(q, k, v, causal, sm_scale, sample, seed):
         q,
         k,
         idx,
-        sm_scale,
+        scale,
         *_strides(q),
         *_strides(k),
         H,
@@ -123,7 +99,7 @@ def _hard_forward(q, k, v, causal, sm_scale, sample, seed):
     return o, idx, nan_rows
 
 
-def _topk_forward(q, k, v, topk, causal, sm_scale):
+def _topk_forward(q, k, v, topk, causal, scale):
     B, H, N_q, d = q.shape
     o = torch.empty((B, H, N_q, d), dtype=q.dtype, device=q.device)
     idx = torch.empty((B, H, N_q, topk), dtype=torch.int64, device=q.device)
@@ -136,7 +112,7 @@ def _topk_forward(q, k, v, topk, causal, sm_scale):
         o,
         idx,
         lse,
-        sm_scale,
+        scale,
         *_strides(q),
         *_strides(k),
         *_strides(v),
@@ -195,8 +171,8 @@ def _scatter_rows(values, idx, N_k):
 
 class _HardAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, sm_scale, sample, seed):
-        o, idx, nan_rows = _hard_forward(q, k, v, causal, sm_scale, sample, seed)
+    def forward(ctx, q, k, v, causal, scale, sample, seed):
+        o, idx, nan_rows = _hard_forward(q, k, v, causal, scale, sample, seed)
         ctx.save_for_backward(idx, nan_rows)
         ctx.shapes = (q.shape, k.shape)
         ctx.mark_non_differentiable(idx)
@@ -223,17 +199,17 @@ class _HardAttention(torch.autograd.Function):
 
 class _TopkAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, topk, causal, sm_scale):
-        o, idx, lse = _topk_forward(q, k, v, topk, causal, sm_scale)
+    def forward(ctx, q, k, v, topk, causal, scale):
+        o, idx, lse = _topk_forward(q, k, v, topk, causal, scale)
         ctx.save_for_backward(q, k, v, o, idx, lse)
-        ctx.sm_scale = sm_scale
+        ctx.scale = scale
         ctx.mark_non_differentiable(idx)
         return o, idx
 
     @staticmethod
     def backward(ctx, do, _didx):
         q, k, v, o, idx, lse = ctx.saved_tensors
-        scale = ctx.sm_scale
+        scale = ctx.scale
         H, H_kv, N_k = q.shape[1], k.shape[1], k.shape[2]
         qf, dof = q.float(), do.float()
         k_sel = _gather_rows(_expand_kv(k, H).float(), idx)  # (B, H, N_q, T, d)
@@ -260,24 +236,27 @@ def hard_attention(
     k: torch.Tensor,
     v: torch.Tensor,
     causal: bool = False,
-    sm_scale: float | None = None,
+    softmax_scale: float | None = None,
     sample: bool = False,
     seed: int | None = None,
     return_index: bool = False,
+    *,
+    sm_scale: float | None = None,
 ):
     """o[b, h, i] = v[b, h_kv, idx[b, h, i]]: one key per query, by argmax or sampled.
 
-    q: (B, H, N_q, d); k, v: (B, H_kv, N_k, d) with H % H_kv == 0. ``sm_scale``
-    defaults to 1/sqrt(d). ``sample=False``: idx = argmax_j of the scaled scores
-    (lowest index on ties). ``sample=True``: idx ~ softmax(scaled scores) by the
-    Gumbel-max trick in the kernel; ``seed`` (an int; drawn from torch's generator when
-    None) fixes the draw. A query that sees no key (or N_k = 0) returns o = 0 and
-    idx = -1; a query whose visible scores hold a NaN returns o = NaN and idx = its
-    first NaN key (the spec sheet's NaN rule). Returns
-    o (B, H, N_q, d) and, with ``return_index``, idx (B, H, N_q) int64. Differentiable
-    in v only (dq = dk = 0).
+    q: (B, H, N_q, d); k, v: (B, H_kv, N_k, d) with H % H_kv == 0. ``softmax_scale``
+    defaults to 1/sqrt(d) (``sm_scale=``, its old name, is deprecated).
+    ``sample=False``: idx = argmax_j of the scaled scores (lowest index on ties).
+    ``sample=True``: idx ~ softmax(scaled scores) by the Gumbel-max trick in the kernel;
+    ``seed`` (an int; drawn from torch's generator when None) fixes the draw. A query
+    that sees no key (or N_k = 0) returns o = 0 and idx = -1; a query whose visible
+    scores hold a NaN returns o = NaN and idx = its first NaN key (the spec sheet's NaN
+    rule). Returns o (B, H, N_q, d) and, with ``return_index``, idx (B, H, N_q) int64.
+    Differentiable in v only (dq = dk = 0).
     """
-    scale = _validate(q, k, v, causal, sm_scale)
+    softmax_scale = renamed_scale(softmax_scale, sm_scale, "softmax_scale")
+    scale = check_inputs(q, k, v, causal, softmax_scale)
     if seed is None:
         seed = int(torch.randint(0, 2**31 - 1, ()).item()) if sample else 0
     elif not isinstance(seed, int) or not 0 <= seed < 2**63:
@@ -295,8 +274,10 @@ def topk_attention(
     v: torch.Tensor,
     topk: int,
     causal: bool = False,
-    sm_scale: float | None = None,
+    softmax_scale: float | None = None,
     return_index: bool = False,
+    *,
+    sm_scale: float | None = None,
 ):
     """Softmax over each row's ``topk`` largest scaled scores, times the kept rows of V.
 
@@ -307,9 +288,9 @@ def topk_attention(
     scores. Returns o (B, H, N_q, d) and, with ``return_index``, the kept key indices
     (B, H, N_q, topk) int64, in no particular order.
     """
-    scale = _validate(q, k, v, causal, sm_scale)
-    if isinstance(topk, bool) or not isinstance(topk, int):
-        raise TypeError(f"topk must be an int, got {type(topk).__name__}")
+    softmax_scale = renamed_scale(softmax_scale, sm_scale, "softmax_scale")
+    scale = check_inputs(q, k, v, causal, softmax_scale)
+    check_int("topk", topk)
     if not 1 <= topk <= MAX_TOPK:
         raise ValueError(f"topk must be in [1, {MAX_TOPK}], got {topk}")
     if k.shape[2] == 0:

@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 from .. import runtime
-from ..flash.blocks import _key_range
+from ..flash import key_range
 from .tiles import (
     LOG2E,
     _all_configs,
@@ -209,7 +209,7 @@ def _hard_attn_fwd(
     j_t = tl.full([BLOCK_M, BLOCK_N], -1, dtype=tl.int32)  # its key index
     # causal, bottom-right: row i sees keys j <= i + N_K - N_Q; keys < full_end are seen
     # by every row of the block (no mask), keys < hi by some row
-    hi, full_end = _key_range(start_m, N_Q, N_K, CAUSAL, BLOCK_M, BLOCK_N)
+    hi, full_end = key_range(start_m, N_Q, N_K, CAUSAL, BLOCK_M, BLOCK_N)
     m_t, j_t = _hard_inner(
         m_t,
         j_t,

@@ -12,10 +12,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import runtime
+from .. import common, runtime
 from ..flash.tiles import arch_class, block_d, check_head_dim
 
-LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): exp(x) = exp2(x * LOG2E)
+LOG2E = tl.constexpr(common.LOG2E)  # kernels.common.LOG2E, as @triton.jit reads it
 MAX_HEAD_DIM = 128
 MAX_TOPK = 128
 
@@ -87,8 +87,7 @@ def configs(
     if kind not in ("hard", "topk"):
         raise ValueError(f"kind must be 'hard' or 'topk', got {kind!r}")
     check_head_dim(head_dim, MAX_HEAD_DIM)
-    if isinstance(topk, bool) or not isinstance(topk, int):
-        raise TypeError(f"topk must be an int, got {type(topk).__name__} {topk!r}")
+    common.check_int("topk", topk)
     if not 1 <= topk <= MAX_TOPK:
         raise ValueError(f"topk must be in 1..{MAX_TOPK}, got {topk}")
     arch = arch_class(capability)

@@ -5,7 +5,7 @@
     python -m kernels.machine_code.decode_check --report   # hot-loop SASS, sm90 + sm80
 
 Each case is ``triton.compile`` of ``_decode_split`` (or ``_decode_merge``) for
-``GPUTarget("cuda", cc, 32)`` with the tile ``kernels.decode.kernel.tiles`` ships for
+``GPUTarget("cuda", cc, 32)`` with the tile ``kernels.decode.tiles.tiles`` ships for
 that target, head dim, dtype and query-row block, specialised as a launch is (the
 helpers of ``kernels.machine_code.compile_check``: ``native_specialize_impl`` on
 representative arguments, ``ptxas -v`` with Triton's flags). Reported: registers per
@@ -40,8 +40,9 @@ if runtime.INTERPRET and __name__ == "__main__":
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from kernels.decode import kernel as K  # noqa: E402
-from kernels.flash.checks import _dot_precision  # noqa: E402
+from kernels.common import dot_precision  # noqa: E402
+from kernels.decode import forward as F  # noqa: E402
+from kernels.decode import tiles as K  # noqa: E402
 from kernels.machine_code.compile_check import (  # noqa: E402
     _NAME_DTYPES,
     _compile_values,
@@ -143,7 +144,7 @@ def _split_values(case: Case, cap) -> tuple[dict, int, int]:
         "IS_CAUSAL": case.causal,
         "SPLIT": True,
         "UPCAST": dt == torch.bfloat16 and cap < (8, 0),
-        "DOT_PRECISION": _dot_precision(dt),
+        "DOT_PRECISION": dot_precision(dt),
         "BLOCK_M": bm,
         "BLOCK_N": bn,
         "BLOCK_D": K.block_d(d),
@@ -208,10 +209,10 @@ def compile_case(case: Case):
     try:
         if case.kernel == "split":
             vals, w, s = _split_values(case, cap)
-            fn = _jit_function(K._decode_split)
+            fn = _jit_function(F._decode_split)
         else:
             vals, w, s = _merge_values(case)
-            fn = _jit_function(K._decode_merge)
+            fn = _jit_function(F._decode_merge)
         compiled = _compile_values(fn, vals, cap, w, s)
         case.shared = int(compiled.metadata.shared)
         case.registers, st, ld = ptxas_usage(compiled.asm["ptx"])

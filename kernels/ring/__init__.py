@@ -8,8 +8,9 @@ Algorithm
     of P ranks holds a shard of the sequence's queries, keys and values. For P steps a
     rank computes attention of its queries against the K/V shard it holds with the
     book's flash kernel (``kernels.flash``'s forward, which returns (o, lse)), merges
-    the partial into its running (o, lse) by the log-sum-exp rule (:func:`merge`,
-    the online-softmax merge of chapter 2 across ranks), and passes the shard on:
+    the partial into its running (o, lse) by the log-sum-exp rule
+    (:func:`merge_partials`, the online-softmax merge of chapter 2 across ranks), and
+    passes the shard on:
     ``torch.distributed.batch_isend_irecv`` sends it to rank+1 and receives the next
     from rank-1, posted before the block's compute so the transfer overlaps it (the
     received shard lands in a second buffer: double buffering). The backward reruns
@@ -23,7 +24,7 @@ Layouts
     2P-1-r of 2P: the zig-zag balancing used for causal ring attention, PyTorch's
     "head-tail"; Striped Attention, Brandon et al. 2023, stripes single positions
     instead and is not implemented here), see
-    :mod:`kernels.ring.layout` for the uneven split rule (the first N mod n chunks are
+    :func:`shard_intervals` for the uneven split rule (the first N mod n chunks are
     one longer). :func:`shard` / :func:`unshard` cut and rebuild a full sequence;
     they are exact inverses. Contiguous accepts any positive shard lengths (positions
     follow the ranks); zigzag requires the split rule's lengths.
@@ -73,28 +74,34 @@ PyTorch's own context parallelism
     ``F.scaled_dot_product_attention`` inside a context and rotates K/V by all-gather
     (default) or all-to-all; it balances causal work with the head-tail layout (this
     package's zigzag) when N is a multiple of 2P, else it shards contiguously. Its
-    ring dispatches the CUDA SDPA backends (flash, memory-efficient, cuDNN). Measured
-    here with :func:`kernels.ring.torch_cp.compare_context_parallel` (torch 2.13 CPU,
-    gloo, 2 ranks, (1, 2, 32, 16) fp32): causal raises ``NotImplementedError:
-    Operator aten._scaled_dot_product_flash_attention_for_cpu.default does not have
-    a sharding strategy registered``; non-causal runs and agrees with
-    ``ring_attention`` (max abs difference 3e-7), but not by a ring: the CPU SDPA op
-    goes through DTensor's generic sharding propagation over its decomposition (the
-    first call spent 44-88 s there on this 2-core machine, a second call 0.3 s).
+    ring dispatches the CUDA SDPA backends (flash, memory-efficient, cuDNN).
+    :func:`kernels.ring.torch_cp.compare_context_parallel` runs it beside
+    ``ring_attention`` on gloo. With the CPU SDPA op its causal path has no sharding
+    strategy registered (``NotImplementedError``), and its non-causal path does not
+    run as a ring: it goes through DTensor's generic sharding propagation over the
+    op's decomposition, and its first call is far slower than later ones.
 """
 
-from .layout import LAYOUTS, local_length, positions, segments, shard, unshard
-from .ring import Block, block_plan, merge, ring_attention
+from .api import ring_attention
+from .blocks import Block, block_plan, merge_partials
+from .layout import (
+    LAYOUTS,
+    local_length,
+    positions,
+    shard,
+    shard_intervals,
+    unshard,
+)
 
 __all__ = [
     "LAYOUTS",
     "Block",
     "block_plan",
     "local_length",
-    "merge",
+    "merge_partials",
     "positions",
     "ring_attention",
-    "segments",
     "shard",
+    "shard_intervals",
     "unshard",
 ]

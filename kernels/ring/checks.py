@@ -11,9 +11,10 @@ import torch
 import torch.distributed as dist
 
 from ..naive import reference_attention
+from .api import ring_attention
+from .blocks import recording
 from .launch import run_local
 from .layout import shard
-from .ring import recording, ring_attention
 
 
 def _inputs(n, heads, kv_heads, head_dim, seed):

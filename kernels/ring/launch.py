@@ -28,6 +28,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from ..common import check_int
+
 #: seconds a rank process may take to start (import torch, triton, kernels)
 STARTUP_S = 120.0
 
@@ -108,10 +110,7 @@ def run_local(
         RuntimeError naming the first rank that raised, with its traceback;
         TimeoutError if a rank neither returned nor raised in time (all ranks killed).
     """
-    if isinstance(world_size, bool) or not isinstance(world_size, int):
-        raise TypeError(f"world_size must be an int, got {type(world_size).__name__}")
-    if world_size < 1:
-        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    check_int("world_size", world_size, 1)
     if backend not in ("gloo", "nccl"):
         raise ValueError(f"backend must be 'gloo' or 'nccl', got {backend!r}")
     for name, value in (

@@ -26,6 +26,8 @@ from collections.abc import Sequence
 
 import torch
 
+from ..common import check_int
+
 #: the sequence layouts ring attention accepts
 LAYOUTS = ("contiguous", "zigzag")
 
@@ -38,11 +40,8 @@ def check_layout(layout) -> str:
 
 def check_world(rank, world_size) -> None:
     """Raise naming ``world_size`` or ``rank`` unless 0 <= rank < world_size."""
-    for name, value in (("world_size", world_size), ("rank", rank)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(
-                f"{name} must be an int, got {type(value).__name__} {value!r}"
-            )
+    check_int("world_size", world_size)
+    check_int("rank", rank)
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     if not 0 <= rank < world_size:
@@ -76,8 +75,12 @@ def check_length(n: int, world_size: int, layout: str, name: str = "x") -> None:
         )
 
 
-def segments(n: int, rank: int, world_size: int, layout: str) -> list[tuple[int, int]]:
-    """The global [start, end) ranges rank ``rank`` holds, in local order."""
+def shard_intervals(
+    n: int, rank: int, world_size: int, layout: str
+) -> list[tuple[int, int]]:
+    """The global [start, end) ranges rank ``rank`` of ``world_size`` holds under
+    ``layout``, in local order (the torch side's twin of
+    ``attention.ring.shard_intervals``)."""
     check_world(rank, world_size)
     check_length(n, world_size, layout, "n")
     bounds = chunk_bounds(n, n_chunks(world_size, layout))
@@ -88,19 +91,18 @@ def segments(n: int, rank: int, world_size: int, layout: str) -> list[tuple[int,
 
 def local_length(n: int, rank: int, world_size: int, layout: str) -> int:
     """How many positions rank ``rank`` holds."""
-    return sum(e - s for s, e in segments(n, rank, world_size, layout))
+    return sum(e - s for s, e in shard_intervals(n, rank, world_size, layout))
 
 
 def positions(n: int, rank: int, world_size: int, layout: str) -> torch.Tensor:
     """(N_local,) int64: the global position of each local row of rank ``rank``."""
     return torch.cat(
-        [torch.arange(s, e) for s, e in segments(n, rank, world_size, layout)]
+        [torch.arange(s, e) for s, e in shard_intervals(n, rank, world_size, layout)]
     )
 
 
 def _check_dim(x: torch.Tensor, dim, name: str) -> int:
-    if isinstance(dim, bool) or not isinstance(dim, int):
-        raise TypeError(f"dim must be an int, got {type(dim).__name__} {dim!r}")
+    check_int("dim", dim)
     if not -x.ndim <= dim < x.ndim:
         raise ValueError(
             f"dim must be in {-x.ndim}..{x.ndim - 1} for {name} of "
@@ -135,7 +137,7 @@ def shard(
     check_length(x.shape[dim], world_size, layout, "x")
     parts = [
         x.narrow(dim, s, e - s)
-        for s, e in segments(x.shape[dim], rank, world_size, layout)
+        for s, e in shard_intervals(x.shape[dim], rank, world_size, layout)
     ]
     return torch.cat(parts, dim=dim).contiguous()
 
@@ -197,7 +199,7 @@ def unshard(
     pieces: dict[int, torch.Tensor] = {}
     for r, t in enumerate(shards):
         offset = 0
-        for s, e in segments(n, r, world_size, layout):
+        for s, e in shard_intervals(n, r, world_size, layout):
             pieces[s] = t.narrow(dim, offset, e - s)
             offset += e - s
     return torch.cat([pieces[s] for s in sorted(pieces)], dim=dim)

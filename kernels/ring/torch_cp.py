@@ -1,4 +1,4 @@
-"""PyTorch's own context parallelism beside ring_attention, measured on this machine.
+"""PyTorch's own context parallelism beside ring_attention, on a local gloo group.
 
 ``torch.distributed.tensor.experimental.context_parallel`` (a prototype in torch 2.x)
 shards buffers along the sequence and patches ``F.scaled_dot_product_attention`` so
@@ -8,10 +8,10 @@ Its default layout for causal balance is the "head-tail" split (chunk r and chun
 It rotates K/V by all-gather (the default) or all-to-all
 (``set_rotate_method``), not by point-to-point sends, and it dispatches to the fused
 SDPA backends of CUDA (flash, memory-efficient, cuDNN); the CPU SDPA op has no
-ring rule. Measured on torch 2.13 CPU with gloo: causal raises NotImplementedError
-(no sharding strategy for ``aten._scaled_dot_product_flash_attention_for_cpu``);
+ring rule. On a CPU with gloo (torch 2.13) causal raises NotImplementedError (no
+sharding strategy for ``aten._scaled_dot_product_flash_attention_for_cpu``);
 non-causal runs through DTensor's generic sharding propagation over the op's
-decomposition (correct, not a ring; its first call takes about a minute on 2 cores).
+decomposition (correct, not a ring; its first call is far slower than later ones).
 
 :func:`compare_context_parallel` runs both on a local gloo group and reports what
 happened: the largest difference between the two outputs and against an fp64
@@ -41,9 +41,9 @@ def _cp_rank(
     from torch.distributed.tensor.experimental import context_parallel
 
     from ..naive import reference_attention
+    from .api import ring_attention
     from .checks import _inputs
     from .layout import shard
-    from .ring import ring_attention
 
     q, k, v, _ = _inputs(n, heads, heads, head_dim, seed)  # (1, H, N, d) float32
     ref, _ = reference_attention(q.double(), k.double(), v.double(), causal)

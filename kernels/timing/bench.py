@@ -327,7 +327,8 @@ def attention_impls(sdpa_backends: bool = False) -> dict[str, Callable]:
     return impls
 
 
-def _torch_dtype(dtype) -> tuple[torch.dtype, str]:
+def torch_dtype(dtype) -> tuple[torch.dtype, str]:
+    """A dtype given as a torch.dtype or its torch name ("float16"): (dtype, name)."""
     dt = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     return dt, str(dt).removeprefix("torch.")
 
@@ -347,7 +348,7 @@ def random_qkv(
 ) -> list[torch.Tensor]:
     """Standard-normal q (B, H, N_q, d) and k, v (B, H_kv, N_k, d), drawn in that order
     from a generator seeded with ``seed`` on ``device`` (default ``runtime.DEVICE``)."""
-    dt, _ = _torch_dtype(dtype)
+    dt, _ = torch_dtype(dtype)
     device = runtime.DEVICE if device is None else device
     g = torch.Generator(device=device).manual_seed(seed)
     h_kv, n_k = H if H_kv is None else H_kv, N_q if N_k is None else N_k
@@ -414,7 +415,7 @@ def time_attention(
     after each case; ``progress`` shows a bar over the lengths.
     """
     impls = attention_impls() if impls is None else impls
-    dt, dt_name = _torch_dtype(dtype)
+    dt, dt_name = torch_dtype(dtype)
     device = runtime.DEVICE if device is None else device
     causals = (causal,) if isinstance(causal, bool) else tuple(causal)
     grad = "fwd+bwd" in modes
@@ -522,7 +523,7 @@ def time_tiles(
     """
     from ..flash import forward_with_tiles
 
-    _, dt_name = _torch_dtype(dtype)
+    _, dt_name = torch_dtype(dtype)
     q, k, v = random_qkv(batch, heads, N, d, dtype=dtype, device=device, seed=seed)
     shape = {"B": batch, "H": heads, "N_q": N, "N_k": N, "d": d, "causal": causal}
     records: list[Record] = []

@@ -36,7 +36,7 @@ import torch
 from .. import runtime
 from ..decode import api
 from ..flash import flash_attention
-from .bench import _torch_dtype, measure
+from .bench import measure, torch_dtype
 from .records import Record
 
 IMPLS = ("triton", "naive", "sdpa", "flash")
@@ -219,7 +219,7 @@ def time_decode(
     N_q, page_size, num_splits (triton), bytes). ``mem_budget``: bytes the tensors of
     one case may take (default: 80% of the GPU's free memory; unbounded on a CPU).
     Past ``deadline`` (``time.monotonic()``) no new case starts."""
-    dt, dt_name = _torch_dtype(dtype)
+    dt, dt_name = torch_dtype(dtype)
     device = runtime.DEVICE if device is None else device
     impls = tuple(impls)
     elem = torch.empty(0, dtype=dt).element_size()

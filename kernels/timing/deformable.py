@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from .. import deformable as kd
 from .. import runtime
-from .bench import _torch_dtype, measure
+from .bench import measure, torch_dtype
 from .records import Record
 
 # Deformable DETR: levels at strides 8, 16, 32, 64 of an ~800 x 1200 image.
@@ -162,7 +162,7 @@ def time_msda(
     the host each call, and the record's ``stats["host_sync"]`` says so."""
     records: list[Record] = []
     for dtype in dtypes:
-        dt, dt_name = _torch_dtype(dtype)
+        dt, dt_name = torch_dtype(dtype)
         for q_entry in queries:
             l_q = msda_query_count(q_entry, levels)
             for mode in modes:
@@ -219,7 +219,7 @@ def time_dat(
     impls = dat_impls() if impls is None else impls
     records: list[Record] = []
     for dtype in dtypes:
-        dt, dt_name = _torch_dtype(dtype)
+        dt, dt_name = torch_dtype(dtype)
         for s in shapes:
             name, b, n_h, g_, h_f, w_f, d, r = named[s] if isinstance(s, str) else s
             n_s = (h_f // r) * (w_f // r)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 import torch
 
 from .. import runtime
-from .bench import _torch_dtype, measure, random_qkv
+from .bench import measure, random_qkv, torch_dtype
 from .records import Record
 
 #: Naive shapes whose S (and the top-k copies: 3 S-sized tensors) would exceed this
@@ -105,7 +105,7 @@ def time_hard(
     ``log(record)`` is called after each case; ``progress`` shows a bar over the
     lengths.
     """
-    dt, dt_name = _torch_dtype(dtype)
+    dt, dt_name = torch_dtype(dtype)
     device = runtime.DEVICE if device is None else device
     topks = tuple(topks)
     records: list[Record] = []

@@ -187,3 +187,64 @@ def gpu_table(results: list[dict] | None = None) -> str | None:
         "| best SDPA ms | naive ms |\n|---|---|---|---|---|---|--:|--:|--:|"
     )
     return head + "\n" + "\n".join(lines)
+
+
+def load_decode_static(
+    target: str, static_dir: pathlib.Path | None = None
+) -> dict | None:
+    """The recorded machine-code report of the decode kernels for ``target``
+    (``kernels.machine_code.decode_check --report``), or None."""
+    path = (static_dir or STATIC_DIR) / f"decode-{target}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+DECODE_COLUMNS = (
+    "kernel",
+    "d",
+    "dtype",
+    "query rows",
+    "cache",
+    "tile",
+    "regs",
+    "spill B",
+    "smem KB",
+    "loop instr.",
+    "MMA",
+    "EX2",
+    "int",
+    "async copies",
+    "KV KB / iter.",
+)
+
+
+def decode_rows(rep: dict) -> list[tuple]:
+    """One row (cells in ``DECODE_COLUMNS`` order) per compiled case of a decode
+    machine-code report: the split-KV kernel's packed query rows (``block_m``: the GQA
+    group padded to a tensor-core tile), its cache layout, its key tile (BLOCK_N, warps,
+    stages), registers, spills, shared memory and the hot loop's SASS counts, with the
+    K/V bytes one loop iteration brings in."""
+    rows = []
+    for r in rep["kernels"]:
+        c, hl = r["case"], r.get("hot_loop") or {}
+        block_n, warps, stages = c["tile"]
+        kv = r.get("kv_bytes_per_iteration")
+        rows.append(
+            (
+                c["kernel"],
+                c["head_dim"],
+                c["dtype"],
+                c["block_m"],
+                c["layout"],
+                f"{block_n} w{warps} s{stages}",
+                c["registers"],
+                c["spills"],
+                f"{c['shared'] / 1024:.0f}",
+                hl.get("instructions", "-"),
+                hl.get("tensor_core", "-"),
+                hl.get("MUFU.EX2", "-"),
+                hl.get("integer", "-"),
+                hl.get("LDGSTS", "-"),
+                "-" if kv is None else f"{kv / 1024:.0f}",
+            )
+        )
+    return rows

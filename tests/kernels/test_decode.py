@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from kernels import runtime
-from kernels.decode import api, attention_with_kvcache, choose_splits
+from kernels.decode import attention_with_kvcache, checks, choose_splits
 
 pytestmark = pytest.mark.xdist_group("decode")
 
@@ -299,8 +299,8 @@ def _bad_calls():
         (dict(return_lse="yes"), TypeError, "return_lse must be a bool"),
         (dict(num_splits=-1), ValueError, "num_splits must be >= 0"),
         (dict(num_splits=2.0), TypeError, "num_splits must be an int"),
-        (dict(softmax_scale=float("nan")), ValueError, "sm_scale must be finite"),
-        (dict(softmax_scale="x"), TypeError, "sm_scale must be a real number"),
+        (dict(softmax_scale=float("nan")), ValueError, "softmax_scale must be finite"),
+        (dict(softmax_scale="x"), TypeError, "softmax_scale must be a real number"),
         (
             dict(q=torch.empty(2, 0, 4, 16, dtype=q.dtype, device=DEVICE)),
             ValueError,
@@ -336,15 +336,15 @@ def test_every_bad_argument_is_named():
 def test_split_heuristic_fills_the_sms():
     # B = 1, 8 KV heads on 132 SMs, 32k keys: 33 splits give 264 programs (2 per SM)
     assert choose_splits(8, 32768, 132) == 33
-    assert choose_splits(8, 32768, 132, interpret=True) == api.INTERPRET_MAX_SPLITS
+    assert choose_splits(8, 32768, 132, interpret=True) == checks.INTERPRET_MAX_SPLITS
     assert choose_splits(64 * 8, 32768, 132) == 1  # the grid fills the GPU already
     assert choose_splits(8, 1000, 132) == 4  # at least 256 keys per split
-    assert choose_splits(1, 10**7, 132) == api.MAX_SPLITS
+    assert choose_splits(1, 10**7, 132) == checks.MAX_SPLITS
     assert choose_splits(8, 0, 132) == 1
 
 
 def test_tile_rules():
-    from kernels.decode import kernel as K
+    from kernels.decode import tiles as K
 
     assert K.block_m(1, 1) == 16 and K.block_m(4, 3) == 16 and K.block_m(8, 4) == 32
     assert K.block_m(8, 16) == K.MAX_BLOCK_M == 64

@@ -269,7 +269,7 @@ from triton._C.libtriton import native_specialize_impl
 from triton.backends.compiler import BaseBackend, GPUTarget
 from triton.compiler import ASTSource
 from kernels import deformable as kd
-from kernels.deformable import dat, msda, sampling
+from kernels.deformable import backward, forward, tiles
 try:
     from kernels.machine_code.compile_check import ptxas_usage
 except ImportError:
@@ -280,18 +280,18 @@ F32 = {"LSE", "Delta", "dK", "dV", "dPts", "dValue", "dLoc", "dAttn"}
 ACC = {"dValue", "dLoc", "dAttn"}  # MSDA's gradient buffers: fp64 for float64 inputs
 
 def compile_one(name, dtype, cap, head_dim):
-    fn = getattr(msda if name.startswith("_msda") else dat, name)
+    fn = getattr(forward if name.endswith("_fwd") else backward, name)
     if name.startswith("_msda"):
         bq, warps = kd.msda_config(name[6:], 1 << 20, head_dim, (cap // 10, cap % 10),
                                    dtype == torch.float32)
-        bd = msda._msda_block_d(head_dim, (cap // 10, cap % 10))
+        bd = tiles._msda_block_d(head_dim, (cap // 10, cap % 10))
         consts = dict(N_LEVELS=4, N_POINTS=4, BLOCK_Q=bq, FP64=dtype == torch.float64,
                       BLOCK_D=bd)
         if name == "_msda_bwd":
             consts["D_BLOCKS"] = -(-head_dim // bd)
     else:
         kernel = {"_dat_fwd": "fwd", "_dat_bwd_dkdv": "dkdv", "_dat_bwd_dq": "dq"}[name]
-        fp32_dots = dat.dot_fp32(dtype, (cap // 10, cap % 10))
+        fp32_dots = tiles.dot_fp32(dtype, (cap // 10, cap % 10))
         bm, bn, warps = kd.dat_config(kernel, 4096, head_dim, (cap // 10, cap % 10),
                                       fp32_dots)
         consts = dict(ALIGN_CORNERS=True, BLOCK_M=bm, BLOCK_N=bn, DOT_FP32=fp32_dots)
@@ -328,7 +328,7 @@ def compile_one(name, dtype, cap, head_dim):
     t0 = time.perf_counter()
     c = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
                        target=GPUTarget("cuda", cap, 32),
-                       options={"num_warps": warps, "num_stages": sampling.NUM_STAGES})
+                       options={"num_warps": warps, "num_stages": tiles.NUM_STAGES})
     spills = "-" if ptxas_usage is None else "%d/%d" % ptxas_usage(c.asm["ptx"])[1:]
     print(f"{name} sm{cap} {str(dtype)[6:]} d{head_dim} smem {c.metadata.shared} "
           f"spill {spills} {time.perf_counter() - t0:.1f}s", flush=True)
@@ -452,8 +452,8 @@ def test_msda_loops_over_channel_blocks(monkeypatch):
     # item 14: head dims above one block (128 on a GPU) loop over channel blocks;
     # forcing 16-channel blocks under the interpreter exercises that loop, ragged last
     # block included
-    monkeypatch.setattr(kd.msda, "MSDA_INTERPRET_MAX_BLOCK_D", 16)
-    monkeypatch.setattr(kd.msda, "MSDA_MAX_BLOCK_D", 16)
+    monkeypatch.setattr(kd.tiles, "MSDA_INTERPRET_MAX_BLOCK_D", 16)
+    monkeypatch.setattr(kd.tiles, "MSDA_MAX_BLOCK_D", 16)
     value, shapes, starts, loc, w = _detr_inputs(71, 1)
     ins = [value.double(), loc.double(), w.double()]
     grad = torch.randn(1, 2, 2 * 71, dtype=torch.float64)

@@ -35,8 +35,8 @@ def _inputs(B, H, H_kv, N_q, N_k, d, dtype=torch.float32, seed=0):
     return [torch.randn(s, generator=g).to(device=DEVICE, dtype=dtype) for s in shapes]
 
 
-def _forward(q, k, v, causal, scale):
-    return forward._forward(q, k, v, causal, scale)  # o, lse2 (base 2)
+def forward_lse(q, k, v, causal, scale):
+    return forward.forward_lse(q, k, v, causal, scale)  # o, lse2 (base 2)
 
 
 def _ref(q, k, v, do, causal, scale, dlse=None):
@@ -121,7 +121,7 @@ def test_fp32_matches_fp64_and_the_two_kernel_backward(case):
     B, H, H_kv, N_q, N_k, d, causal = CASES[case]
     q, k, v, do = _inputs(B, H, H_kv, N_q, N_k, d)
     scale = 1 / math.sqrt(d)
-    o, lse2 = _forward(q, k, v, causal, scale)
+    o, lse2 = forward_lse(q, k, v, causal, scale)
     grads = fused.backward_fused(do, q, k, v, o, lse2, causal, scale)
     for g, t in zip(grads, (q, k, v)):
         assert g.shape == t.shape and g.dtype == t.dtype
@@ -129,7 +129,7 @@ def test_fp32_matches_fp64_and_the_two_kernel_backward(case):
     _check_fp32(grads, _ref(q, k, v, do, causal, scale), bounds)
     # the deterministic two-kernel version: both within the bound of fp64, so within
     # twice it of each other (in practice a few fp32 ulps: only summation orders differ)
-    two = backward._backward(do, q, k, v, o, lse2, causal, scale)
+    two = backward.backward_lse(do, q, k, v, o, lse2, causal, scale)
     for name, g, t, b in zip(("dq", "dk", "dv"), grads, two, bounds):
         assert torch.all((g.double() - t.double()).abs() <= 2 * b + 1e-30), name
 
@@ -148,7 +148,7 @@ def test_random_shapes_and_tiles():
         tile = tiles[i % len(tiles)]
         scale = [1 / math.sqrt(d), 0.7, -0.3][i % 3]
         q, k, v, do = _inputs(B, H, h_kv, N_q, N_k, d, seed=i)
-        o, lse2 = _forward(q, k, v, causal, scale)
+        o, lse2 = forward_lse(q, k, v, causal, scale)
         grads = fused.backward_fused(do, q, k, v, o, lse2, causal, scale, tiles=tile)
         _check_fp32(
             grads, _ref(q, k, v, do, causal, scale), _bound(q, k, v, do, causal, scale)
@@ -161,7 +161,7 @@ def test_random_shapes_and_tiles():
 def test_lse_gradient_enters_through_delta(causal, n_q, n_k):
     q, k, v, do = _inputs(1, 2, 1, n_q, n_k, 16, seed=5)
     scale = 0.25
-    o, lse2 = _forward(q, k, v, causal, scale)
+    o, lse2 = forward_lse(q, k, v, causal, scale)
     dlse = torch.randn(lse2.shape, generator=torch.Generator().manual_seed(1)).to(
         DEVICE
     )
@@ -212,7 +212,7 @@ def flash_delta(do, o):
 def test_rows_that_see_no_key_get_zero_gradient():
     q, k, v, do = _inputs(1, 2, 2, 90, 20, 32)  # causal: rows 0..69 see no key
     scale = 1 / math.sqrt(32)
-    o, lse2 = _forward(q, k, v, True, scale)
+    o, lse2 = forward_lse(q, k, v, True, scale)
     dq, dk, dv = fused.backward_fused(do, q, k, v, o, lse2, True, scale)
     assert torch.all(dq[:, :, :70] == 0)
     for t in (dq, dk, dv):
@@ -225,7 +225,7 @@ def test_half_precision_within_twice_pytorch_error(dtype, case):
     B, H, H_kv, N_q, N_k, d, causal = CASES[case]
     q, k, v, do = _inputs(B, H, H_kv, N_q, N_k, d, dtype=dtype)
     scale = 1 / math.sqrt(d)
-    o, lse2 = _forward(q, k, v, causal, scale)
+    o, lse2 = forward_lse(q, k, v, causal, scale)
     grads = fused.backward_fused(do, q, k, v, o, lse2, causal, scale)
     refs = _ref(q, k, v, do, causal, scale)
     qs, ks, vs = (t.clone().requires_grad_() for t in (q, k, v))
@@ -246,7 +246,7 @@ def test_non_contiguous_inputs():
         t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v, do)
     )
     assert not qt.is_contiguous()
-    o, lse2 = _forward(q, k, v, True, 0.2)
+    o, lse2 = forward_lse(q, k, v, True, 0.2)
     a = fused.backward_fused(do, q, k, v, o, lse2, True, 0.2)
     b = fused.backward_fused(dot, qt, kt, vt, o, lse2, True, 0.2)
     for x, y in zip(a, b):
@@ -276,7 +276,7 @@ def test_hidden_nan_stays_in_the_gradients_that_depend_on_it(which, idx):
     tile = (16, 32)
     clean = _inputs(1, 1, 1, n, n, d, seed=7)
     q, k, v, do = _poison(clean, pos, idx, float("nan"))
-    o, lse2 = _forward(q, k, v, True, scale)
+    o, lse2 = forward_lse(q, k, v, True, scale)
     bad = fused.nonfinite_flag(True, q, k, v, do)
     assert bad.tolist() == [1]
     grads = fused.backward_fused(do, q, k, v, o, lse2, True, scale, bad=bad, tiles=tile)

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from kernels import runtime
+from kernels.common import LN2
 from kernels.flash import forward_tma as flash_tma
-from kernels.flash.checks import _validate
-from kernels.flash.forward import _forward
+from kernels.flash.checks import check_inputs
+from kernels.flash.forward import forward_lse
 from kernels.flash.forward_tma import forward_tma
-from kernels.flash.tiles import LN2
 from kernels.naive import naive_attention, reference_attention
 
 pytestmark = pytest.mark.xdist_group("flash-tma")
@@ -92,8 +92,8 @@ def _check(q, k, v, causal, o, lse2):
 def _same_as_pointer(q, k, v, causal, o, lse2, sm_scale=None):
     """The pointer forward's output, within fp32 rounding (bitwise under the
     interpreter, where both run the same arithmetic on the same zero padding)."""
-    scale = _validate(q, k, v, sm_scale)
-    o_p, lse_p = _forward(q, k, v, causal, scale)
+    scale = check_inputs(q, k, v, sm_scale)
+    o_p, lse_p = forward_lse(q, k, v, causal, scale)
     eps = torch.finfo(q.dtype).eps
     torch.testing.assert_close(o, o_p, rtol=eps, atol=eps, equal_nan=True)
     torch.testing.assert_close(lse2, lse_p, rtol=2**-20, atol=2**-20, equal_nan=True)

@@ -44,7 +44,9 @@ def test_hard_argmax_exact(shape, causal, dtype):
     q = _ints((B, H, N_q, d), gen).to(dtype)
     k = _ints((B, H_kv, N_k, d), gen).to(dtype)
     v = torch.randn((B, H_kv, N_k, d), generator=gen).to(DEV, dtype)
-    o, idx = hard_attention(q, k, v, causal=causal, sm_scale=0.5, return_index=True)
+    o, idx = hard_attention(
+        q, k, v, causal=causal, softmax_scale=0.5, return_index=True
+    )
     o_ref, idx_ref = ah.hard_attention(
         _np(q),
         _expand(k, H),
@@ -59,7 +61,7 @@ def test_hard_argmax_exact(shape, causal, dtype):
     np.testing.assert_array_equal(_np(o), ah.gather_rows(_expand(v, H), idx_ref))
     np.testing.assert_array_equal(_np(o), o_ref)
     if not causal:  # PyTorch agrees (torch.argmax also returns the first maximum)
-        o_t, idx_t = naive_hard_attention(q.float(), k.float(), v.float(), sm_scale=0.5)
+        o_t, idx_t = naive_hard_attention(q.float(), k.float(), v.float(), scale=0.5)
         torch.testing.assert_close(idx.cpu(), idx_t.cpu())
 
 
@@ -174,7 +176,7 @@ def test_topk_indices_exact_with_ties(topk, causal):
     k = _ints((B, H_kv, N_k, d), gen, -1, 2)
     v = torch.randn((B, H_kv, N_k, d), generator=gen).to(DEV)
     o, idx = topk_attention(
-        q, k, v, topk, causal=causal, sm_scale=1.0, return_index=True
+        q, k, v, topk, causal=causal, softmax_scale=1.0, return_index=True
     )
     s = ah.attention_scores(_np(q), _expand(k, H), scale=1.0, causal=causal)
     idx_ref = ah.topk_index(s, topk)  # (score desc, index asc)
@@ -299,7 +301,7 @@ def test_topk_large_k_across_blocks(topk):
     q = _ints((1, 1, 16, 16), gen, -1, 2)
     k = _ints((1, 1, 200, 16), gen, -1, 2)  # 4 key blocks of 64, many ties
     v = torch.randn((1, 1, 200, 16), generator=gen).to(DEV)
-    o, idx = topk_attention(q, k, v, topk, sm_scale=1.0, return_index=True)
+    o, idx = topk_attention(q, k, v, topk, softmax_scale=1.0, return_index=True)
     s = ah.attention_scores(_np(q), _np(k), scale=1.0)
     np.testing.assert_array_equal(
         np.sort(idx.cpu().numpy(), -1), np.sort(ah.topk_index(s, topk), -1)
@@ -434,10 +436,10 @@ def test_nan_score_rows_are_nan_not_empty():
 def test_hard_and_topk_refuse_scales_that_overflow_fp32(sm_scale):
     # item 3: scores times sm_scale * log2(e) must stay in fp32
     q, k, v = (torch.randn(1, 1, 8, 16) for _ in range(3))
-    with pytest.raises(ValueError, match="sm_scale"):
-        hard_attention(q, k, v, sm_scale=sm_scale)
-    with pytest.raises(ValueError, match="sm_scale"):
-        topk_attention(q, k, v, 2, sm_scale=sm_scale)
+    with pytest.raises(ValueError, match="softmax_scale"):
+        hard_attention(q, k, v, softmax_scale=sm_scale)
+    with pytest.raises(ValueError, match="softmax_scale"):
+        topk_attention(q, k, v, 2, softmax_scale=sm_scale)
 
 
 @pytest.mark.parametrize(
@@ -469,10 +471,10 @@ def test_argmax_and_topk_rank_raw_scores_for_any_scale(sm_scale):
     v = torch.randn((1, 2, 90, 16), generator=gen).to(DEV)
     s = q.double() @ k.double().transpose(-1, -2)  # (1, 2, 70, 90)
     want = (s if sm_scale > 0 else -s).argmax(-1)
-    _, idx = hard_attention(q, k, v, sm_scale=sm_scale, return_index=True)
+    _, idx = hard_attention(q, k, v, softmax_scale=sm_scale, return_index=True)
     assert torch.equal(idx.cpu(), want.cpu())
     if abs(sm_scale) < 1:
-        o, idx_k = topk_attention(q, k, v, 4, sm_scale=sm_scale, return_index=True)
+        o, idx_k = topk_attention(q, k, v, 4, softmax_scale=sm_scale, return_index=True)
         top = (s * sm_scale).topk(4, -1).indices
         assert torch.equal(idx_k.sort(-1).values.cpu(), top.sort(-1).values.cpu())
         p = torch.softmax((s * sm_scale).gather(-1, top), -1)  # (1, 2, 70, 4)

@@ -61,7 +61,7 @@ def test_naive_and_reference_match_numpy(B, H, H_kv, N_q, N_k, d, causal):
 
 def test_reference_lse_is_logsumexp_of_scores():
     q, k, v = _qkv(1, 2, 2, 6, 9, 4)
-    _, lse = reference_attention(q, k, v, causal=True, sm_scale=0.3)
+    _, lse = reference_attention(q, k, v, causal=True, scale=0.3)
     s = (q @ k.transpose(-1, -2)) * 0.3  # (B, H, N_q, N_k)
     s = s.masked_fill(~causal_mask(6, 9), float("-inf"))
     torch.testing.assert_close(lse, torch.logsumexp(s, -1), atol=1e-12, rtol=0)

@@ -110,3 +110,27 @@ def test_per_score_rejects_an_empty_tile():
     assert sass.per_score(34, 128, 64, 8) == 34 * 256 / 8192
     with pytest.raises(ValueError, match="tile and warps"):
         sass.per_score(34, 0, 64, 8)
+
+
+def test_decode_rows_read_the_recorded_decode_report():
+    for target in ("sm90", "sm80"):
+        rep = report.load_decode_static(target)
+        assert rep is not None, target
+        rows = report.decode_rows(rep)
+        assert len(rows) == len(rep["kernels"]) > 0
+        for row, k in zip(rows, rep["kernels"]):
+            assert len(row) == len(report.DECODE_COLUMNS)
+            case = k["case"]
+            assert row[:5] == (
+                case["kernel"],
+                case["head_dim"],
+                case["dtype"],
+                case["block_m"],
+                case["layout"],
+            )
+            assert row[6:8] == (case["registers"], case["spills"])
+            assert row[9] == k["hot_loop"]["instructions"]
+
+
+def test_no_decode_file_means_no_decode_report(tmp_path):
+    assert report.load_decode_static("sm90", static_dir=tmp_path) is None

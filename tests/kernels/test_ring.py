@@ -20,14 +20,14 @@ from kernels.ring import (
     LAYOUTS,
     block_plan,
     local_length,
-    merge,
+    merge_partials,
     positions,
     ring_attention,
-    segments,
     shard,
+    shard_intervals,
     unshard,
 )
-from kernels.ring import ring as ring_mod
+from kernels.ring import blocks as ring_mod
 from kernels.ring.launch import run_local
 
 pytestmark = pytest.mark.xdist_group("ring")
@@ -79,10 +79,10 @@ def test_shard_unshard_round_trip(layout, P):
 
 def test_split_rule():
     # 10 positions in 4 zigzag chunks: lengths 3, 3, 2, 2
-    assert segments(10, 0, 2, "zigzag") == [(0, 3), (8, 10)]
-    assert segments(10, 1, 2, "zigzag") == [(3, 6), (6, 8)]
+    assert shard_intervals(10, 0, 2, "zigzag") == [(0, 3), (8, 10)]
+    assert shard_intervals(10, 1, 2, "zigzag") == [(3, 6), (6, 8)]
     # 11 in 3 contiguous chunks: 4, 4, 3
-    assert [segments(11, r, 3, "contiguous") for r in range(3)] == [
+    assert [shard_intervals(11, r, 3, "contiguous") for r in range(3)] == [
         [(0, 4)],
         [(4, 8)],
         [(8, 11)],
@@ -132,7 +132,9 @@ def test_block_plan_is_the_global_causal_mask(layout):
                 for src in range(P):
                     pos_k = positions(n, src, P, layout)
                     b = block_plan(
-                        segments(n, r, P, layout), segments(n, src, P, layout), True
+                        shard_intervals(n, r, P, layout),
+                        shard_intervals(n, src, P, layout),
+                        True,
                     )
                     if b is None:
                         continue
@@ -153,7 +155,11 @@ def test_block_plan_work_per_rank():
     for layout, blocks in (("contiguous", [1, 2, 3, 4]), ("zigzag", [4, 4, 4, 4])):
         for r in range(P):
             plans = [
-                block_plan(segments(n, r, P, layout), segments(n, s, P, layout), True)
+                block_plan(
+                    shard_intervals(n, r, P, layout),
+                    shard_intervals(n, s, P, layout),
+                    True,
+                )
                 for s in range(P)
             ]
             assert sum(b is not None for b in plans) == blocks[r]
@@ -162,7 +168,9 @@ def test_block_plan_work_per_rank():
         total = 0
         for s in range(P):
             b = block_plan(
-                segments(n, r, P, "zigzag"), segments(n, s, P, "zigzag"), True
+                shard_intervals(n, r, P, "zigzag"),
+                shard_intervals(n, s, P, "zigzag"),
+                True,
             )
             m, k = b.q1 - b.q0, b.k1 - b.k0
             total += m * (m + 1) // 2 * 2 if b.causal else m * k
@@ -173,6 +181,40 @@ def test_block_plan_work_per_rank():
 # --------------------------------------------------------------------------------------
 # The log-sum-exp merge
 # --------------------------------------------------------------------------------------
+def merge(o_a, lse_a, o_b, lse_b, **kw):
+    """Two parts through the S-way merge."""
+    return merge_partials(torch.stack((o_a, o_b)), torch.stack((lse_a, lse_b)), **kw)
+
+
+def test_merge_partials_of_three_parts_is_exact_attention():
+    q, k, v, *_ = _data(9, 2, 2, 8, seed=2)
+    o, lse = reference_attention(q, k, v, False)
+    cuts = ((0, 3), (3, 5), (5, 9))
+    parts = [reference_attention(q, k[:, :, a:b], v[:, :, a:b], False) for a, b in cuts]
+    o_m, lse_m = merge_partials(
+        torch.stack([p[0] for p in parts]), torch.stack([p[1] for p in parts])
+    )
+    assert (o_m - o).abs().max() < 1e-12 and (lse_m - lse).abs().max() < 1e-12
+
+
+def test_merge_partials_refuses_mismatched_parts_by_name():
+    o = torch.zeros(2, 3, 4)  # S = 2 parts of 3 rows, d = 4
+    with pytest.raises(ValueError, match="lse_parts must be"):
+        merge_partials(o, torch.zeros(2, 4))
+    with pytest.raises(ValueError, match="o_parts must be"):
+        merge_partials(torch.zeros(3, 4), torch.zeros(3))
+    with pytest.raises(TypeError, match="lse_parts"):
+        merge_partials(o, [[0.0] * 3] * 2)
+    with pytest.raises(TypeError, match="base2"):
+        merge_partials(o, torch.zeros(2, 3), base2=1)
+
+
+def test_ring_attention_refuses_a_group_that_is_not_one():
+    q = torch.zeros(1, 1, 4, 16, device=runtime.DEVICE)
+    with pytest.raises(TypeError, match="group"):
+        ring_attention(q, q, q, group=object())
+
+
 def test_merge_is_exact_attention():
     q, k, v, *_ = _data(9, 2, 2, 8, seed=1)
     o, lse = reference_attention(q, k, v, False)

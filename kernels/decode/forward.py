@@ -8,143 +8,22 @@ in ``BLOCK_N`` tiles through the block table with the online softmax of
 ``kernels.flash`` (base 2, exp2) and writes a normalised partial output and its base-2
 log-sum-exp in fp32 (or, with one split, the final output and the natural lse).
 ``_decode_merge``: one program per (query row, head, sequence) merges the splits with
-the log-sum-exp rule. The public face, validation and launch are in
-:mod:`kernels.decode.api`.
+the log-sum-exp rule. The tiles are in :mod:`kernels.decode.tiles`, the checks in
+:mod:`kernels.decode.checks`, the public face and launch in :mod:`kernels.decode.api`.
 """
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
 # the shared jit blocks of the flash kernels, and their architecture classes
-from ..flash.blocks import _finish_rows, _finite_dot, _masked_row_max
-from ..flash.tiles import _LOG2E, ARCHS, LN2, arch_class, block_d
+from ..common import LN2, LOG2E
+from ..flash import finish_rows, finite_dot, masked_row_max
 
-__all__ = [
-    "ARCHS",
-    "MAX_BLOCK_M",
-    "block_d",
-    "block_m",
-    "block_n",
-    "max_block_m",
-    "supported",
-    "tiles",
-]
-
+# kernels.common's constants, as @triton.jit reads them
+_LOG2E: tl.constexpr = tl.constexpr(LOG2E)
 _LN2: tl.constexpr = tl.constexpr(LN2)
-
-#: At most this many query rows (GQA group x new tokens) per program: more rows are
-#: split over programs that read the same K/V tiles (L2 serves the repeats).
-MAX_BLOCK_M = 64
-
-#: (BLOCK_N, num_warps, num_stages) per architecture class and padded head dim, for
-#: fp16/bf16 tiles of BLOCK_M <= 32 query rows; BLOCK_M = 64 uses 8 warps. Every entry
-#: is compiled for its target by ``kernels.machine_code.decode_check`` (no spills).
-#: Decode is bound by HBM bandwidth: the tiles aim at keeping enough K/V bytes in flight
-#: per SM (BLOCK_N x BLOCK_D x 2 tensors x (num_stages - 1)), within shared memory.
-_TABLE: dict[str, dict[int, tuple[int, int, int]]] = {
-    "sm90": {
-        16: (64, 4, 3),
-        32: (64, 4, 3),
-        64: (64, 4, 4),
-        128: (64, 4, 3),
-        256: (32, 4, 3),
-    },
-    "sm80": {
-        16: (64, 4, 3),
-        32: (64, 4, 3),
-        64: (64, 4, 4),
-        128: (64, 4, 3),
-        256: (32, 4, 3),
-    },
-    "sm89": {
-        16: (64, 4, 3),
-        32: (64, 4, 3),
-        64: (64, 4, 3),
-        128: (64, 4, 2),
-        256: (32, 4, 2),
-    },
-}
-#: CUDA-core (FMA) dots: every dtype on sm_75 (Triton >= 3.2 has no tensor-core path
-#: there) and float32 inputs everywhere. FMA dots hold operand rows in registers.
-# (At BLOCK_D = 128, 4 warps spill on sm_75; at BLOCK_D = 256 a 64-row block needs
-# more than sm_75's 64 KB of shared memory and spills: such blocks are 32 rows.)
-_FMA_TABLE: dict[int, tuple[int, int, int]] = {
-    16: (32, 4, 2),
-    32: (32, 4, 2),
-    64: (32, 4, 2),
-    128: (16, 8, 2),
-    256: (16, 8, 1),
-}
-#: Under the Triton interpreter: one small tile (the interpreter's cost is per op).
-INTERPRET_TILES = (16, 4, 1)
-
-
-def _fma(capability, dtype) -> bool:
-    return arch_class(capability) == "sm75" or dtype == torch.float32
-
-
-def max_block_m(
-    capability: tuple[int, int] | None,
-    head_dim: int,
-    dtype: torch.dtype = torch.float16,
-) -> int:
-    """The most query rows a program holds: ``MAX_BLOCK_M``; 16 for float32 (its
-    CUDA-core dots spill with more rows); 32 for fp16/bf16 on sm_75 at BLOCK_D = 256.
-    """
-    if capability is None:
-        return MAX_BLOCK_M
-    if dtype == torch.float32:
-        return 16
-    if _fma(capability, dtype) and block_d(head_dim) >= 256:
-        return 32
-    return MAX_BLOCK_M
-
-
-def supported(
-    capability: tuple[int, int] | None, head_dim: int, dtype: torch.dtype
-) -> bool:
-    """Whether a compiled tile is shipped: not float32 at head dims above 128 on a GPU
-    (every CUDA-core tile spills registers there on sm_80/89/90)."""
-    return capability is None or dtype != torch.float32 or block_d(head_dim) <= 128
-
-
-def block_m(group: int, n_q: int, most: int = MAX_BLOCK_M) -> int:
-    """Query rows per program: the group's G x N_q rows padded to a power of two, at
-    least 16 (the smallest tl.dot tile), at most ``most``."""
-    return min(max(16, triton.next_power_of_2(group * n_q)), most)
-
-
-def tiles(
-    capability: tuple[int, int] | None,
-    head_dim: int,
-    bm: int,
-    dtype: torch.dtype = torch.float16,
-) -> tuple[int, int, int]:
-    """(BLOCK_N, num_warps, num_stages) shipped for a GPU (``capability``; None under
-    the interpreter), head dim, BLOCK_M and dtype."""
-    if capability is None:
-        return INTERPRET_TILES
-    bd = block_d(head_dim)
-    if _fma(capability, dtype):
-        bn, w, s = _FMA_TABLE[bd]
-    else:
-        bn, w, s = _TABLE[arch_class(capability)][bd]
-    if bm >= 64:
-        w = 8
-    return bn, w, s
-
-
-def block_n(capability, head_dim: int, bm: int, dtype, page_size: int | None) -> int:
-    """The key tile: the table's, lowered to the page size when pages are a smaller
-    power of two (then a tile never straddles two pages and needs one block-table
-    entry)."""
-    bn = tiles(capability, head_dim, bm, dtype)[0]
-    if page_size is not None and page_size & (page_size - 1) == 0 and page_size >= 16:
-        bn = min(bn, page_size)
-    return bn
 
 
 @triton.jit
@@ -264,7 +143,7 @@ def _decode_tiles(
             if IS_CAUSAL:
                 visible = visible & (offs_n[None, :] <= row_t[:, None] + causal_offset)
             s = tl.where(visible, s, float("-inf"))
-            m_new, m_sub = _masked_row_max(
+            m_new, m_sub = masked_row_max(
                 m_i, s, start_n, row_t, seqlen, causal_offset, IS_CAUSAL
             )
         else:
@@ -275,7 +154,7 @@ def _decode_tiles(
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
         if MASKED and IS_CAUSAL:  # no non-finite v reaches a hidden pair
-            acc = _finite_dot(acc, p, v, visible, True, DOT_PRECISION)
+            acc = finite_dot(acc, p, v, visible, True, DOT_PRECISION)
         else:
             acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
         m_i = m_new
@@ -447,7 +326,7 @@ def _decode_split(
         UPCAST,
         DOT_PRECISION,
     )
-    acc, lse2 = _finish_rows(acc, l_i, m_i)
+    acc, lse2 = finish_rows(acc, l_i, m_i)
 
     o_rows = (
         b.to(tl.int64) * stride_ob

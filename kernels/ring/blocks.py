@@ -1,13 +1,11 @@
-"""The ring loop: forward and backward of ring attention on torch.distributed.
+"""The pieces of the ring loop: the log-sum-exp merge, the block plan, the ring.
 
-Each rank holds a query shard and a key/value shard of one sequence. For P steps a rank
-computes its queries against the K/V shard it holds (the book's flash kernel returns
-(o, lse) for the block), merges that partial into its running result by the
-log-sum-exp rule, and meanwhile passes the shard on to the next rank with
-``torch.distributed.batch_isend_irecv`` (send to rank+1, receive from rank-1), posted
-before the block's compute so the transfer overlaps it. The backward walks the same
-ring: K/V travel again, and so do fp32 dK/dV accumulators, one step behind, so that
-after P steps every rank holds the gradients of its own K/V shard.
+``merge_partials`` (S partial attentions merged by their lse: public as
+``kernels.ring.merge_partials``), ``Block`` / ``block_plan`` (which part of a (query
+shard, key shard) pair is visible under the global causal mask), ``Ring`` /
+``make_ring`` (the process group, the neighbours and every rank's segments, agreed by
+one all_gather), the bounded waits and the P2P transfer of a step, and the timeline
+spans ``ring_timeline`` records.
 """
 
 from __future__ import annotations
@@ -19,15 +17,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-# The flash kernel's entry points, and nothing else of it: each block's forward returns
-# (o, base-2 lse); the backward takes the final o and lse.
-from ..flash import flash_attention
-from ..flash.backward import _backward
-from ..flash.checks import _DTYPES, _validate
-from ..flash.forward import _forward
-from ..flash.tiles import LN2
-from ..naive import check_causal
-from .layout import check_layout, segments
+from ..common import FLOAT_DTYPES, check_bool, check_tensor
+from .layout import shard_intervals
 
 _TAG_KV, _TAG_DKV = 1, 2  # P2P tags: K/V shards and dK/dV accumulators
 
@@ -35,27 +26,42 @@ _TAG_KV, _TAG_DKV = 1, 2  # P2P tags: K/V shards and dK/dV accumulators
 # --------------------------------------------------------------------------------------
 # The log-sum-exp merge
 # --------------------------------------------------------------------------------------
-def merge(
-    o_a: torch.Tensor,
-    lse_a: torch.Tensor,
-    o_b: torch.Tensor,
-    lse_b: torch.Tensor,
-    *,
-    base2: bool = False,
-):
-    """Merge two partial attentions of the same query rows over disjoint key sets.
+def merge_partials(o_parts: torch.Tensor, lse_parts: torch.Tensor, *, base2=False):
+    """Merge S partial attentions of the same query rows over disjoint key sets.
 
-    o: (..., N, d), lse: (..., N) (natural log, or base 2 with ``base2``). Returns
-    (o, lse) of attention over the union of the keys: lse = log(e^lse_a + e^lse_b),
-    o = e^(lse_a - lse) o_a + e^(lse_b - lse) o_b. A part with lse = -inf (no visible
-    key, o = 0) contributes nothing, exactly: the other part comes back bit for bit.
-    Both -inf gives (0, -inf). A NaN in either part's lse or o gives NaN.
+    o_parts: (S, ..., N, d), each part normalised over its own keys; lse_parts:
+    (S, ..., N), natural log (base 2 with ``base2``). Returns (o, lse) of attention over
+    the union of the keys: lse = log sum_s e^lse_s, o = sum_s e^(lse_s - lse) o_s, the
+    torch twin of ``attention``'s NumPy ``merge_partials``. A part with lse = -inf (no
+    visible key, o = 0) contributes nothing, exactly: with one other part, that part
+    comes back bit for bit. All -inf gives (0, -inf). A NaN in any part's lse gives
+    NaN (and a NaN in a part's o reaches that row). Bad arguments are refused by name.
     """
-    lse = torch.logaddexp2(lse_a, lse_b) if base2 else torch.logaddexp(lse_a, lse_b)
-    ref = torch.where(torch.isneginf(lse), 0.0, lse)  # both empty: both weights 0
-    exp = torch.exp2 if base2 else torch.exp
-    w_a, w_b = exp(lse_a - ref), exp(lse_b - ref)  # (..., N)
-    return w_a.unsqueeze(-1) * o_a + w_b.unsqueeze(-1) * o_b, lse
+    check_tensor("o_parts", o_parts)
+    check_tensor("lse_parts", lse_parts)
+    check_bool("base2", base2)
+    if o_parts.ndim < 3 or o_parts.shape[0] < 1:
+        raise ValueError(
+            "o_parts must be (S, ..., N, d) with S >= 1 parts stacked on axis 0, "
+            f"got shape {tuple(o_parts.shape)}"
+        )
+    if tuple(lse_parts.shape) != tuple(o_parts.shape[:-1]):
+        raise ValueError(
+            f"lse_parts must be (S, ..., N) = {tuple(o_parts.shape[:-1])} to match "
+            f"o_parts {tuple(o_parts.shape)}, got {tuple(lse_parts.shape)}"
+        )
+    if not (lse_parts.is_floating_point() and o_parts.is_floating_point()):
+        raise TypeError(
+            f"o_parts and lse_parts must be floating point, got {o_parts.dtype} "
+            f"and {lse_parts.dtype}"
+        )
+    exp, log = (torch.exp2, torch.log2) if base2 else (torch.exp, torch.log)
+    top = lse_parts.amax(0)  # (..., N); NaN if a part's lse is NaN
+    top = torch.where(torch.isneginf(top), 0.0, top)  # every part empty
+    lse = top + log(exp(lse_parts - top).sum(0))  # (..., N)
+    ref = torch.where(torch.isneginf(lse), 0.0, lse)
+    w = exp(lse_parts - ref)  # (S, ..., N)
+    return (w.unsqueeze(-1) * o_parts).sum(0), lse
 
 
 # --------------------------------------------------------------------------------------
@@ -153,6 +159,11 @@ def group_size(group) -> tuple[int, int]:
     """(world size, rank) of ``group``; (1, 0) with no process group initialised."""
     if group is None and not (dist.is_available() and dist.is_initialized()):
         return 1, 0
+    if group is not None and not isinstance(group, dist.ProcessGroup):
+        raise TypeError(
+            f"group must be a torch.distributed ProcessGroup or None, "
+            f"got {type(group).__name__}"
+        )
     return dist.get_world_size(group), dist.get_rank(group)
 
 
@@ -170,7 +181,7 @@ def make_ring(q, k, causal: bool, group, layout: str, scale: float) -> Ring:
         k.shape[1],
         d,
         n,
-        _DTYPES.index(q.dtype),
+        FLOAT_DTYPES.index(q.dtype),
         int(causal),
         ("contiguous", "zigzag").index(layout),
         scale,
@@ -201,7 +212,7 @@ def make_ring(q, k, causal: bool, group, layout: str, scale: float) -> Ring:
                 f"q: a zigzag sequence of {n_total} positions over {P} "
                 f"ranks needs at least {2 * P} (one per chunk)"
             )
-        segs = [segments(n_total, r, P, layout) for r in range(P)]
+        segs = [shard_intervals(n_total, r, P, layout) for r in range(P)]
         expected = [sum(e - s for s, e in sg) for sg in segs]
         if lengths != expected:
             raise ValueError(
@@ -317,169 +328,3 @@ class _Transfer:
                 )
             )
         return self.recv
-
-
-# --------------------------------------------------------------------------------------
-# Forward and backward loops
-# --------------------------------------------------------------------------------------
-def ring_forward(q, k, v, ring: Ring, scale: float):
-    """(o in q's dtype, lse2 (B, H, N) float32 base 2) of this rank's queries against
-    the whole sequence."""
-    B, H, n, d = q.shape
-    o = torch.zeros((B, H, n, d), dtype=torch.float32, device=q.device)  # (B,H,n,d)
-    lse2 = torch.full((B, H, n), float("-inf"), device=q.device)  # (B, H, n)
-    kv = torch.stack((k, v))  # (2, B, H_kv, n_src, d): one message per step
-    P = ring.world_size
-    for step in range(P):
-        transfer = None
-        if step < P - 1:  # the next shard moves while this one computes
-            nxt = ring.length(ring.src(step + 1))
-            transfer = _Transfer(
-                ring, kv, (2, B, k.shape[1], nxt, d), _TAG_KV, step, "forward"
-            )
-        block = ring.plan(step)
-        if block is not None:
-            with _span("compute", step, "forward", ring, q.device):
-                rows = slice(block.q0, block.q1)
-                o_b, l_b = _forward(
-                    q[:, :, rows],
-                    kv[0, :, :, block.k0 : block.k1],
-                    kv[1, :, :, block.k0 : block.k1],
-                    block.causal,
-                    scale,
-                )
-                o[:, :, rows], lse2[:, :, rows] = merge(
-                    o[:, :, rows], lse2[:, :, rows], o_b.float(), l_b, base2=True
-                )
-        if transfer is not None:
-            kv = transfer.wait(step)
-    return o.to(q.dtype), lse2
-
-
-def ring_backward(do, dlse, q, k, v, o, lse2, ring: Ring, scale: float):
-    """(dq, dk, dv) of this rank's shards: K/V travel the ring again; each rank adds
-    its queries' contribution to the travelling fp32 dK/dV of the shard it holds and
-    passes it on one step behind K/V, so after P steps dK/dV are home."""
-    B, H, n, d = q.shape
-    H_kv = k.shape[1]
-    dq = torch.zeros((B, H, n, d), dtype=torch.float32, device=q.device)  # (B,H,n,d)
-    kv = torch.stack((k, v))  # (2, B, H_kv, n_src, d)
-    P = ring.world_size
-    dkv_transfer = None
-    for step in range(P):
-        src = ring.src(step)
-        kv_transfer = None
-        if step < P - 1:
-            nxt = ring.length(ring.src(step + 1))
-            kv_transfer = _Transfer(
-                ring, kv, (2, B, H_kv, nxt, d), _TAG_KV, step, "backward"
-            )
-        block = ring.plan(step)
-        grads = None
-        if block is not None:
-            with _span("compute", step, "backward", ring, q.device):
-                rows = slice(block.q0, block.q1)
-                keys = slice(block.k0, block.k1)
-                # the kernels index lse (and delta) as contiguous (B, H, N) rows
-                grads = _backward(
-                    do[:, :, rows],
-                    q[:, :, rows],
-                    kv[0, :, :, keys],
-                    kv[1, :, :, keys],
-                    o[:, :, rows],
-                    lse2[:, :, rows].contiguous(),
-                    block.causal,
-                    scale,
-                    None if dlse is None else dlse[:, :, rows].contiguous(),
-                )
-                dq[:, :, rows] += grads[0].float()
-        # the accumulator of shard `src`: fresh at step 0, else from the previous rank
-        dkv = (
-            torch.zeros(
-                (2, B, H_kv, ring.length(src), d), dtype=torch.float32, device=q.device
-            )
-            if dkv_transfer is None
-            else dkv_transfer.wait(step)
-        )
-        if grads is not None:
-            dkv[0, :, :, keys] += grads[1].float()
-            dkv[1, :, :, keys] += grads[2].float()
-        # pass it on (after the last step it goes to its owner, rank + 1's shard)
-        dkv_transfer = _Transfer(
-            ring,
-            dkv,
-            (2, B, H_kv, ring.length(ring.src(step + 1)), d),
-            _TAG_DKV,
-            step,
-            "backward",
-        )
-        if kv_transfer is not None:
-            kv = kv_transfer.wait(step)
-    dkv = dkv_transfer.wait(P - 1)  # (2, B, H_kv, n, d): this rank's own dK, dV
-    return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype)
-
-
-class _RingAttention(torch.autograd.Function):
-    """Saves this rank's q, k, v, the final o and the global lse (base 2); the
-    backward reruns the ring (no N x N tensor, no per-step state kept)."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, ring, scale):
-        o, lse2 = ring_forward(q, k, v, ring, scale)
-        ctx.save_for_backward(q, k, v, o, lse2)
-        ctx.ring, ctx.scale = ring, scale
-        ctx.set_materialize_grads(False)
-        return o, lse2 * LN2  # natural-log lse; -inf stays -inf
-
-    @staticmethod
-    def backward(ctx, do, dlse):
-        q, k, v, o, lse2 = ctx.saved_tensors
-        if do is None:  # only the lse was used
-            do = torch.zeros_like(o)
-        dq, dk, dv = ring_backward(do, dlse, q, k, v, o, lse2, ctx.ring, ctx.scale)
-        return dq, dk, dv, None, None
-
-
-def ring_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    causal: bool = False,
-    group=None,
-    layout: str = "contiguous",
-    return_lse: bool = False,
-    sm_scale: float | None = None,
-):
-    """Attention of this rank's query shard over the whole sequence, K/V on a ring.
-
-    Args:
-        q: (B, H, N_local, d) this rank's queries (float16, bfloat16, float32).
-        k, v: (B, H_kv, N_local, d), the same positions as q; H a multiple of H_kv.
-        causal: the global causal mask (query at position i sees keys j <= i).
-        group: the process group (None: the default group; with no process group
-            initialised, a single process, P = 1).
-        layout: "contiguous" or "zigzag": which positions each rank holds
-            (:func:`kernels.ring.shard`).
-        return_lse: also return the natural-log log-sum-exp (B, H, N_local).
-        sm_scale: softmax scale, default 1 / sqrt(d).
-
-    Returns:
-        o (B, H, N_local, d) in q's dtype, and with ``return_lse`` lse (B, H, N_local)
-        float32. Differentiable in q, k, v (through o and lse).
-    """
-    scale = _validate(q, k, v, sm_scale)
-    check_causal(causal)
-    check_layout(layout)
-    if not isinstance(return_lse, bool):
-        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
-    if k.shape[2] != q.shape[2]:
-        raise ValueError(
-            f"k and v must hold the same positions as q: q has "
-            f"N_local={q.shape[2]}, k {k.shape[2]} (q {tuple(q.shape)}, "
-            f"k {tuple(k.shape)})"
-        )
-    if group_size(group)[0] == 1:  # one rank: one flash call, nothing else
-        return flash_attention(q, k, v, causal, scale, return_lse)
-    ring = make_ring(q, k, causal, group, layout, scale)
-    o, lse = _RingAttention.apply(q, k, v, ring, scale)
-    return (o, lse) if return_lse else o

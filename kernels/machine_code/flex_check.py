@@ -1,0 +1,276 @@
+"""Compile the kernels.flex kernels ahead of time for sm_75, sm_80, sm_89 and sm_90 on a
+CPU, at their shipped tiles, and check shared memory and register spills.
+
+    python -m kernels.machine_code.flex_check           # every target, instantiation,
+                                                        # kernel, head dim, dtype
+    python -m kernels.machine_code.flex_check --quick   # the representative subset
+                                                        # (the test's)
+
+Instantiations (each a different kernel: the mods are compile-time functions):
+``causal`` (``causal_mask``), ``window`` (``sliding_window(4096)``), ``document``
+(``and_masks(causal_mask, document_mask(ids))``) and ``softcap-sink``
+(``causal_mask`` with ``softcap(50)`` and per-head sinks: Gemma 2 / gpt-oss). For each
+kernel (``fwd``, ``dkdv``, ``dq``), head dims (d, d_v) in (64, 64), (128, 128) and
+(192, 128) (DeepSeek MLA's prefill), dtypes fp16 (tensor cores; FMA on sm_75) and
+fp32 (FMA), the shipped tile of ``kernels.flex.tiles.configs`` at a 128 x 128 block
+mask, the report gives shared memory against the target's limit, registers per thread
+and spill bytes (``ptxas -v``, as ``kernels.machine_code.compile_check``), and on
+sm_90 whether the matmuls became Hopper ``wgmma``. The
+argument signature is Triton's own specialisation of a representative launch:
+contiguous (B, H = 16, N = 4096, d) q with H_kv = 8 (GQA), a broadcast block mask.
+The sm_75 backward above d = 64 is not shipped (every tile spills with CUDA-core
+dots there; ``flex_attention`` refuses it): listed as "not shipped". Exits 1 if a case
+spills, exceeds shared memory or fails to compile. Runs with
+TRITON_INTERPRET unset (it sets it to 0 before importing kernels).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+os.environ["TRITON_INTERPRET"] = "0"
+
+from kernels import runtime  # noqa: E402
+
+if runtime.INTERPRET and __name__ == "__main__":
+    os.execv(
+        sys.executable,
+        [sys.executable, "-m", "kernels.machine_code.flex_check", *sys.argv[1:]],
+    )
+
+import torch  # noqa: E402
+
+from kernels.flex import (  # noqa: E402
+    and_masks,
+    backward,
+    backward_dq,
+    causal_mask,
+    document_mask,
+    forward,
+    mods,
+    sliding_window,
+    softcap,
+    tiles,
+)
+from kernels.machine_code.compiler import (  # noqa: E402
+    _compile_values,
+    _jit_function,
+    ptxas_usage,
+)
+
+N, H, H_KV = 4096, 16, 8
+BLOCK = 128
+TARGETS = ("sm75", "sm80", "sm89", "sm90")
+KERNELS = {
+    "fwd": forward._flex_fwd,
+    "dkdv": backward._flex_dkdv,
+    "dq": backward_dq._flex_dq,
+}
+HEAD_DIMS = ((64, 64), (128, 128), (192, 128))
+DTYPES = {"fp16": torch.float16, "fp32": torch.float32}
+#: the test's subset: every instantiation and kernel once, spread over the targets
+QUICK = (
+    ("fwd", "causal", "sm90", (128, 128), "fp16"),
+    ("fwd", "softcap-sink", "sm80", (64, 64), "fp16"),
+    ("dq", "window", "sm89", (64, 64), "fp16"),
+    ("dkdv", "document", "sm75", (64, 64), "fp16"),
+)
+
+
+def instantiation(name: str):
+    """(mask Mod, score Mod or None, sinks?) of an instantiation."""
+    if name == "causal":
+        return causal_mask, None, False
+    if name == "window":
+        return sliding_window(4096), None, False
+    if name == "document":
+        return (
+            and_masks(causal_mask, document_mask(torch.arange(N) // 1024)),
+            None,
+            False,
+        )
+    if name == "softcap-sink":
+        return causal_mask, softcap(50.0), True
+    raise ValueError("instantiation must be causal, window, document or softcap-sink")
+
+
+def _values(kernel, name, dims, dtype, config):
+    mask, score, sinks = instantiation(name)
+    mfn = mods.pack(mask, "cpu")[0]
+    has_score = score is not None
+    sfn, gfn = (mods.pack(score, "cpu")[0::3]) if has_score else (mfn, None)
+    d, dv = dims
+    bd, bdv = tiles.block_d(d), tiles.block_d(dv)
+    t = torch.empty(16, dtype=dtype)
+    f32 = torch.empty(16, dtype=torch.float32)
+    i32 = torch.empty(16, dtype=torch.int32)
+    vals = {
+        "scale": 0.125,
+        "bm_sz": 0,
+        "bm_sh": 0,
+        "NQB": N // BLOCK,
+        "NKB": N // BLOCK,
+        "H": H,
+        "H_KV": H_KV,
+        "GROUP": H // H_KV,
+        "N_Q": N,
+        "N_K": N,
+        "D": d,
+        "DV": dv,
+        "MASK_FN": mfn,
+        "SCORE_FN": sfn,
+        "GRAD_FN": gfn if gfn is not None else sfn,
+        "HAS_SCORE": has_score,
+        "HAS_GRAD": gfn is not None,
+        "HAS_SINKS": sinks,
+        "BLOCK_D": bd,
+        "BLOCK_DV": bdv,
+        "UPCAST": False,
+        "DOT_PRECISION": "ieee" if dtype == torch.float32 else "tf32",
+        "BLOCK_M": config[0],
+        "BLOCK_N": config[1],
+        "SQ": BLOCK,
+        "SK": BLOCK,
+        "EVEN_M": True,
+        "EVEN_N": True,
+        "EVEN_D": d == bd and dv == bdv,
+        "SHIELD": kernel.endswith("-shield"),
+    }
+    for p in ("Q", "K", "V", "Out", "DO", "DQ", "DKP", "DVP"):
+        vals[p] = t
+    for p in ("LSE2", "Delta", "SINKS", "MF", "SMF"):
+        vals[p] = f32
+    for p in ("V_BAD", "BAD", "MI", "SMI"):
+        vals[p] = i32
+    for p in ("KV_NUM", "KV_IDX", "FKV_NUM", "FKV_IDX", "Q_NUM", "Q_IDX"):
+        vals[p] = i32
+    vals["FQ_NUM"] = vals["FQ_IDX"] = i32
+    shapes = {
+        "q": (H, d),
+        "k": (H_KV, d),
+        "v": (H_KV, dv),
+        "o": (H, dv),
+        "do": (H, dv),
+        "dq": (H, d),
+        "dk": (H_KV, d),
+        "dv": (H_KV, dv),
+    }
+    for pfx, (heads, width) in shapes.items():
+        row = "m" if pfx in ("q", "o", "do", "dq") else "n"
+        for suf, st in zip(
+            ("z", "h", row, "d"), (heads * N * width, N * width, width, 1)
+        ):
+            vals[f"stride_{pfx}{suf}"] = st
+    return vals
+
+
+def compile_case(kernel, name, target, dims, dtype_name):
+    """One compilation: a result dict (shared, registers, spills, ok)."""
+    dtype = DTYPES[dtype_name]
+    cap = tiles.ARCHS[target][0]
+    d_pad = max(tiles.block_d(dims[0]), tiles.block_d(dims[1]))
+    config = tiles.configs(kernel, cap, d_pad, dtype)
+    res = {
+        "kernel": kernel,
+        "case": name,
+        "target": target,
+        "dims": dims,
+        "dtype": dtype_name,
+        "config": None,
+        "limit": tiles.ARCHS[target][1],
+    }
+    if config is None:  # not shipped (the sm_75 backward above d = 64): refused
+        return None
+    config = (min(config[0], BLOCK), min(config[1], BLOCK), *config[2:])
+    res["config"] = config
+    t0 = time.perf_counter()
+    try:
+        vals = _values(kernel, name, dims, dtype, config)
+        vals["UPCAST"] = False
+        fn = _jit_function(KERNELS[kernel.removesuffix("-shield")])
+        c = _compile_values(fn, vals, cap, config[2], config[3])
+        res["shared"] = int(c.metadata.shared)
+        res["registers"], st, ld = ptxas_usage(c.asm["ptx"])
+        res["spills"] = st + ld
+        res["wgmma"] = "wgmma" in c.asm["ptx"] if target == "sm90" else None
+        # the NaN/inf launches may spill (reported, not refused), as kernels.flash's
+        spill_ok = res["spills"] == 0 or kernel.endswith("-shield")
+        res["ok"] = spill_ok and res["shared"] <= res["limit"]
+    except Exception as e:  # noqa: BLE001 - a failed compile is a reported result
+        first = str(e).strip().splitlines()[0] if str(e) else ""
+        res.update(error=f"{type(e).__name__}: {first}", ok=False)
+    res["seconds"] = time.perf_counter() - t0
+    return res
+
+
+def format_row(r) -> str:
+    bm, bn, w, s = r["config"]
+    shared = f"{r['shared'] / 1024:.1f}/{r['limit'] // 1024}" if "shared" in r else "-"
+    status = "ok" if r["ok"] else r.get("error", "FAIL")
+    wg = {True: "yes", False: "no", None: "-"}[r.get("wgmma")]
+    return (
+        f"{r['kernel']:<5} {r['case']:<13} {r['target']:<5} "
+        f"{r['dims'][0]:>3}/{r['dims'][1]:<3} {r['dtype']:<4} "
+        f"{bm}x{bn} w{w} s{s:<3} {shared:>11} {r.get('registers', '-'):>4} "
+        f"{r.get('spills', '-'):>6} {wg:>5} {r['seconds']:5.1f}s {status}"
+    )
+
+
+HEADER = (
+    f"{'kern':<5} {'case':<13} {'arch':<5} {'d/dv':<7} {'type':<4} "
+    f"{'BMxBN w s':<12} {'smem KB/lim':>11} {'regs':>4} {'spills':>6} {'wgmma':>5} "
+    f"{'time':>6} "
+    "status"
+)
+
+
+ALL_KERNELS = (*KERNELS, *(f"{k}-shield" for k in KERNELS))
+
+
+def plan(quick: bool, targets=None, kernels=None):
+    if quick:
+        return [c for c in QUICK if not targets or c[2] in targets]
+    return [
+        (k, name, t, dims, dt)
+        for t in targets or TARGETS
+        for name in ("causal", "window", "document", "softcap-sink")
+        for k in kernels or ALL_KERNELS
+        for dims in HEAD_DIMS
+        for dt in DTYPES
+    ]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="the representative subset")
+    ap.add_argument("--target", action="append", choices=list(TARGETS))
+    ap.add_argument("--kernel", action="append", choices=list(ALL_KERNELS))
+    args = ap.parse_args(argv)
+    if runtime.INTERPRET:
+        print("flex_check needs TRITON_INTERPRET unset", file=sys.stderr)
+        return 2
+    jobs = plan(args.quick, args.target, args.kernel)
+    print(f"# {len(jobs)} compilations", flush=True)
+    print(HEADER, flush=True)
+    bad = skipped = 0
+    for k, name, t, dims, dt in jobs:
+        r = compile_case(k, name, t, dims, dt)
+        if r is None:
+            print(
+                f"{k:<5} {name:<13} {t:<5} {dims[0]:>3}/{dims[1]:<3} {dt:<4} "
+                "not shipped"
+            )
+            skipped += 1
+            continue
+        bad += not r["ok"]
+        print(format_row(r), flush=True)
+    done = len(jobs) - skipped
+    print(f"# {done - bad}/{done} ok" + (f", {skipped} not shipped" if skipped else ""))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
