@@ -47,7 +47,7 @@ from ..flash import flash_attention
 from .blocks import _wait_timeout, group_size, merge_partials
 from .layout import check_layout, shard_intervals
 
-__all__ = ["allgather_attention", "sharded_decode"]
+__all__ = ["allgather_attention", "check_allgather", "sharded_decode"]
 
 
 def _wait(work, group, device):
@@ -168,3 +168,73 @@ def sharded_decode(
     parts_lse = torch.stack(_all_gather(lse.float(), group))  # (P, B, H, N_q)
     o, lse = merge_partials(parts_o, parts_lse)  # one log-sum-exp reduction
     return o.transpose(1, 2).to(q.dtype), lse
+
+
+# --------------------------------------------------------------------------------------
+# The chapter's check: both variants on a local process group against float64
+# --------------------------------------------------------------------------------------
+def _dense64(q, k, v, causal):
+    """float64 attention of a whole sequence, GQA by repeated K/V heads."""
+    rep = q.shape[1] // k.shape[1]
+    q, k, v = q.double(), k.double().repeat_interleave(rep, 1), v.double()
+    v = v.repeat_interleave(rep, 1)
+    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if causal:
+        hidden = torch.ones(s.shape[-2:], dtype=torch.bool).triu(1)
+        s = s.masked_fill(hidden, float("-inf"))
+    return s.softmax(-1) @ v
+
+
+def _check_rank(rank, world_size, n, heads, kv_heads, head_dim, n_cache, seed):
+    from .layout import shard
+
+    g = torch.Generator().manual_seed(seed)
+    q, k, v, do = (
+        torch.randn(1, h, n, head_dim, generator=g)
+        for h in (heads, kv_heads, kv_heads, heads)
+    )
+    leaves = [t.double().requires_grad_() for t in (q, k, v)]
+    ref = _dense64(*leaves, causal=True)
+    (ref * do.double()).sum().backward()
+    mine = [shard(t, rank, world_size, "zigzag").requires_grad_() for t in (q, k, v)]
+    o = allgather_attention(*mine, causal=True, layout="zigzag")
+    (o * shard(do, rank, world_size, "zigzag")).sum().backward()
+    errs = {}
+    for name, got, want in zip(
+        ("o", "dq", "dk", "dv"),
+        (o, *(t.grad for t in mine)),
+        (ref.detach(), *(t.grad for t in leaves)),
+    ):
+        want = shard(want, rank, world_size, "zigzag")
+        errs[f"all-gather {name}"] = (got.double() - want).abs().max().item()
+    q1 = torch.randn(1, 1, heads, head_dim, generator=g)  # (B, N_q, H, d)
+    kc, vc = torch.randn(2, 1, n_cache, kv_heads, head_dim, generator=g)
+    bounds = torch.linspace(0, n_cache, world_size + 1).long().tolist()
+    lo, hi = bounds[rank], bounds[rank + 1]
+    o1, _ = sharded_decode(q1, kc[:, lo:hi], vc[:, lo:hi])
+    want1 = _dense64(q1.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2), False)
+    errs["sharded decode o"] = (o1.double() - want1.transpose(1, 2)).abs().max().item()
+    return errs
+
+
+def check_allgather(
+    world_size: int = 2,
+    n: int = 45,
+    heads: int = 4,
+    kv_heads: int = 2,
+    head_dim: int = 16,
+    n_cache: int = 1000,
+    seed: int = 0,
+    timeout: float = 120.0,
+) -> dict:
+    """Run ``allgather_attention`` (causal zigzag, forward and backward) and
+    ``sharded_decode`` (a cache of ``n_cache`` keys in ``world_size`` slices) on a
+    local gloo group (``kernels.ring.launch.run_local``); returns the largest error of
+    each output against float64 attention of the whole sequence, over all ranks."""
+    from .launch import run_local
+
+    ranks = run_local(
+        _check_rank, world_size, n, heads, kv_heads, head_dim, n_cache, seed,
+        timeout=timeout,
+    )  # fmt: skip
+    return {key: max(r[key] for r in ranks) for key in ranks[0]}
