@@ -26,6 +26,12 @@ device r+1 while receiving the next one from device r-1. Causal masks use the gl
 positions of the tokens (self-attention, N_q = N_k), so every layout gives the same
 result as one device would.
 
+All-gather context parallelism (Llama 3's; PyTorch's ``context_parallel`` default):
+``allgather_attention_numpy`` gives every device all K/V at once and attends its query
+shard in one block under the global causal mask; ``allgather_attention_backward_numpy``
+forms each device's dq and partial dK/dV for all keys, summed and returned to their
+owners as a reduce-scatter does. Both equal dense attention in float64.
+
 NaN rules as in ``attention.flash``: a fully masked query row gives o = 0 and
 lse = -inf; a NaN in a row's visible inputs gives NaN in that row only; a hidden key
 never reaches a query, whatever its values (the mask selects).
@@ -345,3 +351,111 @@ def idle_fraction(work) -> float:
         )
     busy = work.max(axis=1).sum() * work.shape[1]
     return float(1.0 - work.sum() / busy) if busy else 0.0
+
+
+# ---------------------------------------------------------------------------------
+# All-gather context parallelism: every device gathers all K/V once.
+# ---------------------------------------------------------------------------------
+
+
+def _gathered(x, P: int, layout: str) -> tuple[np.ndarray, np.ndarray]:
+    """What an all-gather of the P shards of ``x`` gives every device: the shards
+    concatenated in rank order (..., N, d), and the global position of each row."""
+    N = x.shape[-2]
+    pos = np.concatenate([shard_positions(N, r, P, layout) for r in range(P)])
+    return np.concatenate([shard(x, r, P, layout) for r in range(P)], axis=-2), pos
+
+
+def _check_allgather(q, k, v, P, causal, layout):
+    q, k, v = (as_real_array(n, t, 2) for n, t in (("q", q), ("k", k), ("v", v)))
+    P = check_int("P", P, 1)
+    layout, causal = check_layout(layout), check_bool("causal", causal)
+    N = q.shape[-2]
+    if k.shape[-2] != N or v.shape[-2] != N:
+        raise ValueError(
+            f"all-gather attention is self-attention: q, k, v need the same length N, "
+            f"got {q.shape}, {k.shape}, {v.shape}"
+        )
+    return q, k, v, P, causal, layout
+
+
+def allgather_attention_numpy(
+    q,
+    k,
+    v,
+    P: int,
+    causal: bool = False,
+    layout: str = "contiguous",
+    scale: float | None = None,
+    return_lse: bool = False,
+):
+    """Exact attention computed the way all-gather context parallelism computes it
+    (Llama 3's; PyTorch's ``context_parallel`` default): device r all-gathers every
+    device's K/V shard, then attends its own query shard against all N keys in one
+    block, the causal mask taken from the global positions (any ``layout``). No merge:
+    one softmax per row. Shapes as ``ring_attention_numpy`` (GQA included)."""
+    q, k, v, P, causal, layout = _check_allgather(q, k, v, P, causal, layout)
+    N = q.shape[-2]
+    k_all, k_pos = _gathered(k, P, layout)  # the all-gather: (..., N, d) on every r
+    v_all, _ = _gathered(v, P, layout)
+    out = [
+        block_attention(
+            shard(q, r, P, layout),
+            k_all,
+            v_all,
+            shard_positions(N, r, P, layout),
+            k_pos,
+            causal,
+            scale,
+        )
+        for r in range(P)
+    ]
+    o = unshard([o for o, _ in out], layout)
+    if not check_bool("return_lse", return_lse):
+        return o
+    return o, unshard([lse[..., None] for _, lse in out], layout)[..., 0]
+
+
+def allgather_attention_backward_numpy(
+    q, k, v, do, P: int, causal: bool = False, layout: str = "contiguous", scale=None
+):
+    """(dq, dk, dv) of ``allgather_attention_numpy`` for the output gradient ``do``,
+    computed as the devices compute them: device r recomputes its rows' probabilities
+    against the gathered K/V (with the lse of its own forward, which saw every key),
+    forms its dq locally and *partial* dK, dV for all N keys; a reduce-scatter sums the
+    P partials and leaves each device the rows of its own shard. GQA: the partials are
+    summed over the query heads that share a K/V head. Returns full-sequence arrays."""
+    q, k, v, P, causal, layout = _check_allgather(q, k, v, P, causal, layout)
+    do = as_real_array("do", do, 2)
+    if do.shape[:-1] != q.shape[:-1] or do.shape[-1] != v.shape[-1]:
+        raise ValueError(f"do must be o's shape {q.shape[:-1] + v.shape[-1:]}")
+    N = q.shape[-2]
+    scale = check_scale("scale", scale, q.shape[-1])
+    k_all, k_pos = _gathered(_expand_kv(q, k), P, layout)  # (..., H, N, d)
+    v_all, _ = _gathered(_expand_kv(q, v), P, layout)
+    dq_parts, dk_sum, dv_sum = [], 0.0, 0.0
+    for r in range(P):
+        q_r, do_r = shard(q, r, P, layout), shard(do, r, P, layout)
+        o_r, lse_r = block_attention(
+            q_r, k_all, v_all, shard_positions(N, r, P, layout), k_pos, causal, scale
+        )
+        s = (q_r @ np.swapaxes(k_all, -1, -2)) * scale  # (..., n_r, N)
+        if causal:
+            keep = k_pos[None, :] <= shard_positions(N, r, P, layout)[:, None]
+            s = np.where(keep, s, -np.inf)
+        with np.errstate(invalid="ignore"):
+            p = np.where(np.isneginf(s), 0.0, np.exp(s - lse_r[..., None]))
+        dp = do_r @ np.swapaxes(v_all, -1, -2)  # (..., n_r, N)
+        ds = p * (dp - (do_r * o_r).sum(axis=-1, keepdims=True))
+        dq_parts.append(scale * (ds @ k_all))  # (..., n_r, d): stays on device r
+        dk_sum = dk_sum + scale * (np.swapaxes(ds, -1, -2) @ q_r)  # partial, all N
+        dv_sum = dv_sum + np.swapaxes(p, -1, -2) @ do_r
+    # the reduce-scatter: rows of the summed partials, in gathered (rank) order, back
+    # to their positions; then GQA's heads summed onto their shared K/V head
+    order = np.argsort(k_pos)
+    dk, dv = np.take(dk_sum, order, axis=-2), np.take(dv_sum, order, axis=-2)
+    if k.ndim >= 3 and k.shape[-3] != q.shape[-3]:
+        g = q.shape[-3] // k.shape[-3]
+        dk = dk.reshape(*dk.shape[:-3], k.shape[-3], g, *dk.shape[-2:]).sum(-3)
+        dv = dv.reshape(*dv.shape[:-3], v.shape[-3], g, *dv.shape[-2:]).sum(-3)
+    return unshard(dq_parts, layout), dk, dv

@@ -18,6 +18,15 @@ Counts (B sequences, H query heads, H_kv key/value heads, head dim d):
   causal diagonal block of n tokens has n(n+1)/2, not n^2/2. A kernel computes whole
   tiles, so it does slightly more; the model counts the work the mask leaves.
 
+The backward ring (``simulate_ring_backward`` / ``ring_backward_closed_form``), as
+``kernels.ring`` runs it: K/V travel again in the input dtype (steps t < P-1) and each
+shard's fp32 dK/dV accumulator travels one step behind them at every step, the last
+hop bringing it home; FLOPs are 10 * pairs * H * d * B (FlashAttention-2's five
+matmuls), so per step the backward moves (b + 4) / b times the forward's bytes (3x in
+bf16) for 2.5x its FLOPs, and ``pass_threshold(..., backward=True)`` is 1.2x the
+forward's in bf16. All-gather context parallelism (``allgather_closed_form``): one
+all-gather of K/V (the ring's volume, at once) and one reduce-scatter of dK/dV.
+
 DeepSpeed-Ulysses (Jacobs et al. 2023) splits heads instead: an all-to-all turns
 (N/P tokens, all heads) into (all N tokens, H/P heads) for q, k, v, each device runs
 ordinary attention, and a second all-to-all returns o. It needs H and H_kv divisible by
@@ -413,3 +422,170 @@ def memory_per_device(
     _check_ulysses(P, H, H_kv)
     local = B * n * d * (2 * H + 2 * H_kv) * b
     return local + B * N * d * (2 * H + 2 * H_kv) // P * b + B * (H // P) * N * 4
+
+
+# ---------------------------------------------------------------------------------
+# The backward's communication, and all-gather context parallelism.
+# ---------------------------------------------------------------------------------
+
+#: FLOPs per visible (query, key) pair, per head and per unit of head dim: the forward
+#: does two matmuls (S = Q K^T, O = P V), the FlashAttention-2 backward five (S again,
+#: dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q), 2 FLOPs per multiply-add each.
+FLOPS_PER_PAIR = {"forward": 4, "backward": 10}
+
+#: Bytes of the fp32 dK/dV accumulators ``kernels.ring`` passes in the backward.
+ACC_BYTES = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class BackwardCounts:
+    """The backward ring per step t (rows) and device r (columns): visible pairs,
+    FLOPs (``FLOPS_PER_PAIR["backward"]``), K/V elements received (input dtype, steps
+    t < P-1, as the forward) and dK/dV accumulator elements received (fp32, every step:
+    at step P-1 the last hop brings each device its own shard's finished dK/dV)."""
+
+    pairs: np.ndarray  # (P, P) int64
+    flops: np.ndarray  # (P, P)
+    kv_received: np.ndarray  # (P, P) elements in the input dtype
+    dkv_received: np.ndarray  # (P, P) fp32 elements
+    shard_len: np.ndarray  # (P,)
+
+    __eq__ = RingCounts.__eq__
+    __hash__ = None
+
+
+def simulate_ring_backward(
+    N: int,
+    P: int,
+    H: int,
+    d: int,
+    H_kv: int | None = None,
+    B: int = 1,
+    causal: bool = False,
+    layout: str = "contiguous",
+) -> BackwardCounts:
+    """Walk the backward ring as ``kernels.ring.ring_backward`` does: a K/V buffer and
+    a dK/dV accumulator per device. At step t device r computes with the shard in its
+    K/V buffer, adds into that shard's accumulator (fresh at t = 0, else received) and
+    passes the accumulator to r+1; K/V move on for t < P-1. After step P-1 every
+    accumulator has visited all P devices and lands on its owner, which the walk
+    checks. Size-guarded as ``simulate_ring``."""
+    N, P, H, H_kv, d, B = _check_dims(N, P, H, H_kv, d, B)
+    _ring.check_walk(
+        "simulate_ring_backward",
+        N,
+        P,
+        "attention.memory.ring.ring_backward_closed_form(N, P, H, d, H_kv, B, causal, "
+        "layout)",
+    )
+    causal = check_bool("causal", causal)
+    n = [len(_ring.shard_positions(N, r, P, layout)) for r in range(P)]
+    kv = list(range(P))  # kv[r]: whose K/V shard device r holds
+    acc = [None] * P  # acc[r]: (shard, devices visited) of the accumulator r holds
+    pairs, kv_rx, dkv_rx = (np.zeros((P, P), dtype=np.int64) for _ in range(3))
+    for t in range(P):
+        for r in range(P):
+            pairs[t, r] = _ring.block_pairs(N, P, layout, r, kv[r], causal)
+            shard, visited = (kv[r], 0) if acc[r] is None else acc[r]
+            if shard != kv[r]:
+                raise AssertionError("dK/dV accumulator out of step with its K/V")
+            acc[r] = (shard, visited + 1)
+        moved = [None] * P  # every accumulator moves on, the last step included
+        for r in range(P):
+            moved[(r + 1) % P] = acc[r]
+            dkv_rx[t, (r + 1) % P] += 2 * n[acc[r][0]] * H_kv * d * B
+        acc = moved
+        if t < P - 1:
+            kv = [kv[(r - 1) % P] for r in range(P)]
+            for r in range(P):
+                kv_rx[t, r] += 2 * n[kv[r]] * H_kv * d * B
+    if any(a != (r, P) for r, a in enumerate(acc)):
+        raise AssertionError(f"dK/dV did not end home after P steps: {acc}")
+    flops = FLOPS_PER_PAIR["backward"] * pairs * H * d * B
+    return BackwardCounts(pairs, flops, kv_rx, dkv_rx, np.array(n, dtype=np.int64))
+
+
+def ring_backward_closed_form(
+    N: int,
+    P: int,
+    H: int,
+    d: int,
+    H_kv: int | None = None,
+    B: int = 1,
+    causal: bool = False,
+    layout: str = "contiguous",
+) -> BackwardCounts:
+    """``simulate_ring_backward``'s counts from formulas: at step t device r receives
+    the K/V of shard (r - t - 1) mod P (t < P-1) and the accumulator of the same shard
+    (every t; at t = P-1 that is shard r itself, finished)."""
+    N, P, H, H_kv, d, B = _check_dims(N, P, H, H_kv, d, B)
+    causal = check_bool("causal", causal)
+    n = shard_lengths(N, P, layout)
+    nxt = np.roll(_ring.ring_holds(P), -1, axis=0)  # (t, r): shard arriving for t+1
+    moving = (np.arange(P) < P - 1)[:, None]
+    pairs = pairs_matrix(N, P, layout, causal)
+    per_token = 2 * H_kv * d * B
+    return BackwardCounts(
+        pairs,
+        FLOPS_PER_PAIR["backward"] * pairs * H * d * B,
+        np.where(moving, n[nxt] * per_token, 0),
+        n[nxt] * per_token,
+        n,
+    )
+
+
+def step_bytes(dtype: str, backward: bool = False) -> int:
+    """Bytes one ring step moves per K/V element: the input dtype's in the forward,
+    plus the fp32 dK/dV accumulator's in the backward (``kernels.ring``)."""
+    b = DTYPE_BYTES[_one_of("dtype", dtype, DTYPE_BYTES)]
+    return b + ACC_BYTES if check_bool("backward", backward) else b
+
+
+def pass_threshold(
+    gpu: str,
+    link: str,
+    dtype: str,
+    H: int,
+    H_kv: int | None = None,
+    work: float = 1.0,
+    backward: bool = False,
+) -> float:
+    """``overlap_threshold`` for the forward or the backward ring: a step of shard
+    length n computes FLOPS_PER_PAIR * work * n^2 H d and moves 2 n H_kv d
+    ``step_bytes`` bytes, so n* = 2 H_kv step_bytes F / (FLOPS_PER_PAIR H BW work).
+    The backward moves (b + 4) / b times the forward's bytes for 10 / 4 of its FLOPs.
+    An ESTIMATE at peak rates."""
+    forward = overlap_threshold(gpu, link, dtype, H, H_kv, work)
+    if not check_bool("backward", backward):
+        return forward
+    ratio_bytes = step_bytes(dtype, True) / step_bytes(dtype)
+    ratio_flops = FLOPS_PER_PAIR["backward"] / FLOPS_PER_PAIR["forward"]
+    return forward * ratio_bytes / ratio_flops
+
+
+def allgather_closed_form(
+    N: int, P: int, H: int, d: int, H_kv: int | None = None, B: int = 1
+) -> dict:
+    """All-gather context parallelism (Llama 3's, PyTorch's default rotation): every
+    device gathers all of K and V once, attends its own queries, and in the backward
+    reduce-scatters dK/dV (fp32) back to their owners. Per device r (elements):
+
+    * ``kv_received``: (N - n_r) 2 H_kv d B, the forward's all-gather (the ring
+      receives the same, spread over P-1 steps);
+    * ``dkv_received``: (N - n_r) 2 H_kv d B fp32, the reduce-scatter's partial sums
+      of its own shard (the ring's accumulators bring N 2 H_kv d B: one more hop);
+    * ``kv_held``: N 2 H_kv d B, the gathered K/V resident during attention (the ring
+      holds at most three shards);
+    * ``q_shard``: n_r H d B, for scale: with GQA the whole K/V is a small multiple of
+      the local Q.
+    The backward gathers K/V again (or keeps them): ``kv_received`` once more.
+    """
+    N, P, H, H_kv, d, B = _check_dims(N, P, H, H_kv, d, B)
+    n = shard_lengths(N, P, "contiguous")
+    per_token = 2 * H_kv * d * B
+    return {
+        "kv_received": (N - n) * per_token,
+        "dkv_received": (N - n) * per_token,
+        "kv_held": np.full(P, N * per_token, dtype=np.int64),
+        "q_shard": n * H * d * B,
+    }

@@ -32,8 +32,9 @@ def ring_schedule_figure(
     ax=None,
 ):
     """Device x step grid: in each cell, the compute on the K/V shard the device holds
-    (left, labelled with the shard, shaded by its share of a full block) and the
-    transfer of that shard to the next device (right); the last step sends nothing."""
+    (top box, labelled with the shard, shaded by its share of a full block) and, under
+    it, the transfer of that same shard to the next device, which runs during the
+    compute; the last step sends nothing."""
     N = 8 * P if N is None else N
     work = _mring.pairs_matrix(N, P, layout, causal)  # (t, r), the closed form
     full = _mring.shard_lengths(N, P, layout).max() ** 2
@@ -43,11 +44,11 @@ def ring_schedule_figure(
     for t in range(P):
         for r in range(P):
             frac = work[t, r] / full
-            ax.add_patch(
+            ax.add_patch(  # the compute of step t: top of the cell
                 Rectangle(
-                    (t, r + 0.1),
-                    0.55,
+                    (t + 0.05, r + 0.06),
                     0.8,
+                    0.5,
                     facecolor=COMPUTE,
                     alpha=0.15 + 0.85 * frac if frac else 1.0,
                     edgecolor="#333333",
@@ -57,38 +58,40 @@ def ring_schedule_figure(
                 )
             )
             ax.text(
-                t + 0.275,
-                r + 0.5,
+                t + 0.45,
+                r + 0.31,
                 f"KV{holds[t, r]}",
                 ha="center",
                 va="center",
-                fontsize=8,
+                fontsize=9,
                 color="white" if frac > 0.55 else "black",
             )
-            if t < P - 1:
+            if t < P - 1:  # the send of the same shard, under its compute box
                 ax.add_patch(
                     Rectangle(
-                        (t + 0.6, r + 0.25), 0.33, 0.5, facecolor=SEND, edgecolor="none"
+                        (t + 0.05, r + 0.64), 0.8, 0.2, facecolor=SEND, edgecolor="none"
                     )
                 )
-                ax.annotate(
-                    "",
-                    xy=(t + 0.97, r + 0.5 + 0.35),
-                    xytext=(t + 0.78, r + 0.5),
-                    annotation_clip=False,
-                    arrowprops={"arrowstyle": "->", "color": SEND, "lw": 1},
+                ax.text(
+                    t + 0.45,
+                    r + 0.74,
+                    f"to {(r + 1) % P}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white",
                 )
     ax.set_xlim(-0.05, P)
     ax.set_ylim(P, 0)
-    ax.set_xticks(np.arange(P) + 0.5, [str(t) for t in range(P)])
-    ax.set_yticks(np.arange(P) + 0.5, [f"dev {r}" for r in range(P)])
+    ax.set_xticks(np.arange(P) + 0.45, [str(t) for t in range(P)])
+    ax.set_yticks(np.arange(P) + 0.45, [f"dev {r}" for r in range(P)])
     ax.set_xlabel("ring step t")
     ax.tick_params(length=0)
     for side in ("left", "bottom"):
         ax.spines[side].set_visible(False)
     handles = [
         Patch(facecolor=COMPUTE, label="compute on held K/V"),
-        Patch(facecolor=SEND, label="send it to dev r+1"),
+        Patch(facecolor=SEND, label="meanwhile: send it to dev r+1"),
     ]
     if causal:
         handles.append(
@@ -163,18 +166,25 @@ def load_balance_figure(
         ax.set_title(f"{layout}: idle {100 * idle:.0f}%")
         ax.tick_params(length=0)
     axes[0].set_ylabel("ring step t (down)")
-    # below the panels, outside the figure: inline and saved figures use a tight bbox
+    # below the panels, outside the figure: inline and saved figures use a tight bbox;
+    # the shades are the alphas above, for a full block, half and a quarter of one
+    shades = [
+        Patch(facecolor=COMPUTE, alpha=0.3 + 0.7 * f, label=name)
+        for f, name in ((1.0, "full block"), (0.5, "half"), (0.25, "quarter"))
+    ]
     axes[0].figure.legend(
         handles=[
-            Patch(facecolor=COMPUTE, label="computing"),
+            *shades,
             Patch(
                 facecolor=IDLE, edgecolor="#999999", hatch="///", label="idle (waiting)"
             ),
         ],
+        title="computing (shade: share of a full shard x shard block)",
+        title_fontsize=9,
         loc="upper center",
         bbox_to_anchor=(0.5, 0.0),
-        ncol=2,
-        fontsize=8,
+        ncol=4,
+        fontsize=9,
     )
     return axes
 

@@ -62,6 +62,12 @@ Process groups
 Traffic per step
     One message of 2 N_local H_kv d elements (K and V stacked) in the forward; in the
     backward K/V again plus the fp32 dK/dV accumulator (2 N_local H_kv d fp32 values).
+Beside the ring
+    :mod:`kernels.ring.allgather`: ``allgather_attention`` (all-gather context
+    parallelism, Llama 3's: K/V gathered once, one flash call per query run, dK/dV
+    summed back by an fp32 all_reduce and a slice) and ``sharded_decode`` (a KV cache
+    sharded over the ranks: ``kernels.decode`` per slice, one all-gather of (o, lse),
+    one ``merge_partials``).
 Known limits
     No sliding window, no document masks/varlen, no dropout; one ring (no 2-D
     ring x all-to-all hybrid, no Ulysses head split); K/V of one rank's shard must fit
@@ -82,6 +88,7 @@ PyTorch's own context parallelism
     op's decomposition, and its first call is far slower than later ones.
 """
 
+from .allgather import allgather_attention, sharded_decode
 from .api import ring_attention
 from .blocks import Block, block_plan, merge_partials
 from .layout import (
@@ -96,6 +103,7 @@ from .layout import (
 __all__ = [
     "LAYOUTS",
     "Block",
+    "allgather_attention",
     "block_plan",
     "local_length",
     "merge_partials",
@@ -103,5 +111,6 @@ __all__ = [
     "ring_attention",
     "shard",
     "shard_intervals",
+    "sharded_decode",
     "unshard",
 ]
