@@ -490,7 +490,7 @@
       const ri = (((mi * 2 + causal) * g.layout.length + s.layout) * g.gpu.length + s.gpu) * g.link.length + s.link;
       const wi = ((s.N * g.P.length + s.P) * 2 + causal) * g.layout.length + s.layout;
       const row = Object.fromEntries(g.fields.map((f, k) => [f, g.rows[ri][k]]));
-      const [ringMem, ulyMem] = g.memory[mi];
+      const mem = Object.fromEntries(g.memory_fields.map((f, k) => [f, g.memory[mi][k]]));
       const shares = g.work[g.work_index[wi]];
       const work = [];
       shares.forEach((r, t) => r.forEach((share, dev) => work.push({ device: dev, step: t, share })));
@@ -498,19 +498,25 @@
         { what: "compute, busiest step", ms: row.compute_ms, color: c.compute },
         { what: "K/V transfer, one step", ms: row.transfer_ms, color: c.send },
         { what: "ring, overlapped", ms: row.total_ms, color: c.total },
-        { what: "ring, no overlap", ms: row.serial_ms, color: c.serial }];
+        { what: "ring, no overlap", ms: row.serial_ms, color: c.serial },
+        { what: "all-gather of K/V (exposed)", ms: row.allgather_ms, color: c.allgather },
+        { what: "all-gather CP (gather + compute)", ms: row.allgather_total_ms, color: c.allgather }];
       if (row.ulysses_ms !== null) times.push({ what: "Ulysses (all-to-all + compute)", ms: row.ulysses_ms, color: c.ulysses });
       const N = g.N[s.N], P = g.P[s.P];
       const uly = row.ulysses_ms === null ? "not possible: P must divide the heads"
-        : `${row.ulysses_ms} ms (${row.ulysses_a2a_ms} ms of all-to-all), ${human(ulyMem)} per device`;
+        : `${row.ulysses_ms} ms (${row.ulysses_a2a_ms} ms of all-to-all), ${human(mem.ulysses)} per device`;
+      const link = esc(g.link_names[s.link]) + (g.hypothetical[s.gpu][s.link] ? " (hypothetical)" : "");
       const text = `<p>N = ${fmtInt(N)}, P = ${P} (${fmtInt(N / P)} tokens per device), heads ${esc(g.heads[s.heads])}, ` +
         `d = ${g.d[s.d]}, ${g.dtype[s.dtype]}, ${s.causal ? "causal" : "not causal"}, ${g.layout[s.layout]}; ` +
-        `${g.gpu[s.gpu]}, ${esc(g.link_names[s.link])}. ESTIMATES at peak rates.</p><ul>` +
+        `${g.gpu[s.gpu]}, ${link}. ESTIMATES at peak rates.</p><ul>` +
         `<li>busiest step: compute ${row.compute_ms} ms, K/V transfer ${row.transfer_ms} ms: ` +
         `${Math.round(row.hidden_pct)}% of the transfer hidden</li>` +
         `<li>ring total ${row.total_ms} ms overlapped, ${row.serial_ms} ms without overlap; ` +
         `idle ${Math.round(100 * g.idle[wi])}% of device-steps</li>` +
-        `<li>memory per device (one layer's attention tensors): ${human(ringMem)}</li>` +
+        `<li>memory per device (one layer's attention tensors): ${human(mem.ring)}</li>` +
+        `<li>all-gather context parallelism: ${row.allgather_total_ms} ms (${row.allgather_ms} ms ` +
+        `of all-gather, exposed: ${Math.round(row.allgather_pct)}% of the attention it feeds), ` +
+        `all of K/V ${human(mem.allgather_kv)} per device</li>` +
         `<li>DeepSpeed-Ulysses: ${uly}</li></ul>`;
       return { charts: { work: { spec: "work", data: { work } },
                          times: { spec: "times", data: { times } } }, text };

@@ -1,6 +1,8 @@
 """Chapter 6's context-parallel explorer: sequence length, devices, heads, head dim,
 dtype, causal, layout, link and GPU -> per-step compute and transfer time, overlap,
-per-device memory and idle fraction of ring attention, beside DeepSpeed-Ulysses.
+per-device memory and idle fraction of ring attention, beside all-gather context
+parallelism (one all-gather of K/V, exposed, then one attention call) and
+DeepSpeed-Ulysses.
 
 Every number is computed here, in Python, by ``attention.memory.ring`` (closed forms
 and peak-rate ESTIMATES) and ``attention.ring`` (the work per device and step): once
@@ -20,7 +22,7 @@ from attention import ring as _ring
 from attention.memory import ring as _mring
 
 from . import site
-from .common import FONT, GREEN, GREY, cached_png, frame, show_png
+from .common import FONT, GREEN, GREY, PURPLE, cached_png, frame, show_png
 from .settings import Choice, check
 from .site import Explorer
 
@@ -39,6 +41,10 @@ RING_DTYPES = ["bfloat16", "float32"]  # float16 is bfloat16's twin (2 bytes, sa
 RING_LAYOUTS = ["contiguous", "zigzag"]
 RING_LINKS = ["NVLink 4", "PCIe 5 x16", "InfiniBand NDR"]
 RING_GPUS = ["A100", "H100", "H200"]
+#: The NVLink generation each GPU has (its SXM form): an NVLink of another generation
+#: is a hypothetical pair, labelled so in the readout as chapter 6 labels it; PCIe and
+#: InfiniBand pair with any of them.
+NATIVE_NVLINK = {"A100": "NVLink 3", "H100": "NVLink 4", "H200": "NVLink 4"}
 
 #: The fields of one row of ``ring_grid()["rows"]`` (times in ms, ESTIMATES at peak).
 ROW_FIELDS = [
@@ -49,7 +55,12 @@ ROW_FIELDS = [
     "hidden_pct",
     "ulysses_ms",
     "ulysses_a2a_ms",
+    "allgather_ms",
+    "allgather_total_ms",
+    "allgather_pct",
 ]
+#: The entries of one row of ``ring_grid()["memory"]`` (bytes per device).
+MEMORY_FIELDS = ["ring", "ulysses", "allgather_kv"]
 
 
 def _sig(x: float, digits: int = 4) -> float:
@@ -71,9 +82,22 @@ def ring_row(
     """One configuration's ESTIMATES (ms, at peak rates): the busiest step's compute,
     one step's K/V transfer, the ring's total with overlap (double-buffered) and
     without, the share of transfer time hidden, and DeepSpeed-Ulysses (compute plus
-    its two all-to-alls, not overlapped; None where P does not divide the heads)."""
+    its two all-to-alls, not overlapped; None where P does not divide the heads).
+
+    All-gather context parallelism, as chapter 6 computes it: the busiest device's
+    ``allgather_closed_form`` K/V volume at the link's per-direction peak
+    (``allgather_ms``, exposed: the gather does not hide behind the attention it
+    feeds), plus one attention call over the device's queries and all keys (the
+    ring's FLOPs of that device summed over its steps) in ``allgather_total_ms``;
+    ``allgather_pct`` is the gather as a share of that attention."""
     counts = _mring.ring_closed_form(N, P, H, d, H_kv, 1, causal, layout)
     t = _mring.ring_times(counts, gpu, link, dtype)
+    bw = _mring.LINKS[link].gbps * 1e9
+    b = _mring.DTYPE_BYTES[dtype]
+    gather = (
+        _mring.allgather_closed_form(N, P, H, d, H_kv)["kv_received"].max() * b / bw
+    )
+    attend = counts.flops.sum(axis=0).max() / _mring.peak_flops(gpu, dtype)
     row = {
         "compute_ms": float(t["compute_s"].max() * 1e3),
         "transfer_ms": float(t["transfer_s"].max() * 1e3),
@@ -82,15 +106,13 @@ def ring_row(
         "hidden_pct": 100.0 * t["hidden"],
         "ulysses_ms": None,
         "ulysses_a2a_ms": None,
+        "allgather_ms": float(gather * 1e3),
+        "allgather_total_ms": float((gather + attend) * 1e3),
+        "allgather_pct": float(100.0 * gather / attend),
     }
     if H % P == 0 and H_kv % P == 0:
         u = _mring.ulysses_closed_form(N, P, H, d, H_kv)
-        b = _mring.DTYPE_BYTES[dtype]
-        a2a = (
-            max(u["sent"].max(), u["received"].max())
-            * b
-            / (_mring.LINKS[link].gbps * 1e9)
-        )
+        a2a = max(u["sent"].max(), u["received"].max()) * b / bw
         pairs = N * (N + 1) // 2 if causal else N * N
         comp = 4 * pairs * (H // P) * d / _mring.peak_flops(gpu, dtype)
         row["ulysses_ms"], row["ulysses_a2a_ms"] = (comp + a2a) * 1e3, a2a * 1e3
@@ -98,14 +120,17 @@ def ring_row(
 
 
 def memory_row(N: int, P: int, H: int, H_kv: int, d: int, dtype: str) -> list:
-    """[ring bytes, Ulysses bytes or None] per device (``memory_per_device``)."""
+    """``MEMORY_FIELDS`` per device: ring bytes and Ulysses bytes or None
+    (``memory_per_device``), and the all of K/V that all-gather context parallelism
+    holds during attention (``allgather_closed_form``'s ``kv_held``, in bytes)."""
     ring = _mring.memory_per_device(N, P, H, d, H_kv, 1, dtype, "ring")
     uly = (
         _mring.memory_per_device(N, P, H, d, H_kv, 1, dtype, "ulysses")
         if H % P == 0 and H_kv % P == 0
         else None
     )
-    return [ring, uly]
+    kv = _mring.allgather_closed_form(N, P, H, d, H_kv)["kv_held"].max()
+    return [ring, uly, int(kv) * _mring.DTYPE_BYTES[dtype]]
 
 
 def work_shares(N: int, P: int, causal: bool, layout: str) -> list[list[float]]:
@@ -159,7 +184,12 @@ def ring_grid() -> dict:
         "link": RING_LINKS,
         "gpu": RING_GPUS,
         "fields": ROW_FIELDS,
+        "memory_fields": MEMORY_FIELDS,
         "link_names": [_mring.LINKS[k].name for k in RING_LINKS],
+        "hypothetical": [
+            [k.startswith("NVLink") and k != NATIVE_NVLINK[g] for k in RING_LINKS]
+            for g in RING_GPUS
+        ],
         "rows": rows,
         "memory": memory,
         "idle": idle,
@@ -298,6 +328,7 @@ def static_context_parallel_explorer(
             "send": SEND,
             "total": "#333333",
             "ulysses": GREEN,
+            "allgather": PURPLE,
             "serial": GREY,
         },
         "init": {
@@ -326,13 +357,21 @@ def static_context_parallel_explorer(
 # ---------------------------------------------------------------------------------
 
 
+def link_label(link: str, gpu: str) -> str:
+    """The link's data-sheet name, with " (hypothetical)" where the GPU has another
+    NVLink generation (``NATIVE_NVLINK``), as chapter 6's printout labels it."""
+    name = _mring.LINKS[link].name
+    hypothetical = link.startswith("NVLink") and link != NATIVE_NVLINK[gpu]
+    return f"{name} (hypothetical)" if hypothetical else name
+
+
 def readout(N, P, heads, d, dtype, causal, layout, link, gpu) -> str:
     """The HTML readout of the live version (the static page writes the same text)."""
     from attention.plots import human_bytes
 
     label, H, H_kv = RING_HEADS[heads]
     r = ring_row(N, P, H, H_kv, d, dtype, causal, layout, gpu, link)
-    ring_mem, uly_mem = memory_row(N, P, H, H_kv, d, dtype)
+    ring_mem, uly_mem, ag_kv = memory_row(N, P, H, H_kv, d, dtype)
     idle = _ring.idle_fraction(_mring.pairs_matrix(N, P, layout, causal))
     uly = (
         "not possible: P must divide the heads"
@@ -343,7 +382,7 @@ def readout(N, P, heads, d, dtype, causal, layout, link, gpu) -> str:
     return (
         f"<p>N = {N:,}, P = {P} ({N // P:,} tokens per device), heads {label}, "
         f"d = {d}, {dtype}, {'causal' if causal else 'not causal'}, {layout}; "
-        f"{gpu}, {_mring.LINKS[link].name}. ESTIMATES at peak rates.</p><ul>"
+        f"{gpu}, {link_label(link, gpu)}. ESTIMATES at peak rates.</p><ul>"
         f"<li>busiest step: compute {r['compute_ms']:.4g} ms, K/V transfer "
         f"{r['transfer_ms']:.4g} ms: {r['hidden_pct']:.0f}% of the transfer "
         "hidden</li>"
@@ -351,7 +390,12 @@ def readout(N, P, heads, d, dtype, causal, layout, link, gpu) -> str:
         f"{r['serial_ms']:.4g} ms without overlap; "
         f"idle {100 * idle:.0f}% of device-steps</li>"
         f"<li>memory per device (one layer's attention tensors): "
-        f"{human_bytes(ring_mem)}</li><li>DeepSpeed-Ulysses: {uly}</li></ul>"
+        f"{human_bytes(ring_mem)}</li>"
+        f"<li>all-gather context parallelism: {r['allgather_total_ms']:.4g} ms "
+        f"({r['allgather_ms']:.4g} ms of all-gather, exposed: "
+        f"{r['allgather_pct']:.0f}% of the attention it feeds), all of K/V "
+        f"{human_bytes(ag_kv)} per device</li>"
+        f"<li>DeepSpeed-Ulysses: {uly}</li></ul>"
     )
 
 

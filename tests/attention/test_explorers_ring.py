@@ -20,6 +20,7 @@ import pytest  # noqa: E402
 from attention import ring  # noqa: E402
 from attention.explorers import ring as er  # noqa: E402
 from attention.memory import ring as mring  # noqa: E402
+from attention.plots import human_bytes  # noqa: E402
 from tests.attention.widget_tools import controls as _controls  # noqa: E402
 from tests.attention.widget_tools import output as _output  # noqa: E402
 from tests.attention.widget_tools import png as _png  # noqa: E402
@@ -81,6 +82,57 @@ def test_ulysses_only_where_p_divides_the_heads(grid):
         assert (row[5] is None) == bool(H % P or H_kv % P)
 
 
+@pytest.mark.parametrize(
+    "N,P,heads,causal,layout",
+    [
+        (16384, 4, 2, True, "zigzag"),
+        (16384, 8, 3, True, "contiguous"),
+        (65536, 2, 0, False, "zigzag"),
+    ],
+)
+def test_allgather_row_from_positions(N, P, heads, causal, layout):
+    """All-gather's gather: every device receives the K/V of the N - n_r tokens it does
+    not hold, in the dtype, at the link's per-direction peak (the ring's volume, at
+    once), exposed; its attention: 4 H d FLOPs per visible pair of its own queries
+    against all N keys, counted here from the positions its shard holds."""
+    _, H, H_kv = er.RING_HEADS[heads]
+    d, dtype, gpu, link = 128, "bfloat16", "H100", "InfiniBand NDR"
+    row = er.ring_row(N, P, H, H_kv, d, dtype, causal, layout, gpu, link)
+    bw, b = mring.LINKS[link].gbps * 1e9, mring.DTYPE_BYTES[dtype]
+    held, pairs = [], []
+    for r in range(P):
+        runs = ring.shard_intervals(N, r, P, layout)
+        held.append(sum(e - a for a, e in runs))
+        # causal: query at position i sees i + 1 keys; otherwise all N
+        pairs.append(
+            sum((a + 1 + e) * (e - a) // 2 if causal else N * (e - a) for a, e in runs)
+        )
+    gather = (N - min(held)) * 2 * H_kv * d * b / bw
+    attend = 4 * H * d * max(pairs) / mring.peak_flops(gpu, dtype)
+    assert row["allgather_ms"] == pytest.approx(gather * 1e3, rel=1e-12)
+    assert row["allgather_total_ms"] == pytest.approx((gather + attend) * 1e3)
+    assert row["allgather_pct"] == pytest.approx(100 * gather / attend)
+    counts = mring.ring_closed_form(N, P, H, d, H_kv, 1, causal, layout)
+    ring_volume = counts.received.sum(axis=0).max() * b / bw  # the same bytes
+    assert row["allgather_ms"] == pytest.approx(ring_volume * 1e3, rel=1e-12)
+    kv = er.memory_row(N, P, H, H_kv, d, dtype)[er.MEMORY_FIELDS.index("allgather_kv")]
+    assert kv == N * 2 * H_kv * d * b  # all of K and V, resident
+
+
+def test_hypothetical_pairs_are_labelled(grid):
+    """An NVLink generation the GPU does not have is labelled, as chapter 6 does: an
+    A100 with NVLink 4; PCIe and InfiniBand pair with any GPU."""
+    for g, gpu in enumerate(er.RING_GPUS):
+        for k, link in enumerate(er.RING_LINKS):
+            want = gpu == "A100" and link == "NVLink 4"
+            assert grid["hypothetical"][g][k] is want
+            assert er.link_label(link, gpu).endswith(" (hypothetical)") is want
+    text = er.readout(16384, 4, 0, 64, "bfloat16", True, "zigzag", "NVLink 4", "A100")
+    assert "(hypothetical)" in text and "all-gather context parallelism" in text
+    text = er.readout(16384, 4, 0, 64, "bfloat16", True, "zigzag", "NVLink 4", "H100")
+    assert "hypothetical" not in text
+
+
 def test_idle_and_work_tables(grid):
     keys = list(itertools.product(er.RING_N, er.RING_P, (False, True), er.RING_LAYOUTS))
     for (N, P, causal, layout), idle, wi in zip(keys, grid["idle"], grid["work_index"]):
@@ -124,7 +176,9 @@ def test_live_explorer_redraws():
     c["layout"].value = "zigzag"
     assert _png(out) != first and "idle 0%" in text.value
     c["link"].value = "PCIe 5 x16"
-    assert "PCIe" in text.value
+    assert "PCIe" in text.value and "all-gather context parallelism" in text.value
+    c["link"].value, c["GPU"].value = "NVLink 4", "A100"
+    assert "(hypothetical)" in text.value
 
 
 def _walk(box):
@@ -143,6 +197,10 @@ def test_page_script_looks_rows_up(tmp_path, grid):
     cfg = json.loads(er.static_context_parallel_explorer().to_json())
     rng = np.random.default_rng(1)
     picks = [int(i) for i in rng.choice(len(COMBOS), 12, replace=False)]
+    a100_nvlink4 = (0, 1, 2, 1, 0, True, 1, 0, 0)  # a hypothetical pair
+    assert er.RING_GPUS[a100_nvlink4[7]] == "A100"
+    assert er.RING_LINKS[a100_nvlink4[8]] == "NVLink 4"
+    picks.append(COMBOS.index(a100_nvlink4))
     states = []
     for i in picks:
         iN, iP, iH, id_, idt, causal, iL, iG, iK = COMBOS[i]
@@ -190,6 +248,17 @@ def test_page_script_looks_rows_up(tmp_path, grid):
         assert ms["K/V transfer, one step"] == row["transfer_ms"]
         assert ms["ring, overlapped"] == row["total_ms"]
         assert ms.get("Ulysses (all-to-all + compute)") == row["ulysses_ms"]
+        assert ms["all-gather of K/V (exposed)"] == row["allgather_ms"]
+        assert ms["all-gather CP (gather + compute)"] == row["allgather_total_ms"]
         P = er.RING_P[COMBOS[i][1]]
         assert len(got["work"]) == P * P
         assert "ESTIMATES" in got["text"]
+        assert f"{row['allgather_ms']} ms of all-gather" in got["text"]
+        iG, iK = COMBOS[i][7], COMBOS[i][8]
+        assert ("(hypothetical)" in got["text"]) is grid["hypothetical"][iG][iK]
+        iN, iP, iH, id_, idt = COMBOS[i][:5]
+        _, H, H_kv = er.RING_HEADS[iH]
+        kv = er.memory_row(
+            er.RING_N[iN], er.RING_P[iP], H, H_kv, er.RING_D[id_], er.RING_DTYPES[idt]
+        )[2]
+        assert f"all of K/V {human_bytes(kv)} per device" in got["text"]
