@@ -5,6 +5,8 @@ CPU, at their shipped tiles, and check shared memory and register spills.
                                                         # kernel, head dim, dtype
     python -m kernels.machine_code.flex_check --quick   # the representative subset
                                                         # (the test's)
+    python -m kernels.machine_code.flex_check --report  # hot-loop SASS counts, sm90
+                                                        # and sm80 -> benchmarks/static/
 
 Instantiations (each a different kernel: the mods are compile-time functions):
 ``causal`` (``causal_mask``), ``window`` (``sliding_window(4096)``), ``document``
@@ -22,6 +24,14 @@ The sm_75 backward above d = 64 is not shipped (every tile spills with CUDA-core
 dots there; ``flex_attention`` refuses it): listed as "not shipped". Exits 1 if a case
 spills, exceeds shared memory or fails to compile. Runs with
 TRITON_INTERPRET unset (it sets it to 0 before importing kernels).
+
+``--report`` writes ``benchmarks/static/flex-sm90.json`` and ``flex-sm80.json``: the
+forward for a causal mask and a sliding window of 4,096 (bf16, d = 128, the shipped
+tile, N = 16384 as ``compile_check.REPORT_SHAPES``), with the fields of
+``compile_check.machine_code_report``'s rows (so ``kernels.timing.report`` renders both)
+and the SASS counts per iteration of its two tensor-core loops (``sass.py``):
+``hot_loop``, the full tiles' loop (no mask evaluated), and ``partial_loop``, the
+partial tiles' (the mask function evaluated per score).
 """
 
 from __future__ import annotations
@@ -80,15 +90,15 @@ QUICK = (
 )
 
 
-def instantiation(name: str):
-    """(mask Mod, score Mod or None, sinks?) of an instantiation."""
+def instantiation(name: str, n: int = N):
+    """(mask Mod, score Mod or None, sinks?) of an instantiation at length ``n``."""
     if name == "causal":
         return causal_mask, None, False
     if name == "window":
         return sliding_window(4096), None, False
     if name == "document":
         return (
-            and_masks(causal_mask, document_mask(torch.arange(N) // 1024)),
+            and_masks(causal_mask, document_mask(torch.arange(n) // 1024)),
             None,
             False,
         )
@@ -97,8 +107,8 @@ def instantiation(name: str):
     raise ValueError("instantiation must be causal, window, document or softcap-sink")
 
 
-def _values(kernel, name, dims, dtype, config):
-    mask, score, sinks = instantiation(name)
+def _values(kernel, name, dims, dtype, config, n=N):
+    mask, score, sinks = instantiation(name, n)
     mfn = mods.pack(mask, "cpu")[0]
     has_score = score is not None
     sfn, gfn = (mods.pack(score, "cpu")[0::3]) if has_score else (mfn, None)
@@ -111,13 +121,13 @@ def _values(kernel, name, dims, dtype, config):
         "scale": 0.125,
         "bm_sz": 0,
         "bm_sh": 0,
-        "NQB": N // BLOCK,
-        "NKB": N // BLOCK,
+        "NQB": n // BLOCK,
+        "NKB": n // BLOCK,
         "H": H,
         "H_KV": H_KV,
         "GROUP": H // H_KV,
-        "N_Q": N,
-        "N_K": N,
+        "N_Q": n,
+        "N_K": n,
         "D": d,
         "DV": dv,
         "MASK_FN": mfn,
@@ -161,7 +171,7 @@ def _values(kernel, name, dims, dtype, config):
     for pfx, (heads, width) in shapes.items():
         row = "m" if pfx in ("q", "o", "do", "dq") else "n"
         for suf, st in zip(
-            ("z", "h", row, "d"), (heads * N * width, N * width, width, 1)
+            ("z", "h", row, "d"), (heads * n * width, n * width, width, 1)
         ):
             vals[f"stride_{pfx}{suf}"] = st
     return vals
@@ -243,15 +253,136 @@ def plan(quick: bool, targets=None, kernels=None):
     ]
 
 
+#: The report's instantiations: (row name, instantiation) at ``REPORT_SHAPES``.
+REPORT_MASKS = (("causal", "causal"), ("window 4096", "window"))
+
+
+def _tensor_core_loops(cubin: bytes) -> list[dict]:
+    """SASS counts per iteration of each innermost loop issuing tensor-core
+    instructions, in address order (the forward's full-tile loop, then its
+    partial-tile loop)."""
+    from kernels.machine_code import sass
+
+    instrs, labels = sass.disassemble(cubin)
+    spans = sorted(
+        (a, b)
+        for a, b in sass.loops(instrs, labels)
+        if any(ins.base in sass.TENSOR_CORE for ins in instrs[a : b + 1])
+    )
+    inner = [
+        (a, b)
+        for a, b in spans
+        if not any(a <= c and e <= b and (c, e) != (a, b) for c, e in spans)
+    ]
+    return [sass.count(instrs[a : b + 1]) for a, b in inner]
+
+
+def machine_code_report(target: str) -> dict:
+    """Hot-loop SASS counts of the flex forward on ``target`` ("sm90", "sm80") for each
+    of ``REPORT_MASKS``: rows with ``compile_check.machine_code_report``'s fields plus
+    ``mask`` and ``partial_loop`` (the partial tiles' loop; ``hot_loop`` is the full
+    tiles')."""
+    import triton
+
+    from kernels.machine_code import sass
+    from kernels.machine_code.compile_check import REPORT_SHAPES
+
+    d, dtype, n = 128, REPORT_SHAPES["dtype"], REPORT_SHAPES["n_ctx"]
+    cap = tiles.ARCHS[target][0]
+    cfg = tiles.configs("fwd", cap, tiles.block_d(d), dtype)
+    cfg = (min(cfg[0], BLOCK), min(cfg[1], BLOCK), *cfg[2:])
+    rows = []
+    for label, name in REPORT_MASKS:
+        vals = _values("fwd", name, (d, d), dtype, cfg, n)
+        c = _compile_values(_jit_function(KERNELS["fwd"]), vals, cap, cfg[2], cfg[3])
+        regs, st, ld = ptxas_usage(c.asm["ptx"])
+        rep = sass.report(c.asm["cubin"])
+        found = _tensor_core_loops(c.asm["cubin"])
+        if len(found) != 2:
+            raise RuntimeError(
+                f"expected a full-tile and a partial-tile loop, found {len(found)}"
+            )
+        full, part = found
+        rows.append(
+            {
+                "kernel": "flex-fwd",
+                "mask": label,
+                "head_dim": d,
+                "dtype": "bf16",
+                "causal": True,
+                "n_ctx": n,
+                "block_mask": BLOCK,
+                "config": dict(
+                    zip(("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"), cfg)
+                ),
+                "registers": regs,
+                "spill_bytes": st + ld,
+                "shared_bytes": int(c.metadata.shared),
+                "launch_warps": int(c.metadata.num_warps),
+                "thread_instructions_per_score": round(
+                    sass.per_score(full["instructions"], *cfg[:3]), 3
+                ),
+                **rep,
+                "hot_loop": full,
+                "partial_loop": part,
+            }
+        )
+    return {
+        "target": target,
+        "triton": triton.__version__,
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d"),
+        "command": (
+            f"python -m kernels.machine_code.flex_check --report --target {target}"
+        ),
+        "note": "instruction counts of the compiled machine code, not time; hot_loop: "
+        "the full tiles' loop, partial_loop: the partial tiles' (mask evaluated)",
+        "kernels": rows,
+    }
+
+
+def write_report(targets) -> int:
+    import json
+    import pathlib
+
+    out = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "static"
+    out.mkdir(parents=True, exist_ok=True)
+    for target in targets:
+        rep = machine_code_report(target)
+        path = out / f"flex-{target}.json"
+        path.write_text(json.dumps(rep, indent=1) + "\n")
+        for r in rep["kernels"]:
+            print(
+                f"{target} {r['kernel']} {r['mask']:<12} regs {r['registers']} "
+                f"spills {r['spill_bytes']} loop instr. full "
+                f"{r['hot_loop']['instructions']} partial "
+                f"{r['partial_loop']['instructions']}",
+                flush=True,
+            )
+        print(f"# written to {path}", flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="the representative subset")
     ap.add_argument("--target", action="append", choices=list(TARGETS))
     ap.add_argument("--kernel", action="append", choices=list(ALL_KERNELS))
+    ap.add_argument(
+        "--report",
+        action="store_true",
+        help="hot-loop SASS counts of the forward (sm90/sm80) -> benchmarks/static/",
+    )
     args = ap.parse_args(argv)
     if runtime.INTERPRET:
         print("flex_check needs TRITON_INTERPRET unset", file=sys.stderr)
         return 2
+    if args.report:
+        bad = set(args.target or ()) - {"sm90", "sm80"}
+        if bad:
+            print(f"--report covers sm90 and sm80, not {sorted(bad)}", file=sys.stderr)
+            return 2
+        return write_report(args.target or ["sm90", "sm80"])
     jobs = plan(args.quick, args.target, args.kernel)
     print(f"# {len(jobs)} compilations", flush=True)
     print(HEADER, flush=True)

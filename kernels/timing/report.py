@@ -59,7 +59,8 @@ def static_rows(rep: dict, kernels: tuple[str, ...] | None = None) -> list[tuple
     SASS instruction counts: per iteration, and per score element per thread
     (``thread_instructions_per_score``: the loop's count x 32 x warps / (BLOCK_M x
     BLOCK_N), recomputed here from the row's fields by ``sass.per_score``, so tiles of
-    4 and 8 warps compare). ``kernels`` filters by kernel name."""
+    4 and 8 warps compare). ``kernels`` filters by kernel name. The mask cell is the
+    row's ``mask`` where it has one (the flex report's), else causal or full."""
     rows = []
     for r in rep["kernels"]:
         if kernels and r["kernel"] not in kernels:
@@ -77,7 +78,7 @@ def static_rows(rep: dict, kernels: tuple[str, ...] | None = None) -> list[tuple
             (
                 r["kernel"],
                 r["head_dim"],
-                "causal" if r["causal"] else "full",
+                r.get("mask") or ("causal" if r["causal"] else "full"),
                 _cfg(r["config"]),
                 r["registers"],
                 r["spill_bytes"],
@@ -248,3 +249,74 @@ def decode_rows(rep: dict) -> list[tuple]:
             )
         )
     return rows
+
+
+def load_flex_static(
+    target: str, static_dir: pathlib.Path | None = None
+) -> dict | None:
+    """The recorded machine-code report of the kernels.flex forward for ``target``
+    (``kernels.machine_code.flex_check --report``), or None."""
+    path = (static_dir or STATIC_DIR) / f"flex-{target}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def flex_rows(rep: dict) -> list[tuple]:
+    """``static_rows`` of a flex machine-code report, two rows per compiled forward:
+    its full tiles' loop (``hot_loop``, no mask evaluated) and its partial tiles' loop
+    (``partial_loop``, the mask function evaluated per score), so they sit in one
+    table with kernels.flash's rows."""
+    parts = []
+    for r in rep["kernels"]:
+        parts.append({**r, "kernel": f"{r['kernel']} full tiles"})
+        parts.append(
+            {
+                **r,
+                "kernel": f"{r['kernel']} partial tiles",
+                "hot_loop": r["partial_loop"],
+            }
+        )
+    return static_rows({"kernels": parts})
+
+
+def _per(hl: dict, c: dict) -> float:
+    return per_score(hl["instructions"], c["BLOCK_M"], c["BLOCK_N"], c["num_warps"])
+
+
+def flex_vs_flash(flex: dict, flash: dict, mask: str = "causal") -> str:
+    """One line comparing the flex forward for ``mask`` (a flex report's row) with
+    kernels.flash's causal ``fwd`` rows of the same head dim (a ``load_static``
+    report): flex's full and partial tiles' loops, and flash's loop at the same tile
+    (instructions per iteration) or, where flash ships other tiles on the target, its
+    lowest instructions per score per thread."""
+    r = next(r for r in flex["kernels"] if r["mask"] == mask)
+    c, full, part = r["config"], r["hot_loop"], r["partial_loop"]
+    line = (
+        f"{flex['target']}, flex {mask} forward, d = {r['head_dim']}, tile {_cfg(c)}: "
+        f"full tiles {full['instructions']} instructions per iteration "
+        f"({_per(full, c):.2f} per score per thread), partial tiles "
+        f"{part['instructions']} ({part['instructions'] - full['instructions']:+d}, "
+        f"integer {full['integer']} -> {part['integer']}: the mask function)"
+    )
+    dense = [
+        f
+        for f in flash["kernels"]
+        if (f["kernel"], f["head_dim"], f["causal"]) == ("fwd", r["head_dim"], True)
+        and f.get("hot_loop")
+    ]
+    same = [f for f in dense if f["config"] == c]
+    if same:
+        hl = same[0]["hot_loop"]
+        return line + (
+            f"; kernels.flash's causal fwd at the same tile: {hl['instructions']} "
+            f"({_per(hl, c):.2f} per score), flex's full tiles "
+            f"{full['instructions'] - hl['instructions']:+d} (FMUL {hl['FMUL']} -> "
+            f"{full['FMUL']}, integer {hl['integer']} -> {full['integer']})"
+        )
+    if not dense:
+        return line + "; kernels.flash: no causal fwd row recorded"
+    best = min(dense, key=lambda f: _per(f["hot_loop"], f["config"]))
+    return line + (
+        f"; kernels.flash's causal fwd ships other tiles here, its lowest per score: "
+        f"{_cfg(best['config'])}, {best['hot_loop']['instructions']} instructions "
+        f"({_per(best['hot_loop'], best['config']):.2f} per score)"
+    )

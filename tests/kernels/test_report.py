@@ -134,3 +134,28 @@ def test_decode_rows_read_the_recorded_decode_report():
 
 def test_no_decode_file_means_no_decode_report(tmp_path):
     assert report.load_decode_static("sm90", static_dir=tmp_path) is None
+
+
+def test_flex_rows_read_the_recorded_flex_report():
+    cols = report.STATIC_COLUMNS
+    for target in ("sm90", "sm80"):
+        rep = report.load_flex_static(target)
+        assert rep is not None and rep["target"] == target
+        rows = report.flex_rows(rep)
+        assert len(rows) == 2 * len(rep["kernels"])
+        assert {r["mask"] for r in rep["kernels"]} == {"causal", "window 4096"}
+        for r, (full, part) in zip(rep["kernels"], zip(rows[::2], rows[1::2])):
+            assert full[cols.index("mask")] == part[cols.index("mask")] == r["mask"]
+            assert full[cols.index("loop instr.")] == r["hot_loop"]["instructions"]
+            assert part[cols.index("loop instr.")] == r["partial_loop"]["instructions"]
+            assert full[cols.index("int")] == r["hot_loop"]["integer"]
+            assert part[cols.index("int")] == r["partial_loop"]["integer"]
+            assert full[cols.index("spill B")] == r["spill_bytes"] == 0
+        line = report.flex_vs_flash(rep, report.load_static(target))
+        causal = next(r for r in rep["kernels"] if r["mask"] == "causal")
+        assert f"full tiles {causal['hot_loop']['instructions']} " in line
+        assert f"partial tiles {causal['partial_loop']['instructions']} " in line
+
+
+def test_no_flex_file_means_no_flex_report(tmp_path):
+    assert report.load_flex_static("sm90", static_dir=tmp_path) is None
