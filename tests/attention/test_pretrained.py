@@ -23,7 +23,8 @@ def minilm():
 @pytest.fixture(scope="module")
 def reference(minilm):
     torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    import transformers  # requirements-test.txt (make test installs it)
+
     cfg = transformers.BertConfig(
         **{k: v for k, v in minilm.config.items() if not k.startswith("_")}
     )
