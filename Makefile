@@ -48,7 +48,9 @@ unit: venv $(TEST_STAMP)
 site: book
 	$(BIN)/pytest -m site
 
-test: lint unit site
+# The book is built first: the unit tests check the chapters it executed (jupyter-cache)
+# instead of executing them again (tests/book/test_notebooks.py).
+test: lint book unit site
 
 # The full compile matrix of the FlashAttention tile tables (about 1,400 compilations for
 # sm_75/80/89/90, no GPU needed; `make test` runs a representative subset). Run it
