@@ -28,8 +28,11 @@ $(TEST_STAMP): $(STAMP) requirements-test.txt
 	touch $(TEST_STAMP)
 
 # The Colab editions (colab/) are regenerated first: the site's Colab button opens them.
+# The notebook pages are executed two at a time into the build's cache first
+# (tools/execute_notebooks.py); the build then renders them without executing again.
 book: venv
 	$(BIN)/python -m colab.edition
+	$(BIN)/python tools/execute_notebooks.py
 	$(BIN)/jupyter-book build . $(BOOK_FLAGS)
 	@echo "Open file://$(CURDIR)/_build/html/index.html"
 

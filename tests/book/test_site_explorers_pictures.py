@@ -358,28 +358,30 @@ CHANGES = {
 }
 
 
-@pytest.mark.parametrize("theme", ["light", "dark"])
 @pytest.mark.parametrize("width", [1400, 390])
 @pytest.mark.parametrize("page_name,kind", EXPLORERS, ids=[k for _, k in EXPLORERS])
-def test_picture_screenshots(browser, page_name, kind, width, theme):  # noqa: F811
+def test_picture_screenshots(browser, page_name, kind, width):  # noqa: F811
+    """Each explorer after a few changes, in the light and the dark theme (one page
+    load: the theme switch changes the page in place, as a reader's click does)."""
     SHOTS.mkdir(parents=True, exist_ok=True)
     pg = Page(browser, page_name, width=width, height=2400)
     try:
-        # what the page's theme switch does: data-theme on <html>
-        pg.page.evaluate(
-            "t => { document.documentElement.dataset.theme = t; "
-            "document.documentElement.dataset.mode = t; }",
-            theme,
-        )
         eid = pg.explorer_id(kind)
         root = pg.page.locator(f"#{eid}")
         for name, value in CHANGES[kind]:
             pg.set(eid, name, value)
-        root.scroll_into_view_if_needed()
-        shot = SHOTS / f"{kind}-{width}-{theme}.png"
-        root.screenshot(path=str(shot))
-        assert shot.stat().st_size > 5_000
-        assert root.bounding_box()["width"] <= width
+        for theme in ("light", "dark"):
+            # what the page's theme switch does: data-theme on <html>
+            pg.page.evaluate(
+                "t => { document.documentElement.dataset.theme = t; "
+                "document.documentElement.dataset.mode = t; }",
+                theme,
+            )
+            root.scroll_into_view_if_needed()
+            shot = SHOTS / f"{kind}-{width}-{theme}.png"
+            root.screenshot(path=str(shot))
+            assert shot.stat().st_size > 5_000
+            assert root.bounding_box()["width"] <= width
         assert not pg.outside and not pg.errors
     finally:
         pg.close()
