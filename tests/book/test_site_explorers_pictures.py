@@ -9,6 +9,7 @@ Run after `make book`; same browser and page helpers as ``test_site_explorers``.
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 
@@ -35,7 +36,18 @@ EXPLORERS = [
 
 
 def _grid(pg, eid):
-    return pg.page.evaluate("eid => window.staticExplorers[eid].cfg.grid", eid)
+    """The explorer's grid (its static data: read once per page, it does not change)."""
+    cache = pg.__dict__.setdefault("_grids", {})
+    if eid not in cache:
+        cache[eid] = pg.page.evaluate(
+            "eid => window.staticExplorers[eid].cfg.grid", eid
+        )
+    return cache[eid]
+
+
+@functools.cache
+def _minilm_maps(text: str) -> np.ndarray:
+    return pretrained.load_minilm().attentions(text)
 
 
 def _by(rows, *keys):
@@ -96,7 +108,7 @@ def check_pretrained(pg, eid):
     sent = g["sentences"][s["sentence"]]
     n = len(sent["tokens"])
     assert pg.n_options(eid, "row") == n and 0 <= s["row"] < n
-    w = pretrained.load_minilm().attentions(sent["text"])[s["layer"], s["head"]]
+    w = _minilm_maps(sent["text"])[s["layer"], s["head"]]
     cells = _by(pg.data(eid, "map", "cells"), "i", "j")
     assert len(cells) == n * n
     for (i, j), r in cells.items():
