@@ -32,3 +32,18 @@ def test_mass_kept_figure():
     axes = ps.mass_kept_figure(curves, [16], [1, 2])
     assert [ln.get_label() for ln in axes[0].get_lines()] == ["moba", "oracle"]
     plt.close("all")
+
+
+def test_budget_accuracy_figure_draws_the_record():
+    from attention import sparse_train
+
+    rec = sparse_train.load_record()
+    ax = ps.budget_accuracy_figure(rec)
+    lines = {ln.get_label(): ln for ln in ax.get_lines()}
+    ks = sorted(rec["selected"])
+    sel = lines["trained with MoBA's selection"]
+    assert list(sel.get_xdata()) == ks
+    assert list(sel.get_ydata()) == [rec["selected"][k]["accuracy"] for k in ks]
+    assert lines["dense attention"].get_ydata()[0] == rec["dense"]["accuracy"]
+    assert lines["chance"].get_ydata()[0] == 1 / rec["config"]["n_values"]
+    plt.close("all")
