@@ -80,7 +80,14 @@ Known limits
 from __future__ import annotations
 
 from .. import runtime  # noqa: F401  (first: decides CUDA vs interpreter)
-from .api import attention_with_kvcache, prepare
+from .api import attention_with_kvcache, mla_with_kvcache, prepare, prepare_mla
 from .checks import MAX_HEAD_DIM, choose_splits
 
-__all__ = ["attention_with_kvcache", "prepare", "choose_splits", "MAX_HEAD_DIM"]
+__all__ = [
+    "attention_with_kvcache",
+    "mla_with_kvcache",
+    "prepare",
+    "prepare_mla",
+    "choose_splits",
+    "MAX_HEAD_DIM",
+]
