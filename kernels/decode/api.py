@@ -28,6 +28,14 @@ from .forward import _decode_split
 #: fp8 tiles use Triton's fp8 conversion from this compute capability on (below it the
 #: bytes are decoded with integer ops: sm_75/80 have no e4m3 conversion instruction).
 FP8_NATIVE_CAPABILITY = (8, 9)
+
+
+def fp8_native(capability) -> bool:
+    """Whether fp8 tiles use Triton's conversion: on sm_89+. Not under the interpreter
+    (``capability`` None), whose conversion reads the NaN bytes as +-480."""
+    return capability is not None and tuple(capability) >= FP8_NATIVE_CAPABILITY
+
+
 #: The merge reads at most this many columns of the partials per program.
 MERGE_BLOCK_D = 128
 
@@ -50,8 +58,9 @@ def _launcher(
     shared = rope is not None  # MLA: V is K's first d_v columns
     fp8 = k_cache.dtype == FP8
     bm = K.block_m(group, n_q, K.max_block_m(dev_cap, d_v, q.dtype, shared))
-    bn = K.block_n(dev_cap, d_v, bm, q.dtype, page if paged else None, shared, fp8)
-    _, warps, stages = K.tiles(dev_cap, d_v, bm, q.dtype, shared, fp8)
+    tr = cap > 0 or alibi is not None
+    bn = K.block_n(dev_cap, d_v, bm, q.dtype, page if paged else None, shared, fp8, tr)
+    _, warps, stages = K.tiles(dev_cap, d_v, bm, q.dtype, shared, fp8, tr)
     m_blocks = triton.cdiv(group * n_q, bm)
     programs = B * h_kv * m_blocks
     span = visible_span(max_len, n_q, left)
@@ -65,7 +74,7 @@ def _launcher(
         bt = bt.contiguous()
     seqlens = cache_seqlens.contiguous()
     bd = K.block_d(d_v)
-    native = dev_cap is None or dev_cap >= FP8_NATIVE_CAPABILITY
+    native = fp8_native(dev_cap)
     kc, vc = k_cache, v_cache
     if fp8 and not native:  # the raw bytes, decoded in the kernel
         kc, vc = k_cache.view(torch.uint8), v_cache.view(torch.uint8)

@@ -142,12 +142,15 @@ def tiles(
     dtype: torch.dtype = torch.float16,
     mla: bool = False,
     fp8: bool = False,
+    transforms: bool = False,
 ) -> tuple[int, int, int]:
     """(BLOCK_N, num_warps, num_stages) shipped for a GPU (``capability``; None under
     the interpreter), head dim, BLOCK_M and dtype (q's), for MLA (``head_dim`` =
     head_dim_v) and for an fp8 cache (the same tiles: its tiles are upcast to q's
     dtype after loading, so registers and shared memory hold what a 16-bit cache's
-    do; half its bytes cross HBM)."""
+    do; half its bytes cross HBM). ``transforms`` (softcap or ALiBi: more live fp32
+    score tiles) halves the key tile of 64-row blocks on tensor cores (sm_80 spills
+    otherwise)."""
     if capability is None:
         return INTERPRET_TILES
     if mla:
@@ -159,6 +162,8 @@ def tiles(
         bn, w, s = _TABLE[arch_class(capability)][bd]
     if bm >= 64:
         w = 8
+        if transforms and not _fma(capability, dtype):
+            bn = min(bn, 32)
     return bn, w, s
 
 
@@ -170,11 +175,12 @@ def block_n(
     page_size: int | None,
     mla: bool = False,
     fp8: bool = False,
+    transforms: bool = False,
 ) -> int:
     """The key tile: the table's, lowered to the page size when pages are a smaller
     power of two (then a tile never straddles two pages and needs one block-table
     entry)."""
-    bn = tiles(capability, head_dim, bm, dtype, mla, fp8)[0]
+    bn = tiles(capability, head_dim, bm, dtype, mla, fp8, transforms)[0]
     if page_size is not None and page_size & (page_size - 1) == 0 and page_size >= 16:
         bn = min(bn, page_size)
     return bn
