@@ -105,8 +105,9 @@ class Case:
 
 
 HEADER = (
-    f"{'kernel':<6} {'arch':<5} {'d':>4} {'path':<6} {'dtype':<5} {'BM':>3} {'layout':<10} "
-    f"{'BN w s':<10} {'smem KB/lim':>11} {'regs':>4} {'spill':>5} {'time':>6}"
+    f"{'kernel':<6} {'arch':<5} {'d':>4} {'path':<6} {'dtype':<5} {'BM':>3} "
+    f"{'layout':<10} {'BN w s':<10} {'smem KB/lim':>11} {'regs':>4} {'spill':>5} "
+    f"{'time':>6}"
 )
 
 
