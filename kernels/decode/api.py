@@ -17,6 +17,8 @@ from . import tiles as K
 from .blocks import _decode_merge
 from .checks import (
     FP8,
+    MAX_MLA_DIM_V,
+    MAX_ROPE_DIM,
     check_inputs,
     check_options,
     choose_splits,
@@ -281,6 +283,7 @@ def prepare_mla(
     scale, max_len = check_inputs(
         q, kv_cache, kv_cache, cache_seqlens, block_table, causal, softmax_scale,
         num_splits, return_lse, k_name="kv_cache",
+        max_head_dim=MAX_MLA_DIM_V + MAX_ROPE_DIM,
     )  # fmt: skip
     if kv_cache.shape[2] != 1:
         raise ValueError(
@@ -293,9 +296,10 @@ def prepare_mla(
     D = q.shape[3]
     if dv > D:
         raise ValueError(f"head_dim_v={dv} exceeds the latent row's width D = {D}")
-    if D - dv > K.MAX_ROPE_DIM:
+    if dv > MAX_MLA_DIM_V or D - dv > MAX_ROPE_DIM:
         raise ValueError(
-            f"the rope part D - head_dim_v = {D - dv} exceeds {K.MAX_ROPE_DIM}"
+            f"head_dim_v={dv} must be at most {MAX_MLA_DIM_V} and the rope part "
+            f"D - head_dim_v = {D - dv} at most {MAX_ROPE_DIM}"
         )
     return _launcher(
         q, kv_cache, kv_cache, cache_seqlens, block_table, scale, max_len, num_splits,

@@ -23,6 +23,9 @@ from ..common import (
 )
 
 MAX_HEAD_DIM = 256
+#: MLA: the values' columns (DeepSeek-V2/V3: 512) and the rope columns, at most.
+MAX_MLA_DIM_V = 512
+MAX_ROPE_DIM = 128
 #: The fp8 cache's dtype (FlashAttention-3's e4m3).
 FP8 = torch.float8_e4m3fn
 MAX_SPLITS = 64
@@ -74,6 +77,7 @@ def check_inputs(
     num_splits,
     return_lse,
     k_name="k_cache",
+    max_head_dim=MAX_HEAD_DIM,
 ):
     for name, t in (
         ("q", q),
@@ -152,9 +156,9 @@ def check_inputs(
         raise ValueError(f"q batch {B} exceeds the launch grid's 65535")
     if dk != d:
         raise ValueError(f"{k_name} head dim {dk} does not match q head dim {d}")
-    if not 1 <= d <= MAX_HEAD_DIM:
+    if not 1 <= d <= max_head_dim:
         raise ValueError(
-            f"head dim d must be in 1..{MAX_HEAD_DIM}, got q shape {tuple(q.shape)}"
+            f"head dim d must be in 1..{max_head_dim}, got q shape {tuple(q.shape)}"
         )
     if h_kv < 1 or h_q % h_kv != 0:
         raise ValueError(

@@ -16,7 +16,6 @@ from ..flash.tiles import ARCHS, arch_class, block_d
 __all__ = [
     "ARCHS",
     "MAX_BLOCK_M",
-    "MAX_ROPE_DIM",
     "MLA_TILES",
     "block_d",
     "block_r",
@@ -87,8 +86,6 @@ MLA_TILES: dict[str, tuple[int, int, int]] = {
     "sm75": (16, 8, 1),
 }
 MLA_MAX_BLOCK_M = 16
-#: The rope columns of an MLA row, at most (its own tile: BLOCK_R).
-MAX_ROPE_DIM = 128
 
 
 def _fma(capability, dtype) -> bool:
