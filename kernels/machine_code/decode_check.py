@@ -14,7 +14,10 @@ dims 64, 80 (padded to 128), 128, 256; fp16, bf16, fp32 (CUDA-core dots); BLOCK_
 (MHA/GQA at N_q = 1) and 64 (G x N_q >= 64; 32 for CUDA-core dots at d = 256); cache
 layouts ``paged16`` (16-token pages: BLOCK_N = 16), ``paged256`` (the table's BLOCK_N,
 one block-table entry per tile), ``paged48`` (a page size that is not a power of two:
-one entry per key) and ``contiguous``; causal; the split (partial) store. Exits 1 on a
+one entry per key) and ``contiguous``; causal; the split (partial) store. Both
+plans add issue 29's paths (``feature_cases``, path column): a 4k window, softcap +
+ALiBi + sinks under it, an fp8 cache (Triton's conversion on sm_89/90, the byte
+decode on sm_75/80), MLA at 576 = 512 + 64 and its merge. Exits 1 on a
 spill, a shared-memory overflow or a compile failure. Runs with ``TRITON_INTERPRET=0``
 (re-executes itself when kernels was imported under the interpreter).
 """
