@@ -39,12 +39,13 @@ def _fp8_to(x, dtype, NATIVE: tl.constexpr):
     value times 2^-8 (normal and subnormal alike: the biases differ by 8), and
     S.1111.111 is NaN."""
     if NATIVE:
-        return x.to(dtype)
-    b = x.to(tl.uint16)
-    bits = ((b & 0x80) << 8) | ((b & 0x7F) << 7)
-    h = bits.to(tl.float16, bitcast=True) * 256.0
-    h = tl.where((b & 0x7F) == 0x7F, float("nan"), h)
-    return h.to(dtype)
+        y = x.to(dtype)
+    else:
+        b = x.to(tl.uint16)
+        bits = ((b & 0x80) << 8) | ((b & 0x7F) << 7)
+        h = bits.to(tl.float16, bitcast=True) * 256.0
+        y = tl.where((b & 0x7F) == 0x7F, float("nan"), h).to(dtype)
+    return y
 
 
 @triton.jit
