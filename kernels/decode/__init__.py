@@ -120,12 +120,13 @@ Devices and tiles
     with softcap or ALiBi halve the key tile; MLA ``tiles.MLA_TILES``: 32 keys, 8
     warps, 16 rows), checked ahead of time by ``kernels.machine_code.decode_check``
     (no spills on sm_75/80/89/90, the window, softcap + ALiBi + sinks, fp8 and MLA at
-    576/512 included). On a CPU the kernels run under the Triton interpreter with
-    16-key tiles.
+    576/512 included). MLA needs sm_80 or newer: on sm_75 every tile tried needs
+    more than its 64 KB of shared memory, and the call raises ValueError. On a CPU
+    the kernels run under the Triton interpreter with 16-key tiles.
 Known limits
-    No appending of new keys into the cache, no rotary embedding, no backward, no
-    fp8 MLA cache, no fp8 tensor-core dots (the fp8 tiles are upcast). The window's
-    skipping works per program: a sequence's visible tiles are shared among its
+    No appending of new keys into the cache, no rotary embedding, no backward, no fp8
+    MLA cache, no MLA on sm_75, no fp8 tensor-core dots (the fp8 tiles are upcast). The
+    window's skipping works per program: a sequence's visible tiles are shared among its
     splits, and rows of one program span the N_q new tokens, so a program reads the
     union of their windows. ``attention_with_kvcache`` validates on the host (one
     synchronisation per call); ``api.prepare`` / ``api.prepare_mla`` validate once and

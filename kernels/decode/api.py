@@ -292,6 +292,13 @@ def prepare_mla(
         )
     if kv_cache.dtype == FP8:
         raise TypeError("mla_with_kvcache: kv_cache must be float16/bfloat16/float32")
+    if not runtime.INTERPRET and not K.mla_supported(
+        torch.cuda.get_device_capability(q.device)
+    ):
+        raise ValueError(
+            "mla_with_kvcache needs sm_80 or newer: on sm_75 its 512-wide tiles do "
+            "not fit the 64 KB of shared memory"
+        )
     dv = check_int("head_dim_v", head_dim_v, 1)
     D = q.shape[3]
     if dv > D:

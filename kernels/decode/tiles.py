@@ -22,6 +22,7 @@ __all__ = [
     "block_m",
     "block_n",
     "max_block_m",
+    "mla_supported",
     "supported",
     "tiles",
 ]
@@ -79,13 +80,19 @@ INTERPRET_TILES = (16, 4, 1)
 #: (512 + 64) (two dots: the 512 columns shared with V, the 64 rope columns); the
 #: fp32 accumulator BLOCK_M x 512 is what limits the rows (compiled without spills by
 #: ``kernels.machine_code.decode_check``).
+#: No sm_75 entry: its CUDA-core dots stage the 16 x 512 tiles in shared memory, and
+#: every tile tried needs more than Turing's 64 KB (``mla_supported``).
 MLA_TILES: dict[str, tuple[int, int, int]] = {
     "sm90": (32, 8, 2),
     "sm80": (32, 8, 2),
     "sm89": (32, 8, 2),
-    "sm75": (16, 8, 1),
 }
 MLA_MAX_BLOCK_M = 16
+
+
+def mla_supported(capability: tuple[int, int] | None) -> bool:
+    """Whether an MLA tile is shipped for the GPU (all but sm_75; the interpreter)."""
+    return capability is None or arch_class(capability) in MLA_TILES
 
 
 def _fma(capability, dtype) -> bool:

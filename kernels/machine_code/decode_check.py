@@ -17,7 +17,8 @@ one block-table entry per tile), ``paged48`` (a page size that is not a power of
 one entry per key) and ``contiguous``; causal; the split (partial) store. Both
 plans add issue 29's paths (``feature_cases``, path column): a 4k window, softcap +
 ALiBi + sinks under it, an fp8 cache (Triton's conversion on sm_89/90, the byte
-decode on sm_75/80), MLA at 576 = 512 + 64 and its merge. Exits 1 on a
+decode on sm_75/80), MLA at 576 = 512 + 64 and its merge (not on sm_75, where
+``mla_with_kvcache`` is refused: its tiles exceed 64 KB of shared memory). Exits 1 on a
 spill, a shared-memory overflow or a compile failure. Runs with ``TRITON_INTERPRET=0``
 (re-executes itself when kernels was imported under the interpreter).
 """
@@ -307,6 +308,8 @@ def feature_cases(target: str, quick: bool = True) -> list[Case]:
             Case("split", target, d, "bf16", 16, "contiguous", variant="fp8"),
             Case("split", target, d, "fp16", top, "paged256", variant="fp8"),
         ]
+    if not K.mla_supported(K.ARCHS[target][0]):  # sm_75: refused by the call
+        return cases
     bm = K.max_block_m(K.ARCHS[target][0], MLA_DIM_V, torch.bfloat16, True)
     cases += [
         Case("split", target, MLA_DIM, "bf16", bm, lay, variant="mla")
