@@ -178,6 +178,15 @@ def goal_cases(dry: bool):
     ]  # fmt: skip
 
 
+def mla_runs() -> bool:
+    """Whether this device runs ``mla_with_kvcache`` (not on sm_75)."""
+    from ..decode import tiles
+
+    if runtime.INTERPRET or runtime.DEVICE.type != "cuda":
+        return True
+    return tiles.mla_supported(torch.cuda.get_device_capability())
+
+
 def time_paths(
     dry: bool = False,
     suite: str = "decode",
@@ -192,6 +201,10 @@ def time_paths(
         if deadline is not None and time.monotonic() > deadline:
             break
         rec = Record(suite, op, impl, "fwd", "bfloat16", dict(shape), stage="goal")
+        if op == "decode-mla" and not mla_runs():
+            rec.error, rec.detail = "unsupported", "mla_with_kvcache needs sm_80+"
+            records.append(rec)
+            continue
         try:
             fn, nbytes = build()
         except torch.cuda.OutOfMemoryError:
