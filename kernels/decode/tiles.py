@@ -153,8 +153,8 @@ def tiles(
     head_dim_v) and for an fp8 cache (the same tiles: its tiles are upcast to q's
     dtype after loading, so registers and shared memory hold what a 16-bit cache's
     do; half its bytes cross HBM). ``transforms`` (softcap or ALiBi: more live fp32
-    score tiles) halves the key tile of 64-row blocks on tensor cores (sm_80 spills
-    otherwise)."""
+    score tiles) halves the key tile of 64-row blocks on tensor cores, and of every
+    block on sm_89 (they spill otherwise)."""
     if capability is None:
         return INTERPRET_TILES
     if mla:
@@ -166,7 +166,8 @@ def tiles(
         bn, w, s = _TABLE[arch_class(capability)][bd]
     if bm >= 64:
         w = 8
-        if transforms and not _fma(capability, dtype):
+    if transforms and not _fma(capability, dtype):
+        if bm >= 64 or arch_class(capability) == "sm89":
             bn = min(bn, 32)
     return bn, w, s
 
