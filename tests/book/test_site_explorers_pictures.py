@@ -19,6 +19,7 @@ import pytest
 from attention import core, deformable, pretrained
 from attention.explorers import estimators, maps, online_softmax, roofline, sampling
 from attention.explorers import pretrained as minilm_ex
+from attention.explorers import sparse as sparse_ex
 from tests.book.test_site_explorers import HTML, SHOTS, Page, browser  # noqa: F401
 
 pytestmark = pytest.mark.site
@@ -32,6 +33,7 @@ EXPLORERS = [
     (CH.format("02_flash_attention"), "roofline"),
     (CH.format("03_soft_hard_attention"), "estimators"),
     (CH.format("04_deformable_attention"), "sampling"),
+    (CH.format("08_sparse_attention"), "sparse"),
 ]
 
 
@@ -253,6 +255,28 @@ def check_sampling(pg, eid):
         np.testing.assert_allclose(ws.sum((1, 2)), 1, atol=5e-3)
 
 
+def check_sparse(pg, eid):
+    """The blocks drawn as chosen are attention.sparse's choice for the state (each
+    rule's top k at decode time), each block's mass is Python's, the query row offered
+    are query_rows(N), and the readout is Python's sentence for that state."""
+    s, g = pg.state(eid), _grid(pg, eid)
+    method = sparse_ex.METHODS[s["method"]]
+    N, B = sparse_ex.CONTEXT[s["N"]], sparse_ex.BLOCKS[s["B"]]
+    k = sparse_ex.TOPKS[s["topk"]]
+    rows = sparse_ex.query_rows(N)
+    assert g["queries"][str(N)] == rows and pg.n_options(eid, "query") == len(rows)
+    query = rows[s["query"]]
+    point = sparse_ex.row_point(method, N, B, query)
+    blocks = sorted(pg.data(eid, "row", "blocks"), key=lambda r: r["x"])
+    assert [round(r["mass"] * 1000) for r in blocks] == point["mass"]
+    chosen = {b for b in point["order"][:k] if b >= 0}
+    assert {r["x"] // B for r in blocks if r["chosen"] == "chosen"} == chosen
+    assert len(pg.data(eid, "map", "chosen")) == len(chosen)
+    assert pg.data(eid, "map", "query") == [{"y": query}]
+    text = sparse_ex.readout(method, N, B, k, query)
+    assert pg.readout(eid) == re.sub(r"<[^>]+>", "", text).replace("x the", "× the")
+
+
 CHECKS = {
     "maps": check_maps,
     "masks": check_masks,
@@ -261,6 +285,7 @@ CHECKS = {
     "roofline": check_roofline,
     "estimators": check_estimators,
     "sampling": check_sampling,
+    "sparse": check_sparse,
 }
 
 
@@ -288,6 +313,7 @@ DATASETS = {
         ("msda", "points"),
         ("msda", "image"),
     ],
+    "sparse": [("map", "chosen"), ("map", "query"), ("row", "blocks")],
 }
 
 
@@ -367,6 +393,7 @@ CHANGES = {
     "roofline": [("alg", 0), ("N", 8)],
     "estimators": [("method", 0), ("samples", 2)],
     "sampling": [("scale", 3), ("level", 2)],
+    "sparse": [("method", 1), ("topk", 5), ("query", 3)],
 }
 
 
@@ -410,6 +437,7 @@ def test_picture_explorer_data_is_small():
         "roofline": 120_000,
         "estimators": 60_000,
         "sampling": 700_000,
+        "sparse": 200_000,
     }
     for page_name, kind in EXPLORERS:
         text = (HTML / page_name).read_text(encoding="utf-8")
