@@ -20,6 +20,7 @@ from attention.plots.pretrained import TYPE_LETTERS
 
 from . import site
 from .common import FONT, frame
+from .settings import Choice, Range, check
 from .site import Explorer
 
 #: The sentences the explorer offers (the chapter's), by name.
@@ -220,12 +221,22 @@ def heads_spec(height: int = 300) -> dict:
 # ---------------------------------------------------------------------------------
 
 
-def _check(sentence, layer, head, row):
-    site.check_option("sentence", sentence, SENTENCES)
-    site.check_option("layer", layer, range(1, 7))
-    site.check_option("head", head, range(1, 13))
+def settings(sentence: str = "coreference") -> dict:
+    """The settings both faces take (the controls' ranges): a sentence of
+    ``SENTENCES``, layer 1..6, head 1..12, and a query row of that sentence's tokens
+    (``[CLS]`` is row 0)."""
+    check({"sentence": Choice(SENTENCES)}, sentence=sentence)
     n = len(pretrained.load_minilm().tokens(SENTENCES[sentence]))
-    site.check_option("row", row, range(n))
+    return {
+        "sentence": Choice(SENTENCES),
+        "layer": Range(1, 6),
+        "head": Range(1, 12),
+        "row": Range(0, n - 1),
+    }
+
+
+def _check(sentence, layer, head, row):
+    check(settings(sentence), sentence=sentence, layer=layer, head=head, row=row)
 
 
 def static_pretrained_explorer(
@@ -348,5 +359,6 @@ __all__ = [
     "pretrained_grid",
     "pretrained_point",
     "readout",
+    "settings",
     "static_pretrained_explorer",
 ]
