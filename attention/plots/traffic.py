@@ -389,6 +389,14 @@ def naive_traffic_figure(
     return fig
 
 
+def _count(simulated: bool, algorithm: str, *args, **kw):
+    """``memory.simulate(..., keep_trace=False)``, or ``memory.closed_form`` (the same
+    counts, from the formula) where ``simulated`` is False."""
+    if simulated:
+        return memory.simulate(algorithm, *args, keep_trace=False, **kw)
+    return memory.closed_form(algorithm, *args, **kw)
+
+
 def selection_traffic_figure(
     N: int = 4096,
     d: int = 64,
@@ -397,10 +405,14 @@ def selection_traffic_figure(
     Bc: int = 64,
     bytes_per_elem: int = 2,
     ns=None,
+    simulated: bool = True,
 ):
     """HBM traffic of soft, hard and top-k attention (``attention.memory``, registered
     by ``attention.hard``): total bytes against N (closed form: lines; simulated:
-    dots), and the per-tensor split at N. Returns the figure."""
+    dots), and the per-tensor split at N. ``simulated=False`` (the live explorer)
+    takes the dots from the closed form too: the same numbers at once, which the
+    simulated figure and the tests check, and the title says so. Returns the
+    figure."""
     from attention import hard  # noqa: F401  (registers soft, hard, topk)
 
     ns = (
@@ -421,9 +433,9 @@ def selection_traffic_figure(
         ax0.plot(ns, tot, color=SELECTION_COLORS[name], lw=2, label=label[name])
         small = [n for n in ns if n <= 4096]
         sim = [
-            memory.simulate(
-                name, int(n), d, Br=Br, Bc=Bc, keep_trace=False, **extra
-            ).bytes(bytes_per_elem)
+            _count(simulated, name, int(n), d, Br=Br, Bc=Bc, **extra).bytes(
+                bytes_per_elem
+            )
             for n in small
         ]
         ax0.plot(small, sim, "o", color=SELECTION_COLORS[name], ms=5)
@@ -432,7 +444,10 @@ def selection_traffic_figure(
     ax0.set_yscale("log")
     ax0.set_xlabel("sequence length N (N_q = N_k)")
     ax0.set_ylabel("HBM traffic (bytes)")
-    ax0.set_title(f"one head, d = {d}, Br = {Br}: lines closed form, dots simulated")
+    ax0.set_title(
+        f"one head, d = {d}, Br = {Br}: lines closed form, dots "
+        + ("simulated" if simulated else "closed form (= simulated)")
+    )
     ax0.legend()
     results = {
         label[n]: memory.closed_form(n, N, d, Br=Br, Bc=Bc, **e) for n, e in kw.items()
@@ -479,13 +494,15 @@ def deformable_traffic_figure(
     n_points: int = 4,
     n_levels: int = 4,
     bytes_per_elem: int = 2,
+    simulated: bool = True,
 ):
     """HBM traffic of one head over a side x side map (every position a query): dense
     attention, DAT fused and unfused (grid_sample writes K̃, Ṽ) and MSDA.
 
     Left: per-tensor bars from the simulator at the chosen size. Right: total bytes
     against the map side from the closed forms (lines) and the simulator at a few
-    sizes (dots).
+    sizes (dots). ``simulated=False`` (the live explorer) counts the bars and dots by
+    the closed forms: the same numbers at once, and the right title says so.
     """
     from attention import deformable  # noqa: F401  (registers the algorithms)
 
@@ -493,8 +510,8 @@ def deformable_traffic_figure(
         1, 2, figsize=(11.5, 4.0), gridspec_kw={"width_ratios": [1.1, 1]}
     )
     results = {
-        name: memory.simulate(
-            alg, keep_trace=False, **_deform_kwargs(alg, side, d, r, n_points, n_levels)
+        name: _count(
+            simulated, alg, **_deform_kwargs(alg, side, d, r, n_points, n_levels)
         )
         for name, alg in _DEFORM_ALGS.items()
     }
@@ -518,10 +535,8 @@ def deformable_traffic_figure(
         ax2.plot(sides, tot, color=color, linestyle=ls, label=name)
         sim_sides = [16, 32, 64]
         sims = [
-            memory.simulate(
-                alg,
-                keep_trace=False,
-                **_deform_kwargs(alg, s, d, r, n_points, n_levels),
+            _count(
+                simulated, alg, **_deform_kwargs(alg, s, d, r, n_points, n_levels)
             ).total
             * bytes_per_elem
             for s in sim_sides
@@ -532,7 +547,11 @@ def deformable_traffic_figure(
     ax2.set_yscale("log")
     ax2.set_xlabel("map side (H = W); queries = H·W")
     ax2.set_ylabel("HBM bytes (one head)")
-    ax2.set_title("closed form (lines), simulated (dots)")
+    ax2.set_title(
+        "closed form (lines), simulated (dots)"
+        if simulated
+        else "closed form (lines and dots, = simulated)"
+    )
     ax2.legend(fontsize=8)
     fig.tight_layout()
     return fig
