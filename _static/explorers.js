@@ -15,6 +15,7 @@
  *     masks), the online softmax's acc / l, histogram bin edges from (lo, hi, bins),
  *     and per-level averages of the sampling weights;
  *   - the flat-grid indices of the chosen settings (row-major, as the grids document).
+ *   - the sparse explorer's keys read: the lengths of the chosen blocks, summed.
  * Series are read by name (the grids name them), never by the order of a Python dict.
  * window.staticExplorers[id] exposes each explorer (state, Vega views) to the site tests.
  */
@@ -803,6 +804,48 @@
           shares.map((x, i) => `${i}: ${x.toFixed(2)}`).join(", ") + ".";
       }
       return { charts, text: text + "</p>" };
+    },
+  };
+  // ------------------------------------------------------------------ chapter 8
+  // (attention/explorers/sparse.py: every selection, mass and cost computed in Python
+  // at build time; looked up and drawn here)
+  KINDS.sparse = {
+    charts: ["map", "row"],
+    controls: ({ grid: g, init }) => [
+      select("method", "selection", g.names, init.method),
+      slider("N", "sequence length N", g.N, init.N, fmtInt),
+      select("B", "block size", g.B, init.B),
+      slider("topk", "budget (blocks)", g.topks, init.topk),
+      slider("query", "query row", g.queries[String(g.N[init.N])], init.query, fmtInt)],
+    update(cfg, s, h) {
+      const g = cfg.grid, m = g.methods[s.method], N = g.N[s.N], B = g.B[s.B], k = g.topks[s.topk];
+      const qs = g.queries[String(N)], ctl = h.controls.query, shown = qs.map(fmtInt);
+      if (ctl.spec.options.join("|") !== shown.join("|")) ctl.setOptions(shown);
+      const query = qs[Math.min(ctl.get(), qs.length - 1)], T = g.topk;
+      const row = g.rows[`${m},${N},${B},${query}`], orc = g.rows[`oracle,${N},${B},${query}`];
+      const chosen = row.slice(0, k).filter((b) => b >= 0);
+      const mass = g.mass[`${N},${B},${query}`], n = g.thumb_size, w = N / n;
+      const end = (b) => Math.min((b + 1) * B, query + 1);
+      const cells = [];
+      g.thumb[String(N)].forEach((r, a) => r.forEach((v, b) => {
+        if (v > 0) cells.push({ x: b * w, x2: (b + 1) * w, y: a * w, y2: (a + 1) * w, mass: v / 1000 });
+      }));
+      const picked = chosen.map((b) => ({ x: b * B, x2: end(b), y: query - w, y2: query + w, color: g.colors[s.method] }));
+      const blocks = mass.map((v, b) => ({ x: b * B, x2: end(b), mass: v / 1000,
+                                           chosen: chosen.includes(b) ? "chosen" : "not chosen" }));
+      const keys = sum(chosen.map((b) => end(b) - b * B));
+      const [fl, by, gfl, gby, dfl, dby] = g.cost[`${N},${B}`][s.topk];
+      const gf = (x) => String(Number((x / 1e9).toPrecision(3)));
+      const text = `<p>${esc(g.names[s.method])}, N = ${fmtInt(N)}, blocks of ${B}, budget ${k}: query ` +
+        `${fmtInt(query)} reads <b>${chosen.length}</b> of its ${mass.length} visible blocks ` +
+        `(${fmtInt(keys)} of ${fmtInt(query + 1)} keys) and keeps <b>${row[T + s.topk].toFixed(1)}%</b> of ` +
+        `its attention mass (the oracle's ${k} blocks: ${orc[T + s.topk].toFixed(1)}%). A causal prefill of N tokens, ` +
+        `one head, d = ${g.d}, bf16: <b>${gf(fl)}</b> GFLOPs and <b>${human(by)}</b> of HBM traffic, plus the gate's ` +
+        `${gf(gfl)} GFLOPs and ${human(gby)}; dense causal attention: ${gf(dfl)} GFLOPs and ${human(dby)}. So ` +
+        `<b>${((fl + gfl) / dfl).toFixed(2)}×</b> the FLOPs and <b>${(by / dby).toFixed(2)}×</b> the bytes of dense: ` +
+        `each query loads its own blocks, where the dense kernel shares each K/V tile among ${g.dense_tile} queries.</p>`;
+      return { charts: { map: { spec: "map", data: { cells, query: [{ y: query }], chosen: picked } },
+                         row: { spec: "row", data: { blocks } } }, text };
     },
   };
 })();

@@ -23,6 +23,7 @@ decode              chapter 5: decoding with a KV cache
 ring                chapter 6: context parallelism across GPUs
 blockmask           chapter 7: masks, block masks and the work they save
 pretrained          chapter 1: a real model's heads (MiniLM) on the chapter's sentences
+sparse              chapter 8: the blocks a sparse attention picks, the mass they keep
 
 settings  the one settings check both faces call (``Choice``, ``Range``, ``check``)
 common    what the explorers share: the Vega-Lite frame, the traffic bars and lines,
@@ -47,6 +48,7 @@ from .ring import context_parallel_explorer
 from .roofline import roofline_explorer
 from .sampling import sampling_points_explorer
 from .site import ON_SITE, tqdm
+from .sparse import sparse_explorer
 from .temperature import temperature_explorer
 from .tile_size import tile_size_explorer
 from .topk_traffic import topk_traffic_explorer
@@ -67,6 +69,7 @@ __all__ = [
     "roofline_explorer",
     "sampling_points_explorer",
     "site",
+    "sparse_explorer",
     "teaser",
     "temperature_explorer",
     "tile_size_explorer",

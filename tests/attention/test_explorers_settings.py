@@ -30,6 +30,7 @@ from attention.explorers import (  # noqa: E402
     roofline,
     sampling,
     settings,
+    sparse,
     temperature,
     tile_size,
     topk_traffic,
@@ -158,6 +159,14 @@ CASES = {
         ring.SETTINGS,
         dict(N=1048576, P=32, heads=0, causal=False, layout="contiguous"),
         {"P": ("P", ring.RING_P)},
+    ),
+    "sparse": (
+        sparse,
+        "sparse_explorer",
+        (),
+        sparse.settings(2048),
+        dict(method="oracle", N=2048, block_size=128, topk=32, query=255),
+        {"N": ("N", sparse.CONTEXT), "query": ("query", sparse.query_rows(2048))},
     ),
 }
 
