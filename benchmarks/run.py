@@ -3,7 +3,7 @@ results/<gpu>.json.
 
     python benchmarks/run.py                # every suite
     python benchmarks/run.py --suite flash  # one suite (flash, hard, deformable,
-                                            # decode, ring, flex)
+                                            # decode, ring, flex, sparse)
     python benchmarks/run.py --quick        # smallest sweep, to check the script itself
     python benchmarks/run.py --dry-run      # on a CPU: the whole protocol, a fake timer
 
@@ -59,7 +59,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-SUITES = ["flash", "hard", "deformable", "decode", "ring", "flex"]
+SUITES = ["flash", "hard", "deformable", "decode", "ring", "flex", "sparse"]
 # Share of the sweep budget per suite (time a suite leaves unused passes to the next
 # ones). The flash sweep (fwd and fwd+bwd, two dtypes, six lengths, six implementations)
 # is the largest.
@@ -70,6 +70,7 @@ WEIGHTS = {
     "decode": 1.0,
     "ring": 0.5,
     "flex": 1.0,
+    "sparse": 0.5,
 }
 DRY_GPU = "dry run (CPU, fake timer)"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ..common import LN2
+from ..common import LN2, check_bool
 from .backward import backward
 from .checks import check_inputs, check_kv_indices
 from .forward import forward
@@ -32,17 +32,39 @@ class _SparseAttention(torch.autograd.Function):
 
 
 def prepare(
-    q, k, v, kv_indices, block_size=64, scale=None, causal=True, return_lse=False
+    q,
+    k,
+    v,
+    kv_indices,
+    block_size=64,
+    scale=None,
+    causal=True,
+    return_lse=False,
+    check_indices=True,
 ):
     """Validate every argument (one host synchronisation: the index range and
     distinctness) and return ``launch()``, which runs ``sparse_attention`` on these
     tensors without checking them again (their values may change, not their shapes,
-    and the indices must stay valid)."""
+    and the indices must stay valid). ``check_indices=False`` checks the indices'
+    shape, dtype and device only, with no synchronisation: for indices valid by
+    construction (``select_blocks``'s); an index out of range then reads memory
+    outside k and v."""
     block_size, scale = check_inputs(q, k, v, block_size, scale, causal, return_lse)
     B, H_kv, N_k = k.shape[:3]
     n_blocks = -(-N_k // block_size)
-    idx = check_kv_indices(kv_indices, (B, H_kv, q.shape[2], q.device), n_blocks)
+    idx = check_kv_indices(
+        kv_indices,
+        (B, H_kv, q.shape[2], q.device),
+        n_blocks,
+        check_bool("check_indices", check_indices),
+    )
     plan = Plan(q, k, v)
+    if not plan.backward_ok and any(t.requires_grad for t in (q, k, v)):
+        raise ValueError(
+            f"the sparse backward supports head dims up to 128 on sm_75, got "
+            f"d = {q.shape[3]}, d_v = {v.shape[3]} (its tiles spill there): pass "
+            f"tensors that do not require grad, or use an sm_80+ GPU"
+        )
 
     def launch():
         o, lse = _SparseAttention.apply(q, k, v, idx, block_size, scale, causal, plan)

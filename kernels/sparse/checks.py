@@ -87,11 +87,11 @@ def check_inputs(q, k, v, block_size, scale, causal, return_lse):
     return block_size, kernel_scale(scale, q.shape[-1], "scale")
 
 
-def check_kv_indices(kv_indices, shape, n_blocks) -> torch.Tensor:
+def check_kv_indices(kv_indices, shape, n_blocks, values=True) -> torch.Tensor:
     """``kv_indices`` as a contiguous int32 tensor (B, H_kv, N_q, S): integers in
     [-1, n_blocks) (-1 padding), the non-negative ones of a row distinct, on q's
     device. ``shape`` is (B, H_kv, N_q, device). One host synchronisation (the range
-    and the distinctness, checked together)."""
+    and the distinctness, checked together), skipped when ``values`` is False."""
     check_tensor("kv_indices", kv_indices)
     *dims, device = shape
     if kv_indices.dtype not in (torch.int32, torch.int64):
@@ -106,7 +106,7 @@ def check_kv_indices(kv_indices, shape, n_blocks) -> torch.Tensor:
     if kv_indices.device != device:
         raise ValueError(f"kv_indices is on {kv_indices.device}, q on {device}")
     idx = kv_indices
-    if idx.shape[3] == 0:
+    if idx.shape[3] == 0 or not values:
         return idx.to(torch.int32).contiguous()
     bad = (idx < -1) | (idx >= n_blocks)
     s = torch.sort(idx, dim=-1).values

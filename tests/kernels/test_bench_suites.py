@@ -239,3 +239,45 @@ def test_the_deformable_suite_times_encoder_scale_in_every_run(monkeypatch):
     dry_q, full_q, quick_q = seen
     assert deformable_timing.ENCODER in dry_q  # benchmarks/run.py --dry-run runs it
     assert full_q == [300, deformable_timing.ENCODER] and quick_q == [300]
+
+
+def test_the_sparse_suite_dry(tmp_path):
+    """kernels.timing.sparse on the CPU through benchmarks/run.py --dry-run: its
+    checks pass, the goal and the sweep time every case once with the fake timer,
+    and speedups reads the goal records."""
+    import json
+
+    from benchmarks import run
+    from kernels.timing import results
+    from kernels.timing import sparse as sbench
+
+    assert "sparse" in run.SUITES and "sparse" in run.WEIGHTS
+    args = ["--dry-run", "--suite", "sparse", "--results-dir", str(tmp_path)]
+    assert run.main(args) == 0
+    (path,) = tmp_path.glob("*.json")
+    data = json.loads(path.read_text())
+    assert results.validate_results(data) == []
+    suite = data["suites"]["sparse"]
+    assert len(suite["correctness"]) == 3
+    assert all(c["ok"] for c in suite["correctness"]), suite["correctness"]
+    recs = suite["records"]
+    assert all(r["error"] is None for r in recs)
+    goal = [(r["impl"], r["mode"]) for r in recs if r["stage"] == "goal"]
+    assert goal == [
+        ("select", "fwd"),
+        ("sparse", "fwd"),
+        ("select+sparse", "fwd"),
+        ("flash-causal", "fwd"),
+        ("sparse", "fwd+bwd"),
+        ("flash-causal", "fwd+bwd"),
+    ]
+    assert sbench.speedups(recs) == {"vs_dense_flash": 1.0, "selection_share": 1.0}
+    ops = {(r["op"], r["impl"]) for r in recs}
+    assert ("sparse-tokens", "sparse") in ops and ("sparse-blocks", "select") in ops
+    # the FLOPs count the keys the indices make visible (4 blocks of 16 at N = 32:
+    # every earlier key, causal)
+    q, k, _ = bench.random_qkv(1, 2, 32, 16, H_kv=1, dtype="bfloat16", seed=0)
+    idx = sbench.select_blocks(q, k, 16, 4)
+    assert sbench.visible_keys(idx, 32, 16) == sum(range(1, 33))
+    assert recs[1]["shape"]["visible_pairs"] == 2 * sum(range(1, 33))
+    assert sbench.visible_keys(idx[..., :1], 32, 16) == sum(range(1, 17)) * 2
