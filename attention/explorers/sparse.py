@@ -345,7 +345,7 @@ def static_sparse_explorer(method="moba", N=1024, block_size=64, topk=4, query=N
         "sparse",
         config,
         "Sparse-attention explorer (chapter 8)",
-        "attention.explorers.sparse.sparse_explorer()",
+        "explorers.sparse_explorer()",
     )
 
 

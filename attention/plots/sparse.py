@@ -1,6 +1,6 @@
 """Chapter 8's figures: the cost of selected attention against N (to 1M tokens), its
-selection's share, the attention mass a block budget keeps, and which blocks each
-query picks."""
+selection's share, the attention mass a block budget keeps, which blocks each query
+picks, and the accuracy a small model trained with a budget reaches."""
 
 from __future__ import annotations
 
@@ -131,3 +131,34 @@ def chosen_blocks_figure(p, selections: dict, block_size: int, axes=None, vmax=N
         ax.set(title=name, xlabel="key position", xticks=[], yticks=[])
     axes[0].set_ylabel("query position")
     return axes
+
+
+def budget_accuracy_figure(record: dict, ax=None):
+    """Accuracy against the budget k (blocks) of a recorded ``attention.sparse_train``
+    run: trained with MoBA's selection, and the dense-trained model selected at
+    inference; dense attention and chance as horizontal lines; the needle's hit rate
+    (the share of queries whose chosen blocks hold it) dotted."""
+    ax = _ax(ax)
+    cfg = record["config"]
+    ks = sorted(int(k) for k in record["selected"])
+
+    def series(key, field):
+        return [record[key][k if k in record[key] else str(k)][field] for k in ks]
+
+    moba, nsa = SPARSE_COLORS["moba"], SPARSE_COLORS["nsa"]
+    ax.plot(ks, series("selected", "accuracy"), marker="o", ms=4, color=moba,
+            label="trained with MoBA's selection")  # fmt: skip
+    ax.plot(ks, series("selected", "hit"), ls=":", color=moba,
+            label="needle among the chosen blocks")  # fmt: skip
+    ax.plot(ks, series("dense_selected", "accuracy"), marker="s", ms=4, ls="--",
+            color=nsa, label="trained dense, selected at inference")  # fmt: skip
+    ax.axhline(record["dense"]["accuracy"], color=SPARSE_COLORS["dense"],
+               label="dense attention")  # fmt: skip
+    ax.axhline(1 / cfg["n_values"], color="#8C8C8C", ls=":", label="chance")
+    n_blocks = -(-cfg["n"] // cfg["block_size"])
+    ax.set_xticks(ks, [f"{k}\n({k / n_blocks:.0%})" for k in ks])
+    ax.set(xlabel=f"budget k (blocks of {cfg['block_size']}; share of the "
+           f"{cfg['n']} keys)", ylabel="recall accuracy", ylim=(0, 1.03))  # fmt: skip
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    return ax

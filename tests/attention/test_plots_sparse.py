@@ -43,4 +43,18 @@ def test_chosen_blocks_figure_tints_the_chosen_blocks():
                      [0, 0, 0, 0, 0, 0, 1, 1], [0, 0, 0, 0, 1, 1, 1, 1]])  # fmt: skip
     np.testing.assert_array_equal(tint[..., 3] > 0, want.astype(bool))
     assert [a.get_title() for a in axes] == ["moba", "oracle"]
+
+
+def test_budget_accuracy_figure_draws_the_record():
+    from attention import sparse_train
+
+    rec = sparse_train.load_record()
+    ax = ps.budget_accuracy_figure(rec)
+    lines = {ln.get_label(): ln for ln in ax.get_lines()}
+    ks = sorted(rec["selected"])
+    sel = lines["trained with MoBA's selection"]
+    assert list(sel.get_xdata()) == ks
+    assert list(sel.get_ydata()) == [rec["selected"][k]["accuracy"] for k in ks]
+    assert lines["dense attention"].get_ydata()[0] == rec["dense"]["accuracy"]
+    assert lines["chance"].get_ydata()[0] == 1 / rec["config"]["n_values"]
     plt.close("all")

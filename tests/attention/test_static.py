@@ -207,6 +207,7 @@ EXPLORERS = [
     "estimator_explorer",
     "decode_explorer",
     "context_parallel_explorer",
+    "sparse_explorer",
 ]
 #: Explorers whose call needs the chapter's inputs (no call without arguments).
 WITH_INPUTS = ["attention_map_explorer", "sampling_points_explorer"]
