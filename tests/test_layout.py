@@ -201,6 +201,7 @@ def test_no_module_is_too_long():
         ("kernels.hard", ["hard_attention", "topk_attention"]),
         ("kernels.deformable", ["ms_deform_attn", "deformable_attention"]),
         ("kernels.decode", ["attention_with_kvcache"]),
+        ("kernels.sparse", ["sparse_attention", "select_blocks", "lightning_indexer"]),
         (
             "kernels.ring",
             ["ring_attention", "shard", "unshard", "merge_partials", "shard_intervals"],

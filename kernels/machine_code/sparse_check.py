@@ -96,6 +96,7 @@ def _values(kernel, case, d, dtype, group, tile):
         "HEAD_DIM": d,
         "HEAD_DIM_V": d,
         "IS_CAUSAL": True,
+        "CONTIG": CASES[case] % bn == 0,
         "UPCAST": tile[5],
         "DOT_PRECISION": prec,
         "BLOCK_M": bm,

@@ -9,15 +9,22 @@ Call
     of ``kv_indices`` names (the twin of ``attention.sparse.sparse_attention``).
     ``select_blocks(q, k, block_size, topk, causal=True, scale=None)`` -> kv_indices:
     MoBA's gate with NSA's group sharing (the twin of
-    ``attention.sparse.select_blocks``). ``prepare(...)``: ``sparse_attention``'s
-    checks once, returning a launcher (what ``kernels.timing.sparse`` times).
+    ``attention.sparse.select_blocks``). DSA's selection: ``lightning_indexer(q_index,
+    k_index, weights, causal=True)`` -> scores (B, N_q, N_k), ``topk_tokens(scores,
+    topk, h_kv=1)`` -> kv_indices for block_size = 1, and ``index_topk(...)``, the
+    two chunked over queries (twins of ``attention.sparse``'s). ``prepare(...)``:
+    ``sparse_attention``'s checks once, returning a launcher (what
+    ``kernels.timing.sparse`` times; ``check_indices=False`` skips the value checks
+    and their synchronisation, for indices valid by construction).
 Algorithm
     Forward (``forward._sparse_fwd``): one program per (query token, batch x KV head
     x row block); its tile's rows are the G = H_q / H_kv query heads of the GQA group
     (padded to BLOCK_M >= 16), so every selected K/V row crosses HBM once per group,
     not once per head (NSA's kernel design). The program walks its row of kv_indices
     as one flat list of S x block_size keys, gathering BLOCK_N keys per step (any
-    block size, 1 included: DSA's tokens), with the online softmax of
+    block size, 1 included: DSA's tokens; when block_size is a multiple of BLOCK_N a
+    step lies in one block: one scalar index, contiguous keys, no per-key division),
+    with the online softmax of
     :mod:`kernels.flash` in base 2 (exp2, log2(e) folded into the scale; its
     ``finish_rows`` epilogue). The cost of a query is S x block_size keys whatever
     N_k: doubling N doubles the work (dense causal attention quadruples).
@@ -28,7 +35,8 @@ Algorithm
     dlse in torch. No N_q x N_k tensor anywhere.
     select_blocks (``select``): torch ops, chunked over queries: the group-summed
     queries against the mean-pooled keys (an fp32 matmul), then an exact top-k on an
-    int64 key (tier, order-preserving score bits, complemented index).
+    int64 key (tier, order-preserving score bits, complemented index); the indexer
+    (``indexer``) likewise, in torch ops.
 Shapes
     q (B, H_q, N_q, d); k (B, H_kv, N_k, d); v (B, H_kv, N_k, d_v); d, d_v in
     1 ... 256 (padded to powers of two >= 16 and masked); H_q a multiple of H_kv.
@@ -59,12 +67,16 @@ Checks
     checks once).
 Tiles
     ``kernels.sparse.tiles``: BLOCK_M = the group padded to a power of two, 16 ... 64
-    (16 for CUDA-core dots), more heads take several programs; BLOCK_N, warps and
-    stages per kernel, architecture class and padded head dim. Under the Triton
+    (16 for CUDA-core dots, 32 for the backward at d = 256), more heads take several
+    programs; BLOCK_N, warps and stages per kernel, architecture class and padded
+    head dim (64 rows take 8 warps). On sm_90 a 16-row tile gets mma.sync, not wgmma
+    (which needs 64 rows): groups of 64 heads get wgmma. Under the Triton
     interpreter: 64-key steps.
 Dtypes and devices
     float16, bfloat16, float32 (IEEE fp32 dots, CUDA cores); fp32 accumulation; under
-    the interpreter and on sm_75 bf16 tiles are upcast. CUDA sm_75 ... sm_90, checked
+    the interpreter bf16 tiles are upcast, and on sm_75 fp16 and bf16 tiles both
+    (its CUDA-core fp16 dots spill here). The sm_75 backward is refused above d =
+    128 (ValueError, when q, k or v requires grad). CUDA sm_75 ... sm_90, checked
     ahead of time by ``python -m kernels.machine_code.sparse_check`` (registers,
     spills), and the Triton interpreter on a CPU.
 Known limits
@@ -74,13 +86,24 @@ Known limits
     loads: contiguous along d, no TMA or block pointers. No GPU run is recorded yet:
     the tiles are chosen to compile without spills, not tuned. select_blocks builds an
     int64 key per (query, block): O(N^2 / block_size) work and chunked memory; no
-    Triton kernel for it yet. No dropout, no sliding-window or compressed branch (NSA's
-    other two branches are attention.sparse's NumPy), no paged cache, no fp8.
+    Triton kernel for it (nor for the indexer, O(N^2) in torch ops) yet. No dropout,
+    no sliding-window or compressed branch (NSA's other two branches are
+    attention.sparse's NumPy), no paged cache, no fp8.
 """
 
 from .. import runtime  # noqa: F401  (first: decides CUDA vs interpreter)
 from .api import prepare, sparse_attention
+from .indexer import index_topk, lightning_indexer, topk_tokens
 from .select import mean_pool, select_blocks
 from .tiles import MAX_HEAD_DIM
 
-__all__ = ["MAX_HEAD_DIM", "mean_pool", "prepare", "select_blocks", "sparse_attention"]
+__all__ = [
+    "MAX_HEAD_DIM",
+    "index_topk",
+    "lightning_indexer",
+    "mean_pool",
+    "prepare",
+    "select_blocks",
+    "sparse_attention",
+    "topk_tokens",
+]

@@ -66,6 +66,7 @@ def _sparse_bwd(
     HEAD_DIM,
     HEAD_DIM_V,
     IS_CAUSAL: tl.constexpr,
+    CONTIG: tl.constexpr,
     UPCAST: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -120,7 +121,16 @@ def _sparse_bwd(
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     for start in range(0, n_keys, BLOCK_N):
         key, visible = chunk_keys(
-            idx_row, stride_is, start, offs_n, n_keys, block_size, pos, N_K, IS_CAUSAL
+            idx_row,
+            stride_is,
+            start,
+            offs_n,
+            n_keys,
+            block_size,
+            pos,
+            N_K,
+            IS_CAUSAL,
+            CONTIG,
         )
         if tl.max(visible.to(tl.int32), 0) > 0:
             k = load_rows(k_base, key, visible, stride_kn, offs_d, stride_kd, HEAD_DIM)
@@ -198,6 +208,7 @@ def backward(do, q, k, v, o, lse2, dlse, idx, block_size, scale, causal, tile):
         d,
         dv_dim,
         IS_CAUSAL=causal,
+        CONTIG=block_size % bn == 0,
         UPCAST=up,
         DOT_PRECISION=prec,
         BLOCK_M=bm,

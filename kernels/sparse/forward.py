@@ -36,15 +36,24 @@ def chunk_keys(
     pos,
     N_K,
     IS_CAUSAL: tl.constexpr,
+    CONTIG: tl.constexpr,
 ):
     """The keys of flat positions ``start + offs_n`` of one row's selection and
-    which of them the row sees: (key (BLOCK_N,) int32, visible (BLOCK_N,) bool)."""
-    flat = start + offs_n
-    in_list = flat < n_keys
-    slot = flat // block_size
-    blk = tl.load(idx_row + slot * stride_is, mask=in_list, other=-1)
-    key = blk * block_size + (flat - slot * block_size)
-    visible = in_list & (blk >= 0) & (key < N_K)
+    which of them the row sees: (key (BLOCK_N,) int32, visible (BLOCK_N,) bool).
+    CONTIG (block_size a multiple of BLOCK_N): the step lies inside one block, so
+    one scalar index and contiguous keys; else one index per key (any block size)."""
+    if CONTIG:
+        slot = start // block_size
+        blk = tl.load(idx_row + slot * stride_is)
+        key = blk * block_size + (start - slot * block_size) + offs_n
+        visible = (blk >= 0) & (key < N_K)
+    else:
+        flat = start + offs_n
+        in_list = flat < n_keys
+        slot = flat // block_size
+        blk = tl.load(idx_row + slot * stride_is, mask=in_list, other=-1)
+        key = blk * block_size + (flat - slot * block_size)
+        visible = in_list & (blk >= 0) & (key < N_K)
     if IS_CAUSAL:
         visible = visible & (key <= pos)
     return key, visible
@@ -102,6 +111,7 @@ def _sparse_fwd(
     HEAD_DIM,
     HEAD_DIM_V,
     IS_CAUSAL: tl.constexpr,
+    CONTIG: tl.constexpr,
     UPCAST: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -143,7 +153,16 @@ def _sparse_fwd(
     acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
     for start in range(0, n_keys, BLOCK_N):
         key, visible = chunk_keys(
-            idx_row, stride_is, start, offs_n, n_keys, block_size, pos, N_K, IS_CAUSAL
+            idx_row,
+            stride_is,
+            start,
+            offs_n,
+            n_keys,
+            block_size,
+            pos,
+            N_K,
+            IS_CAUSAL,
+            CONTIG,
         )
         if tl.max(visible.to(tl.int32), 0) > 0:
             k = load_rows(k_base, key, visible, stride_kn, offs_d, stride_kd, HEAD_DIM)
@@ -215,6 +234,7 @@ def forward(q, k, v, idx, block_size, scale, causal, tile):
         d,
         dv,
         IS_CAUSAL=causal,
+        CONTIG=block_size % bn == 0,
         UPCAST=up,
         DOT_PRECISION=prec,
         BLOCK_M=bm,

@@ -69,7 +69,6 @@ def select_blocks(q, k, block_size, topk, causal=True, scale=None) -> torch.Tens
     out = torch.full((B, H_kv, N_q, topk), -1, dtype=torch.int32, device=dev)
     blocks = torch.arange(nb, device=dev)
     starts = blocks * block_size
-    rank_low = (1 << _INDEX_BITS) - 1 - blocks  # lower index ranks higher
     rows = max(1, CHUNK_ELEMENTS // max(1, B * H_kv * nb))
     for lo in range(0, N_q, rows):
         hi = min(N_q, lo + rows)
@@ -80,12 +79,24 @@ def select_blocks(q, k, block_size, topk, causal=True, scale=None) -> torch.Tens
             eligible = starts[None, :] <= pos
             forced = starts[None, :] == (pos // block_size) * block_size
             tier = torch.where(forced, 3, torch.where(eligible, tier, 0))
-        score = torch.where(tier == 1, _ordered(s), 0)
-        key = ((tier.to(torch.int64) << 32) + score << _INDEX_BITS) + rank_low
-        top = torch.topk(key, kk, dim=-1, sorted=True).indices
-        chosen = torch.gather(tier, -1, top) > 0
-        out[:, :, lo:hi, :kk] = torch.where(chosen, top, -1).to(torch.int32)
+        out[:, :, lo:hi, :kk] = rank(s, tier, kk)
     return out
 
 
-__all__ = ["mean_pool", "select_blocks"]
+def rank(s: torch.Tensor, tier: torch.Tensor, kk: int) -> torch.Tensor:
+    """The top ``kk`` indices of the last axis of fp32 scores ``s``, best first, int32:
+    by ``tier`` (3 forced, 2 NaN, 1 by score, 0 never chosen: -1), then by score,
+    ties to the lower index, through one int64 key per entry (exact, no equal
+    keys)."""
+    n = s.shape[-1]
+    if n >= 1 << _INDEX_BITS:
+        raise ValueError(f"at most {1 << _INDEX_BITS} entries per row, got {n}")
+    rank_low = (1 << _INDEX_BITS) - 1 - torch.arange(n, device=s.device)
+    score = torch.where(tier == 1, _ordered(s), 0)
+    key = ((tier.to(torch.int64) << 32) + score << _INDEX_BITS) + rank_low
+    top = torch.topk(key, kk, dim=-1, sorted=True).indices
+    chosen = torch.gather(tier, -1, top) > 0
+    return torch.where(chosen, top, -1).to(torch.int32)
+
+
+__all__ = ["mean_pool", "rank", "select_blocks"]

@@ -13,7 +13,14 @@ import pytest
 import torch
 
 from attention import sparse as twin
-from kernels.sparse import mean_pool, select_blocks, sparse_attention
+from kernels.sparse import (
+    index_topk,
+    lightning_indexer,
+    mean_pool,
+    select_blocks,
+    sparse_attention,
+    topk_tokens,
+)
 from tests.kernels.sparse_tools import DEVICE, inputs, max_err
 
 
@@ -94,3 +101,53 @@ def test_errors_name_the_argument(change, exc, word):
     kw.update(change)
     with pytest.raises(exc, match=word):
         select_blocks(**kw)
+
+
+def _indexer_inputs(B, N_q, N_k, h_i, d_i, seed, integers=False):
+    g = torch.Generator().manual_seed(seed)
+    if integers:  # exact scores in fp32 and fp64: ties must break alike
+        draw = lambda *s: torch.randint(-2, 3, s, generator=g).float()  # noqa: E731
+    else:
+        draw = lambda *s: torch.randn(s, generator=g)  # noqa: E731
+    return draw(B, N_q, h_i, d_i), draw(B, N_k, d_i), draw(B, N_q, h_i)
+
+
+@pytest.mark.parametrize("integers", [False, True])
+@pytest.mark.parametrize("causal", [True, False])
+def test_lightning_indexer_and_topk_equal_twin(integers, causal):
+    qi, ki, w = _indexer_inputs(2, 9, 21, 3, 4, seed=int(integers), integers=integers)
+    got = lightning_indexer(qi, ki, w, causal=causal)
+    want = twin.lightning_indexer(qi.numpy(), ki.numpy(), w.numpy(), causal)
+    assert got.dtype == torch.float32
+    assert np.array_equal(np.isneginf(got.numpy()), np.isneginf(want))
+    fin = np.isfinite(want)
+    assert np.abs(got.numpy()[fin] - want[fin]).max() < 1e-5
+    idx = topk_tokens(got, 15, h_kv=2)  # more than the early rows see: -1 padding
+    want_idx = twin.topk_tokens(want, 15, 2)
+    assert idx.dtype == torch.int32 and np.array_equal(idx.numpy(), want_idx)
+    assert torch.equal(index_topk(qi, ki, w, 15, causal, h_kv=2), idx)
+
+
+def test_indexer_nan_and_errors_then_dsa_end_to_end():
+    qi, ki, w = _indexer_inputs(1, 6, 12, 2, 8, seed=5)
+    ki[0, 3, 0] = float("nan")  # token 3: NaN for every query that sees it
+    s = lightning_indexer(qi, ki, w)
+    idx = topk_tokens(s, 4)
+    want = twin.topk_tokens(
+        twin.lightning_indexer(qi.numpy(), ki.numpy(), w.numpy()), 4
+    )
+    assert np.array_equal(idx.numpy(), want) and (idx[0, 0, :, 0] == 3).all()
+    q, k, v = inputs(1, 2, 1, 6, 12, 8, seed=6)
+    o = sparse_attention(q, k, v, index_topk(qi, ki * 0 + 1, w, 5), 1)
+    o_np = twin.sparse_attention(
+        q.numpy(), k.numpy(), v.numpy(), index_topk(qi, ki * 0 + 1, w, 5).numpy(), 1
+    )
+    assert np.abs(o.numpy() - o_np).max() < 2e-4
+    with pytest.raises(ValueError, match="weights"):
+        lightning_indexer(qi, ki, w[..., :1])
+    with pytest.raises(ValueError, match="d_I"):
+        lightning_indexer(qi, ki[..., :3], w)
+    with pytest.raises(ValueError, match="topk"):
+        topk_tokens(s, 0)
+    with pytest.raises(TypeError, match="causal"):
+        index_topk(qi, ki, w, 2, causal=None)
