@@ -28,8 +28,11 @@ $(TEST_STAMP): $(STAMP) requirements-test.txt
 	touch $(TEST_STAMP)
 
 # The Colab editions (colab/) are regenerated first: the site's Colab button opens them.
+# The notebook pages are executed two at a time into the build's cache first
+# (tools/execute_notebooks.py); the build then renders them without executing again.
 book: venv
 	$(BIN)/python -m colab.edition
+	$(BIN)/python tools/execute_notebooks.py
 	$(BIN)/jupyter-book build . $(BOOK_FLAGS)
 	@echo "Open file://$(CURDIR)/_build/html/index.html"
 
@@ -40,11 +43,12 @@ lint: venv
 # Unit tests of both packages, kernels under the Triton interpreter, and every
 # chapter executed top to bottom (2 workers: one per core).
 unit: venv $(TEST_STAMP)
-	$(BIN)/pytest -m "not site and not interpreter_matrix" -n 2 --dist loadgroup
+	$(BIN)/pytest -m "not site and not interpreter_matrix" -n 2 --dist loadgroup \
+		--durations=15
 
 # The built site, opened in headless Chromium.
 site: book
-	$(BIN)/pytest -m site
+	$(BIN)/pytest -m site --durations=10
 
 # The book is built first: the unit tests check the chapters it executed (jupyter-cache)
 # instead of executing them again (tests/book/test_notebooks.py).

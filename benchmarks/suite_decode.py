@@ -19,8 +19,15 @@ reporting time, GB/s (the K/V bytes of every key once, plus q and o) and, throug
 The timing is ``kernels.timing.decode.time_decode``, chapter 5's path too. Goals of the
 issue (checked against the records, never assumed): >= 80% of peak HBM bandwidth on
 an H200 at context >= 8k and batch >= 8; >= 3x the naive version; faster than SDPA at
-B = 1, context >= 8k. Sized for about 1.5 minutes on an H200 (a budget: no GPU run of
-this suite is recorded yet); ``run`` stops at its deadline.
+B = 1, context >= 8k.
+
+Issue 29's paths: ``check`` holds each against the fp64 references of
+``kernels.timing.decode_paths`` (a sliding window, softcap + ALiBi + sinks, the fp8
+e4m3 cache with descales, MLA at 576 = 512 + 64); ``goal`` times them
+(``time_paths``): fp8 cache >= 1.7x the bf16 cache at 32k, MLA >= 80% of peak HBM
+bandwidth at B = 32, 8k, a 4k window >= 10x the full 128k context. Sized for about 2
+minutes on an H200 (a budget: no GPU run of this suite is recorded yet); ``run``
+stops at its deadline.
 """
 
 from __future__ import annotations
@@ -28,12 +35,20 @@ from __future__ import annotations
 import torch
 
 from kernels import runtime
-from kernels.decode import attention_with_kvcache
+from kernels.decode import attention_with_kvcache, mla_with_kvcache
 from kernels.timing.decode import (
     decode_summary,
     naive_decode,
     reference_decode,
     time_decode,
+)
+from kernels.timing.decode_paths import (
+    mla_runs,
+    paths_summary,
+    quantize_pages,
+    reference_mla,
+    reference_paths,
+    time_paths,
 )
 from kernels.timing.records import Record
 
@@ -98,6 +113,53 @@ def check(dry: bool = False) -> list[dict]:
                 out.append(
                     {"name": name, "max_err": err, "tol": tol, "ok": bool(err <= tol)}
                 )
+    return out + _check_new_paths(dry)
+
+
+def _row(name, o, ref, dtype):
+    """The kernel against fp64, within a few roundings of the output dtype (its unit
+    roundoff u times 8 of max(1, |o|)) plus the same 1e-3 as the other cases."""
+    u = 2.0**-11 if dtype == torch.float16 else 2.0**-8
+    err = (o.double() - ref).abs().max().item()
+    tol = 8 * u * max(1.0, ref.abs().max().item()) + 1e-3
+    return {"name": name, "max_err": err, "tol": tol, "ok": bool(err <= tol)}
+
+
+def _check_new_paths(dry: bool = False) -> list[dict]:
+    """Issue 29's paths on this GPU: window, softcap + ALiBi + sinks, fp8, MLA."""
+    lens = [90, 0, 33] if dry else [3000, 0, 517, 4100]
+    out = []
+    dev = runtime.DEVICE
+    g = torch.Generator(device=dev).manual_seed(5)
+    for dtype in (torch.float16, torch.bfloat16):
+        q, k, v, sl, bt = _case(lens, 2, 8, 2, 64, 16, dtype, seed=7)
+        h_q = q.shape[2]
+        alibi = torch.rand(h_q, generator=g, device=dev)
+        sinks = torch.randn(h_q, generator=g, device=dev)
+        win = (20, -1) if dry else (1000, -1)
+        name = f"{str(dtype)[6:]} lens={lens} N_q=2 H=8/2 d=64"
+        o = attention_with_kvcache(q, k, v, sl, bt, window_size=win)
+        out.append(_row(f"{name} window={win}", o, reference_paths(
+            q, k, v, sl, bt, window=win), dtype))  # fmt: skip
+        o = attention_with_kvcache(
+            q, k, v, sl, bt, window_size=win, softcap=5.0, alibi_slopes=alibi,
+            sinks=sinks, num_splits=3,
+        )  # fmt: skip
+        ref = reference_paths(
+            q, k, v, sl, bt, window=win, softcap=5.0, alibi=alibi, sinks=sinks
+        )
+        out.append(_row(f"{name} window+softcap+alibi+sinks", o, ref, dtype))
+        (k8, kd), (v8, vd) = quantize_pages(k, bt, sl), quantize_pages(v, bt, sl)
+        o = attention_with_kvcache(q, k8, v8, sl, bt, k_descale=kd, v_descale=vd)
+        ref = reference_paths(q, k8, v8, sl, bt, k_descale=kd, v_descale=vd)
+        out.append(_row(f"{name} fp8 cache", o, ref, dtype))
+        if not mla_runs():  # sm_75: the call refuses MLA
+            continue
+        D, dv = (48, 32) if dry else (576, 512)
+        q, kv, _, sl, bt = _case(lens, 1, 16, 1, D, 64, dtype, seed=8)
+        o = mla_with_kvcache(q, kv, sl, bt, dv)
+        out.append(_row(f"{str(dtype)[6:]} MLA lens={lens} H=16 D={D}/{dv}", o,
+                        reference_mla(q, kv, sl, bt, dv), dtype))  # fmt: skip
     return out
 
 
@@ -149,3 +211,21 @@ def run(
             flush=True,
         )
     return records
+
+
+def goal(timer=None, dry: bool = False) -> list[Record]:
+    """Issue 29's goal shapes (``kernels.timing.decode_paths.time_paths``): fp8 against
+    bf16 at 32k, MLA's bandwidth, a 4k window at 128k; the ratios printed."""
+    recs = time_paths(dry, SUITE, timer, log=_log_goal, warmup=10, rep=40)
+    gpu = None if dry else runtime.gpu_name()
+    print(f"[{SUITE}] goals {paths_summary(recs, gpu)}", flush=True)
+    return recs
+
+
+def _log_goal(rec):
+    ms = (
+        f"{rec.ms:.3f} ms {rec.gbps:.0f} GB/s"
+        if rec.ms is not None
+        else f"{rec.error}: {rec.detail}"
+    )
+    print(f"[{SUITE}] {rec.op} {rec.impl} {rec.shape} {ms}", flush=True)

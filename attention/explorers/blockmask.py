@@ -18,6 +18,7 @@ from attention.memory import blocksparse as bs
 
 from . import site
 from .common import FONT, frame
+from .settings import Choice, check
 from .site import Explorer
 
 KINDS = ["causal", "window", "document", "prefix"]
@@ -46,6 +47,17 @@ PRESETS = {
     "prefix LM (prefix 1,024)": ("prefix", 1024),
 }
 COLORS = {"empty": "#EFEFEF", "partial": "#9ECAE1", "full": "#2171B5"}
+
+#: The settings both faces take (the menus' options; ``preset`` None is "custom").
+SETTINGS = {
+    "kind": Choice(KINDS),
+    "N": Choice(CONTEXT),
+    "block_size": Choice(BLOCKS),
+    "window": Choice(VALUES["window"]),
+    "doc_len": Choice(VALUES["document"]),
+    "prefix": Choice(VALUES["prefix"]),
+    "preset": Choice([None, *PRESETS]),
+}
 
 
 def _work(kind: str, N: int, block_size: int, value: int) -> bs.Work:
@@ -228,16 +240,16 @@ def resolve(kind, window, doc_len, prefix, preset) -> tuple[str, int]:
 
 
 def _check(kind, N, block_size, window, doc_len, prefix, preset):
-    for name, value, options in (
-        ("kind", kind, KINDS),
-        ("N", N, CONTEXT),
-        ("block_size", block_size, BLOCKS),
-        ("window", window, VALUES["window"]),
-        ("doc_len", doc_len, VALUES["document"]),
-        ("prefix", prefix, VALUES["prefix"]),
-        ("preset", "custom" if preset is None else preset, PRESETS),
-    ):
-        site.check_option(name, value, options)
+    check(
+        SETTINGS,
+        kind=kind,
+        N=N,
+        block_size=block_size,
+        window=window,
+        doc_len=doc_len,
+        prefix=prefix,
+        preset=preset,
+    )
 
 
 def static_block_mask_explorer(
@@ -390,6 +402,7 @@ def block_mask_explorer(
 
 __all__ = [
     "PRESETS",
+    "SETTINGS",
     "block_mask_explorer",
     "block_mask_explorer_figure",
     "live_block_mask_explorer",

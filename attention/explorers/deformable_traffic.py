@@ -191,7 +191,9 @@ def live_deformable_traffic_explorer(
             n_points=p_s.value,
             n_levels=l_s.value,
         )
-        show_png(out, cached_png(plots.deformable_traffic_figure, **args))
+        show_png(
+            out, cached_png(plots.deformable_traffic_figure, simulated=False, **args)
+        )
 
     for w in (r_s, p_s, l_s, side_s, d_m):
         w.observe(redraw, names="value")

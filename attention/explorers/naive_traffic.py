@@ -114,9 +114,10 @@ def live_naive_traffic_explorer(
 ):
     """Sliders for n (keys), m (queries; tick "self" for m = n), d and dtype.
 
-    Each change redraws ``attention.plots.naive_traffic_figure``: bytes against n per
-    tensor (simulated and closed form) and the per-tensor bars at the chosen (m, n).
-    Returns the box.
+    Each change redraws ``attention.plots.naive_traffic_figure`` from the closed form
+    (``simulated=False``: the simulator's counts, which the chapter's figure checks,
+    at once at any n): bytes against n per tensor and the per-tensor bars at the
+    chosen (m, n). Returns the box.
     """
     import ipywidgets as widgets
 
@@ -158,7 +159,7 @@ def live_naive_traffic_explorer(
         m_slider.disabled = self_box.value
         m = None if self_box.value else m_slider.value
         args = dict(n=n_slider.value, m=m, d=d_menu.value, dtype=dtype_menu.value)
-        show_png(out, cached_png(plots.naive_traffic_figure, **args))
+        show_png(out, cached_png(plots.naive_traffic_figure, simulated=False, **args))
 
     for w in (n_slider, m_slider, self_box, d_menu, dtype_menu):
         w.observe(redraw, names="value")

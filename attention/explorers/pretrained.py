@@ -20,6 +20,7 @@ from attention.plots.pretrained import TYPE_LETTERS
 
 from . import site
 from .common import FONT, frame
+from .settings import Choice, Range, check
 from .site import Explorer
 
 #: The sentences the explorer offers (the chapter's), by name.
@@ -220,12 +221,22 @@ def heads_spec(height: int = 300) -> dict:
 # ---------------------------------------------------------------------------------
 
 
-def _check(sentence, layer, head, row):
-    site.check_option("sentence", sentence, SENTENCES)
-    site.check_option("layer", layer, range(1, 7))
-    site.check_option("head", head, range(1, 13))
+def settings(sentence: str = "coreference") -> dict:
+    """The settings both faces take (the controls' ranges): a sentence of
+    ``SENTENCES``, layer 1..6, head 1..12, and a query row of that sentence's tokens
+    (``[CLS]`` is row 0)."""
+    check({"sentence": Choice(SENTENCES)}, sentence=sentence)
     n = len(pretrained.load_minilm().tokens(SENTENCES[sentence]))
-    site.check_option("row", row, range(n))
+    return {
+        "sentence": Choice(SENTENCES),
+        "layer": Range(1, 6),
+        "head": Range(1, 12),
+        "row": Range(0, n - 1),
+    }
+
+
+def _check(sentence, layer, head, row):
+    check(settings(sentence), sentence=sentence, layer=layer, head=head, row=row)
 
 
 def static_pretrained_explorer(
@@ -252,6 +263,16 @@ def static_pretrained_explorer(
     )
 
 
+@functools.lru_cache(maxsize=len(SENTENCES))
+def sentence_maps(sentence: str):
+    """(tokens, maps (6, 12, N, N), ``heads.sentence_stats``) of one of ``SENTENCES``:
+    one forward pass per sentence, cached, so a live move only draws."""
+    model = pretrained.load_minilm()
+    text = SENTENCES[sentence]
+    toks, maps = model.tokens(text), model.attentions(text)
+    return toks, maps, pretrained.heads.sentence_stats(maps, toks)
+
+
 def pretrained_figure(sentence: str, layer: int, head: int, row: int):
     """The live explorer's figure: the head's map with the row outlined, and every
     head's entropy on the sentence with the chosen head outlined."""
@@ -259,9 +280,7 @@ def pretrained_figure(sentence: str, layer: int, head: int, row: int):
 
     from attention.plots import pretrained as pplots
 
-    model = pretrained.load_minilm()
-    text = SENTENCES[sentence]
-    toks, maps = model.tokens(text), model.attentions(text)
+    toks, maps, stats = sentence_maps(sentence)
     _, types = measured_types()
     fig, (a0, a1) = plt.subplots(
         1, 2, figsize=(10, 4.6), gridspec_kw={"width_ratios": [1.3, 1]}
@@ -270,9 +289,7 @@ def pretrained_figure(sentence: str, layer: int, head: int, row: int):
     a0.add_patch(
         plt.Rectangle((-0.5, row - 0.5), len(toks), 1, fill=False, ec="#E8590C", lw=2.5)
     )
-    pplots.entropy_figure(
-        pretrained.heads.sentence_stats(maps, toks), types=types, ax=a1
-    )
+    pplots.entropy_figure(stats, types=types, ax=a1)
     a1.add_patch(
         plt.Rectangle((layer - 1.5, head - 1.5), 1, 1, fill=False, ec="k", lw=2.5)
     )
@@ -286,7 +303,7 @@ def live_pretrained_explorer(
     """ipywidgets: each change redraws ``pretrained_figure`` and the text."""
     import ipywidgets as widgets
 
-    from .common import show_figure
+    from .common import cached_png, show_png
 
     _check(sentence, layer, head, row)
     model = pretrained.load_minilm()
@@ -316,7 +333,7 @@ def live_pretrained_explorer(
         ctl["row"].max = n - 1
         kw = {k: w.value for k, w in ctl.items()}
         text.value = "<p>" + readout(**kw) + "</p>"
-        show_figure(out, pretrained_figure(**kw))
+        show_png(out, cached_png(pretrained_figure, **kw))
 
     for w in ctl.values():
         w.observe(redraw, names="value")
@@ -348,5 +365,7 @@ __all__ = [
     "pretrained_grid",
     "pretrained_point",
     "readout",
+    "sentence_maps",
+    "settings",
     "static_pretrained_explorer",
 ]

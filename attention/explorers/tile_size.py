@@ -337,8 +337,13 @@ def _closed_form_tile_figure(N, d, sram_kib, Br, Bc, dtype, algorithm, events):
     bpe = plots.DTYPE_BYTES[dtype]
     M = int(sram_kib) * 1024 // bpe
     group = BACKWARD if algorithm in BACKWARD else FORWARD
-    results = {a: memory.closed_form(a, N, d, Br=Br, Bc=Bc, M=M) for a in group}
-    floor = {a: memory.compulsory(a, N, d) for a in group}
+    results, unfit = {}, []
+    for a in group:  # the chosen algorithm's tiles fit; a sibling's may not
+        try:
+            results[a] = memory.closed_form(a, N, d, Br=Br, Bc=Bc, M=M)
+        except ValueError:
+            unfit.append(a)
+    floor = {a: memory.compulsory(a, N, d) for a in results}
     fig, (ax0, ax1, ax2) = plt.subplots(
         1, 3, figsize=(14, 4.4), gridspec_kw={"width_ratios": [1.1, 1.1, 0.7]}
     )
@@ -374,6 +379,8 @@ def _closed_form_tile_figure(N, d, sram_kib, Br, Bc, dtype, algorithm, events):
         f"in Python would take too long\n(no schedule drawn).\n\nThe numbers are "
         f"printed\nunder the figure."
     )
+    if unfit:
+        text += f"\n\nNot drawn: the tiles of\n{', '.join(unfit)} do not fit\nin SRAM."
     ax2.text(0, 1, text, va="top", fontsize=8)
     fig.tight_layout()
     return fig

@@ -119,7 +119,9 @@ def live_topk_traffic_explorer(N: int = 4096, d: int = 64, k: int = 8):
 
     def redraw(change=None):
         args = dict(N=n_s.value, d=d_m.value, k=k_s.value)
-        show_png(out, cached_png(plots.selection_traffic_figure, **args))
+        show_png(
+            out, cached_png(plots.selection_traffic_figure, simulated=False, **args)
+        )
 
     for w in (k_s, n_s, d_m):
         w.observe(redraw, names="value")

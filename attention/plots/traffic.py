@@ -3,6 +3,8 @@ simulator (tile by tile) beside its closed forms (chapters 1, 3 and 4)."""
 
 from __future__ import annotations
 
+import functools
+
 import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
@@ -246,6 +248,24 @@ _TRAFFIC_FORMULAS = {
 }
 
 
+@functools.lru_cache(maxsize=256)
+def standard_traffic(n_q: int, d: int, Br: int, Bc: int, n_k: int, simulated: bool):
+    """The counts of standard attention, ``memory.simulate("standard", ...)`` (tile by
+    tile, checked against the closed form: a ValueError if they ever disagree) or
+    ``memory.closed_form`` (``simulated=False``: the same counts at once), cached per
+    argument tuple: a live figure asks for the same points again at each move."""
+    form = memory.closed_form("standard", n_q, d, Br=Br, Bc=Bc, N_k=n_k)
+    if not simulated:
+        return form
+    sim = memory.simulate("standard", n_q, d, Br=Br, Bc=Bc, N_k=n_k, keep_trace=False)
+    if sim.per_tensor != form.per_tensor:
+        raise ValueError(
+            f"simulation and closed form disagree at m={n_q}, n={n_k}: "
+            f"{sim.per_tensor} vs {form.per_tensor}"
+        )
+    return sim
+
+
 def naive_traffic_vs_length(
     ns,
     d: int = 64,
@@ -255,14 +275,17 @@ def naive_traffic_vs_length(
     Bc: int = 64,
     ax=None,
     title: str | None = None,
+    simulated: bool = True,
 ):
     """HBM bytes of standard (materialising) attention against the key length n,
     per tensor.
 
     Markers are counted by ``attention.memory.simulate("standard", ...)`` tile by
     tile; the lines are its closed form (a ValueError is raised if the two ever
-    disagree). ``m`` queries attend over n keys; ``m=None`` is self-attention (m = n).
-    Log-log axes.
+    disagree). ``simulated=False`` (the live explorer, which must answer at once)
+    takes the markers from the closed form too: the same numbers, which the simulated
+    figure checks, and the legend says so. ``m`` queries attend over n keys;
+    ``m=None`` is self-attention (m = n). Log-log axes.
     """
     _nonempty("ns", ns)
     ax = _ax(ax)
@@ -271,13 +294,8 @@ def naive_traffic_vs_length(
     sims, forms = [], []
     for n in ns:
         n_q = n if m is None else int(m)
-        sims.append(memory.simulate("standard", n_q, d, Br=Br, Bc=Bc, N_k=n))
+        sims.append(standard_traffic(n_q, d, Br, Bc, n, bool(simulated)))
         forms.append(memory.closed_form("standard", n_q, d, Br=Br, Bc=Bc, N_k=n))
-        if sims[-1].per_tensor != forms[-1].per_tensor:
-            raise ValueError(
-                f"simulation and closed form disagree at n={n}: "
-                f"{sims[-1].per_tensor} vs {forms[-1].per_tensor}"
-            )
     for t in ("Q", "O", "K", "V", "S", "P"):
         if t not in sims[-1].per_tensor:
             continue
@@ -309,7 +327,8 @@ def naive_traffic_vs_length(
     ax.legend(
         ncol=2,
         fontsize=8,
-        title="lines: closed form, markers: simulated",
+        title="lines: closed form, markers: "
+        + ("simulated" if simulated else "closed form (= simulated)"),
         title_fontsize=8,
         loc="upper left",
     )
@@ -324,12 +343,15 @@ def naive_traffic_figure(
     Br: int = 64,
     Bc: int = 64,
     n_range: tuple[int, int] = (16, 8192),
+    simulated: bool = True,
 ):
     """The chapter-1 traffic figure: bytes against n (left), and per tensor at
     (m, n) (right).
 
     ``m=None`` is self-attention. Both panels come from ``attention.memory.simulate``
-    ("standard"); the left one also draws the closed form. Returns the figure.
+    ("standard"); the left one also draws the closed form. ``simulated=False`` draws
+    the same numbers from the closed form alone (``naive_traffic_vs_length``): what the
+    live explorer shows, at once at any n. Returns the figure.
     """
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
@@ -344,11 +366,13 @@ def naive_traffic_figure(
     fig, (ax0, ax1) = plt.subplots(
         1, 2, figsize=(11.5, 4.2), gridspec_kw={"width_ratios": [1.35, 1.0]}
     )
-    naive_traffic_vs_length(ns, d=d, bytes_per_elem=bpe, m=m, Br=Br, Bc=Bc, ax=ax0)
+    naive_traffic_vs_length(
+        ns, d=d, bytes_per_elem=bpe, m=m, Br=Br, Bc=Bc, ax=ax0, simulated=simulated
+    )
     ax0.axvline(n, color="0.5", linewidth=0.8)
     n, d, Br, Bc = int(n), int(d), int(Br), int(Bc)
     n_q = n if m is None else int(m)
-    t = memory.simulate("standard", n_q, d, Br=Br, Bc=Bc, N_k=n)
+    t = standard_traffic(n_q, d, Br, Bc, n, bool(simulated))
     mib = bpe / 2**20
     order = [k for k in ("Q", "K", "V", "S", "P", "O") if k in t.per_tensor]
     order += [k for k in t.per_tensor if k not in order]
@@ -365,6 +389,14 @@ def naive_traffic_figure(
     return fig
 
 
+def _count(simulated: bool, algorithm: str, *args, **kw):
+    """``memory.simulate(..., keep_trace=False)``, or ``memory.closed_form`` (the same
+    counts, from the formula) where ``simulated`` is False."""
+    if simulated:
+        return memory.simulate(algorithm, *args, keep_trace=False, **kw)
+    return memory.closed_form(algorithm, *args, **kw)
+
+
 def selection_traffic_figure(
     N: int = 4096,
     d: int = 64,
@@ -373,10 +405,14 @@ def selection_traffic_figure(
     Bc: int = 64,
     bytes_per_elem: int = 2,
     ns=None,
+    simulated: bool = True,
 ):
     """HBM traffic of soft, hard and top-k attention (``attention.memory``, registered
     by ``attention.hard``): total bytes against N (closed form: lines; simulated:
-    dots), and the per-tensor split at N. Returns the figure."""
+    dots), and the per-tensor split at N. ``simulated=False`` (the live explorer)
+    takes the dots from the closed form too: the same numbers at once, which the
+    simulated figure and the tests check, and the title says so. Returns the
+    figure."""
     from attention import hard  # noqa: F401  (registers soft, hard, topk)
 
     ns = (
@@ -397,9 +433,9 @@ def selection_traffic_figure(
         ax0.plot(ns, tot, color=SELECTION_COLORS[name], lw=2, label=label[name])
         small = [n for n in ns if n <= 4096]
         sim = [
-            memory.simulate(
-                name, int(n), d, Br=Br, Bc=Bc, keep_trace=False, **extra
-            ).bytes(bytes_per_elem)
+            _count(simulated, name, int(n), d, Br=Br, Bc=Bc, **extra).bytes(
+                bytes_per_elem
+            )
             for n in small
         ]
         ax0.plot(small, sim, "o", color=SELECTION_COLORS[name], ms=5)
@@ -408,7 +444,10 @@ def selection_traffic_figure(
     ax0.set_yscale("log")
     ax0.set_xlabel("sequence length N (N_q = N_k)")
     ax0.set_ylabel("HBM traffic (bytes)")
-    ax0.set_title(f"one head, d = {d}, Br = {Br}: lines closed form, dots simulated")
+    ax0.set_title(
+        f"one head, d = {d}, Br = {Br}: lines closed form, dots "
+        + ("simulated" if simulated else "closed form (= simulated)")
+    )
     ax0.legend()
     results = {
         label[n]: memory.closed_form(n, N, d, Br=Br, Bc=Bc, **e) for n, e in kw.items()
@@ -455,13 +494,15 @@ def deformable_traffic_figure(
     n_points: int = 4,
     n_levels: int = 4,
     bytes_per_elem: int = 2,
+    simulated: bool = True,
 ):
     """HBM traffic of one head over a side x side map (every position a query): dense
     attention, DAT fused and unfused (grid_sample writes K̃, Ṽ) and MSDA.
 
     Left: per-tensor bars from the simulator at the chosen size. Right: total bytes
     against the map side from the closed forms (lines) and the simulator at a few
-    sizes (dots).
+    sizes (dots). ``simulated=False`` (the live explorer) counts the bars and dots by
+    the closed forms: the same numbers at once, and the right title says so.
     """
     from attention import deformable  # noqa: F401  (registers the algorithms)
 
@@ -469,8 +510,8 @@ def deformable_traffic_figure(
         1, 2, figsize=(11.5, 4.0), gridspec_kw={"width_ratios": [1.1, 1]}
     )
     results = {
-        name: memory.simulate(
-            alg, keep_trace=False, **_deform_kwargs(alg, side, d, r, n_points, n_levels)
+        name: _count(
+            simulated, alg, **_deform_kwargs(alg, side, d, r, n_points, n_levels)
         )
         for name, alg in _DEFORM_ALGS.items()
     }
@@ -494,10 +535,8 @@ def deformable_traffic_figure(
         ax2.plot(sides, tot, color=color, linestyle=ls, label=name)
         sim_sides = [16, 32, 64]
         sims = [
-            memory.simulate(
-                alg,
-                keep_trace=False,
-                **_deform_kwargs(alg, s, d, r, n_points, n_levels),
+            _count(
+                simulated, alg, **_deform_kwargs(alg, s, d, r, n_points, n_levels)
             ).total
             * bytes_per_elem
             for s in sim_sides
@@ -508,7 +547,11 @@ def deformable_traffic_figure(
     ax2.set_yscale("log")
     ax2.set_xlabel("map side (H = W); queries = H·W")
     ax2.set_ylabel("HBM bytes (one head)")
-    ax2.set_title("closed form (lines), simulated (dots)")
+    ax2.set_title(
+        "closed form (lines), simulated (dots)"
+        if simulated
+        else "closed form (lines and dots, = simulated)"
+    )
     ax2.legend(fontsize=8)
     fig.tight_layout()
     return fig

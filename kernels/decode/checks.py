@@ -8,6 +8,7 @@ an SM count below 1) and ``sm_count``.
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import torch
@@ -22,6 +23,11 @@ from ..common import (
 )
 
 MAX_HEAD_DIM = 256
+#: MLA: the values' columns (DeepSeek-V2/V3: 512) and the rope columns, at most.
+MAX_MLA_DIM_V = 512
+MAX_ROPE_DIM = 128
+#: The fp8 cache's dtype (FlashAttention-3's e4m3).
+FP8 = torch.float8_e4m3fn
 MAX_SPLITS = 64
 #: Keys a split gets at least before the heuristic adds another split.
 MIN_KEYS_PER_SPLIT = 256
@@ -70,25 +76,41 @@ def check_inputs(
     softmax_scale,
     num_splits,
     return_lse,
+    k_name="k_cache",
+    max_head_dim=MAX_HEAD_DIM,
 ):
     for name, t in (
         ("q", q),
-        ("k_cache", k_cache),
+        (k_name, k_cache),
         ("v_cache", v_cache),
         ("cache_seqlens", cache_seqlens),
     ):
         check_tensor(name, t)
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+    fp8 = k_cache.dtype == FP8 or v_cache.dtype == FP8
+    for name, t in (("q", q), (k_name, k_cache), ("v_cache", v_cache)):
         if t.ndim != 4:
             raise ValueError(f"{name} must be 4-D, got shape {tuple(t.shape)}")
-        if t.dtype not in FLOAT_DTYPES:
+        if t.dtype not in FLOAT_DTYPES and not (fp8 and name != "q"):
             raise TypeError(
-                f"{name} must be float16, bfloat16 or float32, got dtype {t.dtype}"
+                f"{name} must be float16, bfloat16 or float32"
+                f"{' (or float8_e4m3fn for a cache)' if name != 'q' else ''}, "
+                f"got dtype {t.dtype}"
             )
-    if not (q.dtype == k_cache.dtype == v_cache.dtype):
+    if fp8:
+        if not (k_cache.dtype == v_cache.dtype == FP8):
+            raise TypeError(
+                f"k_cache and v_cache must both be float8_e4m3fn or neither, got "
+                f"k_cache {k_cache.dtype}, v_cache {v_cache.dtype}"
+            )
+        if q.dtype not in (torch.float16, torch.bfloat16):
+            raise TypeError(
+                f"q must be float16 or bfloat16 with an fp8 cache (the tiles are "
+                f"upcast to q's dtype), got dtype {q.dtype}"
+            )
+    elif not (q.dtype == k_cache.dtype == v_cache.dtype):
         raise TypeError(
-            f"q, k_cache, v_cache must share a dtype, got q {q.dtype}, "
-            f"k_cache {k_cache.dtype}, v_cache {v_cache.dtype}"
+            f"q and {k_name} must share a dtype, got q {q.dtype}, "
+            f"{k_name} {k_cache.dtype}, v_cache {v_cache.dtype}"
         )
     check_bool("causal", causal)
     check_bool("return_lse", return_lse)
@@ -103,7 +125,7 @@ def check_inputs(
         )
     dev = q.device
     tensors = [
-        ("k_cache", k_cache),
+        (k_name, k_cache),
         ("v_cache", v_cache),
         ("cache_seqlens", cache_seqlens),
     ]
@@ -133,10 +155,10 @@ def check_inputs(
     if B > 65535:
         raise ValueError(f"q batch {B} exceeds the launch grid's 65535")
     if dk != d:
-        raise ValueError(f"k_cache head dim {dk} does not match q head dim {d}")
-    if not 1 <= d <= MAX_HEAD_DIM:
+        raise ValueError(f"{k_name} head dim {dk} does not match q head dim {d}")
+    if not 1 <= d <= max_head_dim:
         raise ValueError(
-            f"head dim d must be in 1..{MAX_HEAD_DIM}, got q shape {tuple(q.shape)}"
+            f"head dim d must be in 1..{max_head_dim}, got q shape {tuple(q.shape)}"
         )
     if h_kv < 1 or h_q % h_kv != 0:
         raise ValueError(
@@ -158,7 +180,7 @@ def check_inputs(
     if block_table is None:
         if n_pages != B:
             raise ValueError(
-                f"without block_table, k_cache is (B, N_max, H_kv, d) "
+                f"without block_table, {k_name} is (B, N_max, H_kv, d) "
                 f"with B = {B}, got {tuple(k_cache.shape)}"
             )
         capacity = page
@@ -172,7 +194,7 @@ def check_inputs(
             )
         if n_pages < 1 or page < 1:
             raise ValueError(
-                f"k_cache (num_pages, page_size, H_kv, d) needs a page, "
+                f"{k_name} (num_pages, page_size, H_kv, d) needs a page, "
                 f"got {tuple(k_cache.shape)}"
             )
         capacity = block_table.shape[1] * page
@@ -205,7 +227,90 @@ def check_inputs(
         raise ValueError(
             f"block_table[{bad[0]}, {bad[1]}] = "
             f"{int(block_table[bad[0], bad[1]])} points outside the pool "
-            f"of {n_pages} pages (k_cache {tuple(k_cache.shape)})"
+            f"of {n_pages} pages ({k_name} {tuple(k_cache.shape)})"
         )
     scale = kernel_scale(softmax_scale, d, "softmax_scale")
     return scale, int(host[2])
+
+
+def _f32_vector(name, t, shapes, dev, what):
+    check_tensor(name, t)
+    if t.dtype != torch.float32:
+        raise TypeError(f"{name} must be float32, got dtype {t.dtype}")
+    if tuple(t.shape) not in shapes:
+        want = " or ".join(str(s) for s in shapes)
+        raise ValueError(f"{name} must be {want} ({what}), got {tuple(t.shape)}")
+    if t.device != dev:
+        raise ValueError(f"{name} is on {t.device}, q on {dev}: one device needed")
+    return t.contiguous()
+
+
+def check_options(
+    q,
+    k_cache,
+    causal,
+    window_size,
+    softcap,
+    alibi_slopes,
+    sinks,
+    k_descale,
+    v_descale,
+):
+    """flash-attn's keywords of the call, each error naming the argument: returns
+    (left, right, cap, alibi, sinks, k_descale, v_descale), right = 0 under causal,
+    -1 = unbounded, cap 0 = none, the tensors contiguous (or None)."""
+    if (
+        not isinstance(window_size, (tuple, list))
+        or len(window_size) != 2
+        or any(
+            isinstance(w, bool) or not isinstance(w, numbers.Integral)
+            for w in window_size
+        )
+    ):
+        raise TypeError(
+            f"window_size must be a pair (left, right) of ints, got {window_size!r}"
+        )
+    left, right = (int(w) for w in window_size)
+    if left < -1 or right < -1:
+        raise ValueError(
+            f"window_size must be (left, right) with each >= 0 or -1 (unbounded), "
+            f"got {tuple(window_size)}"
+        )
+    if causal:
+        right = 0
+    if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
+        raise TypeError(f"softcap must be a real number, got {softcap!r}")
+    cap = float(softcap)
+    if not math.isfinite(cap) or cap < 0:
+        raise ValueError(f"softcap must be >= 0 (0: no cap) and finite, got {softcap}")
+    B, _, h_q, _ = q.shape
+    h_kv = k_cache.shape[2]
+    dev = q.device
+    alibi = sink = kd = vd = None
+    if alibi_slopes is not None:
+        alibi = _f32_vector(
+            "alibi_slopes", alibi_slopes, [(h_q,), (B, h_q)], dev, f"H_q = {h_q}"
+        )
+    if sinks is not None:
+        sink = _f32_vector("sinks", sinks, [(h_q,)], dev, f"H_q = {h_q}")
+    if (k_descale is None) != (v_descale is None):
+        raise ValueError("pass k_descale and v_descale together (or neither)")
+    if k_descale is not None:
+        if k_cache.dtype != FP8:
+            raise ValueError(
+                f"k_descale and v_descale need an fp8 cache (float8_e4m3fn), "
+                f"got k_cache of dtype {k_cache.dtype}"
+            )
+        what = f"B = {B}, H_kv = {h_kv}"
+        kd = _f32_vector("k_descale", k_descale, [(B, h_kv)], dev, what)
+        vd = _f32_vector("v_descale", v_descale, [(B, h_kv)], dev, what)
+    elif k_cache.dtype == FP8:  # FlashAttention-3's default: descale 1
+        kd = torch.ones((B, h_kv), dtype=torch.float32, device=dev)
+        vd = kd
+    return left, right, cap, alibi, sink, kd, vd
+
+
+def visible_span(max_len: int, n_q: int, left: int) -> int:
+    """The keys the longest sequence's queries can see, at most: all ``max_len``, or
+    under a left window the last N_q + left (the split heuristic counts only these)."""
+    return max_len if left < 0 else min(max_len, n_q + left)

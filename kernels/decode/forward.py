@@ -1,15 +1,17 @@
-"""The split-KV decode kernels (FlashDecoding over a paged KV cache) and their tiles.
+"""The split-KV decode kernel (FlashDecoding over a paged KV cache).
 
 ``_decode_split``: one program per (KV head x query-row block, split, sequence). Its
 query tile holds every query row that reads this KV head: the G = H_q / H_kv heads of
-the group times the N_q new tokens, ``BLOCK_M`` rows (GQA packing), so each K/V tile
-is read from HBM once per group, not once per query head. It streams its split's keys
-in ``BLOCK_N`` tiles through the block table with the online softmax of
-``kernels.flash`` (base 2, exp2) and writes a normalised partial output and its base-2
-log-sum-exp in fp32 (or, with one split, the final output and the natural lse).
-``_decode_merge``: one program per (query row, head, sequence) merges the splits with
-the log-sum-exp rule. The tiles are in :mod:`kernels.decode.tiles`, the checks in
-:mod:`kernels.decode.checks`, the public face and launch in :mod:`kernels.decode.api`.
+the group times the N_q new tokens, ``BLOCK_M`` rows (GQA packing; for MLA every query
+head reads the one latent row), so each K/V tile is read from HBM once per group, not
+once per query head. It streams its split's visible keys in ``BLOCK_N`` tiles through
+the block table with the online softmax of ``kernels.flash`` (base 2, exp2) and writes
+a normalised partial output and its base-2 log-sum-exp in fp32 (or, with one split,
+the final output and the natural lse). A sliding window skips the key tiles outside
+it; softcap, ALiBi, learned sinks and an fp8 cache (upcast after loading, descales
+folded into the scale and the output) are constexpr paths. The merge and the shared
+blocks are in :mod:`kernels.decode.blocks`, the tiles in :mod:`kernels.decode.tiles`,
+the checks in :mod:`kernels.decode.checks`, the launch in :mod:`kernels.decode.api`.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-# the shared jit blocks of the flash kernels, and their architecture classes
 from ..common import LN2, LOG2E
-from ..flash import finish_rows, finite_dot, masked_row_max
+from ..flash import finish_rows, finite_dot
+from .blocks import _decode_merge, _kv_offsets, _scores, _window_row_max
+
+__all__ = ["_decode_split", "_decode_merge"]
 
 # kernels.common's constants, as @triton.jit reads them
 _LOG2E: tl.constexpr = tl.constexpr(LOG2E)
@@ -27,40 +31,21 @@ _LN2: tl.constexpr = tl.constexpr(LN2)
 
 
 @triton.jit
-def _kv_offsets(
-    bt_row,
-    start_n,
-    offs_n,
-    seqlen,
-    stride_kp,
-    stride_kn,
-    PAGED: tl.constexpr,
-    PAGE_SIZE: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    MASKED: tl.constexpr,
-):
-    """Where the key rows ``start_n + offs_n`` of one sequence lie in the cache: a
-    scalar int64 element offset and per-row offsets (BLOCK_N,). Through the block table
-    when PAGED (one entry per tile when a tile lies within a page: the per-row offsets
-    then stay 32-bit; else one entry per key), else rows of the sequence's own slab.
-    """
-    if PAGED:
-        if PAGE_SIZE % BLOCK_N == 0:  # the tile lies in one page
-            page = tl.load(bt_row + start_n // PAGE_SIZE).to(tl.int64)
-            base = page * stride_kp + (start_n % PAGE_SIZE).to(tl.int64) * stride_kn
-            return base, offs_n * stride_kn
-        else:
-            keys = start_n + offs_n
-            if MASKED:
-                pages = tl.load(bt_row + keys // PAGE_SIZE, mask=keys < seqlen, other=0)
-            else:
-                pages = tl.load(bt_row + keys // PAGE_SIZE)
-            return 0, (
-                pages.to(tl.int64) * stride_kp
-                + (keys % PAGE_SIZE).to(tl.int64) * stride_kn
-            )
+def _fp8_to(x, dtype, NATIVE: tl.constexpr):
+    """An e4m3fn tile as ``dtype`` (exact: every e4m3 value is an fp16/bf16 value).
+    NATIVE: Triton's conversion (sm_89+, the interpreter). Else x holds the raw bytes
+    (uint8) and they are decoded with integer ops, for GPUs without fp8 conversions:
+    shifted into an fp16's sign, exponent and mantissa fields the byte reads as its
+    value times 2^-8 (normal and subnormal alike: the biases differ by 8), and
+    S.1111.111 is NaN."""
+    if NATIVE:
+        y = x.to(dtype)
     else:
-        return start_n.to(tl.int64) * stride_kn, offs_n * stride_kn
+        b = x.to(tl.uint16)
+        bits = ((b & 0x80) << 8) | ((b & 0x7F) << 7)
+        h = bits.to(tl.float16, bitcast=True) * 256.0
+        y = tl.where((b & 0x7F) == 0x7F, float("nan"), h).to(dtype)
+    return y
 
 
 @triton.jit
@@ -69,42 +54,56 @@ def _decode_tiles(
     l_i,
     m_i,
     q,
+    q_r,
     k_base,
     v_base,
     bt_row,
     lo,
     hi,
     seqlen,
-    n_q,
-    row_t,
+    pos,
     qk_scale,
+    cap2,
+    slope2,
+    win_left,
+    win_right,
     offs_n0,
     offs_d,
+    offs_r,
     stride_kp,
     stride_kn,
     stride_kd,
     stride_vd,
     HEAD_DIM,
+    ROPE_DIM,
     PAGED: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    BLOCK_R: tl.constexpr,
     EVEN_D: tl.constexpr,
     MASKED: tl.constexpr,
-    IS_CAUSAL: tl.constexpr,
+    HAS_LEFT: tl.constexpr,
+    HAS_RIGHT: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    HAS_ALIBI: tl.constexpr,
+    SHARED_KV: tl.constexpr,
+    FP8: tl.constexpr,
+    FP8_NATIVE: tl.constexpr,
     UPCAST: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
     """Stream the key tiles [lo, hi) past the resident query tile (online softmax).
 
     MASKED=False: tiles every query row sees in full (no mask, no bounds). MASKED=True:
-    the tiles at the end of the sequence, where keys past ``seqlen`` read as 0 and,
-    causal, row t (query position seqlen - N_q + t) sees keys j <= seqlen - N_q + t.
-    There a value row hidden from a query could hold NaN (0 * NaN = NaN through the
-    dot): non-finite values are zeroed for the product and the rows that do see one
-    are set to NaN (a second, small dot counts them).
+    the tiles at the ends of the visible range, where keys past ``seqlen`` read as 0
+    and the query at position i sees keys i - left <= j <= i + right (HAS_LEFT,
+    HAS_RIGHT; causal is right = 0). There a value row hidden from a query could hold
+    NaN (0 * NaN = NaN through the dot): non-finite values are zeroed for the product
+    and the rows that do see one are set to NaN (a second, small dot counts them).
+    BLOCK_R > 0 (MLA): the keys have ROPE_DIM more columns after the HEAD_DIM first
+    (q_r's), and SHARED_KV: the values are the keys' first HEAD_DIM columns.
     """
-    causal_offset = seqlen - n_q
     d_ok = offs_d[None, :] < HEAD_DIM
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
@@ -121,30 +120,69 @@ def _decode_tiles(
             BLOCK_N,
             MASKED,
         )
-        k_ptrs = (k_base + base) + rows[:, None] + offs_d[None, :] * stride_kd
+        k_rows = (k_base + base) + rows[:, None]
+        k_ptrs = k_rows + offs_d[None, :] * stride_kd
         v_ptrs = (v_base + base) + rows[:, None] + offs_d[None, :] * stride_vd
         if MASKED:
             kv_mask = (offs_n[:, None] < seqlen) & d_ok
             k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
-            v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
+            if not SHARED_KV:
+                v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
         elif EVEN_D:
             k = tl.load(k_ptrs)
-            v = tl.load(v_ptrs)
+            if not SHARED_KV:
+                v = tl.load(v_ptrs)
         else:
             k = tl.load(k_ptrs, mask=d_ok, other=0.0)
-            v = tl.load(v_ptrs, mask=d_ok, other=0.0)
-        if UPCAST:
+            if not SHARED_KV:
+                v = tl.load(v_ptrs, mask=d_ok, other=0.0)
+        if FP8:
+            k = _fp8_to(k, q.dtype, FP8_NATIVE)
+            v = _fp8_to(v, q.dtype, FP8_NATIVE)
+        elif UPCAST:
             k = k.to(tl.float32)
-            v = v.to(tl.float32)
+            if not SHARED_KV:
+                v = v.to(tl.float32)
+        if SHARED_KV:
+            v = k
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # (BLOCK_M, BLOCK_N)
-        s = qk * qk_scale  # base-2 scores
+        if BLOCK_R > 0:  # the rope columns of the latent row
+            r_ptrs = k_rows + (HEAD_DIM + offs_r[None, :]) * stride_kd
+            r_mask = offs_r[None, :] < ROPE_DIM
+            if MASKED:
+                r_mask = r_mask & (offs_n[:, None] < seqlen)
+            k_r = tl.load(r_ptrs, mask=r_mask, other=0.0)
+            if UPCAST:
+                k_r = k_r.to(tl.float32)
+            qk = tl.dot(q_r, tl.trans(k_r), qk, input_precision=DOT_PRECISION)
+        s, visible = _scores(
+            qk,
+            qk_scale,
+            cap2,
+            slope2,
+            offs_n,
+            pos,
+            seqlen,
+            win_left,
+            win_right,
+            MASKED,
+            HAS_LEFT,
+            HAS_RIGHT,
+            HAS_SOFTCAP,
+            HAS_ALIBI,
+        )
         if MASKED:
-            visible = offs_n[None, :] < seqlen
-            if IS_CAUSAL:
-                visible = visible & (offs_n[None, :] <= row_t[:, None] + causal_offset)
-            s = tl.where(visible, s, float("-inf"))
-            m_new, m_sub = masked_row_max(
-                m_i, s, start_n, row_t, seqlen, causal_offset, IS_CAUSAL
+            m_new, m_sub = _window_row_max(
+                m_i,
+                s,
+                start_n,
+                pos,
+                seqlen,
+                win_left,
+                win_right,
+                HAS_LEFT,
+                HAS_RIGHT,
+                BLOCK_N,
             )
         else:
             m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -153,7 +191,7 @@ def _decode_tiles(
         alpha = tl.exp2(m_i - m_sub)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
-        if MASKED and IS_CAUSAL:  # no non-finite v reaches a hidden pair
+        if MASKED and (HAS_LEFT or HAS_RIGHT):  # no non-finite v reaches a hidden pair
             acc = finite_dot(acc, p, v, visible, True, DOT_PRECISION)
         else:
             acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
@@ -170,7 +208,14 @@ def _decode_split(
     SEQLENS,
     Out,
     LSE,
+    ALIBI,
+    SINKS,
+    KDESC,
+    VDESC,
     sm_scale,
+    softcap,
+    win_left,
+    win_right,
     stride_qb,
     stride_qt,
     stride_qh,
@@ -191,28 +236,43 @@ def _decode_split(
     stride_lb,
     stride_lh,
     stride_lt,
+    stride_ab,
+    stride_dsb,
     N_Q,
     GROUP,
     HEAD_DIM,
+    ROPE_DIM,
     N_SPLITS,
     M_BLOCKS,
     PAGED: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
-    IS_CAUSAL: tl.constexpr,
+    HAS_LEFT: tl.constexpr,
+    HAS_RIGHT: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    HAS_ALIBI: tl.constexpr,
+    HAS_SINKS: tl.constexpr,
+    FP8: tl.constexpr,
+    FP8_NATIVE: tl.constexpr,
+    SHARED_KV: tl.constexpr,
     SPLIT: tl.constexpr,
     UPCAST: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    BLOCK_R: tl.constexpr,
     EVEN_D: tl.constexpr,
 ):
-    """One split of one sequence's keys for one KV head's query rows.
+    """One split of one sequence's visible keys for one KV head's query rows.
 
     SPLIT=True: Out is the fp32 partial output (B, H_q, N_q, N_SPLITS, d), normalised
     within the split, and LSE the base-2 partial lse (B, H_q, N_q, N_SPLITS), strides
     given for (b, h, t) with the split index contiguous after t. SPLIT=False (one
     split): Out is the output (B, N_q, H_q, d) and LSE the natural lse (B, H_q, N_q).
+    The visible keys are [max(0, L - N_q - left), L) (HAS_LEFT) or [0, L), cut into
+    N_SPLITS chunks of whole tiles. Split 0 starts its online softmax from the sink
+    (HAS_SINKS: a key of score sink and value 0). KDESC/VDESC (FP8, (B, H_kv)): the
+    key descale multiplies the scale, the value descale the output.
     """
     pid_hm = tl.program_id(0)  # (KV head, query-row block)
     split = tl.program_id(1)
@@ -224,33 +284,65 @@ def _decode_split(
     # query rows: m = g * N_q + t (g: head within the group, t: new token)
     offs_m = mb * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
+    offs_r = tl.arange(0, BLOCK_R if BLOCK_R > 0 else 16)
     row_ok = offs_m < GROUP * N_Q
     g = offs_m // N_Q
     row_t = offs_m % N_Q
+    pos = seqlen - N_Q + row_t  # the query's position in its sequence
     head = hkv * GROUP + g
-    q_ptrs = (
+    q_rows = (
         Q
         + b.to(tl.int64) * stride_qb
         + row_t[:, None] * stride_qt
         + head[:, None].to(tl.int64) * stride_qh
-        + offs_d[None, :] * stride_qd
     )
-    q = tl.load(q_ptrs, mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0)
+    q = tl.load(
+        q_rows + offs_d[None, :] * stride_qd,
+        mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM),
+        other=0.0,
+    )
+    if BLOCK_R > 0:
+        q_r = tl.load(
+            q_rows + (HEAD_DIM + offs_r[None, :]) * stride_qd,
+            mask=row_ok[:, None] & (offs_r[None, :] < ROPE_DIM),
+            other=0.0,
+        )
+    else:
+        q_r = q
     if UPCAST:
         q = q.to(tl.float32)
+        q_r = q_r.to(tl.float32)
     qk_scale = sm_scale * _LOG2E
-
-    # this split's keys: [lo, hi), chunks a multiple of BLOCK_N long
-    n_tiles = tl.cdiv(seqlen, BLOCK_N)
-    chunk = tl.cdiv(n_tiles, N_SPLITS) * BLOCK_N
-    lo = split * chunk
-    hi = tl.minimum(lo + chunk, seqlen)
-    # keys < full_end (a multiple of BLOCK_N) are seen by every query row
-    if IS_CAUSAL:
-        full_end = (tl.maximum(seqlen - N_Q + 1, 0) // BLOCK_N) * BLOCK_N
+    if FP8:
+        qk_scale = qk_scale * tl.load(KDESC + b * stride_dsb + hkv)
+    cap2 = softcap * _LOG2E
+    if HAS_ALIBI:
+        slope2 = tl.load(ALIBI + b * stride_ab + head, mask=row_ok, other=0.0) * _LOG2E
     else:
-        full_end = (seqlen // BLOCK_N) * BLOCK_N
-    mid = tl.maximum(tl.minimum(hi, full_end), lo)
+        slope2 = qk_scale
+
+    # the visible keys [k_lo, seqlen); this split's [lo, hi), whole tiles
+    if HAS_LEFT:
+        k_lo = (tl.maximum(seqlen - N_Q - win_left, 0) // BLOCK_N) * BLOCK_N
+    else:
+        k_lo = 0
+    n_tiles = tl.cdiv(seqlen - k_lo, BLOCK_N)
+    chunk = tl.cdiv(n_tiles, N_SPLITS) * BLOCK_N
+    lo = k_lo + split * chunk
+    hi = tl.minimum(lo + chunk, seqlen)
+    # keys in [full_lo, full_end) (multiples of BLOCK_N) are seen by every query row
+    if HAS_LEFT:  # the last query (i = L - 1) sees j >= L - 1 - left
+        full_lo = tl.cdiv(tl.maximum(seqlen - 1 - win_left, 0), BLOCK_N) * BLOCK_N
+    else:
+        full_lo = 0
+    full_end = (seqlen // BLOCK_N) * BLOCK_N
+    if HAS_RIGHT:  # the first query (i = L - N_q) sees j <= L - N_q + right
+        full_end = tl.minimum(
+            full_end,
+            (tl.maximum(seqlen - N_Q + win_right + 1, 0) // BLOCK_N) * BLOCK_N,
+        )
+    a_end = tl.minimum(tl.maximum(full_lo, lo), tl.maximum(hi, lo))
+    b_end = tl.minimum(tl.maximum(full_end, a_end), tl.maximum(hi, a_end))
 
     if PAGED:
         k_base = K + hkv.to(tl.int64) * stride_kh
@@ -261,72 +353,38 @@ def _decode_split(
     bt_row = BT + b.to(tl.int64) * stride_btb
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    if HAS_SINKS:  # the sink joins split 0 as a key of value 0
+        sink2 = tl.load(SINKS + head, mask=row_ok, other=0.0) * _LOG2E
+        m_i = tl.where(split == 0, sink2, m_i)
+        l_i = tl.where(split == 0, 1.0, l_i)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     offs_n0 = tl.arange(0, BLOCK_N)
     # K and V share a layout (checked on the host): one row offset serves both
+    if HAS_LEFT:  # the masked tiles at the window's start
+        acc, l_i, m_i = _decode_tiles(
+            acc, l_i, m_i, q, q_r, k_base, v_base, bt_row, lo, a_end, seqlen, pos,
+            qk_scale, cap2, slope2, win_left, win_right, offs_n0, offs_d, offs_r,
+            stride_kp, stride_kn, stride_kd, stride_vd, HEAD_DIM, ROPE_DIM, PAGED,
+            PAGE_SIZE, BLOCK_N, BLOCK_D, BLOCK_R, EVEN_D, True, HAS_LEFT, HAS_RIGHT,
+            HAS_SOFTCAP, HAS_ALIBI, SHARED_KV, FP8, FP8_NATIVE, UPCAST, DOT_PRECISION,
+        )  # fmt: skip
     acc, l_i, m_i = _decode_tiles(
-        acc,
-        l_i,
-        m_i,
-        q,
-        k_base,
-        v_base,
-        bt_row,
-        lo,
-        mid,
-        seqlen,
-        N_Q,
-        row_t,
-        qk_scale,
-        offs_n0,
-        offs_d,
-        stride_kp,
-        stride_kn,
-        stride_kd,
-        stride_vd,
-        HEAD_DIM,
-        PAGED,
-        PAGE_SIZE,
-        BLOCK_N,
-        BLOCK_D,
-        EVEN_D,
-        False,
-        IS_CAUSAL,
-        UPCAST,
-        DOT_PRECISION,
-    )
+        acc, l_i, m_i, q, q_r, k_base, v_base, bt_row, a_end, b_end, seqlen, pos,
+        qk_scale, cap2, slope2, win_left, win_right, offs_n0, offs_d, offs_r,
+        stride_kp, stride_kn, stride_kd, stride_vd, HEAD_DIM, ROPE_DIM, PAGED,
+        PAGE_SIZE, BLOCK_N, BLOCK_D, BLOCK_R, EVEN_D, False, HAS_LEFT, HAS_RIGHT,
+        HAS_SOFTCAP, HAS_ALIBI, SHARED_KV, FP8, FP8_NATIVE, UPCAST, DOT_PRECISION,
+    )  # fmt: skip
     acc, l_i, m_i = _decode_tiles(
-        acc,
-        l_i,
-        m_i,
-        q,
-        k_base,
-        v_base,
-        bt_row,
-        mid,
-        hi,
-        seqlen,
-        N_Q,
-        row_t,
-        qk_scale,
-        offs_n0,
-        offs_d,
-        stride_kp,
-        stride_kn,
-        stride_kd,
-        stride_vd,
-        HEAD_DIM,
-        PAGED,
-        PAGE_SIZE,
-        BLOCK_N,
-        BLOCK_D,
-        EVEN_D,
-        True,
-        IS_CAUSAL,
-        UPCAST,
-        DOT_PRECISION,
-    )
+        acc, l_i, m_i, q, q_r, k_base, v_base, bt_row, b_end, hi, seqlen, pos,
+        qk_scale, cap2, slope2, win_left, win_right, offs_n0, offs_d, offs_r,
+        stride_kp, stride_kn, stride_kd, stride_vd, HEAD_DIM, ROPE_DIM, PAGED,
+        PAGE_SIZE, BLOCK_N, BLOCK_D, BLOCK_R, EVEN_D, True, HAS_LEFT, HAS_RIGHT,
+        HAS_SOFTCAP, HAS_ALIBI, SHARED_KV, FP8, FP8_NATIVE, UPCAST, DOT_PRECISION,
+    )  # fmt: skip
     acc, lse2 = finish_rows(acc, l_i, m_i)
+    if FP8:
+        acc = acc * tl.load(VDESC + b * stride_dsb + hkv)
 
     o_rows = (
         b.to(tl.int64) * stride_ob
@@ -338,87 +396,16 @@ def _decode_split(
         + head.to(tl.int64) * stride_lh
         + row_t.to(tl.int64) * stride_lt
     )
+    o_mask = row_ok[:, None] & (offs_d[None, :] < HEAD_DIM)
     if SPLIT:  # the split index is the innermost (after t) of the partial buffers
         o_rows += split * stride_od * HEAD_DIM
         l_rows += split
         tl.store(LSE + l_rows, lse2, mask=row_ok)
-        tl.store(
-            Out + o_rows[:, None] + offs_d[None, :] * stride_od,
-            acc,
-            mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM),
-        )
+        tl.store(Out + o_rows[:, None] + offs_d[None, :] * stride_od, acc, mask=o_mask)
     else:
         tl.store(LSE + l_rows, lse2 * _LN2, mask=row_ok)
         tl.store(
             Out + o_rows[:, None] + offs_d[None, :] * stride_od,
             acc.to(Out.dtype.element_ty),
-            mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM),
+            mask=o_mask,
         )
-
-
-@triton.jit
-def _decode_merge(
-    OP,
-    LSEP,
-    Out,
-    LSE,
-    N_Q,
-    H_Q,
-    N_SPLITS,
-    HEAD_DIM,
-    stride_ob,
-    stride_ot,
-    stride_oh,
-    stride_od,
-    stride_lb,
-    stride_lh,
-    stride_lt,
-    BLOCK_S: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-):
-    """o = sum_s 2^(lse_s - lse) o_s with lse = log2 sum_s 2^lse_s, for one query row
-    of one head (contiguous partials (B, H_q, N_q, N_SPLITS[, d]), base 2). Empty
-    splits (lse_s = -inf) weigh 0; a row with no key anywhere gives 0 and -inf; a NaN
-    partial lse makes the row NaN."""
-    row = tl.program_id(0)  # ((b * H_q) + h) * N_q + t
-    t = row % N_Q
-    h = (row // N_Q) % H_Q
-    b = row // (N_Q * H_Q)
-    offs_s = tl.arange(0, BLOCK_S)
-    offs_d = tl.arange(0, BLOCK_D)
-    s_ok = offs_s < N_SPLITS
-    lse_s = tl.load(
-        LSEP + row.to(tl.int64) * N_SPLITS + offs_s, mask=s_ok, other=float("-inf")
-    )
-    o_s = tl.load(
-        OP
-        + (row.to(tl.int64) * N_SPLITS + offs_s[:, None]) * HEAD_DIM
-        + offs_d[None, :],
-        mask=s_ok[:, None] & (offs_d[None, :] < HEAD_DIM),
-        other=0.0,
-    )
-    m = tl.max(lse_s, 0)
-    m_safe = tl.where(m == float("-inf"), 0.0, m)
-    w = tl.exp2(lse_s - m_safe)  # (BLOCK_S,)
-    total = tl.sum(w, 0)
-    nan = tl.sum((lse_s != lse_s).to(tl.int32), 0) > 0
-    empty = total == 0.0
-    o = tl.sum(w[:, None] * o_s, 0) / tl.where(empty, 1.0, total)
-    lse = tl.where(empty, float("-inf"), m_safe + tl.log2(tl.where(empty, 1.0, total)))
-    o = tl.where(nan, float("nan"), o)
-    lse = tl.where(nan, float("nan"), lse)
-    o_ptrs = (
-        Out
-        + b.to(tl.int64) * stride_ob
-        + t.to(tl.int64) * stride_ot
-        + h.to(tl.int64) * stride_oh
-        + offs_d * stride_od
-    )
-    tl.store(o_ptrs, o.to(Out.dtype.element_ty), mask=offs_d < HEAD_DIM)
-    tl.store(
-        LSE
-        + b.to(tl.int64) * stride_lb
-        + h.to(tl.int64) * stride_lh
-        + t.to(tl.int64) * stride_lt,
-        lse * _LN2,
-    )

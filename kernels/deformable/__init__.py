@@ -23,12 +23,13 @@ Spec sheet
     writes d(weights) and d(locations) directly (each program owns its queries), and
     scatters d(value) to the four corners with ``tl.atomic_add`` into an fp32 buffer
     (so d(value) is not bit-reproducible run to run, like the CUDA op).
-``deformable_attention(q, k_map, v_map, points, sm_scale=None, align_corners=True)``
+``deformable_attention(q, k_map, v_map, points, softmax_scale=None,``
+``align_corners=True)``
     q (B, H, N_q, d); k_map, v_map (B, H, H_f, W_f, d) projected key/value maps; points
     (B, G, N_s, 2) as (x, y) in [-1, 1], shared by the H / G heads of each offset group.
-    Returns softmax(q k̃^T * sm_scale) ṽ, (B, H, N_q, d), where k̃, ṽ are the maps sampled
-    bilinearly (zero padding) at the points. Algorithm: FlashAttention-2 forward in
-    which each ``BLOCK_N`` tile of sampled keys and values is built in registers from
+    Returns softmax(q k̃^T * softmax_scale) ṽ, (B, H, N_q, d), where k̃, ṽ are the maps
+    sampled bilinearly (zero padding) at the points. Algorithm: FlashAttention-2 forward
+    in which each ``BLOCK_N`` tile of sampled keys and values is built in registers from
     four corner gathers of the maps, so k̃ and ṽ never exist in HBM. Backward:
     ``delta = rowsum(dO * O)`` (PyTorch), ``_dat_bwd_dkdv`` (one program per sample
     block: accumulates dk̃, dṽ over every query block, then scatters them to the maps'
@@ -66,11 +67,13 @@ Known limits
     across samples. ``deformable_attention`` has no attention bias (DAT's relative
     position bias is not included) and no mask. MSDA's ``im2col_step`` argument of the
     CUDA op is not needed (accepted and ignored). DAT does not take float64 (use the
-    reference below). A NaN/inf sampling location gives a NaN sample. sm_scale whose
-    product with log2(e) overflows float32 is refused.
+    reference below). A NaN/inf sampling location gives a NaN sample. A softmax_scale
+    whose product with log2(e) overflows float32 is refused (``sm_scale=``, its old
+    name, still works with a DeprecationWarning).
 
-``ms_deform_attn_reference`` and ``deformable_attention_reference`` are the naive
-PyTorch versions built on ``grid_sample`` that the tests and benchmarks compare against.
+``ms_deform_attn_reference`` and ``deformable_attention_reference`` (PyTorch-style:
+``scale=``) are the naive PyTorch versions built on ``grid_sample`` that the tests and
+benchmarks compare against.
 """
 
 from .api import (

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 import triton
 
-from ..common import LOG2E
+from ..common import LOG2E, renamed_scale
 from .backward import _dat_bwd_dkdv, _dat_bwd_dq, _msda_bwd
 from .checks import _validate_dat, _validate_msda
 from .forward import _dat_fwd, _msda_fwd
@@ -339,17 +339,23 @@ def deformable_attention(
     k_map: torch.Tensor,
     v_map: torch.Tensor,
     points: torch.Tensor,
-    sm_scale: float | None = None,
+    softmax_scale: float | None = None,
     align_corners: bool = True,
+    *,
+    sm_scale: float | None = None,
 ) -> torch.Tensor:
     """Attention over keys and values bilinearly sampled from maps, fused (DAT).
 
     q: (B, H, N_q, d); k_map, v_map: (B, H, H_f, W_f, d); points: (B, G, N_s, 2) as
     (x, y) in [-1, 1] (grid_sample's convention, ``align_corners`` as there), shared by
-    the H / G heads of each group. Returns (B, H, N_q, d). Differentiable in q, k_map,
-    v_map and points.
+    the H / G heads of each group. ``softmax_scale`` (flash-attn's name, as the other
+    kernels) defaults to 1 / sqrt(d); ``sm_scale=``, its old name, still works with a
+    DeprecationWarning. Returns (B, H, N_q, d). Differentiable in q, k_map, v_map and
+    points.
     """
-    scale = _validate_dat(q, k_map, v_map, points, sm_scale)
+    name = "softmax_scale" if sm_scale is None else "sm_scale"
+    softmax_scale = renamed_scale(softmax_scale, sm_scale, "softmax_scale")
+    scale = _validate_dat(q, k_map, v_map, points, softmax_scale, name)
     if not isinstance(align_corners, bool):
         raise TypeError(
             f"align_corners must be a bool, "
@@ -383,10 +389,13 @@ def sample_maps(
 
 
 def deformable_attention_reference(
-    q, k_map, v_map, points, sm_scale=None, align_corners=True
+    q, k_map, v_map, points, scale=None, align_corners=True, *, sm_scale=None
 ) -> torch.Tensor:
-    """Naive PyTorch: grid_sample the maps, then materialise the attention matrix."""
+    """Naive PyTorch: grid_sample the maps, then materialise the attention matrix.
+    ``scale`` (PyTorch's name, as the other baselines) defaults to 1 / sqrt(d);
+    ``sm_scale=``, its old name, still works with a DeprecationWarning."""
+    scale = renamed_scale(scale, sm_scale, "scale")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     k, v = sample_maps(k_map, v_map, points, align_corners)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
     p = torch.softmax((q @ k.transpose(-1, -2)) * scale, dim=-1)  # (B, H, N_q, N_s)
     return p @ v

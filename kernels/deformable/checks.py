@@ -108,7 +108,7 @@ def _validate_msda(
     return shapes.to(value.device), starts.to(value.device)
 
 
-def _validate_dat(q, k_map, v_map, points, sm_scale):
+def _validate_dat(q, k_map, v_map, points, softmax_scale, scale_name="softmax_scale"):
     _check_float("q", q, 4, "(B, H, N_q, d)")
     _check_float("k_map", k_map, 5, "(B, H, H_f, W_f, d)")
     _check_float("v_map", v_map, 5, "(B, H, H_f, W_f, d)")
@@ -146,5 +146,6 @@ def _validate_dat(q, k_map, v_map, points, sm_scale):
     for name, t in (("k_map", k_map), ("v_map", v_map), ("points", points)):
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
-    # finite, and sm_scale * log2(e) (the kernel's exp2 factor) within float32
-    return kernel_scale(sm_scale, d, "sm_scale")
+    # finite, and softmax_scale * log2(e) (the kernel's exp2 factor) within float32;
+    # a bad one is named as the caller wrote it (``scale_name``: sm_scale, its old name)
+    return kernel_scale(softmax_scale, d, scale_name)

@@ -488,7 +488,7 @@ def forward_tma(
         (o, lse2): o (B, H, N_q, d) in q's dtype, lse2 (B, H, N_q) float32 base-2
         log-sum-exp (-inf for a row that sees no key), as ``kernels.flash.forward_lse``.
     """
-    scale = check_inputs(q, k, v, sm_scale)
+    scale = check_inputs(q, k, v, sm_scale, "sm_scale")
     check_bool("causal", causal)
     if not isinstance(warp_specialize, (bool, str)) or warp_specialize not in _KERNELS:
         raise ValueError(
@@ -551,7 +551,7 @@ def forward(
     if path == "pointer":
         from .forward import forward_lse
 
-        scale = check_inputs(q, k, v, sm_scale)
+        scale = check_inputs(q, k, v, sm_scale, "sm_scale")
         check_bool("causal", causal)
         return forward_lse(q, k, v, bool(causal), scale)
     if path not in FORWARD_PATHS:

@@ -14,7 +14,11 @@ dims 64, 80 (padded to 128), 128, 256; fp16, bf16, fp32 (CUDA-core dots); BLOCK_
 (MHA/GQA at N_q = 1) and 64 (G x N_q >= 64; 32 for CUDA-core dots at d = 256); cache
 layouts ``paged16`` (16-token pages: BLOCK_N = 16), ``paged256`` (the table's BLOCK_N,
 one block-table entry per tile), ``paged48`` (a page size that is not a power of two:
-one entry per key) and ``contiguous``; causal; the split (partial) store. Exits 1 on a
+one entry per key) and ``contiguous``; causal; the split (partial) store. Both
+plans add issue 29's paths (``feature_cases``, path column): a 4k window, softcap +
+ALiBi + sinks under it, an fp8 cache (Triton's conversion on sm_89/90, the byte
+decode on sm_75/80), MLA at 576 = 512 + 64 and its merge (not on sm_75, where
+``mla_with_kvcache`` is refused: its tiles exceed 64 KB of shared memory). Exits 1 on a
 spill, a shared-memory overflow or a compile failure. Runs with ``TRITON_INTERPRET=0``
 (re-executes itself when kernels was imported under the interpreter).
 """
@@ -41,8 +45,10 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 from kernels.common import dot_precision  # noqa: E402
+from kernels.decode import blocks as M  # noqa: E402
 from kernels.decode import forward as F  # noqa: E402
 from kernels.decode import tiles as K  # noqa: E402
+from kernels.decode.api import MERGE_BLOCK_D  # noqa: E402
 from kernels.machine_code.compile_check import (  # noqa: E402
     _NAME_DTYPES,
     _compile_values,
@@ -68,6 +74,7 @@ class Case:
     block_m: int = 16
     layout: str = "paged256"
     causal: bool = True
+    variant: str = "base"  # base, window, extras, fp8, mla (see VARIANTS)
     tile: tuple = ()  # (BLOCK_N, num_warps, num_stages)
     shared: int | None = None
     shared_limit: int = 0
@@ -92,6 +99,7 @@ class Case:
         smem = "-" if self.shared is None else f"{self.shared / 1024:.1f}"
         return (
             f"{self.kernel:<6} {self.target:<5} {self.head_dim:>4} "
+            f"{self.variant:<6} "
             f"{self.dtype:<5} {self.block_m:>3} {self.layout:<10} "
             f"{tile:<10} {smem:>6}/{self.shared_limit // 1024:<4} "
             f"{self.registers if self.registers is not None else '-':>4} "
@@ -101,64 +109,100 @@ class Case:
 
 
 HEADER = (
-    f"{'kernel':<6} {'arch':<5} {'d':>4} {'dtype':<5} {'BM':>3} {'layout':<10} "
-    f"{'BN w s':<10} {'smem KB/lim':>11} {'regs':>4} {'spill':>5} {'time':>6}"
+    f"{'kernel':<6} {'arch':<5} {'d':>4} {'path':<6} {'dtype':<5} {'BM':>3} "
+    f"{'layout':<10} {'BN w s':<10} {'smem KB/lim':>11} {'regs':>4} {'spill':>5} "
+    f"{'time':>6}"
 )
 
 
 def _page(layout: str) -> int | None:
-    return {"paged16": 16, "paged256": 256, "paged48": 48}.get(layout)
+    return {"paged16": 16, "paged64": 64, "paged256": 256, "paged48": 48}.get(layout)
+
+
+#: The kernel's constexpr paths the check compiles: the plain call; a sliding window
+#: (its masked front tiles: three tile loops); softcap + ALiBi + sinks under a window;
+#: an fp8 cache (native conversion on sm_89/90, the byte decode on sm_75/80); MLA at
+#: DeepSeek-V3's 576 = 512 + 64 (BLOCK_D 512 shared by K and V, BLOCK_R 64).
+VARIANTS = ("base", "window", "extras", "fp8", "mla")
+MLA_DIM, MLA_DIM_V = 576, 512
 
 
 def _split_values(case: Case, cap) -> tuple[dict, int, int]:
     dt = DTYPES[case.dtype]
+    mla, fp8 = case.variant == "mla", case.variant == "fp8"
     d, bm = case.head_dim, case.block_m
+    dv = MLA_DIM_V if mla else d
     page = _page(case.layout)
-    bn = K.block_n(cap, d, bm, dt, page)
-    _, warps, stages = K.tiles(cap, d, bm, dt)
+    tr = case.variant == "extras"
+    bn = K.block_n(cap, dv, bm, dt, page, mla, fp8, tr)
+    _, warps, stages = K.tiles(cap, dv, bm, dt, mla, fp8, tr)
     case.tile = (bn, warps, stages)
-    group = 4 if bm == 16 else 8
+    h_kv = 1 if mla else H_KV
+    group = (16 if mla else 4) if bm == 16 else 8
     n_q = 1 if bm == 16 else 8
-    h_q = H_KV * group
+    h_q = h_kv * group
+    native = cap >= (8, 9)
     t = torch.empty(16, dtype=dt)
+    kt = t
+    if fp8:
+        kt = torch.empty(16, dtype=torch.float8_e4m3fn if native else torch.uint8)
     f32 = torch.empty(16, dtype=torch.float32)
     i32 = torch.empty(16, dtype=torch.int32)
     rows = page or 32768  # tokens per page (or per sequence, contiguous)
-    kv = (rows * H_KV * d, H_KV * d, d, 1)
+    kv = (rows * h_kv * d, h_kv * d, d, 1)
+    windowed = case.variant in ("window", "extras")
     vals = {
         "Q": t,
-        "K": t,
-        "V": t,
+        "K": kt,
+        "V": kt,
         "BT": i32,
         "SEQLENS": i32,
         "Out": f32,
         "LSE": f32,
+        "ALIBI": f32,
+        "SINKS": f32,
+        "KDESC": f32,
+        "VDESC": f32,
         "sm_scale": 0.125,
+        "softcap": 30.0,
+        "win_left": 4096 if windowed else -1,
+        "win_right": 0 if case.causal else -1,
+        "stride_ab": h_q,
+        "stride_dsb": h_kv,
         "N_Q": n_q,
         "GROUP": group,
-        "HEAD_DIM": d,
+        "HEAD_DIM": dv,
+        "ROPE_DIM": d - dv,
         "N_SPLITS": 4,
         "M_BLOCKS": max(1, group * n_q // bm),
         "PAGED": page is not None,
         "PAGE_SIZE": page or 0,
-        "IS_CAUSAL": case.causal,
+        "HAS_LEFT": windowed,
+        "HAS_RIGHT": case.causal,
+        "HAS_SOFTCAP": case.variant == "extras",
+        "HAS_ALIBI": case.variant == "extras",
+        "HAS_SINKS": case.variant == "extras",
+        "FP8": fp8,
+        "FP8_NATIVE": native,
+        "SHARED_KV": mla,
         "SPLIT": True,
         "UPCAST": dt == torch.bfloat16 and cap < (8, 0),
         "DOT_PRECISION": dot_precision(dt),
         "BLOCK_M": bm,
         "BLOCK_N": bn,
-        "BLOCK_D": K.block_d(d),
-        "EVEN_D": d == K.block_d(d),
+        "BLOCK_D": K.block_d(dv),
+        "BLOCK_R": K.block_r(d - dv) if mla else 0,
+        "EVEN_D": dv == K.block_d(dv),
         "stride_btb": 512,
     }
     for pfx, st in (("q", (n_q * h_q * d, h_q * d, d, 1)), ("k", kv), ("v", kv)):
         names = ("b", "t", "h", "d") if pfx == "q" else ("p", "n", "h", "d")
         vals.update({f"stride_{pfx}{n}": s for n, s in zip(names, st)})
-    # the fp32 partials (B, H_q, N_q, 4 splits, d)
+    # the fp32 partials (B, H_q, N_q, 4 splits, d_v)
     vals.update(
-        stride_ob=h_q * n_q * 4 * d,
-        stride_ot=4 * d,
-        stride_oh=n_q * 4 * d,
+        stride_ob=h_q * n_q * 4 * dv,
+        stride_ot=4 * dv,
+        stride_oh=n_q * 4 * dv,
         stride_od=1,
         stride_lb=h_q * n_q * 4,
         stride_lh=n_q * 4,
@@ -168,8 +212,8 @@ def _split_values(case: Case, cap) -> tuple[dict, int, int]:
 
 
 def _merge_values(case: Case) -> tuple[dict, int, int]:
-    d = case.head_dim
-    bd = K.block_d(d)
+    d = MLA_DIM_V if case.variant == "mla" else case.head_dim
+    bd = min(K.block_d(d), MERGE_BLOCK_D)
     t = torch.empty(16, dtype=DTYPES[case.dtype])
     f32 = torch.empty(16, dtype=torch.float32)
     h_q = 32
@@ -191,7 +235,7 @@ def _merge_values(case: Case) -> tuple[dict, int, int]:
             "stride_lb": h_q,
             "stride_lh": 1,
             "stride_lt": 1,
-            "BLOCK_S": 16,
+            "BLOCK_S": 64,
             "BLOCK_D": bd,
         },
         case.tile[1],
@@ -212,7 +256,7 @@ def compile_case(case: Case):
             fn = _jit_function(F._decode_split)
         else:
             vals, w, s = _merge_values(case)
-            fn = _jit_function(F._decode_merge)
+            fn = _jit_function(M._decode_merge)
         compiled = _compile_values(fn, vals, cap, w, s)
         case.shared = int(compiled.metadata.shared)
         case.registers, st, ld = ptxas_usage(compiled.asm["ptx"])
@@ -242,6 +286,36 @@ def plan(quick: bool, targets=TARGETS, dims=None, dtypes=None) -> list[Case]:
                 for bm in sorted({min(bm, most) for bm in BLOCK_MS}):
                     cases += [Case("split", t, d, dt, bm, lay) for lay in layouts]
                 cases.append(Case("merge", t, d, dt, 0, "-"))
+        cases += feature_cases(t, quick)
+    return cases
+
+
+def feature_cases(target: str, quick: bool = True) -> list[Case]:
+    """The new paths on ``target``: a 4k window (BLOCK_M 16 and 64), softcap + ALiBi +
+    sinks under it, an fp8 cache under fp16 and bf16 queries, MLA at 576/512 (paged
+    64-token pages as FlashMLA's, and contiguous) and its merge; d = 128 (and 256 in
+    the full matrix) for the others."""
+    cases = []
+    for d in (128,) if quick else (128, 256):
+        most = K.max_block_m(K.ARCHS[target][0], d, torch.float16)
+        top = min(64, most)
+        cases += [
+            Case("split", target, d, "fp16", 16, "paged256", variant="window"),
+            Case("split", target, d, "fp16", top, "paged256", variant="window"),
+            Case("split", target, d, "bf16", 16, "contiguous", variant="extras"),
+            Case("split", target, d, "bf16", top, "paged256", variant="extras"),
+            Case("split", target, d, "fp16", 16, "paged256", variant="fp8"),
+            Case("split", target, d, "bf16", 16, "contiguous", variant="fp8"),
+            Case("split", target, d, "fp16", top, "paged256", variant="fp8"),
+        ]
+    if not K.mla_supported(K.ARCHS[target][0]):  # sm_75: refused by the call
+        return cases
+    bm = K.max_block_m(K.ARCHS[target][0], MLA_DIM_V, torch.bfloat16, True)
+    cases += [
+        Case("split", target, MLA_DIM, "bf16", bm, lay, variant="mla")
+        for lay in ("paged64", "contiguous")
+    ]
+    cases.append(Case("merge", target, MLA_DIM, "bf16", 0, "-", variant="mla"))
     return cases
 
 

@@ -191,7 +191,7 @@ def make_ring(q, k, causal: bool, group, layout: str, scale: float) -> Ring:
     table = [torch.empty_like(mine) for _ in range(P)]
     dist.all_gather(table, mine, group=group)
     rows = [t.tolist() for t in table]
-    names = ("B", "H", "H_kv", "d", None, "dtype", "causal", "layout", "sm_scale")
+    names = ("B", "H", "H_kv", "d", None, "dtype", "causal", "layout", "softmax_scale")
     for r, row in enumerate(rows):
         for name, a, b in zip(names, row, rows[0]):
             if name is not None and a != b:

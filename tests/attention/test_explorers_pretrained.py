@@ -57,7 +57,7 @@ def test_settings_are_checked():
         ({"head": 13}, "head"),
         ({"row": 99}, "row"),
     ):
-        with pytest.raises(ValueError, match=rf"^{name} must be one of"):
+        with pytest.raises(ValueError, match=rf"^{name} must be (one of|an int in)"):
             ex.pretrained_explorer(**kw)
 
 
@@ -128,3 +128,23 @@ def test_one_call_picks_the_face(monkeypatch):
     assert 'data-kind="pretrained"' in e._repr_html_()
     monkeypatch.setattr(site, "ON_SITE", False)
     assert not isinstance(ex.pretrained_explorer(), site.Explorer)
+
+
+def test_a_live_move_runs_no_forward_pass(monkeypatch):
+    """Issue 33: the live face answers each move at once: one forward pass per
+    sentence (``sentence_maps``, cached), none for a layer, head or row move."""
+    ex.measured_types(), ex.pretrained_grid()  # the build-time numbers, cached
+    ex.sentence_maps.cache_clear()
+    calls = []
+    real = pretrained.MiniLM.attentions
+
+    def counted(self, text):
+        calls.append(text)
+        return real(self, text)
+
+    monkeypatch.setattr(pretrained.MiniLM, "attentions", counted)
+    box = ex.live_pretrained_explorer(sentence="list", layer=1, head=1, row=0)
+    c = _controls(box)
+    for name, value in (("layer", 6), ("head", 12), ("query row", 3)):
+        c[name].value = value
+    assert calls == [ex.SENTENCES["list"]]

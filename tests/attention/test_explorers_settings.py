@@ -18,6 +18,7 @@ import pytest  # noqa: E402
 from attention import core  # noqa: E402
 from attention import deformable as dfm  # noqa: E402
 from attention.explorers import (  # noqa: E402
+    blockmask,
     common,
     decode,
     deformable_traffic,
@@ -26,6 +27,7 @@ from attention.explorers import (  # noqa: E402
     maps,
     naive_traffic,
     online_softmax,
+    pretrained,
     ring,
     roofline,
     sampling,
@@ -167,6 +169,30 @@ CASES = {
         sparse.settings(2048),
         dict(method="oracle", N=2048, block_size=128, topk=32, query=255),
         {"N": ("N", sparse.CONTEXT), "query": ("query", sparse.query_rows(2048))},
+    ),
+    "blockmask": (
+        blockmask,
+        "block_mask_explorer",
+        (),
+        blockmask.SETTINGS,
+        dict(
+            kind="document",
+            N=2048,
+            block_size=64,
+            window=512,
+            doc_len=4096,
+            prefix=256,
+            preset="prefix LM (prefix 1,024)",
+        ),
+        {"N": ("N", blockmask.CONTEXT), "block_size": ("B", blockmask.BLOCKS)},
+    ),
+    "pretrained": (
+        pretrained,
+        "pretrained_explorer",
+        (),
+        pretrained.settings("list"),
+        dict(sentence="list", layer=6, head=12, row=5),
+        {"row": ("row", range(99)), "layer": ("layer", range(1, 7))},
     ),
 }
 

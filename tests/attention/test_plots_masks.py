@@ -47,6 +47,20 @@ def test_work_figure_draws_the_closed_forms():
     plt.close(fig)
 
 
+def test_block_mask_plot_draws_its_grid_as_two_collections():
+    """Issue 33: the explorer's largest mask (32k keys in 64-tiles, 513 lines a side)
+    draws at once: the tile grid is one collection per direction, not a Line2D per
+    line, at every tile edge."""
+    from attention.memory import blocksparse as bs
+
+    bm = bs.closed_block_mask("document", 32768, 4096, 64, 64)
+    ax = pm.block_mask_plot(bm)
+    assert not ax.lines and len(ax.collections) == 2
+    xs = sorted(p.vertices[0, 0] for p in ax.collections[0].get_paths())
+    assert xs == list(range(0, 32768 + 1, 64))
+    plt.close(ax.figure)
+
+
 def test_block_mask_plot_and_layers():
     bm = M.block_mask(M.sliding_window(20), 64, block_size=16)
     ax = pm.block_mask_plot(bm)

@@ -8,6 +8,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
@@ -283,6 +284,23 @@ def test_memory_per_device():
     )
     with pytest.raises(ValueError, match="scheme"):
         mring.memory_per_device(N, P, H, d, scheme="tree")
+
+
+def test_load_balance_draws_one_collection_not_two_patches_per_cell():
+    """Issue 33: the live explorer redraws P = 32 at once; the cells are one collection
+    (shaded by the work) and one hatched path, not 2 P^2 patches; the heights are the
+    closed form's work over each step's busiest device."""
+    from attention.plots import ring as rp
+
+    N, P = 1 << 20, 32
+    (ax,) = rp.load_balance_figure(N, P, layouts=("zigzag",), causal=True)
+    assert len(ax.collections) == 1 and len(ax.patches) == 1
+    work = mring.pairs_matrix(N, P, "zigzag", True)
+    cells = ax.collections[0].get_paths()
+    assert len(cells) == P * P
+    heights = np.array([np.ptp(c.vertices[:, 1]) for c in cells]).reshape(P, P)
+    np.testing.assert_allclose(heights, 0.9 * work / work.max(axis=1, keepdims=True))
+    plt.close(ax.figure)
 
 
 def test_figures_draw():

@@ -27,6 +27,38 @@ def test_explorer_draws_the_real_figure_and_redraws_it():
     assert not plt.get_fignums(), "figures are closed after they are shown"
 
 
+def test_the_live_face_draws_from_the_closed_form_alone(monkeypatch):
+    """Issue 33: a move answers at once at the largest n, so the live figure never
+    runs the tile-by-tile simulator (its counts equal the closed form's: the
+    simulated figure checks that at every point it draws)."""
+    from attention import memory
+
+    def refuse(*a, **kw):
+        raise AssertionError("the live face ran the simulator")
+
+    monkeypatch.setattr(memory, "simulate", refuse)
+    box = naive_traffic.live_naive_traffic_explorer(n=8192, d=256)
+    c = _controls(box)
+    c["self-attention (m = n)"].value = False
+    c["queries m"].value = 8192
+    c["head dim d"].value = 16
+    assert len(_output(box).outputs) == 1
+
+
+def test_the_simulated_and_the_closed_form_figures_draw_the_same_numbers():
+    def data(fig):
+        return [list(ln.get_ydata()) for ax in fig.axes for ln in ax.get_lines()] + [
+            [p.get_height() for p in ax.patches] for ax in fig.axes
+        ]
+
+    sim = plots.naive_traffic_figure(n=320, m=96, d=32)
+    form = plots.naive_traffic_figure(n=320, m=96, d=32, simulated=False)
+    assert data(sim) == data(form)
+    title = form.axes[0].get_legend().get_title().get_text()
+    assert title == "lines: closed form, markers: closed form (= simulated)"
+    plt.close("all")
+
+
 def test_every_control_redraws_with_its_new_value(monkeypatch):
     calls = []
 
@@ -39,7 +71,8 @@ def test_every_control_redraws_with_its_new_value(monkeypatch):
     monkeypatch.setattr(plots, "naive_traffic_figure", fake_figure)
     box = naive_traffic.live_naive_traffic_explorer(n=256)
     out = _output(box)
-    assert calls == [{"n": 256, "m": None, "d": 64, "dtype": "float16"}]
+    live = {"simulated": False}  # the closed form: the same counts at once
+    assert calls == [{"n": 256, "m": None, "d": 64, "dtype": "float16", **live}]
     c = _controls(box)
     assert c["queries m"].disabled  # self-attention: m follows n
 
@@ -54,7 +87,7 @@ def test_every_control_redraws_with_its_new_value(monkeypatch):
     seen.add(_png(out))
     c["head dim d"].value = 128
     c["dtype"].value = "float32"
-    assert calls[-1] == {"n": 512, "m": 128, "d": 128, "dtype": "float32"}
+    assert calls[-1] == {"n": 512, "m": 128, "d": 128, "dtype": "float32", **live}
     seen.add(_png(out))
     assert len(seen) == 3, "the image changes with the values"
     c["self-attention (m = n)"].value = True

@@ -257,3 +257,17 @@ def test_no_slider_position_runs_a_huge_simulation(monkeypatch):
     )
     text = " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
     assert "memory.closed_form" in text and "10,000,000 events" in text
+
+
+def test_a_sibling_whose_tiles_do_not_fit_is_left_out_not_raised():
+    """Past the simulator's budget the figure compares the chosen algorithm with its
+    siblings; those whose tiles do not fit M (flash1 and flash2 beside standard here:
+    2 Br d of Q_i, O_i alone) are left out and named, instead of the move raising."""
+    import matplotlib.pyplot as plt
+
+    fig = tile_size.tile_figure(65536, 256, 256, 512, 16, "float8", "standard", 0)
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert labels == ["standard"]
+    text = " ".join(t.get_text() for t in fig.axes[2].texts)
+    assert "flash1, flash2 do not fit" in text
+    plt.close(fig)

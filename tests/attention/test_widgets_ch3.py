@@ -6,6 +6,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
@@ -52,10 +53,39 @@ def test_topk_traffic_explorer_redraws(monkeypatch):
     box = topk_traffic.live_topk_traffic_explorer(N=1024, k=8)
     out = _output(box)
     first = _png(out)
-    assert calls == [{"N": 1024, "d": 64, "k": 8}]
+    live = {"simulated": False}  # the closed form: the simulator's counts at once
+    assert calls == [{"N": 1024, "d": 64, "k": 8, **live}]
     _controls(box)["top-k k"].value = 64
-    assert calls[-1] == {"N": 1024, "d": 64, "k": 64}
+    assert calls[-1] == {"N": 1024, "d": 64, "k": 64, **live}
     assert _png(out) != first
+
+
+def test_topk_traffic_explorer_never_runs_the_simulator(monkeypatch):
+    """Issue 33: each move answers at once, at the largest N, d and k too."""
+    from attention import memory
+
+    def refuse(*a, **kw):
+        raise AssertionError("the live face ran the simulator")
+
+    monkeypatch.setattr(memory, "simulate", refuse)
+    box = topk_traffic.live_topk_traffic_explorer(N=65536, d=128, k=256)
+    _controls(box)["head dim d"].value = 32
+    assert len(_output(box).outputs) == 1
+
+
+def test_selection_figure_draws_the_same_numbers_either_way():
+    def data(fig):
+        return [list(ln.get_ydata()) for ax in fig.axes for ln in ax.get_lines()] + [
+            [p.get_height() for p in ax.patches] for ax in fig.axes
+        ]
+
+    sim = plots.selection_traffic_figure(N=1024, d=32, k=8, ns=[256, 1024])
+    form = plots.selection_traffic_figure(
+        N=1024, d=32, k=8, ns=[256, 1024], simulated=False
+    )
+    assert data(sim) == data(form)
+    assert form.axes[0].get_title().endswith("dots closed form (= simulated)")
+    plt.close("all")
 
 
 def test_selection_timing_figure_draws_records():

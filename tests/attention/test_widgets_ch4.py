@@ -48,7 +48,8 @@ def test_sliders_pass_their_values_to_the_figure(monkeypatch):
     box = deformable_traffic.live_deformable_traffic_explorer(
         side=64, d=32, r=4, n_points=4, n_levels=4
     )
-    assert calls[-1] == dict(side=64, d=32, r=4, n_points=4, n_levels=4)
+    live = {"simulated": False}  # the closed forms: the simulator's counts at once
+    assert calls[-1] == dict(side=64, d=32, r=4, n_points=4, n_levels=4, **live)
     controls = _controls(box)
     for name, key, value in [
         ("DAT factor r", "r", 2),
@@ -60,6 +61,36 @@ def test_sliders_pass_their_values_to_the_figure(monkeypatch):
         n = len(calls)
         controls[name].value = value
         assert len(calls) == n + 1 and calls[-1][key] == value
+
+
+def test_the_live_face_never_runs_the_simulator(monkeypatch):
+    """Issue 33: each move answers at once, at the largest map, r, P and L too."""
+    from attention import memory
+
+    def refuse(*a, **kw):
+        raise AssertionError("the live face ran the simulator")
+
+    monkeypatch.setattr(memory, "simulate", refuse)
+    box = deformable_traffic.live_deformable_traffic_explorer(
+        side=128, d=128, r=16, n_points=16, n_levels=4
+    )
+    _controls(box)["head dim d"].value = 16
+    assert len(_output(box).outputs) == 1
+
+
+def test_the_closed_form_figure_draws_the_simulated_numbers():
+    def data(fig):
+        return [
+            [t.get_text() for t in ax.texts] + [p.get_height() for p in ax.patches]
+            for ax in fig.axes
+        ] + [list(c.get_offsets().ravel()) for ax in fig.axes for c in ax.collections]
+
+    kw = dict(side=32, d=16, r=4, n_points=2, n_levels=2)
+    sim = plots.deformable_traffic_figure(**kw)
+    form = plots.deformable_traffic_figure(**kw, simulated=False)
+    assert data(sim) == data(form)
+    assert "= simulated" in form.axes[1].get_title()
+    plt.close("all")
 
 
 def test_figure_matches_the_simulator():

@@ -1,24 +1,23 @@
 """The built site (_build/html), opened in headless Chromium the way a reader opens it.
 
 Run after `make book` (``make site`` / ``make test`` do that). Chromium comes from
-Debian's packages (``apt-get install chromium``; ``.ci/run`` installs it). Each page is
-rendered with JavaScript, its DOM checked, and a screenshot written to
-``_build/screenshots/`` for a person to look at.
+Debian's packages (``apt-get install chromium``; ``.ci/run`` installs it), driven by
+Playwright (one browser for the module, the fixture of test_site_explorers). Each page
+is served over HTTP, rendered with JavaScript, its DOM checked, and a screenshot written
+to ``_build/screenshots/`` for a person to look at.
 """
 
 import functools
 import http.server
-import os
 import pathlib
-import shutil
 import socketserver
-import subprocess
-import tempfile
 import threading
 
 import pytest
 import yaml
 from bs4 import BeautifulSoup
+
+from tests.book.test_site_explorers import browser  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.site
 
@@ -33,28 +32,6 @@ CHAPTERS = [
     for c in part.get("chapters") or []
     if c["file"].startswith("chapters/")
 ]
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--hide-scrollbars",
-    "--virtual-time-budget=8000",
-]
-
-
-def _chromium() -> str:
-    exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    if exe is None:
-        msg = "headless Chromium is needed for the site tests: apt-get install chromium"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return exe
 
 
 @pytest.fixture(scope="module")
@@ -74,41 +51,31 @@ def server():
         httpd.shutdown()
 
 
-def _render(url: str, shot: pathlib.Path) -> BeautifulSoup:
-    exe = _chromium()
-    with tempfile.TemporaryDirectory() as profile:
-        base = [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}"]
-        dom = subprocess.run(
-            [*base, "--dump-dom", url],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=True,
-        ).stdout
-    with tempfile.TemporaryDirectory() as profile:
-        shot.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [
-                exe,
-                *CHROMIUM_FLAGS,
-                f"--user-data-dir={profile}",
-                f"--screenshot={shot}",
-                "--window-size=1280,2400",
-                url,
-            ],
-            capture_output=True,
-            timeout=120,
-            check=True,
+def _render(b, url: str, shot: pathlib.Path) -> BeautifulSoup:
+    """The page as Chromium renders it (JavaScript run, MathJax typeset where the page
+    has math), its DOM parsed and a 1280-wide screenshot of the whole page written."""
+    ctx = b.new_context(viewport={"width": 1280, "height": 2400})
+    try:
+        page = ctx.new_page()
+        page.goto(url, wait_until="load", timeout=120_000)
+        page.wait_for_function(
+            "() => !document.querySelector('.math') || "
+            "document.querySelector('mjx-container') !== null",
+            timeout=60_000,
         )
-    return BeautifulSoup(dom, "html.parser")
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(shot), full_page=False)
+        return BeautifulSoup(page.content(), "html.parser")
+    finally:
+        ctx.close()
 
 
 def _page_url(server, name):
     return f"{server}/{name}.html"
 
 
-def test_home_page_renders(server):
-    soup = _render(f"{server}/index.html", SHOTS / "index.png")
+def test_home_page_renders(server, browser):  # noqa: F811
+    soup = _render(browser, f"{server}/index.html", SHOTS / "index.png")
     assert CONFIG["title"] in soup.get_text()
     cards = soup.select(".sd-card")
     for chapter in CHAPTERS:
@@ -124,9 +91,9 @@ def test_home_page_renders(server):
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_chapter_page_renders(server, chapter):
+def test_chapter_page_renders(server, browser, chapter):  # noqa: F811
     shot = SHOTS / f"{pathlib.Path(chapter).name}.png"
-    soup = _render(_page_url(server, chapter), shot)
+    soup = _render(browser, _page_url(server, chapter), shot)
     main = soup.find("main") or soup
     text = main.get_text(" ")
     # It rendered as a chapter: a title, a summary, exercises.

@@ -10,6 +10,7 @@ before and after a change, at 1400 px and 390 px, go to
 ``_build/screenshots/explorers/`` for a person to look at.
 """
 
+import functools
 import os
 import pathlib
 import random
@@ -208,6 +209,12 @@ def _expected_bars(results: dict, bpe: int) -> dict:
 # ---------------------------------------------------------------------------------
 
 
+@functools.cache
+def _traced(alg, n, d, br, bc):
+    """The simulator's trace (the same settings recur across a test: simulated once)."""
+    return memory.simulate(alg, n, d, Br=br, Bc=bc, keep_trace=True)
+
+
 def check_tile(pg: Page, eid: str) -> None:
     s, cfg = pg.state(eid), tile_size
     N, d = cfg.TILE_N[s["N"]], cfg.TILE_D[s["d"]]
@@ -250,7 +257,7 @@ def check_tile(pg: Page, eid: str) -> None:
     rbr, rbc = memory.fa1_block_sizes(M, d)
     assert f"Bc = ⌈M/4d⌉ = {rbc}, Br = min(⌈M/4d⌉, d) = {rbr}" in text
     # The schedule at N = 256, up to the chosen step, from the simulator's trace.
-    t = memory.simulate(alg, cfg.TRACE_N, d, Br=br, Bc=bc, keep_trace=True)
+    t = _traced(alg, cfg.TRACE_N, d, br, bc)
     tr, tc = memory.cdiv(cfg.TRACE_N, br), memory.cdiv(cfg.TRACE_N, bc)
     step = min(s["step"], t.steps - 1)
     want = {(i, j): ("pending", False) for i in range(tr) for j in range(tc)}
@@ -438,7 +445,7 @@ def test_tile_explorer_random_settings(browser):
     pg = Page(browser, "chapters/02_flash_attention.html")
     try:
         eid = pg.explorer_id("tile")
-        for _ in range(24):
+        for _ in range(12):
             for name in ("N", "d", "Br", "Bc", "sram", "dtype", "algorithm"):
                 pg.set(eid, name, rnd.randrange(pg.n_options(eid, name)))
             pg.set(eid, "step", rnd.randrange(pg.n_options(eid, "step")))

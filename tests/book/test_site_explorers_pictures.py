@@ -9,6 +9,7 @@ Run after `make book`; same browser and page helpers as ``test_site_explorers``.
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 
@@ -18,6 +19,7 @@ import pytest
 from attention import core, deformable, pretrained
 from attention.explorers import estimators, maps, online_softmax, roofline, sampling
 from attention.explorers import pretrained as minilm_ex
+from attention.explorers import sparse as sparse_ex
 from tests.book.test_site_explorers import HTML, SHOTS, Page, browser  # noqa: F401
 
 pytestmark = pytest.mark.site
@@ -31,11 +33,23 @@ EXPLORERS = [
     (CH.format("02_flash_attention"), "roofline"),
     (CH.format("03_soft_hard_attention"), "estimators"),
     (CH.format("04_deformable_attention"), "sampling"),
+    (CH.format("08_sparse_attention"), "sparse"),
 ]
 
 
 def _grid(pg, eid):
-    return pg.page.evaluate("eid => window.staticExplorers[eid].cfg.grid", eid)
+    """The explorer's grid (its static data: read once per page, it does not change)."""
+    cache = pg.__dict__.setdefault("_grids", {})
+    if eid not in cache:
+        cache[eid] = pg.page.evaluate(
+            "eid => window.staticExplorers[eid].cfg.grid", eid
+        )
+    return cache[eid]
+
+
+@functools.cache
+def _minilm_maps(text: str) -> np.ndarray:
+    return pretrained.load_minilm().attentions(text)
 
 
 def _by(rows, *keys):
@@ -96,7 +110,7 @@ def check_pretrained(pg, eid):
     sent = g["sentences"][s["sentence"]]
     n = len(sent["tokens"])
     assert pg.n_options(eid, "row") == n and 0 <= s["row"] < n
-    w = pretrained.load_minilm().attentions(sent["text"])[s["layer"], s["head"]]
+    w = _minilm_maps(sent["text"])[s["layer"], s["head"]]
     cells = _by(pg.data(eid, "map", "cells"), "i", "j")
     assert len(cells) == n * n
     for (i, j), r in cells.items():
@@ -241,6 +255,28 @@ def check_sampling(pg, eid):
         np.testing.assert_allclose(ws.sum((1, 2)), 1, atol=5e-3)
 
 
+def check_sparse(pg, eid):
+    """The blocks drawn as chosen are attention.sparse's choice for the state (each
+    rule's top k at decode time), each block's mass is Python's, the query row offered
+    are query_rows(N), and the readout is Python's sentence for that state."""
+    s, g = pg.state(eid), _grid(pg, eid)
+    method = sparse_ex.METHODS[s["method"]]
+    N, B = sparse_ex.CONTEXT[s["N"]], sparse_ex.BLOCKS[s["B"]]
+    k = sparse_ex.TOPKS[s["topk"]]
+    rows = sparse_ex.query_rows(N)
+    assert g["queries"][str(N)] == rows and pg.n_options(eid, "query") == len(rows)
+    query = rows[s["query"]]
+    point = sparse_ex.row_point(method, N, B, query)
+    blocks = sorted(pg.data(eid, "row", "blocks"), key=lambda r: r["x"])
+    assert [round(r["mass"] * 1000) for r in blocks] == point["mass"]
+    chosen = {b for b in point["order"][:k] if b >= 0}
+    assert {r["x"] // B for r in blocks if r["chosen"] == "chosen"} == chosen
+    assert len(pg.data(eid, "map", "chosen")) == len(chosen)
+    assert pg.data(eid, "map", "query") == [{"y": query}]
+    text = sparse_ex.readout(method, N, B, k, query)
+    assert pg.readout(eid) == re.sub(r"<[^>]+>", "", text).replace("x the", "× the")
+
+
 CHECKS = {
     "maps": check_maps,
     "masks": check_masks,
@@ -249,6 +285,7 @@ CHECKS = {
     "roofline": check_roofline,
     "estimators": check_estimators,
     "sampling": check_sampling,
+    "sparse": check_sparse,
 }
 
 
@@ -276,6 +313,7 @@ DATASETS = {
         ("msda", "points"),
         ("msda", "image"),
     ],
+    "sparse": [("map", "chosen"), ("map", "query"), ("row", "blocks")],
 }
 
 
@@ -355,31 +393,34 @@ CHANGES = {
     "roofline": [("alg", 0), ("N", 8)],
     "estimators": [("method", 0), ("samples", 2)],
     "sampling": [("scale", 3), ("level", 2)],
+    "sparse": [("method", 1), ("topk", 5), ("query", 3)],
 }
 
 
-@pytest.mark.parametrize("theme", ["light", "dark"])
 @pytest.mark.parametrize("width", [1400, 390])
 @pytest.mark.parametrize("page_name,kind", EXPLORERS, ids=[k for _, k in EXPLORERS])
-def test_picture_screenshots(browser, page_name, kind, width, theme):  # noqa: F811
+def test_picture_screenshots(browser, page_name, kind, width):  # noqa: F811
+    """Each explorer after a few changes, in the light and the dark theme (one page
+    load: the theme switch changes the page in place, as a reader's click does)."""
     SHOTS.mkdir(parents=True, exist_ok=True)
     pg = Page(browser, page_name, width=width, height=2400)
     try:
-        # what the page's theme switch does: data-theme on <html>
-        pg.page.evaluate(
-            "t => { document.documentElement.dataset.theme = t; "
-            "document.documentElement.dataset.mode = t; }",
-            theme,
-        )
         eid = pg.explorer_id(kind)
         root = pg.page.locator(f"#{eid}")
         for name, value in CHANGES[kind]:
             pg.set(eid, name, value)
-        root.scroll_into_view_if_needed()
-        shot = SHOTS / f"{kind}-{width}-{theme}.png"
-        root.screenshot(path=str(shot))
-        assert shot.stat().st_size > 5_000
-        assert root.bounding_box()["width"] <= width
+        for theme in ("light", "dark"):
+            # what the page's theme switch does: data-theme on <html>
+            pg.page.evaluate(
+                "t => { document.documentElement.dataset.theme = t; "
+                "document.documentElement.dataset.mode = t; }",
+                theme,
+            )
+            root.scroll_into_view_if_needed()
+            shot = SHOTS / f"{kind}-{width}-{theme}.png"
+            root.screenshot(path=str(shot))
+            assert shot.stat().st_size > 5_000
+            assert root.bounding_box()["width"] <= width
         assert not pg.outside and not pg.errors
     finally:
         pg.close()
@@ -396,6 +437,7 @@ def test_picture_explorer_data_is_small():
         "roofline": 120_000,
         "estimators": 60_000,
         "sampling": 700_000,
+        "sparse": 200_000,
     }
     for page_name, kind in EXPLORERS:
         text = (HTML / page_name).read_text(encoding="utf-8")

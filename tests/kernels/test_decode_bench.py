@@ -10,6 +10,7 @@ import torch
 from kernels import runtime
 from kernels.timing import bench, results
 from kernels.timing import decode as dbench
+from kernels.timing import decode_paths as dpaths
 from kernels.timing.records import MIN_REPS, Record
 
 
@@ -112,10 +113,39 @@ def test_dry_run_of_the_decode_suite(tmp_path, capsys):
     assert results.validate_results(data) == []
     suite = data["suites"]["decode"]
     assert suite["correctness"] and all(c["ok"] for c in suite["correctness"])
-    recs = suite["records"]
+    recs = [r for r in suite["records"] if r["op"] == "decode"]
     assert {r["impl"] for r in recs} == set(dbench.IMPLS)
     assert all(r["stage"] == "sweep" and r["stats"]["reps"] >= MIN_REPS for r in recs)
+    goals = [r for r in suite["records"] if r["op"] != "decode"]
+    assert {(r["op"], r["impl"]) for r in goals} == {
+        (op, impl) for op, impl, _, _ in dpaths.goal_cases(True)
+    }
+    assert all(r["stage"] == "goal" and r["error"] is None for r in goals)
+    names = " ".join(c["name"] for c in suite["correctness"])
+    for path in ("window", "softcap+alibi+sinks", "fp8 cache", "MLA"):
+        assert path in names
     events = data["protocol"]["events"]
     kinds = [(e["phase"], e["event"]) for e in events]
     assert kinds.index(("check", "check")) < kinds.index(("sweep", "time"))
     assert "[decode] B=1 L=32 triton" in capsys.readouterr().out
+
+
+def test_goal_paths_time_and_summarise():
+    timer = bench.FakeTimer()
+    recs = dpaths.time_paths(dry=True, timer=timer)
+    assert [r.op for r in recs] == [op for op, *_ in dpaths.goal_cases(True)]
+    assert all(r.ms and r.shape["bytes"] > 0 and r.stage == "goal" for r in recs)
+    by = {(r.op, r.impl): r for r in recs}
+    # the fp8 cache's bytes are half the bf16 cache's, but for q and o
+    b16, b8 = (
+        by["decode-fp8", i].shape["bytes"] for i in ("triton-bf16", "triton-fp8")
+    )
+    assert b8 < 0.6 * b16
+    s = dpaths.paths_summary(recs, "NVIDIA H200")
+    assert s["fp8_speedup"] == pytest.approx(
+        by["decode-fp8", "triton-bf16"].ms / by["decode-fp8", "triton-fp8"].ms
+    )
+    assert s["mla_percent_of_peak"] == pytest.approx(
+        100 * by["decode-mla", "triton"].gbps / 4800
+    )
+    assert dpaths.paths_summary([], None)["window_speedup"] is None

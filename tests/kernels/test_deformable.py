@@ -204,7 +204,7 @@ def test_dat_matches_numpy_twin_non_contiguous_and_scale():
     km_nc = km.permute(0, 1, 3, 2, 4).contiguous().permute(0, 1, 3, 2, 4)
     assert not q_nc.is_contiguous() and not km_nc.is_contiguous()
     out = kd.deformable_attention(
-        q_nc, km_nc, vm, pts, sm_scale=0.5, align_corners=False
+        q_nc, km_nc, vm, pts, softmax_scale=0.5, align_corners=False
     )
     twin = npd.deformable_attention(
         *(t.double().cpu().numpy() for t in (q, km, vm, pts)),
@@ -488,7 +488,7 @@ def test_dat_refuses_bad_scale_and_flags():
     km = torch.randn(1, 2, 4, 4, 8, device=DEV)
     pts = torch.rand(1, 1, 3, 2, device=DEV) * 2 - 1
     for scale in (1e300, float("nan"), 3e38):
-        with pytest.raises(ValueError, match="sm_scale"):
-            kd.deformable_attention(q, km, km, pts, sm_scale=scale)
+        with pytest.raises(ValueError, match="^softmax_scale"):
+            kd.deformable_attention(q, km, km, pts, softmax_scale=scale)
     with pytest.raises(TypeError, match="align_corners"):
         kd.deformable_attention(q, km, km, pts, align_corners="False")

@@ -26,6 +26,12 @@ def _qkv(n_q=8, n_k=8, d=16, seed=0):
 # --------------------------------------------------------------------------------------
 # The softmax scale: softmax_scale (flash-attn-style calls), scale (PyTorch-style ones)
 # --------------------------------------------------------------------------------------
+def _dat(fn, q, k, v, **kw):
+    """A deformable call on maps cut from k, v: (1, 2, 8, d) -> (1, 2, 2, 4, d)."""
+    pts = torch.linspace(-0.9, 0.9, 6).reshape(1, 1, 3, 2).to(q.device)
+    return fn(q, k.reshape(1, 2, 2, 4, -1), v.reshape(1, 2, 2, 4, -1), pts, **kw)
+
+
 FLASH_STYLE = {
     "flash_attention": lambda q, k, v, **kw: flash_attention(q, k, v, **kw),
     "hard_attention": lambda q, k, v, **kw: hard_attention(q, k, v, **kw),
@@ -33,6 +39,9 @@ FLASH_STYLE = {
     "ring_attention": lambda q, k, v, **kw: ring_attention(q, k, v, **kw),
     "forward_with_tiles": lambda q, k, v, **kw: forward_with_tiles(
         q, k, v, 16, 16, **kw
+    ),
+    "deformable_attention": lambda q, k, v, **kw: _dat(
+        deformable.deformable_attention, q, k, v, **kw
     ),
 }
 TORCH_STYLE = {
@@ -45,6 +54,9 @@ TORCH_STYLE = {
     )[0],
     "naive_topk_attention": lambda q, k, v, **kw: naive.naive_topk_attention(
         q, k, v, 2, **kw
+    ),
+    "deformable_attention_reference": lambda q, k, v, **kw: _dat(
+        deformable.deformable_attention_reference, q, k, v, **kw
     ),
 }
 
@@ -76,7 +88,14 @@ def test_attention_probs_takes_softmax_scale_and_the_old_name():
 
 
 @pytest.mark.parametrize(
-    "call", ["flash_attention", "hard_attention", "topk_attention", "ring_attention"]
+    "call",
+    [
+        "flash_attention",
+        "hard_attention",
+        "topk_attention",
+        "ring_attention",
+        "deformable_attention",
+    ],
 )
 def test_a_bad_scale_is_named_softmax_scale(call):
     q, k, v = _qkv()
@@ -84,6 +103,12 @@ def test_a_bad_scale_is_named_softmax_scale(call):
         FLASH_STYLE[call](q, k, v, softmax_scale=float("nan"))
     with pytest.raises(TypeError, match="softmax_scale must be a real number"):
         FLASH_STYLE[call](q, k, v, softmax_scale="0.5")
+
+
+def test_a_bad_scale_under_the_old_name_is_named_as_written():
+    q, k, v = _qkv()
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="^sm_scale"):
+        FLASH_STYLE["deformable_attention"](q, k, v, sm_scale=float("nan"))
 
 
 def test_naive_baselines_name_their_scale_scale():
@@ -184,3 +209,17 @@ def test_ring_attention_names_a_group_that_is_not_a_process_group():
     q, k, v = _qkv()
     with pytest.raises(TypeError, match="group must be a torch.distributed"):
         ring_attention(q, k, v, group="world")
+
+
+def test_the_flash_paths_name_their_scale_sm_scale_as_their_signature_does():
+    """kernels.flash.forward_tma's entry points take ``sm_scale``: a bad one is named
+    so (checked before any GPU work, so on a CPU too)."""
+    from kernels.flash import forward_tma as tma
+
+    q, k, v = _qkv()
+    for call in (
+        lambda: tma.forward_tma(q, k, v, sm_scale=float("nan")),
+        lambda: tma.forward(q, k, v, sm_scale=float("nan"), path="pointer"),
+    ):
+        with pytest.raises(ValueError, match="^sm_scale must be finite"):
+            call()

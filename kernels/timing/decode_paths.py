@@ -1,0 +1,250 @@
+"""Timing and references of the decode kernel's new paths (issue 29's goals):
+``benchmarks/suite_decode.py`` times through ``time_paths``.
+
+Goals (op, impls; every case one Record of stage "goal", mode "fwd", N_q = 1):
+
+* "decode-fp8": the same paged cache in bf16 ("triton-bf16") and in float8_e4m3fn with
+  descales ("triton-fp8"), bf16 q, at context 32k: the fp8 cache moves half the bytes
+  (goal: >= 1.7x the bf16 cache's speed);
+* "decode-mla": ``mla_with_kvcache`` (DeepSeek-V3's latent row, 576 = 512 + 64, 128
+  query heads, 64-token pages, bf16) at B >= 16, context >= 8k; GB/s counts the
+  latent rows once (goal: >= 80% of peak HBM bandwidth);
+* "decode-window": a 4k sliding window ("triton-window") against the full context
+  ("triton-full") at 128k (goal: >= 10x: the window reads 4k of the 128k keys).
+
+``bytes`` in a record's shape is the traffic its step cannot avoid (the keys it must
+read once, at the cache's element size, plus q and o); ``paths_summary`` turns the
+records into the goals' ratios and percent of peak, from measured records only.
+``reference_paths`` / ``reference_mla`` are fp64 references (per-sequence gathers,
+torch) of the keywords and of MLA for the suite's correctness check.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import torch
+
+from .. import runtime
+from ..decode import api
+from .bench import measure
+from .decode import make_paged_cache, percent_of_peak
+from .records import Record
+
+FP8 = torch.float8_e4m3fn
+#: The goals' layers: Llama-3-8B-like GQA for fp8 and the window; DeepSeek-V3's MLA.
+LAYER = {"h_q": 32, "h_kv": 8, "d": 128, "page_size": 256}
+MLA = {"h_q": 128, "d": 576, "dv": 512, "page_size": 64}
+GOALS = {"fp8_speedup": 1.7, "mla_percent_of_peak": 80.0, "window_speedup": 10.0}
+
+
+def reference_paths(
+    q, k, v, lens, bt, causal=True, window=(-1, -1), softcap=0.0, alibi=None,
+    sinks=None, k_descale=None, v_descale=None,
+):  # fmt: skip
+    """fp64 out (B, N_q, H_q, d_v) of flash-attn's semantics (kernels.decode's spec
+    sheet): K = cache * k_descale, capped scores, ALiBi, the window, the sink."""
+    B, n_q, h_q, d = q.shape
+    h_kv, page, d_v = k.shape[2], k.shape[1], v.shape[3]
+    G = h_q // h_kv
+    left, right = window
+    right = 0 if causal else right
+    out = torch.zeros(B, n_q, h_q, d_v, dtype=torch.float64, device=q.device)
+    for b in range(B):
+        L = int(lens[b])
+        if L == 0:
+            continue
+        if bt is None:
+            kk, vv = k[b, :L].double(), v[b, :L].double()
+        else:
+            pages = bt[b, : -(-L // page)].long()
+            kk = k[pages].double().reshape(-1, h_kv, d)[:L]
+            vv = v[pages].double().reshape(-1, h_kv, d_v)[:L]
+        if k_descale is not None:
+            kk = kk * k_descale[b].double()[:, None]
+            vv = vv * v_descale[b].double()[:, None]
+        kk, vv = kk.repeat_interleave(G, 1), vv.repeat_interleave(G, 1)
+        s = torch.einsum("thd,jhd->htj", q[b].double(), kk) / math.sqrt(d)
+        if softcap > 0:
+            s = softcap * torch.tanh(s / softcap)
+        i = (L - n_q + torch.arange(n_q, device=q.device))[:, None]
+        j = torch.arange(L, device=q.device)[None, :]
+        if alibi is not None:
+            sl = alibi.double().expand(B, h_q)[b]
+            s = s - sl[:, None, None] * (i - j).abs()
+        seen = torch.ones(n_q, L, dtype=torch.bool, device=q.device)
+        if left >= 0:
+            seen &= j >= i - left
+        if right >= 0:
+            seen &= j <= i + right
+        s = s.masked_fill(~seen, -math.inf)
+        if sinks is not None:
+            sk = sinks.double()[:, None, None].expand(h_q, n_q, 1)
+            p = torch.softmax(torch.cat([s, sk], -1), -1)[..., :L]
+        else:
+            p = torch.softmax(s, -1)
+        out[b] = torch.einsum("htj,jhd->thd", p.nan_to_num(0.0), vv)
+    return out
+
+
+def reference_mla(q, kv, lens, bt, dv, causal=True):
+    """fp64 MLA decode: the latent rows as keys, their first ``dv`` columns values."""
+    return reference_paths(q, kv, kv[..., :dv], lens, bt, causal)
+
+
+def quantize_pages(k, bt, lens):
+    """An e4m3 copy of a paged cache with a descale per (sequence, KV head): amax /
+    448 over the sequence's keys (FlashAttention-3's per-head descale). Returns (k8,
+    descale (B, H_kv) float32)."""
+    B, h_kv = bt.shape[0], k.shape[2]
+    desc = torch.ones(B, h_kv, dtype=torch.float32, device=k.device)
+    k8 = torch.zeros(k.shape, dtype=FP8, device=k.device)
+    for b in range(B):
+        n = int(lens[b])
+        pages = bt[b, : -(-n // k.shape[1])].long()
+        if n == 0:
+            continue
+        amax = k[pages].float().abs().amax(dim=(0, 1, 3))
+        desc[b] = torch.where(amax > 0, amax / 448.0, 1.0)
+        k8[pages] = (k[pages].float() / desc[b][None, None, :, None]).to(FP8)
+    return k8, desc
+
+
+def _shape(**kw) -> dict:
+    return {"N_q": 1, "causal": True, **kw}
+
+
+def goal_cases(dry: bool):
+    """(op, impl, shape, build) of each goal; build() returns (fn, bytes)."""
+    if dry:
+        B, L, lay, win = 2, 96, {"h_q": 4, "h_kv": 2, "d": 16, "page_size": 16}, 16
+        mla_b, mla_l, mla = 2, 64, {"h_q": 4, "d": 48, "dv": 32, "page_size": 16}
+        long_l = 160
+    else:
+        B, L, lay, win = 8, 32768, LAYER, 4096
+        mla_b, mla_l, mla, long_l = 32, 8192, MLA, 131072
+    h_q, h_kv, d, page = lay["h_q"], lay["h_kv"], lay["d"], lay["page_size"]
+    io = 2 * h_q * d * 2  # q and o of one sequence, bf16
+
+    def fp8_case(quantised):
+        def build():
+            q, k, v, lens, bt = make_paged_cache(
+                B, L, h_q, h_kv, d, page, torch.bfloat16
+            )
+            elem = 2
+            kw = {}
+            if quantised:
+                (k, kd), (v, vd) = (
+                    quantize_pages(k, bt, lens),
+                    quantize_pages(v, bt, lens),
+                )
+                kw, elem = {"k_descale": kd, "v_descale": vd}, 1
+            fn = api.prepare(q, k, v, lens, bt, **kw)
+            return fn, 2 * B * L * h_kv * d * elem + B * io
+
+        return build
+
+    def window_case(window):
+        def build():
+            q, k, v, lens, bt = make_paged_cache(
+                1, long_l, h_q, h_kv, d, page, torch.bfloat16
+            )
+            fn = api.prepare(q, k, v, lens, bt, window_size=(window, -1))
+            keys = long_l if window < 0 else min(long_l, window + 1)
+            return fn, 2 * keys * h_kv * d * 2 + io
+
+        return build
+
+    def mla_case():
+        mq, D, dv, mp = mla["h_q"], mla["d"], mla["dv"], mla["page_size"]
+        q, kv, _, lens, bt = make_paged_cache(
+            mla_b, mla_l, mq, 1, D, mp, torch.bfloat16
+        )
+        fn = api.prepare_mla(q, kv, lens, bt, dv)
+        return fn, mla_b * mla_l * D * 2 + mla_b * mq * (D + dv) * 2
+
+    lay_shape = dict(H_q=h_q, H_kv=h_kv, d=d, page_size=page)
+    return [
+        ("decode-fp8", "triton-bf16", _shape(B=B, L=L, **lay_shape), fp8_case(False)),
+        ("decode-fp8", "triton-fp8", _shape(B=B, L=L, **lay_shape), fp8_case(True)),
+        ("decode-mla", "triton", _shape(B=mla_b, L=mla_l, H_q=mla["h_q"], H_kv=1,
+         d=mla["d"], d_v=mla["dv"], page_size=mla["page_size"]), mla_case),
+        ("decode-window", "triton-full", _shape(B=1, L=long_l, window=-1,
+         **lay_shape), window_case(-1)),
+        ("decode-window", "triton-window", _shape(B=1, L=long_l, window=win,
+         **lay_shape), window_case(win)),
+    ]  # fmt: skip
+
+
+def mla_runs() -> bool:
+    """Whether this device runs ``mla_with_kvcache`` (not on sm_75)."""
+    from ..decode import tiles
+
+    if runtime.INTERPRET or runtime.DEVICE.type != "cuda":
+        return True
+    return tiles.mla_supported(torch.cuda.get_device_capability())
+
+
+def time_paths(
+    dry: bool = False,
+    suite: str = "decode",
+    timer: Callable[..., dict] | None = None,
+    deadline: float | None = None,
+    log: Callable[[Record], None] | None = None,
+    **timing,
+) -> list[Record]:
+    """One "goal" Record per case of ``goal_cases``; past ``deadline`` none starts."""
+    records = []
+    for op, impl, shape, build in goal_cases(dry):
+        if deadline is not None and time.monotonic() > deadline:
+            break
+        rec = Record(suite, op, impl, "fwd", "bfloat16", dict(shape), stage="goal")
+        if op == "decode-mla" and not mla_runs():
+            rec.error, rec.detail = "unsupported", "mla_with_kvcache needs sm_80+"
+            records.append(rec)
+            continue
+        try:
+            fn, nbytes = build()
+        except torch.cuda.OutOfMemoryError:
+            rec.error, rec.detail = "OOM", "building the cache ran out of memory"
+            records.append(rec)
+            continue
+        rec.shape["bytes"] = nbytes
+        rec.shape["num_splits"] = fn.splits
+        with torch.no_grad():
+            measure(rec, fn, bytes_moved=nbytes, timer=timer, **timing)
+        records.append(rec)
+        if log is not None:
+            log(rec)
+        fn = None
+        if runtime.DEVICE.type == "cuda":
+            torch.cuda.empty_cache()
+    return records
+
+
+def paths_summary(records, gpu_name: str | None) -> dict:
+    """The goals from measured records: fp8's speed-up over bf16, MLA's percent of
+    peak HBM bandwidth, the window's speed-up over the full context (None where a
+    record is missing), each beside its goal."""
+    ms, gbps = {}, {}
+    for r in records:
+        r = r.to_dict() if isinstance(r, Record) else r
+        if r.get("ms") and r.get("op", "").startswith("decode-"):
+            ms[(r["op"], r["impl"])] = r["ms"]
+            gbps[(r["op"], r["impl"])] = r.get("gbps")
+
+    def ratio(op, slow, fast):
+        a, b = ms.get((op, slow)), ms.get((op, fast))
+        return a / b if a and b else None
+
+    return {
+        "fp8_speedup": ratio("decode-fp8", "triton-bf16", "triton-fp8"),
+        "mla_gbps": gbps.get(("decode-mla", "triton")),
+        "mla_percent_of_peak": percent_of_peak(
+            gbps.get(("decode-mla", "triton")), gpu_name
+        ),
+        "window_speedup": ratio("decode-window", "triton-full", "triton-window"),
+        "goals": dict(GOALS),
+    }

@@ -1,0 +1,130 @@
+"""Execute the book's notebook pages two at a time into jupyter-book's cache.
+
+``make book`` runs this before ``jupyter-book build``. The build executes each page
+itself, one after another (myst-nb's ``execute_notebooks: cache``), and looks each one
+up in jupyter-cache first: a page whose code cells match an executed copy in the cache
+is not executed again. So this script fills that cache with one worker per core (two
+on the book's 2-core machines): the chapters are single-threaded Python for the most
+part (NumPy at small sizes, Triton's interpreter), and two of them at once take about
+half the time of two in a row. The build then finds every page cached and renders it.
+
+It executes exactly as myst-nb would: the page's own folder as the working directory,
+the timeout of ``_config.yml``, errors not allowed. A page that raises stops the
+script with the failing cell's traceback and a non-zero exit, as the build would have.
+Pages already in the cache (same code) are skipped, so a second ``make book`` executes
+only what changed.
+
+    python tools/execute_notebooks.py [--jobs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import pathlib
+import sys
+import time
+
+import nbformat
+import yaml
+from jupyter_cache import get_cache
+from jupyter_cache.base import CacheBundleIn
+from jupyter_cache.executors.utils import single_nb_execution
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CACHE = ROOT / "_build" / ".jupyter_cache"  # jupyter-book's: <build dir>/.jupyter_cache
+
+
+def _toc_files(node) -> list[str]:
+    """Every ``file:`` entry of _toc.yml, in order."""
+    out = []
+    if isinstance(node, dict):
+        if "file" in node:
+            out.append(node["file"])
+        for value in node.values():
+            out += _toc_files(value)
+    elif isinstance(node, list):
+        for item in node:
+            out += _toc_files(item)
+    return out
+
+
+def notebook_pages() -> list[pathlib.Path]:
+    """The .ipynb pages of the table of contents (the .md pages with code cells are
+    few and fast: the build executes those itself)."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    pages = [ROOT / f"{name}.ipynb" for name in [toc.get("root", "")] + _toc_files(toc)]
+    return [p for p in pages if p.exists()]
+
+
+def _timeout() -> int:
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    return int(config.get("execute", {}).get("timeout", 600))
+
+
+def _execute(job: tuple[str, int]) -> tuple[str, float, str | None]:
+    """Execute one page in its own folder and cache it: (page, seconds, error)."""
+    path, timeout = pathlib.Path(job[0]), job[1]
+    nb = nbformat.read(path, as_version=4)
+    result = single_nb_execution(
+        nb,
+        cwd=str(path.parent),
+        timeout=timeout,
+        allow_errors=False,
+        meta_override=True,
+    )
+    if result.err is not None:
+        return str(path), result.time, result.exc_string or repr(result.err)
+    get_cache(str(CACHE)).cache_notebook_bundle(
+        CacheBundleIn(nb, str(path), data={"execution_seconds": result.time}),
+        check_validity=False,
+        overwrite=True,
+    )
+    return str(path), result.time, None
+
+
+def _cached(cache, path: pathlib.Path) -> bool:
+    try:
+        cache.match_cache_notebook(nbformat.read(path, as_version=4))
+    except KeyError:
+        return False
+    return True
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    args = ap.parse_args(argv)
+    CACHE.parent.mkdir(exist_ok=True)
+    cache = get_cache(str(CACHE))
+    todo = [p for p in notebook_pages() if not _cached(cache, p)]
+    if not todo:
+        print("execute: every notebook page is in the cache")
+        return 0
+    # Longest first (by source size, a fair proxy here), so the two workers end
+    # together instead of one waiting on the last long chapter.
+    todo.sort(key=lambda p: p.stat().st_size, reverse=True)
+    print(f"execute: {len(todo)} page(s), {args.jobs} at a time")
+    t0 = time.perf_counter()
+    jobs = [(str(p), _timeout()) for p in todo]
+    failed = []
+    ctx = multiprocessing.get_context("spawn")  # no forked kernels' state
+    with ctx.Pool(max(1, args.jobs), maxtasksperchild=1) as pool:
+        for path, seconds, err in pool.imap_unordered(_execute, jobs):
+            name = pathlib.Path(path).relative_to(ROOT)
+            if err is None:
+                print(f"execute: {name} in {seconds:.1f} s")
+            else:
+                failed.append(name)
+                print(f"execute: {name} FAILED after {seconds:.1f} s\n{err}")
+            sys.stdout.flush()
+    print(f"execute: done in {time.perf_counter() - t0:.1f} s")
+    if failed:
+        print("execute: failed: " + ", ".join(map(str, failed)), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
