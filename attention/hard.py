@@ -508,7 +508,7 @@ def train_retrieval(
     eval_every=10,
     progress=None,
 ):
-    """Train W with Adam on fresh batches; returns {"step", "accuracy", "loss"} lists.
+    """Train W with Adam on fresh batches: {"step", "accuracy", "loss"} lists, "W".
 
     ``accuracy`` is hard retrieval accuracy (argmax of the scores) on a fixed test set,
     the same yardstick for every method. ``reinforce+baseline`` uses a running mean of
@@ -553,7 +553,7 @@ def train_retrieval(
         )
         if progress is not None:
             progress.update(1)
-    return out
+    return {**out, "W": W}  # the trained (d, d) matrix too
 
 
 def estimator_stats(W, task, n_draws=500, rng=None, tau=1.0, topk=4, methods=METHODS):

@@ -469,10 +469,14 @@ def quest_bounds(q, k, page_size, scale=None) -> np.ndarray:
     starts = np.arange(0, n_k, page_size)
     kmin = np.minimum.reduceat(k.astype(np.float64), starts, axis=2)
     kmax = np.maximum.reduceat(k.astype(np.float64), starts, axis=2)
-    qg = q.astype(np.float64).reshape(b, h_kv, h_q // h_kv, n_q, 1, d)
+    qg = q.astype(np.float64).reshape(b, h_kv, h_q // h_kv, n_q, d)
+    # max(q_i m_i, q_i M_i) = max(q_i, 0) M_i + min(q_i, 0) m_i: two products, each
+    # summed over the group's heads before the dot (NaN and inf as the max gives)
     with np.errstate(invalid="ignore", over="ignore"):
-        u = np.maximum(qg * kmin[:, :, None, None], qg * kmax[:, :, None, None])
-        return u.sum(axis=-1).sum(axis=2) * scale
+        pos, neg = np.maximum(qg, 0).sum(2), np.minimum(qg, 0).sum(2)
+        u = np.einsum("bgid,bgcd->bgic", pos, kmax)
+        u += np.einsum("bgid,bgcd->bgic", neg, kmin)
+        return u * scale
 
 
 def quest_select(q, k, page_size, topk, causal=True, scale=None) -> np.ndarray:

@@ -104,6 +104,9 @@ def mass_curves(
     out = {m: np.zeros((len(block_sizes), len(ks))) for m in methods}
     for a, bs in enumerate(block_sizes):
         bs = check_int("block_sizes", bs, 1)
+        bm = block_mass(p, bs)
+        pad = np.concatenate([bm, np.zeros(bm.shape[:-1] + (1,))], axis=-1)
+        total = bm.sum(-1, keepdims=True)
         for m in methods:
             if m == "oracle":
                 order = oracle_blocks(p, bs, top, causal)
@@ -111,8 +114,15 @@ def mass_curves(
                 pick = {"moba": sparse.select_blocks, "nsa": sparse.nsa_select,
                         "quest": sparse.quest_select}[m]  # fmt: skip
                 order = np.repeat(pick(q, k, bs, top, causal), h_q // h_kv, axis=1)
+            # the first kk of one ranking are the kk-block choice: a cumulative sum
+            # of the chosen blocks' mass gives every budget at once (= mass_kept)
+            kept = np.take_along_axis(
+                pad, np.where(order < 0, bm.shape[-1], order), -1
+            ).cumsum(-1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                share = np.where(total > 0, kept / total, np.nan)
             for b, kk in enumerate(ks):
-                out[m][a, b] = np.nanmean(mass_kept(p, order[..., :kk], bs))
+                out[m][a, b] = np.nanmean(share[..., kk - 1])
     return out
 
 

@@ -1,9 +1,12 @@
 """Chapter 8's figures: the cost of selected attention against N (to 1M tokens), its
-selection's share, the attention mass a block budget keeps, and the accuracy a
-small model trained with a budget reaches."""
+selection's share, the attention mass a block budget keeps, which blocks each query
+picks, and the accuracy a small model trained with a budget reaches."""
 
 from __future__ import annotations
 
+import re
+
+import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 
@@ -98,6 +101,35 @@ def mass_kept_figure(curves: dict, block_sizes, ks, axes=None):
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("attention mass kept")
     axes[0].legend(fontsize=7)
+    return axes
+
+
+def chosen_blocks_figure(p, selections: dict, block_size: int, axes=None, vmax=None):
+    """Which key blocks each query row reads, drawn over the attention map: one panel
+    per rule of ``selections`` ({name: kv_indices (N_q, S)}, -1 padding), the map p
+    (N_q, N_k) in grey and each row's chosen blocks tinted in the rule's colour
+    (``SPARSE_COLORS``, keyed by the name's first word, lower-cased)."""
+    p = np.asarray(p, dtype=float)
+    n_q, n_k = p.shape
+    if axes is None:
+        _, axes = plt.subplots(1, len(selections), figsize=(2.4 * len(selections), 2.6),
+                               squeeze=False)  # fmt: skip
+        axes = axes[0]
+    vmax = np.quantile(p, 0.99) if vmax is None else vmax
+    block_of = np.arange(n_k) // block_size
+    for ax, (name, idx) in zip(axes, selections.items()):
+        idx = np.asarray(idx)
+        chosen = (block_of[None, :, None] == idx[:, None, :]).any(-1)  # (N_q, N_k)
+        color = matplotlib.colors.to_rgb(
+            SPARSE_COLORS.get(re.match(r"\w*", name)[0].lower(), "#4C72B0")
+        )
+        tint = np.zeros((n_q, n_k, 4))
+        tint[..., :3], tint[..., 3] = color, 0.45 * chosen
+        ax.imshow(p, cmap="Greys", vmin=0, vmax=vmax, aspect="auto",
+                  interpolation="nearest")  # fmt: skip
+        ax.imshow(tint, aspect="auto", interpolation="nearest")
+        ax.set(title=name, xlabel="key position", xticks=[], yticks=[])
+    axes[0].set_ylabel("query position")
     return axes
 
 

@@ -7,7 +7,8 @@ and -2 with the compulsory traffic, chapter 3 hard (Gumbel-softmax) weights at a
 temperature, chapter 4 deformable sampling points over an image, chapter 5 decoding
 against prefill on the roofline, chapter 6 the ring's schedule (each step's block
 computed while the next K/V shard travels), chapter 7 the block mask of a causal
-sliding window (full, partial and skipped tiles). Run from the repository root:
+sliding window (full, partial and skipped tiles), chapter 8 the key blocks MoBA's gate
+picks for each query, over a causal attention map. Run from the repository root:
 ``python figures/src/thumbnails.py``; intro.md shows the files it writes.
 """
 
@@ -29,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 from attention import core, deformable, hard, masks, memory, plots  # noqa: E402
 from attention.plots import masks as mask_plots  # noqa: E402
 from attention.plots import ring as ring_plots  # noqa: E402
+from attention.plots import sparse as sparse_plots  # noqa: E402
 
 OUT_DIR = ROOT / "figures"
 SIZE = (3.6, 2.7)  # inches, at DPI: 360 x 270 px
@@ -142,11 +144,27 @@ def ch7():
     return fig
 
 
+def ch8():
+    """The blocks of 16 MoBA's gate picks per query (4 each) over a causal map of
+    the sparse explorer's synthetic head (chapter 8's figure)."""
+    from attention import sparse
+    from attention.explorers.sparse import synthetic_qk
+
+    q, k = synthetic_qk(256)  # (N, d)
+    s = np.where(np.tri(256, dtype=bool), q @ k.T / np.sqrt(q.shape[1]), -np.inf)
+    p = core.softmax(s, axis=-1)
+    idx = sparse.select_blocks(q[None, None], k[None, None], 16, 4)[0, 0]
+    fig, ax = _new()
+    sparse_plots.chosen_blocks_figure(p, {"moba": idx}, 16, axes=[ax])
+    ax.set(title="", xlabel="", ylabel="")
+    return fig
+
+
 def main(out_dir: pathlib.Path = OUT_DIR) -> list[pathlib.Path]:
     plots.use_book_style()
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for k, draw in enumerate((ch1, ch2, ch3, ch4, ch5, ch6, ch7), start=1):
+    for k, draw in enumerate((ch1, ch2, ch3, ch4, ch5, ch6, ch7, ch8), start=1):
         fig = draw()
         fig.tight_layout(pad=0.3)
         path = out_dir / f"thumb_ch{k}.png"

@@ -34,6 +34,17 @@ def test_mass_kept_figure():
     plt.close("all")
 
 
+def test_chosen_blocks_figure_tints_the_chosen_blocks():
+    p = np.full((4, 8), 1 / 8)
+    idx = np.array([[0, -1], [1, 0], [3, -1], [2, 3]])  # blocks of 2 keys
+    axes = ps.chosen_blocks_figure(p, {"moba": idx, "oracle": idx[:, :1]}, 2)
+    tint = axes[0].get_images()[1].get_array()
+    want = np.array([[1, 1, 0, 0, 0, 0, 0, 0], [1, 1, 1, 1, 0, 0, 0, 0],
+                     [0, 0, 0, 0, 0, 0, 1, 1], [0, 0, 0, 0, 1, 1, 1, 1]])  # fmt: skip
+    np.testing.assert_array_equal(tint[..., 3] > 0, want.astype(bool))
+    assert [a.get_title() for a in axes] == ["moba", "oracle"]
+
+
 def test_budget_accuracy_figure_draws_the_record():
     from attention import sparse_train
 
