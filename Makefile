@@ -41,9 +41,11 @@ lint: venv
 	$(BIN)/ruff format --check .
 
 # Unit tests of both packages, kernels under the Triton interpreter, and every
-# chapter executed top to bottom (2 workers: one per core).
+# chapter executed top to bottom (2 workers: one per core, each with one compute thread:
+# two workers of two OpenMP/BLAS threads each spin against each other on two cores).
+ONE_THREAD := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 unit: venv $(TEST_STAMP)
-	$(BIN)/pytest -m "not site and not interpreter_matrix" -n 2 --dist loadgroup \
+	$(ONE_THREAD) $(BIN)/pytest -m "not site and not interpreter_matrix" -n 2 --dist loadgroup \
 		--durations=15
 
 # The built site, opened in headless Chromium.

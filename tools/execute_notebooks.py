@@ -9,10 +9,14 @@ part (NumPy at small sizes, Triton's interpreter), and two of them at once take 
 half the time of two in a row. The build then finds every page cached and renders it.
 
 It executes exactly as myst-nb would: the page's own folder as the working directory,
-the timeout of ``_config.yml``, errors not allowed. A page that raises stops the
-script with the failing cell's traceback and a non-zero exit, as the build would have.
-Pages already in the cache (same code) are skipped, so a second ``make book`` executes
-only what changed.
+the timeout of ``_config.yml``, errors not allowed, and the site's environment variable
+set (``attention.explorers.site.SITE_ENV``: the Sphinx process sets it for the kernels
+it starts, so that explorers give their static twins and progress bars stay silent).
+Each kernel gets one compute thread (OpenMP, BLAS, torch): two kernels of two threads
+each on two cores spin against each other and run several times slower. A page that
+raises stops the script with the failing cell's traceback and a non-zero exit, as the
+build would have. Pages already in the cache (same code) are skipped, so a second
+``make book`` executes only what changed.
 
     python tools/execute_notebooks.py [--jobs N]
 """
@@ -31,6 +35,9 @@ import yaml
 from jupyter_cache import get_cache
 from jupyter_cache.base import CacheBundleIn
 from jupyter_cache.executors.utils import single_nb_execution
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from attention.explorers.site import SITE_ENV  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CACHE = ROOT / "_build" / ".jupyter_cache"  # jupyter-book's: <build dir>/.jupyter_cache
@@ -63,8 +70,18 @@ def _timeout() -> int:
     return int(config.get("execute", {}).get("timeout", 600))
 
 
+#: What the kernels inherit: the site's flag, and one thread per kernel.
+KERNEL_ENV = {
+    SITE_ENV: "1",
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
+
+
 def _execute(job: tuple[str, int]) -> tuple[str, float, str | None]:
     """Execute one page in its own folder and cache it: (page, seconds, error)."""
+    os.environ.update(KERNEL_ENV)  # this worker's kernel inherits them
     path, timeout = pathlib.Path(job[0]), job[1]
     nb = nbformat.read(path, as_version=4)
     result = single_nb_execution(

@@ -269,11 +269,14 @@ def compile_case(case: Case):
 
 
 def plan(quick: bool, targets=TARGETS, dims=None, dtypes=None) -> list[Case]:
-    """The cases: ``quick`` = d 64 and 128, fp16 and bf16, BLOCK_M 16 and 64, the
-    table's tile (paged256) and the contiguous cache, causal, plus the merge."""
+    """The cases. Full: every head dim, dtype, query-row block and cache layout, the
+    merge, and the new paths at d = 128 and 256. ``quick`` (what ``make test``
+    compiles: the heaviest of each kind): d = 128, the split kernel in fp16 and bf16
+    at query-row blocks 16 and 64 on the table's tile (256-token pages), bf16 on the
+    contiguous cache (its per-row offsets), the merge, and one case of each new path."""
+    if quick and dims is None and dtypes is None:
+        return [c for t in targets for c in _quick_cases(t)]
     dims = dims or ((64, 128) if quick else HEAD_DIMS)
-    # the heaviest layouts of the full matrix (the contiguous cache's per-row offsets
-    # and the table's key tile; 16-token pages use a 16-key tile, lighter)
     layouts = ("paged256", "contiguous") if quick else LAYOUTS
     dtypes = dtypes or (("fp16", "bf16") if quick else tuple(DTYPES))
     cases = []
@@ -288,6 +291,26 @@ def plan(quick: bool, targets=TARGETS, dims=None, dtypes=None) -> list[Case]:
                 cases.append(Case("merge", t, d, dt, 0, "-"))
         cases += feature_cases(t, quick)
     return cases
+
+
+def _quick_cases(t: str) -> list[Case]:
+    most = K.max_block_m(K.ARCHS[t][0], 128, torch.float16)
+    bms = sorted({min(bm, most) for bm in BLOCK_MS})
+    cases = [Case("split", t, 128, dt, bm, "paged256") for dt in ("fp16", "bf16")
+             for bm in bms]  # fmt: skip
+    cases += [
+        Case("split", t, 128, "bf16", bms[-1], "contiguous"),
+        Case("merge", t, 128, "bf16", 0, "-"),
+    ]
+    feats = feature_cases(t, quick=True)
+    top = {("window", bms[-1]), ("extras", bms[-1]), ("fp8", bms[-1])}
+    return cases + [
+        c
+        for c in feats
+        if (c.variant, c.block_m) in top
+        and c.layout == "paged256"
+        or (c.variant == "mla" and c.layout != "contiguous")
+    ]
 
 
 def feature_cases(target: str, quick: bool = True) -> list[Case]:
