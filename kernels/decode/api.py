@@ -196,23 +196,10 @@ def _launcher(
 
 
 def prepare(
-    q,
-    k_cache,
-    v_cache,
-    cache_seqlens,
-    block_table=None,
-    causal=True,
-    softmax_scale=None,
-    num_splits=0,
-    return_lse=False,
-    *,
-    window_size=(-1, -1),
-    softcap=0.0,
-    alibi_slopes=None,
-    sinks=None,
-    k_descale=None,
-    v_descale=None,
-):
+    q, k_cache, v_cache, cache_seqlens, block_table=None, causal=True,
+    softmax_scale=None, num_splits=0, return_lse=False, *, window_size=(-1, -1),
+    softcap=0.0, alibi_slopes=None, sinks=None, k_descale=None, v_descale=None,
+):  # fmt: skip
     """Validate (one host sync) and return ``launch()``: the launches only, returning
     what ``attention_with_kvcache`` returns. The launcher reads the tensors each time
     it is called (their values may change; their shapes and the checked lengths and
@@ -232,23 +219,10 @@ def prepare(
 
 
 def attention_with_kvcache(
-    q,
-    k_cache,
-    v_cache,
-    cache_seqlens,
-    block_table=None,
-    causal=True,
-    softmax_scale=None,
-    num_splits=0,
-    return_lse=False,
-    *,
-    window_size=(-1, -1),
-    softcap=0.0,
-    alibi_slopes=None,
-    sinks=None,
-    k_descale=None,
-    v_descale=None,
-):
+    q, k_cache, v_cache, cache_seqlens, block_table=None, causal=True,
+    softmax_scale=None, num_splits=0, return_lse=False, *, window_size=(-1, -1),
+    softcap=0.0, alibi_slopes=None, sinks=None, k_descale=None, v_descale=None,
+):  # fmt: skip
     """Attention of N_q new query tokens per sequence to its cached keys and values.
 
     q (B, N_q, H_q, d); k_cache, v_cache (num_pages, page_size, H_kv, d) with
@@ -269,16 +243,9 @@ def attention_with_kvcache(
 
 
 def prepare_mla(
-    q,
-    kv_cache,
-    cache_seqlens,
-    block_table=None,
-    head_dim_v=512,
-    softmax_scale=None,
-    causal=True,
-    return_lse=False,
-    num_splits=0,
-):
+    q, kv_cache, cache_seqlens, block_table=None, head_dim_v=512, softmax_scale=None,
+    causal=True, return_lse=False, num_splits=0,
+):  # fmt: skip
     """``prepare`` for ``mla_with_kvcache`` (``num_splits``: 0 = the heuristic)."""
     scale, max_len = check_inputs(
         q, kv_cache, kv_cache, cache_seqlens, block_table, causal, softmax_scale,
@@ -315,15 +282,9 @@ def prepare_mla(
 
 
 def mla_with_kvcache(
-    q,
-    kv_cache,
-    cache_seqlens,
-    block_table=None,
-    head_dim_v=512,
-    softmax_scale=None,
-    causal=True,
-    return_lse=False,
-):
+    q, kv_cache, cache_seqlens, block_table=None, head_dim_v=512, softmax_scale=None,
+    causal=True, return_lse=False,
+):  # fmt: skip
     """Multi-head latent attention's absorbed decode (FlashMLA's
     ``flash_mla_with_kvcache`` in this book's argument order).
 

@@ -127,24 +127,10 @@ def _window_row_max(
 
 @triton.jit
 def _decode_merge(
-    OP,
-    LSEP,
-    Out,
-    LSE,
-    N_Q,
-    H_Q,
-    N_SPLITS,
-    HEAD_DIM,
-    stride_ob,
-    stride_ot,
-    stride_oh,
-    stride_od,
-    stride_lb,
-    stride_lh,
-    stride_lt,
-    BLOCK_S: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-):
+    OP, LSEP, Out, LSE, N_Q, H_Q, N_SPLITS, HEAD_DIM,
+    stride_ob, stride_ot, stride_oh, stride_od, stride_lb, stride_lh, stride_lt,
+    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
     """o = sum_s 2^(lse_s - lse) o_s with lse = log2 sum_s 2^lse_s, for one query row
     of one head and one BLOCK_D chunk of its columns (program_id(1); contiguous
     partials (B, H_q, N_q, N_SPLITS[, d]), base 2). Empty splits (lse_s = -inf) weigh

@@ -109,17 +109,9 @@ def _decode_tiles(
         start_n = tl.multiple_of(start_n, BLOCK_N)
         offs_n = start_n + offs_n0
         base, rows = _kv_offsets(
-            bt_row,
-            start_n,
-            offs_n0,
-            seqlen,
-            stride_kp,
-            stride_kn,
-            PAGED,
-            PAGE_SIZE,
-            BLOCK_N,
-            MASKED,
-        )
+            bt_row, start_n, offs_n0, seqlen, stride_kp, stride_kn, PAGED, PAGE_SIZE,
+            BLOCK_N, MASKED,
+        )  # fmt: skip
         k_rows = (k_base + base) + rows[:, None]
         k_ptrs = k_rows + offs_d[None, :] * stride_kd
         v_ptrs = (v_base + base) + rows[:, None] + offs_d[None, :] * stride_vd
@@ -156,34 +148,14 @@ def _decode_tiles(
                 k_r = k_r.to(tl.float32)
             qk = tl.dot(q_r, tl.trans(k_r), qk, input_precision=DOT_PRECISION)
         s, visible = _scores(
-            qk,
-            qk_scale,
-            cap2,
-            slope2,
-            offs_n,
-            pos,
-            seqlen,
-            win_left,
-            win_right,
-            MASKED,
-            HAS_LEFT,
-            HAS_RIGHT,
-            HAS_SOFTCAP,
-            HAS_ALIBI,
-        )
+            qk, qk_scale, cap2, slope2, offs_n, pos, seqlen, win_left, win_right,
+            MASKED, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
+        )  # fmt: skip
         if MASKED:
             m_new, m_sub = _window_row_max(
-                m_i,
-                s,
-                start_n,
-                pos,
-                seqlen,
-                win_left,
-                win_right,
-                HAS_LEFT,
-                HAS_RIGHT,
+                m_i, s, start_n, pos, seqlen, win_left, win_right, HAS_LEFT, HAS_RIGHT,
                 BLOCK_N,
-            )
+            )  # fmt: skip
         else:
             m_new = tl.maximum(m_i, tl.max(s, 1))
             m_sub = m_new
@@ -359,29 +331,20 @@ def _decode_split(
         l_i = tl.where(split == 0, 1.0, l_i)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     offs_n0 = tl.arange(0, BLOCK_N)
-    # K and V share a layout (checked on the host): one row offset serves both
-    if HAS_LEFT:  # the masked tiles at the window's start
-        acc, l_i, m_i = _decode_tiles(
-            acc, l_i, m_i, q, q_r, k_base, v_base, bt_row, lo, a_end, seqlen, pos,
-            qk_scale, cap2, slope2, win_left, win_right, offs_n0, offs_d, offs_r,
-            stride_kp, stride_kn, stride_kd, stride_vd, HEAD_DIM, ROPE_DIM, PAGED,
-            PAGE_SIZE, BLOCK_N, BLOCK_D, BLOCK_R, EVEN_D, True, HAS_LEFT, HAS_RIGHT,
-            HAS_SOFTCAP, HAS_ALIBI, SHARED_KV, FP8, FP8_NATIVE, UPCAST, DOT_PRECISION,
-        )  # fmt: skip
-    acc, l_i, m_i = _decode_tiles(
-        acc, l_i, m_i, q, q_r, k_base, v_base, bt_row, a_end, b_end, seqlen, pos,
-        qk_scale, cap2, slope2, win_left, win_right, offs_n0, offs_d, offs_r,
-        stride_kp, stride_kn, stride_kd, stride_vd, HEAD_DIM, ROPE_DIM, PAGED,
-        PAGE_SIZE, BLOCK_N, BLOCK_D, BLOCK_R, EVEN_D, False, HAS_LEFT, HAS_RIGHT,
-        HAS_SOFTCAP, HAS_ALIBI, SHARED_KV, FP8, FP8_NATIVE, UPCAST, DOT_PRECISION,
-    )  # fmt: skip
-    acc, l_i, m_i = _decode_tiles(
-        acc, l_i, m_i, q, q_r, k_base, v_base, bt_row, b_end, hi, seqlen, pos,
-        qk_scale, cap2, slope2, win_left, win_right, offs_n0, offs_d, offs_r,
-        stride_kp, stride_kn, stride_kd, stride_vd, HEAD_DIM, ROPE_DIM, PAGED,
-        PAGE_SIZE, BLOCK_N, BLOCK_D, BLOCK_R, EVEN_D, True, HAS_LEFT, HAS_RIGHT,
-        HAS_SOFTCAP, HAS_ALIBI, SHARED_KV, FP8, FP8_NATIVE, UPCAST, DOT_PRECISION,
-    )  # fmt: skip
+    # K and V share a layout (checked on the host): one row offset serves both. Three
+    # runs of tiles, unrolled: [lo, a_end) masked at the window's start (HAS_LEFT
+    # only), [a_end, b_end) seen in full by every row, [b_end, hi) masked at the end.
+    ends = (lo, a_end, b_end, hi)
+    for part in tl.static_range(3):
+        if part != 0 or HAS_LEFT:
+            acc, l_i, m_i = _decode_tiles(
+                acc, l_i, m_i, q, q_r, k_base, v_base, bt_row, ends[part],
+                ends[part + 1], seqlen, pos, qk_scale, cap2, slope2, win_left,
+                win_right, offs_n0, offs_d, offs_r, stride_kp, stride_kn, stride_kd,
+                stride_vd, HEAD_DIM, ROPE_DIM, PAGED, PAGE_SIZE, BLOCK_N, BLOCK_D,
+                BLOCK_R, EVEN_D, part != 1, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
+                HAS_ALIBI, SHARED_KV, FP8, FP8_NATIVE, UPCAST, DOT_PRECISION,
+            )  # fmt: skip
     acc, lse2 = finish_rows(acc, l_i, m_i)
     if FP8:
         acc = acc * tl.load(VDESC + b * stride_dsb + hkv)

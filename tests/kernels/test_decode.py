@@ -73,6 +73,26 @@ def make_cache(
     )
 
 
+def buffers(B, n_q, h_q, d_v):
+    """A reference's starting point: out 0 (B, N_q, H_q, d_v), lse -inf (B, H_q, N_q)
+    (a row with no key) and their tolerances' floor, 1e-6."""
+    out = torch.zeros(B, n_q, h_q, d_v, dtype=torch.float64)
+    lse = torch.full((B, h_q, n_q), -math.inf, dtype=torch.float64)
+    return out, lse, torch.full_like(out, 1e-6), torch.full_like(lse, 1e-6)
+
+
+def add_bound(o_tol, l_tol, b, out, lse, p, vv, e_s, seen, u, terms=8):
+    """Add sequence b's bound of the module docstring to o_tol[b] and l_tol[b]: p
+    (H_q, N_q, L) its probabilities, vv (L, H_q, d_v) its values, e_s (H_q, N_q) the
+    score error, seen (N_q, L) the visible pairs; ``terms`` the (n + terms) u32 of
+    the exponentials and sums."""
+    n = seen.sum(-1).double()[None, :]  # (1, N_q)
+    rel = 2 * e_s + u + (n + terms) * U32
+    pv = torch.einsum("htj,jhd->thd", p, vv.abs())
+    o_tol[b] += 2 * (rel.transpose(0, 1)[..., None] * pv + u * out[b].abs())
+    l_tol[b] += 2 * (e_s + (n + terms) * U32 + U32 * lse[b].abs())
+
+
 def reference(q, k, v, lens, bt, causal=True, scale=None):
     """fp64 out (B, N_q, H_q, d), lse (B, H_q, N_q) and the tolerances of the module
     docstring, from a per-sequence gather of the pages."""
@@ -81,10 +101,7 @@ def reference(q, k, v, lens, bt, causal=True, scale=None):
     G = h_q // h_kv
     scale = 1 / math.sqrt(d) if scale is None else scale
     u = U[q.dtype]
-    out = torch.zeros(B, n_q, h_q, d, dtype=torch.float64)
-    lse = torch.full((B, h_q, n_q), -math.inf, dtype=torch.float64)
-    o_tol = torch.full_like(out, 1e-6)
-    l_tol = torch.full_like(lse, 1e-6)
+    out, lse, o_tol, l_tol = buffers(B, n_q, h_q, d)
     for b in range(B):
         L = int(lens[b])
         if L == 0:
@@ -108,12 +125,20 @@ def reference(q, k, v, lens, bt, causal=True, scale=None):
         out[b] = torch.einsum("htj,jhd->thd", p, vv)
         qk_abs = torch.einsum("thd,jhd->htj", qb.abs(), kk.abs())
         e_s = abs(scale) * (d + 2) * U32 * qk_abs.amax(-1)  # (H_q, N_q)
-        n = seen.sum(-1).double()[None, :]  # (1, N_q)
-        rel = 2 * e_s + u + (n + 8) * U32
-        pv = torch.einsum("htj,jhd->thd", p, vv.abs())
-        o_tol[b] += 2 * (rel.transpose(0, 1)[..., None] * pv + u * out[b].abs())
-        l_tol[b] += 2 * (e_s + (n + 8) * U32 + U32 * lse[b].abs())
+        add_bound(o_tol, l_tol, b, out, lse, p, vv, e_s, seen, u)
     return out, lse, o_tol, l_tol
+
+
+def compare(got, want):
+    """Assert got = (out, lse) within want = (out, lse, out tolerance, lse tolerance),
+    a reference's; lse -inf exactly where the reference's is."""
+    (out, lse), (ro, rl, o_tol, l_tol) = got, want
+    err = (out.double().cpu() - ro).abs()
+    assert (err <= o_tol).all(), f"max err {err.max():.3g}, over {(err - o_tol).max()}"
+    lc = lse.double().cpu()
+    assert torch.equal(torch.isneginf(lc), torch.isneginf(rl))
+    fin = torch.isfinite(rl)
+    assert ((lc - rl).abs()[fin] <= l_tol[fin]).all()
 
 
 def check(q, k, v, lens, bt, causal=True, num_splits=0, scale=None):
@@ -131,13 +156,7 @@ def check(q, k, v, lens, bt, causal=True, num_splits=0, scale=None):
     assert out.shape == q.shape and out.dtype == q.dtype
     assert lse.shape == (q.shape[0], q.shape[2], q.shape[1])
     assert lse.dtype == torch.float32
-    ro, rl, o_tol, l_tol = reference(q, k, v, lens, bt, causal, scale)
-    err = (out.double().cpu() - ro).abs()
-    assert (err <= o_tol).all(), f"max err {err.max():.3g}, {(err - o_tol).max()}"
-    lc = lse.double().cpu()
-    assert torch.equal(torch.isinf(lc), torch.isinf(rl))
-    fin = torch.isfinite(rl)
-    assert ((lc - rl).abs()[fin] <= l_tol[fin]).all()
+    compare((out, lse), reference(q, k, v, lens, bt, causal, scale))
     return out, lse
 
 

@@ -20,7 +20,7 @@ import torch
 
 from kernels import runtime
 from kernels.decode import api, attention_with_kvcache
-from tests.kernels.test_decode import U32, U, make_cache
+from tests.kernels.test_decode import U32, U, add_bound, buffers, compare, make_cache
 
 pytestmark = pytest.mark.xdist_group("decode")
 
@@ -48,10 +48,7 @@ def reference(q, ks, vs, lens, causal, window, cap, slopes, sinks, u, scale=None
     scale = 1 / math.sqrt(d) if scale is None else scale
     left, right = window
     right = 0 if causal else right
-    out = torch.zeros(B, n_q, h_q, d_v, dtype=torch.float64)
-    lse = torch.full((B, h_q, n_q), -math.inf, dtype=torch.float64)
-    o_tol = torch.full_like(out, 1e-6)
-    l_tol = torch.full_like(lse, 1e-6)
+    out, lse, o_tol, l_tol = buffers(B, n_q, h_q, d_v)
     for b in range(B):
         L = int(lens[b])
         sink = None if sinks is None else sinks.double().cpu()[:, None]  # (H_q, 1)
@@ -91,22 +88,8 @@ def reference(q, ks, vs, lens, causal, window, cap, slopes, sinks, u, scale=None
         lse[b] = torch.logsumexp(s, -1)
         p = torch.softmax(s, -1).nan_to_num(0.0)  # a row with no key at all: 0
         out[b] = torch.einsum("htj,jhd->thd", p, vv)
-        n = seen.sum(-1).double()[None, :]
-        rel = 2 * e_s + u + (n + 10) * U32
-        pv = torch.einsum("htj,jhd->thd", p, vv.abs())
-        o_tol[b] += 2 * (rel.transpose(0, 1)[..., None] * pv + u * out[b].abs())
-        l_tol[b] += 2 * (e_s + (n + 10) * U32 + U32 * lse[b].abs())
+        add_bound(o_tol, l_tol, b, out, lse, p, vv, e_s, seen, u, terms=10)
     return out, lse, o_tol, l_tol
-
-
-def check(got, want):
-    (out, lse), (ro, rl, o_tol, l_tol) = got, want
-    err = (out.double().cpu() - ro).abs()
-    assert (err <= o_tol).all(), f"max err {err.max():.3g}, over {(err - o_tol).max()}"
-    lc = lse.double().cpu()
-    assert torch.equal(torch.isneginf(lc), torch.isneginf(rl))
-    fin = torch.isfinite(rl)
-    assert ((lc - rl).abs()[fin] <= l_tol[fin]).all()
 
 
 # (lens, N_q, H_q, H_kv, d, page (0: contiguous), dtype, causal, splits, window,
@@ -242,7 +225,7 @@ def test_keywords_match_fp64(name):
         q, ks, vs, sl, causal, kw["window_size"], kw["softcap"], kw["alibi_slopes"],
         kw["sinks"], U[dtype],
     )  # fmt: skip
-    check(got, want)
+    compare(got, want)
     for b in [b for b, n in enumerate(lens) if n == 0]:  # an empty slot
         assert (got[0][b] == 0).all()
         sink = kw["sinks"]
@@ -301,7 +284,7 @@ def test_fp8_cache_matches_fp64_and_the_twin(page, dtype, kw, monkeypatch):
     ks = [x * kd[b].double().cpu()[:, None] for b, x in enumerate(gather(k8, sl, bt))]
     vs = [x * vd[b].double().cpu()[:, None] for b, x in enumerate(gather(v8, sl, bt))]
     window = kw.get("window_size", (-1, -1))
-    check(
+    compare(
         got, reference(q, ks, vs, sl, True, window, 0, None, kw.get("sinks"), U[dtype])
     )
     # the twin reads the same e4m3 bytes (on its round_e4m3 grid) and descales

@@ -17,8 +17,8 @@ from kernels.decode import (
     prepare,
     prepare_mla,
 )
-from tests.kernels.test_decode import U, make_cache
-from tests.kernels.test_decode_features import check, gather, reference
+from tests.kernels.test_decode import U, compare, make_cache
+from tests.kernels.test_decode_features import gather, reference
 
 pytestmark = pytest.mark.xdist_group("decode")
 
@@ -59,9 +59,11 @@ def test_mla_matches_fp64_and_the_twin(lens, n_q, h_q, D, dv, page, dtype, causa
         q, rows, [r[..., :dv] for r in rows], sl, causal, (-1, -1), 0, None, None,
         U[dtype],
     )  # fmt: skip
-    check(got, want)
+    compare(got, want)
     if page:  # three splits and the merge
-        check(prepare_mla(q, kv, sl, bt, dv, None, causal, True, num_splits=3)(), want)
+        compare(
+            prepare_mla(q, kv, sl, bt, dv, None, causal, True, num_splits=3)(), want
+        )
     tw_o, tw_l = npd.mla_with_kvcache(
         q.double().cpu().numpy(), kv.double().cpu().numpy(), sl.cpu().numpy(),
         None if bt is None else bt.cpu().numpy(), dv, causal=causal, return_lse=True,
