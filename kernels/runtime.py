@@ -102,6 +102,17 @@ if INTERPRET:
     _mend_interpreter_index()
 
 
+def compile_ahead(module: str, name: str) -> None:
+    """For the machine-code checks, ``python -m kernels.machine_code.<check>``: compile,
+    do not interpret. Sets ``TRITON_INTERPRET=0`` and, when this process chose the
+    interpreter (``python -m`` imported ``kernels`` before the check's first line) and
+    ``name`` is ``"__main__"``, starts ``python -m module`` again with the same
+    arguments, which inherits the setting."""
+    os.environ["TRITON_INTERPRET"] = "0"
+    if INTERPRET and name == "__main__":
+        os.execv(sys.executable, [sys.executable, "-m", module, *sys.argv[1:]])
+
+
 def device() -> torch.device:
     """The device to allocate kernel inputs on (``cuda`` or, under the interpreter,
     ``cpu``)."""

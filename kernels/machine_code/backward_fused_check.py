@@ -19,25 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 import time
 
-os.environ["TRITON_INTERPRET"] = "0"  # compile, do not interpret
+from kernels import runtime
 
-from kernels import runtime  # noqa: E402
-
-if runtime.INTERPRET and __name__ == "__main__":  # see machine_code.compile_check
-    os.execv(
-        sys.executable,
-        [
-            sys.executable,
-            "-m",
-            "kernels.machine_code.backward_fused_check",
-            *sys.argv[1:],
-        ],
-    )
+runtime.compile_ahead("kernels.machine_code.backward_fused_check", __name__)
 
 import torch  # noqa: E402
 

@@ -43,31 +43,21 @@ variant, whose masks cost registers); ``--quick`` compiles the recorded peaks.
 Exits 1 if any config exceeds its target's shared memory, spills, or fails to compile
 (the causal backward's shield launches, which run only when an input holds NaN/inf,
 may spill: their spills are reported, not refused).
-Runs with ``TRITON_INTERPRET`` unset: it sets the variable to 0 before importing
-:mod:`kernels` (under the interpreter the kernels are not compilable objects).
+Runs with ``TRITON_INTERPRET`` unset: ``runtime.compile_ahead`` sets the variable to 0
+and starts the check again when :mod:`kernels` was imported under the interpreter
+(under the interpreter the kernels are not compilable objects).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import pathlib
 import sys
 import time
 
-# before kernels is imported: compile, do not interpret
-os.environ["TRITON_INTERPRET"] = "0"
+from kernels import runtime
 
-from kernels import runtime  # noqa: E402
-
-if runtime.INTERPRET and __name__ == "__main__":
-    # `python -m kernels.machine_code.compile_check` imports the package (which chose
-    # the interpreter on a CPU machine) before this line runs: start again with
-    # TRITON_INTERPRET=0 inherited.
-    os.execv(
-        sys.executable,
-        [sys.executable, "-m", "kernels.machine_code.compile_check", *sys.argv[1:]],
-    )
+runtime.compile_ahead("kernels.machine_code.compile_check", __name__)
 
 import torch  # noqa: E402
 import triton  # noqa: E402
@@ -80,6 +70,7 @@ from kernels.machine_code.compiler import (  # noqa: E402, F401  (re-exported)
     KERNEL_FNS,
     KERNELS,
     PTXAS,
+    STATIC_DIR,
     TMA_KERNELS,
     Result,
     _compile,
@@ -88,6 +79,7 @@ from kernels.machine_code.compiler import (  # noqa: E402, F401  (re-exported)
     _launch_values,
     compile_one,
     ptxas_usage,
+    report_header,
 )
 
 
@@ -274,7 +266,6 @@ TUTORIAL_FWD_SM90 = {
 }
 #: The report's shapes: bf16 at the head dims models use, long aligned sequences.
 REPORT_SHAPES = {"head_dims": (64, 128), "dtype": torch.bfloat16, "n_ctx": 16384}
-STATIC_DIR = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "static"
 
 
 def machine_code_report(target: str) -> dict:
@@ -332,15 +323,9 @@ def machine_code_report(target: str) -> dict:
     rows += hard_machine_code_report(
         target, fwd[0]["thread_instructions_per_score"] if fwd else None
     )
+    note = "instruction counts of the compiled machine code, not time"
     return {
-        "target": target,
-        "triton": triton.__version__,
-        "torch": torch.__version__,
-        "date": time.strftime("%Y-%m-%d"),
-        "command": (
-            f"python -m kernels.machine_code.compile_check --report --target {target}"
-        ),
-        "note": "instruction counts of the compiled machine code, not time",
+        **report_header(target, "compile_check", note),
         "reference": TUTORIAL_FWD_SM90 if target == "sm90" else None,
         "kernels": rows,
     }

@@ -244,8 +244,7 @@ def compile_one(
             "wgmma" in ptx if target == "sm90" and kernel != "preprocess" else None
         )
     except Exception as e:  # noqa: BLE001 - any compile failure is a reported result
-        first = str(e).strip().splitlines()[0] if str(e) else ""
-        res.error = f"{type(e).__name__}: {first}"
+        res.error = error_text(e)
     res.seconds = time.perf_counter() - t0
     return res
 
@@ -277,3 +276,123 @@ def ptxas_usage(ptx: str) -> tuple[int, int, int]:
     regs = int(re.search(r"Used (\d+) registers", log).group(1))
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
     return regs, int(spill.group(1)), int(spill.group(2))
+
+
+# ---------------------------------------------------------------------------------
+# What the family checks (flex_check, sparse_check) share: a row per compilation, its
+# table cells, the command line and the --report files.
+# ---------------------------------------------------------------------------------
+
+STATIC_DIR = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "static"
+REPORT_TARGETS = ("sm90", "sm80")
+
+
+def error_text(e: Exception) -> str:
+    """A failed compilation as the checks report it: the exception's type and the
+    first line of its message."""
+    first = str(e).strip().splitlines()[0] if str(e) else ""
+    return f"{type(e).__name__}: {first}"
+
+
+def measure(res: dict, build, spills_ok: bool = False) -> dict:
+    """Fill the check row ``res`` (it holds ``target`` and ``limit``, the target's
+    shared memory) from the compilation ``build()`` returns: shared, registers,
+    spills (bytes stored + loaded), wgmma (sm_90: did the dots become Hopper
+    ``wgmma``), ok (within shared memory, and no spill unless ``spills_ok``) and the
+    compiled kernel under ``compiled``; on a failure error and ok False; seconds."""
+    t0 = time.perf_counter()
+    try:
+        c = build()
+        res["shared"] = int(c.metadata.shared)
+        res["registers"], st, ld = ptxas_usage(c.asm["ptx"])
+        res["spills"] = st + ld
+        res["wgmma"] = "wgmma" in c.asm["ptx"] if res["target"] == "sm90" else None
+        spill_ok = res["spills"] == 0 or spills_ok
+        res["ok"] = spill_ok and res["shared"] <= res["limit"]
+        res["compiled"] = c
+    except Exception as e:  # noqa: BLE001 - a failed compile is a reported result
+        res.update(error=error_text(e), ok=False)
+    res["seconds"] = time.perf_counter() - t0
+    return res
+
+
+def cells(r: dict) -> tuple[str, str, str]:
+    """A row's shared memory ("KB/limit KB", "-" when it did not compile), status
+    ("ok" or the error) and wgmma ("yes", "no", "-") columns."""
+    shared = f"{r['shared'] / 1024:.1f}/{r['limit'] // 1024}" if "shared" in r else "-"
+    status = "ok" if r["ok"] else r.get("error", "FAIL")
+    wg = {True: "yes", False: "no", None: "-"}[r.get("wgmma")]
+    return shared, status, wg
+
+
+def check_args(argv, doc: str, targets, kernels):
+    """A check's command line: --quick, --target, --kernel, --report."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="the representative subset")
+    ap.add_argument("--target", action="append", choices=list(targets))
+    ap.add_argument("--kernel", action="append", choices=list(kernels))
+    ap.add_argument(
+        "--report",
+        action="store_true",
+        help="hot-loop SASS counts of the forward (sm90/sm80) -> benchmarks/static/",
+    )
+    return ap.parse_args(argv)
+
+
+def report_header(target: str, check: str, note: str) -> dict:
+    """The fields a --report file opens with: target, versions, date, the command
+    that wrote it (``python -m kernels.machine_code.<check>``) and ``note``."""
+    return {
+        "target": target,
+        "triton": triton.__version__,
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d"),
+        "command": (
+            f"python -m kernels.machine_code.{check} --report --target {target}"
+        ),
+        "note": note,
+    }
+
+
+def write_reports(family: str, targets, machine_code_report, describe) -> int:
+    """--report: ``machine_code_report(target)`` for each of ``targets`` (sm90 and
+    sm80 when none) into ``benchmarks/static/<family>-<target>.json``, printing
+    ``describe(target, row)`` for each of its kernels' rows; 2 for another target."""
+    import json
+    import sys
+
+    bad = set(targets or ()) - set(REPORT_TARGETS)
+    if bad:
+        print(f"--report covers sm90 and sm80, not {sorted(bad)}", file=sys.stderr)
+        return 2
+    STATIC_DIR.mkdir(parents=True, exist_ok=True)
+    for target in targets or REPORT_TARGETS:
+        rep = machine_code_report(target)
+        path = STATIC_DIR / f"{family}-{target}.json"
+        path.write_text(json.dumps(rep, indent=1) + "\n")
+        for r in rep["kernels"]:
+            print(describe(target, r), flush=True)
+        print(f"# written to {path}", flush=True)
+    return 0
+
+
+def run_jobs(jobs, header: str, compile_case, format_row, not_shipped=None) -> int:
+    """Compile ``compile_case(*job)`` for each job and print the table: ``header``,
+    ``format_row(row)`` per compilation, ``not_shipped(*job)`` where ``compile_case``
+    returns None (a case the family refuses), then the tally; 1 if any failed."""
+    print(f"# {len(jobs)} compilations", flush=True)
+    print(header, flush=True)
+    bad = skipped = 0
+    for job in jobs:
+        r = compile_case(*job)
+        if r is None:
+            print(not_shipped(*job))
+            skipped += 1
+            continue
+        bad += not r["ok"]
+        print(format_row(r), flush=True)
+    done = len(jobs) - skipped
+    print(f"# {done - bad}/{done} ok" + (f", {skipped} not shipped" if skipped else ""))
+    return 1 if bad else 0

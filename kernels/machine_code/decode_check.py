@@ -27,19 +27,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import sys
 import time
 
-os.environ["TRITON_INTERPRET"] = "0"  # before kernels is imported: compile
+from kernels import runtime
 
-from kernels import runtime  # noqa: E402
-
-if runtime.INTERPRET and __name__ == "__main__":
-    os.execv(
-        sys.executable,
-        [sys.executable, "-m", "kernels.machine_code.decode_check", *sys.argv[1:]],
-    )
+runtime.compile_ahead("kernels.machine_code.decode_check", __name__)
 
 import torch  # noqa: E402
 import triton  # noqa: E402

@@ -23,7 +23,7 @@ contiguous (B, H = 16, N = 4096, d) q with H_kv = 8 (GQA), a broadcast block mas
 The sm_75 backward above d = 64 is not shipped (every tile spills with CUDA-core
 dots there; ``flex_attention`` refuses it): listed as "not shipped". Exits 1 if a case
 spills, exceeds shared memory or fails to compile. Runs with
-TRITON_INTERPRET unset (it sets it to 0 before importing kernels).
+TRITON_INTERPRET unset (``runtime.compile_ahead`` sets it to 0).
 
 ``--report`` writes ``benchmarks/static/flex-sm90.json`` and ``flex-sm80.json``: the
 forward for a causal mask and a sliding window of 4,096 (bf16, d = 128, the shipped
@@ -36,20 +36,11 @@ partial tiles' (the mask function evaluated per score).
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
-import time
 
-os.environ["TRITON_INTERPRET"] = "0"
+from kernels import runtime
 
-from kernels import runtime  # noqa: E402
-
-if runtime.INTERPRET and __name__ == "__main__":
-    os.execv(
-        sys.executable,
-        [sys.executable, "-m", "kernels.machine_code.flex_check", *sys.argv[1:]],
-    )
+runtime.compile_ahead("kernels.machine_code.flex_check", __name__)
 
 import torch  # noqa: E402
 
@@ -68,7 +59,13 @@ from kernels.flex import (  # noqa: E402
 from kernels.machine_code.compiler import (  # noqa: E402
     _compile_values,
     _jit_function,
+    cells,
+    check_args,
+    measure,
     ptxas_usage,
+    report_header,
+    run_jobs,
+    write_reports,
 )
 
 N, H, H_KV = 4096, 16, 8
@@ -196,31 +193,23 @@ def compile_case(kernel, name, target, dims, dtype_name):
         return None
     config = (min(config[0], BLOCK), min(config[1], BLOCK), *config[2:])
     res["config"] = config
-    t0 = time.perf_counter()
-    try:
-        vals = _values(kernel, name, dims, dtype, config)
-        vals["UPCAST"] = False
-        fn = _jit_function(KERNELS[kernel.removesuffix("-shield")])
-        c = _compile_values(fn, vals, cap, config[2], config[3])
-        res["shared"] = int(c.metadata.shared)
-        res["registers"], st, ld = ptxas_usage(c.asm["ptx"])
-        res["spills"] = st + ld
-        res["wgmma"] = "wgmma" in c.asm["ptx"] if target == "sm90" else None
+    return measure(
+        res,
+        lambda: _compile_values(
+            _jit_function(KERNELS[kernel.removesuffix("-shield")]),
+            _values(kernel, name, dims, dtype, config),
+            cap,
+            config[2],
+            config[3],
+        ),
         # the NaN/inf launches may spill (reported, not refused), as kernels.flash's
-        spill_ok = res["spills"] == 0 or kernel.endswith("-shield")
-        res["ok"] = spill_ok and res["shared"] <= res["limit"]
-    except Exception as e:  # noqa: BLE001 - a failed compile is a reported result
-        first = str(e).strip().splitlines()[0] if str(e) else ""
-        res.update(error=f"{type(e).__name__}: {first}", ok=False)
-    res["seconds"] = time.perf_counter() - t0
-    return res
+        spills_ok=kernel.endswith("-shield"),
+    )
 
 
 def format_row(r) -> str:
     bm, bn, w, s = r["config"]
-    shared = f"{r['shared'] / 1024:.1f}/{r['limit'] // 1024}" if "shared" in r else "-"
-    status = "ok" if r["ok"] else r.get("error", "FAIL")
-    wg = {True: "yes", False: "no", None: "-"}[r.get("wgmma")]
+    shared, status, wg = cells(r)
     return (
         f"{r['kernel']:<5} {r['case']:<13} {r['target']:<5} "
         f"{r['dims'][0]:>3}/{r['dims'][1]:<3} {r['dtype']:<4} "
@@ -282,8 +271,6 @@ def machine_code_report(target: str) -> dict:
     of ``REPORT_MASKS``: rows with ``compile_check.machine_code_report``'s fields plus
     ``mask`` and ``partial_loop`` (the partial tiles' loop; ``hot_loop`` is the full
     tiles')."""
-    import triton
-
     from kernels.machine_code import sass
     from kernels.machine_code.compile_check import REPORT_SHAPES
 
@@ -327,80 +314,35 @@ def machine_code_report(target: str) -> dict:
                 "partial_loop": part,
             }
         )
-    return {
-        "target": target,
-        "triton": triton.__version__,
-        "torch": torch.__version__,
-        "date": time.strftime("%Y-%m-%d"),
-        "command": (
-            f"python -m kernels.machine_code.flex_check --report --target {target}"
-        ),
-        "note": "instruction counts of the compiled machine code, not time; hot_loop: "
-        "the full tiles' loop, partial_loop: the partial tiles' (mask evaluated)",
-        "kernels": rows,
-    }
+    note = (
+        "instruction counts of the compiled machine code, not time; hot_loop: "
+        "the full tiles' loop, partial_loop: the partial tiles' (mask evaluated)"
+    )
+    return {**report_header(target, "flex_check", note), "kernels": rows}
 
 
-def write_report(targets) -> int:
-    import json
-    import pathlib
+def _describe(target, r) -> str:
+    return (
+        f"{target} {r['kernel']} {r['mask']:<12} regs {r['registers']} "
+        f"spills {r['spill_bytes']} loop instr. full "
+        f"{r['hot_loop']['instructions']} partial "
+        f"{r['partial_loop']['instructions']}"
+    )
 
-    out = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "static"
-    out.mkdir(parents=True, exist_ok=True)
-    for target in targets:
-        rep = machine_code_report(target)
-        path = out / f"flex-{target}.json"
-        path.write_text(json.dumps(rep, indent=1) + "\n")
-        for r in rep["kernels"]:
-            print(
-                f"{target} {r['kernel']} {r['mask']:<12} regs {r['registers']} "
-                f"spills {r['spill_bytes']} loop instr. full "
-                f"{r['hot_loop']['instructions']} partial "
-                f"{r['partial_loop']['instructions']}",
-                flush=True,
-            )
-        print(f"# written to {path}", flush=True)
-    return 0
+
+def _not_shipped(k, name, t, dims, dt) -> str:
+    return f"{k:<5} {name:<13} {t:<5} {dims[0]:>3}/{dims[1]:<3} {dt:<4} not shipped"
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="the representative subset")
-    ap.add_argument("--target", action="append", choices=list(TARGETS))
-    ap.add_argument("--kernel", action="append", choices=list(ALL_KERNELS))
-    ap.add_argument(
-        "--report",
-        action="store_true",
-        help="hot-loop SASS counts of the forward (sm90/sm80) -> benchmarks/static/",
-    )
-    args = ap.parse_args(argv)
+    args = check_args(argv, __doc__, TARGETS, ALL_KERNELS)
     if runtime.INTERPRET:
         print("flex_check needs TRITON_INTERPRET unset", file=sys.stderr)
         return 2
     if args.report:
-        bad = set(args.target or ()) - {"sm90", "sm80"}
-        if bad:
-            print(f"--report covers sm90 and sm80, not {sorted(bad)}", file=sys.stderr)
-            return 2
-        return write_report(args.target or ["sm90", "sm80"])
+        return write_reports("flex", args.target, machine_code_report, _describe)
     jobs = plan(args.quick, args.target, args.kernel)
-    print(f"# {len(jobs)} compilations", flush=True)
-    print(HEADER, flush=True)
-    bad = skipped = 0
-    for k, name, t, dims, dt in jobs:
-        r = compile_case(k, name, t, dims, dt)
-        if r is None:
-            print(
-                f"{k:<5} {name:<13} {t:<5} {dims[0]:>3}/{dims[1]:<3} {dt:<4} "
-                "not shipped"
-            )
-            skipped += 1
-            continue
-        bad += not r["ok"]
-        print(format_row(r), flush=True)
-    done = len(jobs) - skipped
-    print(f"# {done - bad}/{done} ok" + (f", {skipped} not shipped" if skipped else ""))
-    return 1 if bad else 0
+    return run_jobs(jobs, HEADER, compile_case, format_row, _not_shipped)
 
 
 if __name__ == "__main__":

@@ -25,27 +25,23 @@ registers, spills, shared memory and the SASS counts per iteration of its key lo
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
-import time
 
-os.environ["TRITON_INTERPRET"] = "0"
+from kernels import runtime
 
-from kernels import runtime  # noqa: E402
-
-if runtime.INTERPRET and __name__ == "__main__":
-    os.execv(
-        sys.executable,
-        [sys.executable, "-m", "kernels.machine_code.sparse_check", *sys.argv[1:]],
-    )
+runtime.compile_ahead("kernels.machine_code.sparse_check", __name__)
 
 import torch  # noqa: E402
 
 from kernels.machine_code.compiler import (  # noqa: E402
     _compile_values,
     _jit_function,
-    ptxas_usage,
+    cells,
+    check_args,
+    measure,
+    report_header,
+    run_jobs,
+    write_reports,
 )
 from kernels.sparse import backward, forward, tiles  # noqa: E402
 
@@ -142,21 +138,16 @@ def compile_case(kernel, case, target, d, dtype_name, group):
         "tile": tile[:5],
         "limit": tiles.ARCHS[target][1],
     }
-    t0 = time.perf_counter()
-    try:
-        vals = _values(kernel, case, d, dtype, group, tile)
-        c = _compile_values(_jit_function(KERNELS[kernel]), vals, cap, tile[3], tile[4])
-        res["shared"] = int(c.metadata.shared)
-        res["registers"], st, ld = ptxas_usage(c.asm["ptx"])
-        res["spills"] = st + ld
-        res["wgmma"] = "wgmma" in c.asm["ptx"] if target == "sm90" else None
-        res["ok"] = res["spills"] == 0 and res["shared"] <= res["limit"]
-        res["compiled"] = c
-    except Exception as e:  # noqa: BLE001 - a failed compile is a reported result
-        first = str(e).strip().splitlines()[0] if str(e) else ""
-        res.update(error=f"{type(e).__name__}: {first}", ok=False)
-    res["seconds"] = time.perf_counter() - t0
-    return res
+    return measure(
+        res,
+        lambda: _compile_values(
+            _jit_function(KERNELS[kernel]),
+            _values(kernel, case, d, dtype, group, tile),
+            cap,
+            tile[3],
+            tile[4],
+        ),
+    )
 
 
 HEADER = (
@@ -168,9 +159,7 @@ HEADER = (
 
 def format_row(r) -> str:
     bm, _, bn, w, s = r["tile"]
-    shared = f"{r['shared'] / 1024:.1f}/{r['limit'] // 1024}" if "shared" in r else "-"
-    status = "ok" if r["ok"] else r.get("error", "FAIL")
-    wg = {True: "yes", False: "no", None: "-"}[r.get("wgmma")]
+    shared, status, wg = cells(r)
     return (
         f"{r['kernel']:<4} {r['case']:<8} {r['target']:<5} {r['head_dim']:>3} "
         f"{r['dtype']:<4} {r['group']:>3} {f'{bm}x{bn} w{w} s{s}':<12} {shared:>11} "
@@ -201,8 +190,6 @@ def machine_code_report(target: str) -> dict:
     """The forward's hot-loop SASS counts on ``target`` (bf16, d = 128, group 16,
     blocks of 64), with registers, spills, shared memory and the K/V bytes its loop
     gathers per iteration (counted from the tile, not measured)."""
-    import triton
-
     from kernels.machine_code import sass
 
     r = compile_case("fwd", "blocks64", target, 128, "bf16", 16)
@@ -224,70 +211,29 @@ def machine_code_report(target: str) -> dict:
         **rep,
         "kv_bytes_per_iteration": 2 * bn * 128 * 2,
     }
-    return {
-        "target": target,
-        "triton": triton.__version__,
-        "torch": torch.__version__,
-        "date": time.strftime("%Y-%m-%d"),
-        "command": (
-            f"python -m kernels.machine_code.sparse_check --report --target {target}"
-        ),
-        "note": "instruction counts of the compiled machine code, not time; hot_loop: "
-        "one iteration of the key loop (BLOCK_N gathered keys)",
-        "kernels": [row],
-    }
+    note = (
+        "instruction counts of the compiled machine code, not time; hot_loop: "
+        "one iteration of the key loop (BLOCK_N gathered keys)"
+    )
+    return {**report_header(target, "sparse_check", note), "kernels": [row]}
 
 
-def write_report(targets) -> int:
-    import json
-    import pathlib
-
-    out = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "static"
-    out.mkdir(parents=True, exist_ok=True)
-    for target in targets:
-        rep = machine_code_report(target)
-        path = out / f"sparse-{target}.json"
-        path.write_text(json.dumps(rep, indent=1) + "\n")
-        for r in rep["kernels"]:
-            print(
-                f"{target} {r['kernel']} regs {r['registers']} spills "
-                f"{r['spill_bytes']} hot loop {r['hot_loop']}",
-                flush=True,
-            )
-        print(f"# written to {path}", flush=True)
-    return 0
+def _describe(target, r) -> str:
+    return (
+        f"{target} {r['kernel']} regs {r['registers']} spills "
+        f"{r['spill_bytes']} hot loop {r['hot_loop']}"
+    )
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="the representative subset")
-    ap.add_argument("--target", action="append", choices=list(TARGETS))
-    ap.add_argument("--kernel", action="append", choices=list(KERNELS))
-    ap.add_argument(
-        "--report",
-        action="store_true",
-        help="hot-loop SASS counts of the forward (sm90/sm80) -> benchmarks/static/",
-    )
-    args = ap.parse_args(argv)
+    args = check_args(argv, __doc__, TARGETS, KERNELS)
     if runtime.INTERPRET:
         print("sparse_check needs TRITON_INTERPRET unset", file=sys.stderr)
         return 2
     if args.report:
-        bad = set(args.target or ()) - {"sm90", "sm80"}
-        if bad:
-            print(f"--report covers sm90 and sm80, not {sorted(bad)}", file=sys.stderr)
-            return 2
-        return write_report(args.target or ["sm90", "sm80"])
+        return write_reports("sparse", args.target, machine_code_report, _describe)
     jobs = plan(args.quick, args.target, args.kernel)
-    print(f"# {len(jobs)} compilations", flush=True)
-    print(HEADER, flush=True)
-    bad = 0
-    for job in jobs:
-        r = compile_case(*job)
-        bad += not r["ok"]
-        print(format_row(r), flush=True)
-    print(f"# {len(jobs) - bad}/{len(jobs)} ok")
-    return 1 if bad else 0
+    return run_jobs(jobs, HEADER, compile_case, format_row)
 
 
 if __name__ == "__main__":

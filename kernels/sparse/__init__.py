@@ -32,7 +32,9 @@ Algorithm
     lse; dQ is summed in registers, dK = dS^T Q and dV = P^T dO of the gathered keys
     go to fp32 buffers by relaxed atomics (a key is shared by every token that chose
     it; atomics instead of a transposed key -> queries list); delta = rowsum(dO o) -
-    dlse in torch. No N_q x N_k tensor anywhere.
+    dlse in torch. No N_q x N_k tensor anywhere. The two kernels share the pieces of
+    their key loop (``blocks``: ``group_rows``, ``chunk_keys``, ``gathered_scores``)
+    and their launch's sizes and flags (``blocks.launch_sizes``).
     select_blocks (``select``): torch ops, chunked over queries: the group-summed
     queries against the mean-pooled keys (an fp32 matmul), then an exact top-k on an
     int64 key (tier, order-preserving score bits, complemented index); the indexer

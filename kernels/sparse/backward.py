@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from ..common import LOG2E
-from .forward import chunk_keys, load_rows
+from .blocks import chunk_keys, gathered_scores, group_rows, launch_sizes
 
 _LOG2E: tl.constexpr = tl.constexpr(LOG2E)
 
@@ -77,18 +77,10 @@ def _sparse_bwd(
     """dq of one token's group rows; dk, dv of its keys by atomics. DQ has q's
     strides, DK/DV are contiguous fp32 (B, H_kv, N_k, d / d_v), LSE and DELTA
     contiguous (B, H_q, N_q) fp32."""
-    t = tl.program_id(0)
-    pid = tl.program_id(1)
-    mb = pid % M_BLOCKS
-    bh = pid // M_BLOCKS
-    b = (bh // H_KV).to(tl.int64)
-    hkv = (bh % H_KV).to(tl.int64)
-    offs_m = mb * BLOCK_M + tl.arange(0, BLOCK_M)
+    t, b, hkv, row_ok, head = group_rows(H_KV, GROUP, M_BLOCKS, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
-    row_ok = offs_m < GROUP
-    head = hkv * GROUP + offs_m
     t64 = t.to(tl.int64)
     d_ok = offs_d[None, :] < HEAD_DIM
     dv_ok = offs_dv[None, :] < HEAD_DIM_V
@@ -133,15 +125,22 @@ def _sparse_bwd(
             CONTIG,
         )
         if tl.max(visible.to(tl.int32), 0) > 0:
-            k = load_rows(k_base, key, visible, stride_kn, offs_d, stride_kd, HEAD_DIM)
-            v = load_rows(
-                v_base, key, visible, stride_vn, offs_dv, stride_vd, HEAD_DIM_V
+            k, v, s = gathered_scores(
+                q,
+                k_base,
+                v_base,
+                key,
+                visible,
+                (stride_kn, stride_kd),
+                (stride_vn, stride_vd),
+                offs_d,
+                offs_dv,
+                HEAD_DIM,
+                HEAD_DIM_V,
+                qk_scale,
+                UPCAST,
+                DOT_PRECISION,
             )
-            if UPCAST:
-                k = k.to(tl.float32)
-                v = v.to(tl.float32)
-            qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-            s = tl.where(visible[None, :], qk * qk_scale, float("-inf"))
             p = tl.exp2(s - lse2[:, None])  # (BLOCK_M, BLOCK_N)
             dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
             ds = p * (dp - delta[:, None])  # d loss / d (q.k * scale)
@@ -171,17 +170,16 @@ def _sparse_bwd(
 def backward(do, q, k, v, o, lse2, dlse, idx, block_size, scale, causal, tile):
     """dq, dk, dv (in q's dtype) from dO and the gradient of the natural lse.
     ``lse2`` is the forward's base-2 lse; ``tile`` a :class:`.tiles.Plan`."""
-    bm, m_blocks, bn, warps, stages, up, prec = tile.bwd
-    B, H, N_q, d = q.shape
-    H_kv, N_k, dv_dim = k.shape[1], k.shape[2], v.shape[3]
+    grid, sizes, flags = launch_sizes(q, k, v, idx, block_size, causal, tile.bwd)
+    B, H_kv, N_k = k.shape[:3]
     delta = (do.float() * o.float()).sum(-1)
     if dlse is not None:
         delta = delta - dlse.float()
     delta = delta.contiguous()
     dq = torch.empty_like(q)
-    dk = torch.zeros((B, H_kv, N_k, d), dtype=torch.float32, device=q.device)
-    dv = torch.zeros((B, H_kv, N_k, dv_dim), dtype=torch.float32, device=q.device)
-    _sparse_bwd[(N_q, B * H_kv * m_blocks)](
+    dk = torch.zeros((B, H_kv, N_k, q.shape[3]), dtype=torch.float32, device=q.device)
+    dv = torch.zeros((B, H_kv, N_k, v.shape[3]), dtype=torch.float32, device=q.device)
+    _sparse_bwd[grid](
         q,
         k,
         v,
@@ -198,24 +196,7 @@ def backward(do, q, k, v, o, lse2, dlse, idx, block_size, scale, causal, tile):
         *v.stride(),
         *idx.stride(),
         *do.stride(),
-        H_kv,
-        N_q,
-        N_k,
-        H // H_kv,
-        m_blocks,
-        idx.shape[3] * block_size,
-        block_size,
-        d,
-        dv_dim,
-        IS_CAUSAL=causal,
-        CONTIG=block_size % bn == 0,
-        UPCAST=up,
-        DOT_PRECISION=prec,
-        BLOCK_M=bm,
-        BLOCK_N=bn,
-        BLOCK_D=max(16, triton.next_power_of_2(d)),
-        BLOCK_DV=max(16, triton.next_power_of_2(dv_dim)),
-        num_warps=warps,
-        num_stages=stages,
+        *sizes,
+        **flags,
     )
     return dq, dk.to(k.dtype), dv.to(v.dtype)

@@ -9,7 +9,8 @@ Every row of the tile is the same query token, so which keys it may see (chosen,
 padding, inside N_k, and under causal at or before the token's position) is one
 vector for the whole tile: hidden keys are masked out of the loads themselves, and a
 NaN or inf in a K/V row nobody chose is never read. Steps whose keys are all hidden
-(padding, causal) load nothing.
+(padding, causal) load nothing. The pieces the backward shares are in
+:mod:`.blocks`.
 """
 
 from __future__ import annotations
@@ -18,55 +19,11 @@ import torch
 import triton
 import triton.language as tl
 
-from ..common import LN2, LOG2E
+from ..common import LOG2E
 from ..flash import finish_rows
+from .blocks import chunk_keys, gathered_scores, group_rows, launch_sizes
 
 _LOG2E: tl.constexpr = tl.constexpr(LOG2E)
-_LN2: tl.constexpr = tl.constexpr(LN2)
-
-
-@triton.jit
-def chunk_keys(
-    idx_row,
-    stride_is,
-    start,
-    offs_n,
-    n_keys,
-    block_size,
-    pos,
-    N_K,
-    IS_CAUSAL: tl.constexpr,
-    CONTIG: tl.constexpr,
-):
-    """The keys of flat positions ``start + offs_n`` of one row's selection and
-    which of them the row sees: (key (BLOCK_N,) int32, visible (BLOCK_N,) bool).
-    CONTIG (block_size a multiple of BLOCK_N): the step lies inside one block, so
-    one scalar index and contiguous keys; else one index per key (any block size)."""
-    if CONTIG:
-        slot = start // block_size
-        blk = tl.load(idx_row + slot * stride_is)
-        key = blk * block_size + (start - slot * block_size) + offs_n
-        visible = (blk >= 0) & (key < N_K)
-    else:
-        flat = start + offs_n
-        in_list = flat < n_keys
-        slot = flat // block_size
-        blk = tl.load(idx_row + slot * stride_is, mask=in_list, other=-1)
-        key = blk * block_size + (flat - slot * block_size)
-        visible = in_list & (blk >= 0) & (key < N_K)
-    if IS_CAUSAL:
-        visible = visible & (key <= pos)
-    return key, visible
-
-
-@triton.jit
-def load_rows(base, rows, visible, stride_n, offs_d, stride_d, HEAD_DIM):
-    """Gather the K or V rows ``rows`` (BLOCK_N, BLOCK_D); hidden rows and columns
-    past HEAD_DIM read as 0 (never loaded)."""
-    ptrs = base + rows.to(tl.int64)[:, None] * stride_n + offs_d[None, :] * stride_d
-    return tl.load(
-        ptrs, mask=visible[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0
-    )
 
 
 @triton.jit
@@ -120,18 +77,10 @@ def _sparse_fwd(
     BLOCK_DV: tl.constexpr,
 ):
     """o and the base-2 lse of one query token for the heads of one GQA group."""
-    t = tl.program_id(0)
-    pid = tl.program_id(1)
-    mb = pid % M_BLOCKS
-    bh = pid // M_BLOCKS
-    b = (bh // H_KV).to(tl.int64)
-    hkv = (bh % H_KV).to(tl.int64)
-    offs_m = mb * BLOCK_M + tl.arange(0, BLOCK_M)  # head within the group
+    t, b, hkv, row_ok, head = group_rows(H_KV, GROUP, M_BLOCKS, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
-    row_ok = offs_m < GROUP
-    head = hkv * GROUP + offs_m
     q_ptrs = (
         Q
         + b * stride_qb
@@ -165,15 +114,22 @@ def _sparse_fwd(
             CONTIG,
         )
         if tl.max(visible.to(tl.int32), 0) > 0:
-            k = load_rows(k_base, key, visible, stride_kn, offs_d, stride_kd, HEAD_DIM)
-            v = load_rows(
-                v_base, key, visible, stride_vn, offs_dv, stride_vd, HEAD_DIM_V
+            k, v, s = gathered_scores(
+                q,
+                k_base,
+                v_base,
+                key,
+                visible,
+                (stride_kn, stride_kd),
+                (stride_vn, stride_vd),
+                offs_d,
+                offs_dv,
+                HEAD_DIM,
+                HEAD_DIM_V,
+                qk_scale,
+                UPCAST,
+                DOT_PRECISION,
             )
-            if UPCAST:
-                k = k.to(tl.float32)
-                v = v.to(tl.float32)
-            qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-            s = tl.where(visible[None, :], qk * qk_scale, float("-inf"))
             # every row sees a key of this step: a row whose scores are all -inf
             # (an input inf, fp32 overflow) has no softmax: NaN, not "no key"
             m_ij = tl.maximum(m_i, tl.max(s, 1))
@@ -204,12 +160,10 @@ def _sparse_fwd(
 def forward(q, k, v, idx, block_size, scale, causal, tile):
     """Launch the forward: o (B, H_q, N_q, d_v) in q's dtype and the base-2 lse
     (B, H_q, N_q) float32. ``tile`` is a :class:`.tiles.Plan`."""
-    bm, m_blocks, bn, warps, stages, up, prec = tile.fwd
-    B, H, N_q, d = q.shape
-    H_kv, N_k, dv = k.shape[1], k.shape[2], v.shape[3]
-    o = torch.empty((B, H, N_q, dv), dtype=q.dtype, device=q.device)
+    grid, sizes, flags = launch_sizes(q, k, v, idx, block_size, causal, tile.fwd)
+    B, H, N_q = q.shape[:3]
+    o = torch.empty((B, H, N_q, v.shape[3]), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, N_q), dtype=torch.float32, device=q.device)
-    grid = (N_q, B * H_kv * m_blocks)
     _sparse_fwd[grid](
         q,
         k,
@@ -224,24 +178,7 @@ def forward(q, k, v, idx, block_size, scale, causal, tile):
         *idx.stride(),
         *o.stride(),
         *lse.stride(),
-        H_kv,
-        N_q,
-        N_k,
-        H // H_kv,
-        m_blocks,
-        idx.shape[3] * block_size,
-        block_size,
-        d,
-        dv,
-        IS_CAUSAL=causal,
-        CONTIG=block_size % bn == 0,
-        UPCAST=up,
-        DOT_PRECISION=prec,
-        BLOCK_M=bm,
-        BLOCK_N=bn,
-        BLOCK_D=max(16, triton.next_power_of_2(d)),
-        BLOCK_DV=max(16, triton.next_power_of_2(dv)),
-        num_warps=warps,
-        num_stages=stages,
+        *sizes,
+        **flags,
     )
     return o, lse

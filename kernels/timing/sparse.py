@@ -39,7 +39,7 @@ from kernels.flash import flash_attention
 from kernels.sparse import prepare, select_blocks, sparse_attention
 from kernels.timing import bench
 from kernels.timing.bench import measure
-from kernels.timing.records import Record
+from kernels.timing.records import Record, fwd_bwd_check
 
 SUITE = "sparse"
 H, H_KV, D = 16, 1, 128
@@ -108,22 +108,8 @@ def check(dry: bool = False) -> list[dict]:
             idx = select_blocks(q.detach(), k.detach(), bs, topk)
         o = sparse_attention(q, k, v, idx, bs)
         ref = reference(q, k, v, idx, bs)
-        do = torch.randn_like(o)
-        got = torch.autograd.grad(o, (q, k, v), do)
-        want = torch.autograd.grad(ref, (q, k, v), do.double())
-        err = max(
-            [(o.double() - ref).abs().max().item()]
-            + [
-                ((a.double() - b).abs().max() / max(1.0, b.abs().max())).item()
-                for a, b in zip(got, want)
-            ]
-        )
-        # bf16: inputs and P rounded to 8 bits before the dots; fp32: a few 1e-6
-        tol = 3e-2 if dtype == torch.bfloat16 else 1e-4
         tag = f"bs{bs}-{str(dtype)[6:]}"
-        out.append(
-            {"name": f"sparse {tag}", "max_err": err, "tol": tol, "ok": err < tol}
-        )
+        out.append(fwd_bwd_check(f"sparse {tag}", o, ref, (q, k, v)))
     g = torch.Generator().manual_seed(4)
     qi = torch.randint(-2, 3, (1, heads, n, 8), generator=g).float()
     ki = torch.randint(-2, 3, (1, 1, n, 8), generator=g).float()

@@ -15,13 +15,9 @@ A config that exceeds its target's shared memory, spills registers or fails to c
 fails the test; on sm_90 the forward's matrix products must use Hopper's ``wgmma``.
 """
 
-import os
-import subprocess
-import sys
-
 import pytest
 
-from tests.conftest import ROOT
+from tests.kernels.compile_tools import run_compiled, table_rows
 
 TARGETS = ["sm75", "sm80", "sm89", "sm90"]
 
@@ -31,28 +27,15 @@ TARGETS = ["sm75", "sm80", "sm89", "sm90"]
     [pytest.param(t, marks=pytest.mark.xdist_group(f"compile-{t}")) for t in TARGETS],
 )
 def test_representative_configs_fit_and_do_not_spill(target):
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "kernels.machine_code.compile_check",
-            "--quick",
-            "--target",
-            target,
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
+    proc, out = run_compiled(
+        "-m",
+        "kernels.machine_code.compile_check",
+        "--quick",
+        "--target",
+        target,
         timeout=900,
     )
-    out = proc.stdout + proc.stderr
-    rows = [
-        line.split()
-        for line in proc.stdout.splitlines()
-        if line.split() and line.split()[0] in ("fwd", "preprocess", "dkdv", "dq")
-    ]
+    rows = table_rows(proc.stdout, ("fwd", "preprocess", "dkdv", "dq"))
     assert proc.returncode == 0, out
     assert {r[0] for r in rows} == {"fwd", "preprocess", "dkdv", "dq"}, out
     assert {r[1] for r in rows} == {target}, out
@@ -100,17 +83,8 @@ def test_machine_code_report_of_the_forward_on_sm90():
         "16384)\n"
         "print(json.dumps(sass.report(c.asm['cubin'])))\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_INTERPRET"] = "0"
-    proc = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc, out = run_compiled("-c", script, interpret="0")
+    assert proc.returncode == 0, out
     import json
 
     rep = json.loads(proc.stdout.strip().splitlines()[-1])

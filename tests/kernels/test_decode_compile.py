@@ -13,13 +13,9 @@ kernels.machine_code.decode_check`` runs the full matrix (head dims 64/80/128/25
 fp16/bf16/fp32, four cache layouts, the new paths at d = 128 and 256).
 """
 
-import os
-import subprocess
-import sys
-
 import pytest
 
-from tests.conftest import ROOT
+from tests.kernels.compile_tools import run_compiled, table_rows
 
 TARGETS = ["sm75", "sm80", "sm89", "sm90"]
 
@@ -30,28 +26,10 @@ TARGETS = ["sm75", "sm80", "sm89", "sm90"]
     [pytest.param(t, marks=pytest.mark.xdist_group(f"compile-{t}")) for t in TARGETS],
 )
 def test_decode_tiles_compile_without_spills(target):
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "kernels.machine_code.decode_check",
-            "--quick",
-            "--target",
-            target,
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    proc, out = run_compiled(
+        "-m", "kernels.machine_code.decode_check", "--quick", "--target", target
     )
-    out = proc.stdout + proc.stderr
-    rows = [
-        line.split()
-        for line in proc.stdout.splitlines()
-        if line.split() and line.split()[0] in ("split", "merge")
-    ]
+    rows = table_rows(proc.stdout, ("split", "merge"))
     assert proc.returncode == 0, out
     mla = ["mla"] * 2 if target != "sm75" else []  # sm_75: MLA refused (64 KB smem)
     assert len(rows) == 9 + len(mla) and {r[1] for r in rows} == {target}, out

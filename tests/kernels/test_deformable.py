@@ -8,6 +8,7 @@ import torch
 from attention import deformable as npd
 from kernels import deformable as kd
 from kernels import runtime
+from tests.kernels.compile_tools import run_compiled
 
 pytestmark = pytest.mark.xdist_group("deformable")
 
@@ -350,23 +351,7 @@ print("compiled", len(jobs))
 def test_kernels_compile_for_sm75_sm80_sm90_without_spills():
     """Triton compiles for a GPU it does not have; the interpreter never runs the
     fp16/bf16 tensor-core paths, so this is what checks them on a CPU-only machine."""
-    import os
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_INTERPRET"] = "0"
-    proc = subprocess.run(
-        [sys.executable, "-c", _COMPILE_SCRIPT],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    out = proc.stdout + proc.stderr
+    proc, out = run_compiled("-c", _COMPILE_SCRIPT, interpret="0")
     assert proc.returncode == 0, out
     assert "compiled 21" in out, out
     rows = [line for line in proc.stdout.splitlines() if " spill " in line]

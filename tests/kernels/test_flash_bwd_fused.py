@@ -10,9 +10,6 @@ ahead of time (no GPU needed).
 """
 
 import math
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -21,7 +18,7 @@ from kernels import runtime
 from kernels.flash import backward, forward, tiles
 from kernels.flash import backward_fused as fused
 from kernels.naive import naive_attention, reference_attention
-from tests.conftest import ROOT
+from tests.kernels.compile_tools import run_compiled
 
 pytestmark = pytest.mark.xdist_group("flash-bwd-fused")
 
@@ -348,32 +345,23 @@ def test_compiles_for_sm90_and_sm80_without_spills():
     # one representative case per target (the widest tiles, causal: the masked stage's
     # NaN-selection path is the register peak); the full matrix is
     # `python -m kernels.machine_code.backward_fused_check`
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = ""
     for target in ("sm90", "sm80"):
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "kernels.machine_code.backward_fused_check",
-                "--target",
-                target,
-                "--head-dim",
-                "128",
-                "--dtype",
-                "bf16",
-                "--causal",
-                "yes",
-                "--n",
-                "4000",
-            ],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
+        proc, run_out = run_compiled(
+            "-m",
+            "kernels.machine_code.backward_fused_check",
+            "--target",
+            target,
+            "--head-dim",
+            "128",
+            "--dtype",
+            "bf16",
+            "--causal",
+            "yes",
+            "--n",
+            "4000",
         )
-        out += proc.stdout + proc.stderr
+        out += run_out
         assert proc.returncode == 0, out
         rows = [line for line in proc.stdout.splitlines() if line.startswith(target)]
         assert rows and all(line.endswith("ok") for line in rows), out

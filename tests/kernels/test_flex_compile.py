@@ -7,29 +7,12 @@ every instantiation (causal, window, document, softcap + sink) once, spread over
 four targets. The full matrix is ``python -m kernels.machine_code.flex_check``.
 """
 
-import os
-import subprocess
-import sys
-
-from tests.conftest import ROOT
+from tests.kernels.compile_tools import run_compiled, table_rows
 
 
 def test_flex_kernels_compile_without_spills():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "kernels.machine_code.flex_check", "--quick"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    out = proc.stdout + proc.stderr
-    rows = [
-        line.split()
-        for line in proc.stdout.splitlines()
-        if line.split() and line.split()[0] in ("fwd", "dkdv", "dq")
-    ]
+    proc, out = run_compiled("-m", "kernels.machine_code.flex_check", "--quick")
+    rows = table_rows(proc.stdout, ("fwd", "dkdv", "dq"))
     assert proc.returncode == 0, out
     assert {r[0] for r in rows} == {"fwd", "dkdv", "dq"}, out
     assert {r[1] for r in rows} == {"causal", "window", "document", "softcap-sink"}, out

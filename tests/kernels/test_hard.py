@@ -13,6 +13,7 @@ from attention import hard as ah
 from kernels import runtime
 from kernels.hard import MAX_TOPK, hard_attention, topk_attention
 from kernels.naive import naive_hard_attention, naive_topk_attention
+from tests.kernels.compile_tools import run_compiled
 
 pytestmark = pytest.mark.xdist_group("hard")
 
@@ -317,9 +318,6 @@ _COMPILE_SCRIPT = r"""
 import os, sys
 os.environ["TRITON_INTERPRET"] = "0"
 import torch, triton
-from triton._C.libtriton import native_specialize_impl
-from triton.backends.compiler import BaseBackend, GPUTarget
-from triton.compiler import ASTSource
 from kernels import hard
 from kernels.flash import tiles
 from kernels.machine_code import compile_check
@@ -353,21 +351,7 @@ for target in ("sm90", "sm75"):
     jobs += [(hard.forward._hard_nan_index, "nan-index", (b, b, 4, 1), 0, False)]
     for kernel, name, cfg, topk, sample in jobs:
         fn, vals = compile_check._jit_function(kernel), values(cfg, topk, sample)
-        sig, cex, attrs = {}, {}, {}
-        for i, p in enumerate(fn.params):
-            if p.is_constexpr:
-                sig[p.name], cex[p.name] = "constexpr", vals[p.name]
-                continue
-            ty, spec = native_specialize_impl(BaseBackend, vals[p.name], False, True,
-                                              True)
-            sig[p.name] = ty
-            if ty == "constexpr":
-                cex[p.name] = spec
-            elif spec == "D":
-                attrs[(i,)] = [["tt.divisibility", 16]]
-        c = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=cex, attrs=attrs),
-                           target=GPUTarget("cuda", cap[0] * 10 + cap[1], 32),
-                           options={"num_warps": cfg[2], "num_stages": cfg[3]})
+        c = compile_check._compile_values(fn, vals, cap, cfg[2], cfg[3])
         regs, st, ld = compile_check.ptxas_usage(c.asm["ptx"])
         ok = c.metadata.shared <= limit and st == 0 and ld == 0
         print(name, target, cfg, c.metadata.shared, limit, regs, st, ld,
@@ -376,22 +360,7 @@ for target in ("sm90", "sm75"):
 
 
 def test_shipped_configs_compile_for_gpus_without_spills():
-    import os
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run(
-        [sys.executable, "-c", _COMPILE_SCRIPT],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    out = proc.stdout + proc.stderr
+    proc, out = run_compiled("-c", _COMPILE_SCRIPT)
     assert proc.returncode == 0, out
     rows = proc.stdout.splitlines()
     assert {r.split()[0] for r in rows} == {

@@ -7,29 +7,12 @@ blocks of 64 and single tokens, groups of 16 and 64 query heads, one target each
 full matrix is ``python -m kernels.machine_code.sparse_check``.
 """
 
-import os
-import subprocess
-import sys
-
-from tests.conftest import ROOT
+from tests.kernels.compile_tools import run_compiled, table_rows
 
 
 def test_sparse_kernels_compile_without_spills():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "kernels.machine_code.sparse_check", "--quick"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    out = proc.stdout + proc.stderr
-    rows = [
-        line.split()
-        for line in proc.stdout.splitlines()
-        if line.split() and line.split()[0] in ("fwd", "bwd")
-    ]
+    proc, out = run_compiled("-m", "kernels.machine_code.sparse_check", "--quick")
+    rows = table_rows(proc.stdout, ("fwd", "bwd"))
     assert proc.returncode == 0, out
     assert {r[0] for r in rows} == {"fwd", "bwd"}, out
     assert {r[1] for r in rows} == {"blocks64", "tokens"}, out
