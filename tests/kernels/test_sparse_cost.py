@@ -58,5 +58,7 @@ def test_doubling_n_doubles_the_sparse_time_not_the_dense():
         torch.set_num_threads(threads)
     r_sparse = t_sparse[1] / t_sparse[0]
     r_dense = t_dense[1] / t_dense[0]
-    assert 1.3 < r_sparse < 2.4, (t_sparse, t_dense)
-    assert r_dense > 2.6, (t_sparse, t_dense)
+    # about 2 against about 4; the margins absorb a loaded machine (a ratio of 2.46 was
+    # seen at a load of 4), and the two must stay apart
+    assert 1.3 < r_sparse < 2.75, (t_sparse, t_dense)
+    assert r_dense > 2.6 and r_dense > r_sparse + 0.3, (t_sparse, t_dense)
