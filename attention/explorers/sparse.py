@@ -359,8 +359,9 @@ def readout(method: str, N: int, block_size: int, topk: int, query: int) -> str:
     chosen = [b for b in r["order"][:topk] if b >= 0]
     keys = sum(min(block_size, query + 1 - b * block_size) for b in chosen)
 
-    def gf(x):  # GFLOPs, three significant digits (the page's rule)
-        return f"{x / 1e9:.3g}"
+    def gf(x):  # GFLOPs, three significant digits, no exponent (the page's rule:
+        # String(Number(x.toPrecision(3))) in JavaScript prints 0.0000983, not 9.83e-05)
+        return np.format_float_positional(float(f"{x / 1e9:.3g}"), trim="-")
 
     total, a = c["flops"] + c["gate_flops"], TOPKS.index(topk)
     return (
