@@ -47,15 +47,61 @@ def tensor_names(results) -> list[str]:
     return list(dict.fromkeys(t for r in results for t in r.per_tensor))
 
 
+#: The live faces' resolution, and the margin kept around the drawing (savefig's
+#: ``pad_inches`` default).
+LIVE_DPI = 100
+PAD_INCHES = 0.1
+
+
 def figure_png(fig) -> str:
-    """``fig`` as a base64 PNG (then closed): what a live face shows."""
+    """``fig`` as a base64 PNG (then closed): what a live face shows.
+
+    What ``savefig(dpi=100, bbox_inches="tight")`` gives, in one draw instead of two
+    (a slider's answer waits on this): the canvas is drawn once, its tight bounding box
+    measured, and the drawn canvas cut to that box plus ``PAD_INCHES``, then encoded
+    with a fast PNG compression. Where the box reaches past the canvas (text placed
+    outside it, which ``bbox_inches="tight"`` grows the picture to hold), the figure is
+    drawn once more into the measured box.
+    """
     import base64
     import io
 
     import matplotlib.pyplot as plt
+    import numpy as np
+    from PIL import Image
 
+    fig.set_dpi(LIVE_DPI)
+    fig.canvas.draw()
+    box = fig.get_tightbbox(fig.canvas.get_renderer())  # inches
+    width, height = fig.get_size_inches()
+    eps = 0.5 / LIVE_DPI  # half a pixel
+    inside = (
+        box.x0 >= -eps
+        and box.y0 >= -eps
+        and box.x1 <= width + eps
+        and box.y1 <= height + eps
+    )
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    if inside:
+        rgba = np.asarray(fig.canvas.buffer_rgba())
+        rows, cols = rgba.shape[:2]
+        pad = PAD_INCHES
+        # Pixel rows run from the top, inches from the bottom.
+        top = max(int(round((height - box.y1 - pad) * LIVE_DPI)), 0)
+        bottom = min(int(round((height - box.y0 + pad) * LIVE_DPI)), rows)
+        left = max(int(round((box.x0 - pad) * LIVE_DPI)), 0)
+        right = min(int(round((box.x1 + pad) * LIVE_DPI)), cols)
+        Image.fromarray(rgba[top:bottom, left:right]).save(
+            buf, format="png", compress_level=1
+        )
+    else:
+        fig.savefig(
+            buf,
+            format="png",
+            dpi=LIVE_DPI,
+            bbox_inches=box.padded(PAD_INCHES),
+            pil_kwargs={"compress_level": 1},
+        )
     plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode("ascii")
 

@@ -352,8 +352,8 @@ def _closed_form_tile_figure(N, d, sram_kib, Br, Bc, dtype, algorithm, events):
         bytes_per_elem=bpe,
         ax=ax0,
         floor=floor,
-        title=f"HBM traffic, N = {N}, d = {d}, Br = {Br}, "
-        f"Bc = {Bc}, {dtype} (closed form)",
+        title=f"HBM traffic, N = {N}, d = {d}, Br = {Br}, Bc = {Bc},\n"
+        f"{dtype} (closed form)",  # two lines: one overflows the panel
     )
 
     def estimate(counts):

@@ -177,7 +177,7 @@ def interval_pairs(a0, a1, b0, b1):
     return _tri(a1 - b0) - _tri(a0 - b0) - _tri(a1 - b1) + _tri(a0 - b1)
 
 
-def _stripe_len(N, P, r):
+def _stripe_len(N, P, r):  # tokens r, r + P, ... below N
     return cdiv(N - r, P) if N > r else 0
 
 
@@ -195,7 +195,18 @@ def pairs_closed_form(
     N: int, P: int, layout: str, q_rank: int, k_rank: int, causal: bool
 ) -> int:
     """``attention.ring.block_pairs`` from interval arithmetic (no positions)."""
-    n = shard_lengths(N, P, layout)
+    spans = _spans(N, P, layout, causal, {q_rank, k_rank})
+    return _pairs(shard_lengths(N, P, layout), spans, layout, q_rank, k_rank, causal)
+
+
+def _spans(N: int, P: int, layout: str, causal: bool, ranks) -> dict | None:
+    """The ranks' position intervals where the causal count needs them."""
+    skip = not causal or _ring.check_layout(layout) == "striped"
+    return None if skip else {r: _ring.shard_intervals(N, r, P, layout) for r in ranks}
+
+
+def _pairs(n, spans, layout: str, q_rank: int, k_rank: int, causal: bool) -> int:
+    """``pairs_closed_form`` from the shard lengths ``n`` and ``_spans``."""
     if not causal:
         return int(n[q_rank] * n[k_rank])
     if layout == "striped":
@@ -206,8 +217,7 @@ def pairs_closed_form(
         return int(
             _tri(nq - 1 + e) - _tri(e - 1) - _tri(nq - 1 + e - nk) + _tri(e - nk - 1)
         )
-    qi = _ring.shard_intervals(N, q_rank, P, layout)
-    ki = _ring.shard_intervals(N, k_rank, P, layout)
+    qi, ki = spans[q_rank], spans[k_rank]
     return int(sum(interval_pairs(a0, a1, b0, b1) for a0, a1 in qi for b0, b1 in ki))
 
 
@@ -216,12 +226,10 @@ def pairs_matrix(N: int, P: int, layout: str, causal: bool) -> np.ndarray:
     """pairs[t, r] = ``pairs_closed_form`` of device r against the shard it holds at
     step t (cached; read-only). Equals ``attention.ring.work_matrix``."""
     holds = _ring.ring_holds(P)
+    n, spans = shard_lengths(N, P, layout), _spans(N, P, layout, causal, range(P))
     out = np.array(
         [
-            [
-                pairs_closed_form(N, P, layout, r, int(holds[t, r]), causal)
-                for r in range(P)
-            ]
+            [_pairs(n, spans, layout, r, int(holds[t, r]), causal) for r in range(P)]
             for t in range(P)
         ],
         dtype=np.int64,

@@ -98,7 +98,8 @@ def head_map_figure(maps, tokens, layer: int, head: int, ax=None, title=None):
             f"layer must be in 1..{p.shape[0]} and head in 1..{p.shape[1]}, got "
             f"layer={layer}, head={head}"
         )
-    if ax is None:
+    own = ax is None  # a figure of its own: laid out here, else by its maker
+    if own:
         _, ax = plt.subplots(figsize=(5.2, 4.6))
     attention_heatmap(
         p[layer - 1, head - 1],
@@ -110,7 +111,8 @@ def head_map_figure(maps, tokens, layer: int, head: int, ax=None, title=None):
     )
     ax.set_xticks(range(len(tokens)), labels=tokens, rotation=90, fontsize=9)
     ax.set_yticks(range(len(tokens)), labels=tokens, fontsize=9)
-    ax.figure.tight_layout()
+    if own:
+        ax.figure.tight_layout()
     return ax.figure
 
 
@@ -121,7 +123,8 @@ def entropy_figure(stats: dict, types=None, ax=None):
     ent = np.asarray(stats["entropy"])  # (L, H)
     _nonempty("stats['entropy']", ent)
     L, H = ent.shape
-    if ax is None:
+    own = ax is None  # a figure of its own: laid out here, else by its maker
+    if own:
         _, ax = plt.subplots(figsize=(5.0, 6.4))
     im = ax.imshow(ent.T, cmap="viridis_r", aspect="auto", vmin=0)
     for layer in range(L):
@@ -143,7 +146,8 @@ def entropy_figure(stats: dict, types=None, ax=None):
     ax.figure.colorbar(im, ax=ax, label="mean row entropy (bits)", shrink=0.8)
     if types is not None:
         ax.set_title(_legend_text(types), fontsize=9)
-    ax.figure.tight_layout()
+    if own:
+        ax.figure.tight_layout()
     return ax.figure
 
 

@@ -350,8 +350,12 @@ def tile_explorer_figure(
         gs = fig.add_gridspec(2, 2, height_ratios=[1, 1.05], hspace=0.55, wspace=0.28)
         slots = gs[0, 0], gs[0, 1], gs[1, 0]
     else:
-        fig = plt.figure(figsize=(15, 4.6))
-        gs = fig.add_gridspec(1, 3, wspace=0.3, width_ratios=[1.1, 1, 1.1])
+        # The legends under the panels inside the canvas (a live face then crops it
+        # in one draw); the panels as tall as on a 4.6 in figure of default margins.
+        fig = plt.figure(figsize=(15, 5.4))
+        gs = fig.add_gridspec(
+            1, 3, wspace=0.3, width_ratios=[1.1, 1, 1.1], bottom=0.24, top=0.898
+        )
         slots = gs[0, 0], gs[0, 1], gs[0, 2]
     traffic_by_algorithm(
         results,

@@ -203,6 +203,7 @@ def traffic_by_algorithm(
         ax.hlines(lows, x - 0.42, x + 0.42, colors="black", linewidth=2.4, zorder=4)
         grouped = ax.get_legend()
         ax.add_artist(grouped)
+        grouped.set_clip_on(False)  # under the axes: measured whole by a tight bbox
         ax.legend(
             handles=[
                 mpl.patches.Patch(

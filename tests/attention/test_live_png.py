@@ -1,0 +1,90 @@
+"""The live faces' one-draw PNG (``explorers.common.figure_png``) shows what
+``savefig(dpi=100, bbox_inches="tight")`` shows: the same picture, cut the same way,
+whether the drawing lies inside the canvas or reaches past its edge."""
+
+import base64
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from attention.explorers.common import figure_png  # noqa: E402
+
+
+def _inside():
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.plot([1, 2, 3], [3, 1, 2], label="a line")
+    ax.set(xlabel="x", ylabel="y", title="inside the canvas")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def _past_the_edge():
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.plot([1, 2, 3], [3, 1, 2])
+    fig.text(0.5, -0.12, "a caption below the canvas", ha="center")
+    fig.text(1.02, 0.5, "and one to its right", rotation=90, va="center")
+    return fig
+
+
+def _pixels(png: str) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(base64.b64decode(png))).convert("RGB"))
+
+
+def _savefig(make) -> np.ndarray:
+    fig = make()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return np.asarray(Image.open(buf).convert("RGB"))
+
+
+def _ink_box(img: np.ndarray):
+    ink = (img != img[0, 0]).any(-1)
+    rows, cols = np.flatnonzero(ink.any(1)), np.flatnonzero(ink.any(0))
+    return rows[0], img.shape[0] - rows[-1], cols[0], img.shape[1] - cols[-1]
+
+
+def test_one_draw_png_matches_savefig_tight():
+    for make in (_inside, _past_the_edge):
+        ours, theirs = _pixels(figure_png(make())), _savefig(make)
+        # The same size to a couple of pixels (ink against measured extents), the
+        # same margins of background around the drawing, and the same drawing.
+        assert abs(ours.shape[0] - theirs.shape[0]) <= 3, make.__name__
+        assert abs(ours.shape[1] - theirs.shape[1]) <= 3, make.__name__
+        for a, b in zip(_ink_box(ours), _ink_box(theirs)):
+            assert abs(int(a) - int(b)) <= 3, make.__name__
+        h = min(ours.shape[0], theirs.shape[0])
+        w = min(ours.shape[1], theirs.shape[1])
+        ink_ours = (ours[:h, :w] != ours[0, 0]).any(-1).sum()
+        ink_theirs = (theirs[:h, :w] != theirs[0, 0]).any(-1).sum()
+        assert abs(ink_ours - ink_theirs) <= 0.02 * ink_theirs, make.__name__
+
+
+def test_the_figure_is_closed():
+    fig = _inside()
+    figure_png(fig)
+    assert not plt.fignum_exists(fig.number)
+
+
+def test_the_latency_tool_moves_every_control():
+    """tools/live_latency.py (the README's measure of the live faces) moves each
+    control of a face and times every redraw."""
+    import sys
+
+    from tests.conftest import ROOT
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import live_latency
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    row = live_latency.measure("mask")
+    assert row["moves"] >= 5 and 0 < row["median_s"] <= row["worst_s"] < 10
+    assert "=" in row["worst_move"]
+    assert set(live_latency.FACES) >= {"naive_traffic", "tile_size", "sparse"}
