@@ -15,6 +15,7 @@ head, d = 128, 2-byte elements (bf16).
 from __future__ import annotations
 
 from attention.memory import blocksparse as bs
+from attention.plots import live
 
 from . import site
 from .common import FONT, frame
@@ -305,11 +306,10 @@ def readout(p: dict, kind: str, value: int, N: int, block_size: int) -> str:
 def block_mask_explorer_figure(kind="window", N=8192, block_size=128, value=1024):
     """The live explorer's figure: the block mask, and bytes against N beside dense
     causal."""
-    import matplotlib.pyplot as plt
 
     from attention.plots import masks as pm
 
-    fig, (a0, a1) = plt.subplots(
+    fig, (a0, a1) = live.subplots(
         1, 2, figsize=(9, 3.8), gridspec_kw={"width_ratios": [1, 1.2]}
     )
     bm = bs.closed_block_mask(kind, N, value or None, block_size, block_size)
@@ -323,7 +323,7 @@ def block_mask_explorer_figure(kind="window", N=8192, block_size=128, value=1024
     a1.minorticks_off()
     a1.legend(fontsize=8)
     a1.set_title(f"HBM traffic, one head, d = {D}, bf16")
-    fig.tight_layout()
+    live.finish(fig)
     return fig
 
 
@@ -339,7 +339,7 @@ def live_block_mask_explorer(
     """ipywidgets: each change redraws ``block_mask_explorer_figure`` and the text."""
     import ipywidgets as widgets
 
-    from .common import show_figure
+    from .common import live_png, show_png
 
     _check(kind, N, block_size, window, doc_len, prefix, preset)
     style = {"description_width": "initial"}
@@ -366,7 +366,9 @@ def live_block_mask_explorer(
         k, v = resolve(kw["kind"], kw["window"], kw["doc_len"], kw["prefix"], pre)
         p = mask_point(k, kw["N"], kw["block_size"], v)
         text.value = "<p>" + readout(p, k, v, kw["N"], kw["block_size"]) + "</p>"
-        show_figure(out, block_mask_explorer_figure(k, kw["N"], kw["block_size"], v))
+        show_png(
+            out, live_png(block_mask_explorer_figure, k, kw["N"], kw["block_size"], v)
+        )
 
     for w in ctl.values():
         w.observe(redraw, names="value")

@@ -53,8 +53,39 @@ LIVE_DPI = 100
 PAD_INCHES = 0.1
 
 
-def figure_png(fig) -> str:
-    """``fig`` as a base64 PNG (then closed): what a live face shows.
+def _ink_box(fig, rgba):
+    """The box (inches) of what was drawn on ``fig``'s canvas: the pixels that differ
+    from its background. None where the drawing may reach past the canvas (ink on its
+    edge, or a text or legend placed outside it, which is not drawn at all) or the
+    canvas is blank: the caller measures the box then."""
+    import numpy as np
+    from matplotlib.colors import to_rgba
+    from matplotlib.transforms import Bbox
+
+    bg = np.round(np.array(to_rgba(fig.get_facecolor())) * 255).astype(np.uint8)
+    ink = (rgba != bg).any(-1)
+    rows, cols = np.flatnonzero(ink.any(1)), np.flatnonzero(ink.any(0))
+    if not rows.size:
+        return None
+    top, bottom, left, right = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
+    h, w = ink.shape
+    if top == 0 or left == 0 or bottom == h or right == w:
+        return None
+    loose = [*fig.texts, *fig.legends]
+    for ax in fig.axes:
+        loose += [*ax.texts, *([ax.legend_] if ax.legend_ is not None else [])]
+    renderer = fig.canvas.get_renderer()
+    for artist in loose:
+        if artist.get_visible() and artist.get_in_layout():
+            b = artist.get_window_extent(renderer)
+            if b.x0 < 0 or b.y0 < 0 or b.x1 > w or b.y1 > h:
+                return None
+    dpi = fig.dpi
+    return Bbox([[left / dpi, (h - bottom) / dpi], [right / dpi, (h - top) / dpi]])
+
+
+def figure_png(fig, crop: str = "box") -> str:
+    """``fig`` as a base64 PNG (then closed, unless a live face keeps it).
 
     What ``savefig(dpi=100, bbox_inches="tight")`` gives, in one draw instead of two
     (a slider's answer waits on this): the canvas is drawn once, its tight bounding box
@@ -62,7 +93,14 @@ def figure_png(fig) -> str:
     with a fast PNG compression. Where the box reaches past the canvas (text placed
     outside it, which ``bbox_inches="tight"`` grows the picture to hold), the figure is
     drawn once more into the measured box.
+
+    ``crop="ink"`` (the live faces') cuts to the drawn pixels instead of measuring
+    the box (a tenth of the answer saved; the margins a few pixels narrower where a
+    label's box has blank space), the same ``PAD_INCHES`` around them; a drawing that
+    touches the canvas's edge is measured as above.
     """
+    if crop not in ("box", "ink"):
+        raise ValueError(f"crop must be 'box' or 'ink', not {crop!r}")
     import base64
     import io
 
@@ -72,7 +110,9 @@ def figure_png(fig) -> str:
 
     fig.set_dpi(LIVE_DPI)
     fig.canvas.draw()
-    box = fig.get_tightbbox(fig.canvas.get_renderer())  # inches
+    box = _ink_box(fig, np.asarray(fig.canvas.buffer_rgba())) if crop == "ink" else None
+    if box is None:
+        box = fig.get_tightbbox(fig.canvas.get_renderer())  # inches
     width, height = fig.get_size_inches()
     eps = 0.5 / LIVE_DPI  # half a pixel
     inside = (
@@ -102,17 +142,34 @@ def figure_png(fig) -> str:
             bbox_inches=box.padded(PAD_INCHES),
             pil_kwargs={"compress_level": 1},
         )
-    plt.close(fig)
+    if not hasattr(fig, "_live"):
+        plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+#: The figures the live faces keep between moves, per figure function
+#: (``attention.plots.live``).
+_KEPT: dict = {}
+
+
+def live_png(make, *args, **settings) -> str:
+    """``figure_png(make(*args, **settings))``, drawing into the figure ``make`` drew
+    its last setting in (kept per ``make``): a live face's move skips making and
+    laying out a figure. The picture is the one a new figure gives (the tests compare
+    them)."""
+    from attention.plots import live
+
+    with live.reusing(_KEPT.setdefault(make, {})):
+        return figure_png(make(*args, **settings), crop="ink")
 
 
 @functools.lru_cache(maxsize=512)
 def cached_png(make, **settings) -> str:
-    """``figure_png(make(**settings))``, cached per (``make``, ``settings``): a live
+    """``live_png(make, **settings)``, cached per (``make``, ``settings``): a live
     face whose figure is a function of its settings redraws a setting it showed at
     once (a slider moved back, or a control the figure does not depend on). ``make``
     is a module-level function, the settings hashable."""
-    return figure_png(make(**settings))
+    return live_png(make, **settings)
 
 
 def show_png(out, png: str) -> None:

@@ -15,9 +15,21 @@ from __future__ import annotations
 import numpy as np
 
 from attention import decode, memory, plots
+from attention.plots import live
 
 from . import site
-from .common import BLUE, FONT, GREY, LIGHT_GREY, NAVY, PURPLE, RED, frame, show_figure
+from .common import (
+    BLUE,
+    FONT,
+    GREY,
+    LIGHT_GREY,
+    NAVY,
+    PURPLE,
+    RED,
+    frame,
+    live_png,
+    show_png,
+)
 from .settings import Choice, check
 from .site import Explorer
 
@@ -433,13 +445,12 @@ def decode_explorer_figure(
 ):
     """The live explorer's figure: estimated step time against the context (naive, FA2
     grid, split-KV paged) and the cache wasted against the page size."""
-    import matplotlib.pyplot as plt
 
     from attention import plots
 
     bpe = dict(DTYPES)[dtype]
     bw = memory.GPUS[gpu].hbm_tbps * 1e12
-    fig, (a0, a1) = plt.subplots(
+    fig, (a0, a1) = live.subplots(
         1, 2, figsize=(9, 3.6), gridspec_kw={"width_ratios": [1.4, 1]}
     )
     for name, alg in LINES.items():
@@ -460,7 +471,7 @@ def decode_explorer_figure(
     lens = decode.request_lengths(np.random.default_rng(WASTE_SEED), B, N)
     plots.paging_waste_figure(lens, N, page_sizes=PAGES, ax=a1)
     a1.set_title(f"B = {B} requests, lengths 1..{N:,}")
-    fig.tight_layout()
+    live.finish(fig)
     return fig
 
 
@@ -505,7 +516,7 @@ def live_decode_explorer(
             text.value = "<p>H_kv must divide H_q: choose fewer KV heads.</p>"
             return
         text.value = "<p>" + readout(decode_point(**kw), **kw) + "</p>"
-        show_figure(out, decode_explorer_figure(**kw))
+        show_png(out, live_png(decode_explorer_figure, **kw))
 
     for w in ctl.values():
         w.observe(redraw, names="value")

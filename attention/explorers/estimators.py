@@ -16,9 +16,10 @@ from __future__ import annotations
 import numpy as np
 
 from attention import core, hard
+from attention.plots import live
 
 from . import site
-from .common import BLUE, FONT, GREY, ORANGE, RED, frame, show_figure
+from .common import BLUE, FONT, GREY, ORANGE, RED, frame, live_png, show_png
 from .settings import Choice, Range, check
 from .site import Explorer
 
@@ -295,12 +296,11 @@ def static_estimator_explorer(
 def estimator_figure(logits, losses, method, tau, n_samples, component):
     """The live figure: the histogram with its mean and the true gradient, and the
     |bias| and std of each method for this component."""
-    import matplotlib.pyplot as plt
 
     s, f = _check(logits, losses, method, tau, n_samples, component)
     true = hard.expected_loss_grad(s, f)
     j = component
-    fig, (a0, a1) = plt.subplots(1, 2, figsize=(11, 3.6))
+    fig, (a0, a1) = live.subplots(1, 2, figsize=(11, 3.6))
     g = estimates(s, f, method, tau, n_samples)
     a0.hist(g[:, j], bins=BINS, color=GREY, ec="#222", lw=0.3)
     a0.axvline(g[:, j].mean(), color=RED, lw=2.5, label="mean of the estimates")
@@ -332,7 +332,7 @@ def estimator_figure(logits, losses, method, tau, n_samples, component):
     )
     a1.set_xticks(x, labels=METHODS, fontsize=8)
     a1.set(title=f"component {j}: |bias| (solid) and std (light)")
-    fig.tight_layout()
+    live.finish(fig)
     return fig
 
 
@@ -387,7 +387,7 @@ def live_estimator_explorer(
         kw = {k: w.value for k, w in ctl.items()}
         ctl["tau"].disabled = "Gumbel" not in kw["method"]
         text.value = "<p>" + estimator_readout(logits, losses, **kw) + "</p>"
-        show_figure(out, estimator_figure(logits, losses, **kw))
+        show_png(out, live_png(estimator_figure, logits, losses, **kw))
 
     for w in ctl.values():
         w.observe(redraw, names="value")

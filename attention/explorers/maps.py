@@ -15,9 +15,10 @@ from __future__ import annotations
 import numpy as np
 
 from attention import core
+from attention.plots import live
 
 from . import site
-from .common import FONT, KEEP, frame, show_figure
+from .common import FONT, KEEP, frame, live_png, show_png
 from .settings import Choice, Range, check
 from .site import Explorer
 
@@ -233,7 +234,7 @@ def map_figure(t: dict, name: str, example: int, head: int, row: int):
     w = t["maps"][example, head]
     qs = t.get("queries", [list(range(w.shape[0]))] * (example + 1))[example]
     ks = t.get("keys", [list(range(w.shape[1]))] * (example + 1))[example]
-    fig, (a0, a1) = plt.subplots(
+    fig, (a0, a1) = live.subplots(
         1, 2, figsize=(10, 3.9), gridspec_kw={"width_ratios": [1.1, 1]}
     )
     plots.attention_heatmap(
@@ -252,7 +253,7 @@ def map_figure(t: dict, name: str, example: int, head: int, row: int):
     a1.bar(range(w.shape[1]), w[row], color=KEEP, ec="#222", lw=0.4)
     a1.set_xticks(range(w.shape[1]), labels=[str(k) for k in ks], rotation=60)
     a1.set(ylim=(0, 1), ylabel="weight", title=f"row {row}: query {qs[row]}")
-    fig.tight_layout()
+    live.finish(fig)
     return fig
 
 
@@ -302,8 +303,11 @@ def live_attention_map_explorer(
         text.value = (
             "<p>" + map_readout(t, w_ex.value, w_head.value, w_row.value) + "</p>"
         )
-        show_figure(
-            out, map_figure(t, w_task.value, w_ex.value, w_head.value, w_row.value)
+        show_png(
+            out,
+            live_png(
+                map_figure, t, w_task.value, w_ex.value, w_head.value, w_row.value
+            ),
         )
 
     for w in (w_task, w_ex, w_head, w_row):
@@ -476,9 +480,6 @@ def mask_readout(kind, n_q, n_k, length) -> str:
 def live_mask_explorer(n_q=5, n_k=7, kind="causal", length=4):
     """ipywidgets: each change redraws the mask with its weights."""
     import ipywidgets as widgets
-    import matplotlib.pyplot as plt
-
-    from attention import plots
 
     _check_mask(n_q, n_k, kind, length)
     style = {"description_width": "initial"}
@@ -500,23 +501,30 @@ def live_mask_explorer(n_q=5, n_k=7, kind="causal", length=4):
 
     def redraw(change=None):
         kw = {k: w.value for k, w in ctl.items()}
-        pt = mask_point(**kw)
-        fig, ax = plt.subplots(figsize=(4.6, 4.2))
-        plots.attention_heatmap(
-            pt["p"],
-            ax=ax,
-            vmax=1.0,
-            mask=pt["keep"],
-            title=f"{kw['kind']}: weights under the mask",
-        )
         text.value = "<p>" + mask_readout(**kw) + "</p>"
-        show_figure(out, fig)
+        show_png(out, live_png(mask_figure, **kw))
 
     for w in ctl.values():
         w.observe(redraw, names="value")
     redraw()
     items = list(ctl.values())
     return widgets.VBox([widgets.HBox(items[:2]), widgets.HBox(items[2:]), text, out])
+
+
+def mask_figure(kind: str, n_q: int, n_k: int, length: int):
+    """The live mask face's figure: the weights of fixed scores under the mask."""
+    from attention import plots
+
+    pt = mask_point(kind=kind, n_q=n_q, n_k=n_k, length=length)
+    fig, ax = live.subplots(figsize=(4.6, 4.2))
+    plots.attention_heatmap(
+        pt["p"],
+        ax=ax,
+        vmax=1.0,
+        mask=pt["keep"],
+        title=f"{kind}: weights under the mask",
+    )
+    return fig
 
 
 def mask_explorer(n_q: int = 5, n_k: int = 7, kind: str = "causal", length: int = 4):

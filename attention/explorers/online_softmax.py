@@ -10,9 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from attention import core
+from attention.plots import live
 
 from . import site
-from .common import AMBER, BLUE, FONT, GREY, RED, frame, show_figure
+from .common import AMBER, BLUE, FONT, GREY, RED, frame, live_png, show_png
 from .settings import Choice, Range, check
 from .site import Explorer
 
@@ -279,7 +280,6 @@ def static_online_softmax_explorer(block: int = 4, step: int = 0) -> Explorer:
 def online_figure(block: int, step: int):
     """The live explorer's figure: the scores with the running max, the weights so
     far against the exact softmax, and m, ℓ, α over the blocks."""
-    import matplotlib.pyplot as plt
 
     s, v = default_row()
     steps = online_steps(s, v, block)
@@ -287,7 +287,7 @@ def online_figure(block: int, step: int):
     p = core.softmax(s)
     j = np.arange(len(s))
     color = np.where(j < st["a"], BLUE, np.where(j < st["b"], AMBER, "#D0D0D0"))
-    fig, (a0, a1, a2) = plt.subplots(1, 3, figsize=(12, 3.4))
+    fig, (a0, a1, a2) = live.subplots(1, 3, figsize=(12, 3.4))
     a0.bar(j, s, color=color, ec="#222", lw=0.4)
     a0.axhline(st["m"], color=RED, lw=2, label="running max m")
     a0.axhline(s.max(), color=RED, ls="--", lw=1, label="final max")
@@ -307,7 +307,7 @@ def online_figure(block: int, step: int):
     a2.axvline(step + 1, color=GREY, ls="--")
     a2.set(xlabel="block", title="the running state")
     a2.legend(fontsize=7)
-    fig.tight_layout()
+    live.finish(fig)
     return fig
 
 
@@ -347,7 +347,7 @@ def live_online_softmax_explorer(block: int = 4, step: int = 0):
     def redraw(change=None):
         w_step.max = -(-N_ROW // w_block.value) - 1
         text.value = "<p>" + online_readout(w_block.value, w_step.value) + "</p>"
-        show_figure(out, online_figure(w_block.value, w_step.value))
+        show_png(out, live_png(online_figure, w_block.value, w_step.value))
 
     w_block.observe(redraw, names="value")
     w_step.observe(redraw, names="value")

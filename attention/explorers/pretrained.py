@@ -16,6 +16,7 @@ import functools
 import numpy as np
 
 from attention import pretrained
+from attention.plots import live
 from attention.plots.pretrained import TYPE_LETTERS
 
 from . import site
@@ -282,7 +283,7 @@ def pretrained_figure(sentence: str, layer: int, head: int, row: int):
 
     toks, maps, stats = sentence_maps(sentence)
     _, types = measured_types()
-    fig, (a0, a1) = plt.subplots(
+    fig, (a0, a1) = live.subplots(
         1, 2, figsize=(10, 4.6), gridspec_kw={"width_ratios": [1.3, 1]}
     )
     pplots.head_map_figure(maps, toks, layer, head, ax=a0)
@@ -293,7 +294,7 @@ def pretrained_figure(sentence: str, layer: int, head: int, row: int):
     a1.add_patch(
         plt.Rectangle((layer - 1.5, head - 1.5), 1, 1, fill=False, ec="k", lw=2.5)
     )
-    fig.tight_layout()
+    live.finish(fig)
     return fig
 
 

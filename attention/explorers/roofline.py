@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from attention import memory
 from attention.memory import ring as _mring
+from attention.plots import live
 
 from . import site
-from .common import BLUE, DARK_GREY, FONT, RED, frame, show_figure
+from .common import BLUE, DARK_GREY, FONT, RED, frame, live_png, show_png
 from .settings import Choice, check
 from .site import Explorer
 
@@ -241,10 +242,9 @@ def roofline_readout(gpu, N, d, dtype, algorithm) -> str:
 
 def roofline_figure(gpu, N, d, dtype, algorithm):
     """The live explorer's figure: the roofs and the two points."""
-    import matplotlib.pyplot as plt
 
     p = roofline_point(gpu, N, d, dtype, algorithm)
-    fig, ax = plt.subplots(figsize=(6.4, 4))
+    fig, ax = live.subplots(figsize=(6.4, 4))
     ax.plot(*zip(*roof_line(gpu, dtype)), color=DARK_GREY)
     for key, label, c, mk in (
         ("sim", "simulated (no L2)", RED, "o"),
@@ -267,7 +267,7 @@ def roofline_figure(gpu, N, d, dtype, algorithm):
         title=f"{memory.GPUS[gpu].name}, {dtype}",
     )
     ax.legend(fontsize=8)
-    fig.tight_layout()
+    live.finish(fig)
     return fig
 
 
@@ -301,7 +301,7 @@ def live_roofline_explorer(
     def redraw(change=None):
         kw = {k: w.value for k, w in ctl.items()}
         text.value = "<p>" + roofline_readout(**kw) + "</p>"
-        show_figure(out, roofline_figure(**kw))
+        show_png(out, live_png(roofline_figure, **kw))
 
     for w in ctl.values():
         w.observe(redraw, names="value")

@@ -21,9 +21,10 @@ import numpy as np
 
 from attention import core
 from attention import deformable as dfm
+from attention.plots import live
 
 from . import site
-from .common import BLUE, FONT, GREEN, ORANGE, PURPLE, RED, show_figure
+from .common import BLUE, FONT, GREEN, ORANGE, PURPLE, RED, live_png, show_png
 from .settings import Choice, Range, check
 from .site import Explorer
 
@@ -383,7 +384,6 @@ def sampling_figure(
     level,
 ):
     """The live figure: DAT's points and the query's weights, and MSDA's points."""
-    import matplotlib.pyplot as plt
 
     _, h, w, _ = x.shape
     r, c = query_positions(h, w)[query]
@@ -391,7 +391,7 @@ def sampling_figure(
     g = head * n_groups // n_heads
     ref, pts, wts = st["reference"], st["points"][g], st["weights"][head, query]
     ncol = 2 if msda is not None else 1
-    fig, axes = plt.subplots(1, ncol, figsize=(4.6 * ncol, 4.4), squeeze=False)
+    fig, axes = live.subplots(1, ncol, figsize=(4.6 * ncol, 4.4), squeeze=False)
     ax = axes[0, 0]
     ax.imshow(image, extent=(0, w, h, 0))
     for (x0, y0), (x1, y1) in zip(ref, pts):
@@ -440,7 +440,7 @@ def sampling_figure(
             title="MSDA: the query's points per level",
         )
         ax.legend(fontsize=7, loc="lower left")
-    fig.tight_layout()
+    live.finish(fig)
     return fig
 
 
@@ -499,9 +499,10 @@ def live_sampling_points_explorer(
 
     def redraw(change=None):
         kw = {k: v.value for k, v in ctl.items()}
-        show_figure(
+        show_png(
             out,
-            sampling_figure(
+            live_png(
+                sampling_figure,
                 image,
                 x,
                 dat_params[kw["label"]],

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import site
-from .common import FONT, frame, show_figure
+from .common import FONT, frame, live_png, show_png
 from .settings import Range, check
 from .site import Explorer
 
@@ -233,8 +233,11 @@ def live_temperature_explorer(
     out = widgets.Output()
 
     def redraw(change=None):
-        show_figure(
-            out, plots.gumbel_softmax_figure(s, g, tau=tau_s.value, row=row_s.value)
+        show_png(
+            out,
+            live_png(
+                plots.gumbel_softmax_figure, s, g, tau=tau_s.value, row=row_s.value
+            ),
         )
 
     for w in (tau_s, row_s):

@@ -11,6 +11,7 @@ import functools
 import itertools
 
 from attention import plots
+from attention.plots import live
 
 from . import site
 from .common import (
@@ -19,9 +20,9 @@ from .common import (
     bars_floor_spec,
     book_colors,
     dtypes,
-    figure_png,
     flat,
     frame,
+    live_png,
     show_png,
     tensor_names,
 )
@@ -330,7 +331,6 @@ def _closed_form_tile_figure(N, d, sram_kib, Br, Bc, dtype, algorithm, events):
     """The tile explorer's figure for settings too big to simulate: HBM traffic
     and roofline ESTIMATES from ``memory.closed_form`` (the same counts
     ``simulate`` would give)."""
-    import matplotlib.pyplot as plt
 
     from attention import memory, plots
 
@@ -344,7 +344,7 @@ def _closed_form_tile_figure(N, d, sram_kib, Br, Bc, dtype, algorithm, events):
         except ValueError:
             unfit.append(a)
     floor = {a: memory.compulsory(a, N, d) for a in results}
-    fig, (ax0, ax1, ax2) = plt.subplots(
+    fig, (ax0, ax1, ax2) = live.subplots(
         1, 3, figsize=(14, 4.4), gridspec_kw={"width_ratios": [1.1, 1.1, 0.7]}
     )
     plots.traffic_by_algorithm(
@@ -382,7 +382,7 @@ def _closed_form_tile_figure(N, d, sram_kib, Br, Bc, dtype, algorithm, events):
     if unfit:
         text += f"\n\nNot drawn: the tiles of\n{', '.join(unfit)} do not fit\nin SRAM."
     ax2.text(0, 1, text, va="top", fontsize=8)
-    fig.tight_layout()
+    live.finish(fig)
     return fig
 
 
@@ -410,7 +410,7 @@ def tile_figure(N, d, sram_kib, Br, Bc, dtype, algorithm, step):
 def tile_png(N, d, sram_kib, Br, Bc, dtype, algorithm, step) -> str:
     """``tile_figure`` as a PNG, cached: a slider moved back to a setting it showed
     redraws at once (each PNG is some 100 KB; 256 of them at most)."""
-    return figure_png(tile_figure(N, d, sram_kib, Br, Bc, dtype, algorithm, step))
+    return live_png(tile_figure, N, d, sram_kib, Br, Bc, dtype, algorithm, step)
 
 
 def live_tile_size_explorer(

@@ -7,6 +7,7 @@ import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
 
+from . import live
 from .style import ATTENTION_CMAP, MASK_COLORS, SELECTION_COLORS, TENSOR_COLORS, _ax
 
 
@@ -211,7 +212,7 @@ def gumbel_softmax_figure(
     y /= y.sum(-1, keepdims=True)  # (N_q, N_k)
     p = np.exp(s - s.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
-    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 3.8), width_ratios=[1, 1.3])
+    fig, (ax0, ax1) = live.subplots(1, 2, figsize=(11, 3.8), width_ratios=[1, 1.3])
     attention_heatmap(
         y, ax=ax0, vmax=1.0, title=f"Gumbel-softmax weights, τ = {tau:.3g}"
     )
@@ -246,7 +247,7 @@ def gumbel_softmax_figure(
     ax1.set_xlabel("key")
     ax1.set_ylabel(f"weight (query {row})")
     ax1.legend(fontsize=8, loc="upper right")
-    fig.tight_layout()
+    live.finish(fig)
     return fig
 
 

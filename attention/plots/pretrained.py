@@ -10,6 +10,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
+from . import live
 from .maps import attention_heatmap
 from .style import ATTENTION_CMAP, _nonempty
 
@@ -125,7 +126,7 @@ def entropy_figure(stats: dict, types=None, ax=None):
     L, H = ent.shape
     own = ax is None  # a figure of its own: laid out here, else by its maker
     if own:
-        _, ax = plt.subplots(figsize=(5.0, 6.4))
+        _, ax = live.subplots(figsize=(5.0, 6.4))
     im = ax.imshow(ent.T, cmap="viridis_r", aspect="auto", vmin=0)
     for layer in range(L):
         for h in range(H):
@@ -147,7 +148,7 @@ def entropy_figure(stats: dict, types=None, ax=None):
     if types is not None:
         ax.set_title(_legend_text(types), fontsize=9)
     if own:
-        ax.figure.tight_layout()
+        live.finish(ax.figure)
     return ax.figure
 
 

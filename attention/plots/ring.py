@@ -18,6 +18,7 @@ from matplotlib.path import Path
 from attention import ring as _ring
 from attention.memory import ring as _mring
 
+from . import live
 from .style import MEMORY_COLORS, TENSOR_COLORS
 
 COMPUTE = TENSOR_COLORS["O"]
@@ -138,7 +139,7 @@ def load_balance_figure(
     step, one panel per layout; idle device-steps hatched; the idle fraction (every
     step lasting as long as its busiest device) in each title."""
     if axes is None:
-        _, axes = plt.subplots(
+        _, axes = live.subplots(
             1, len(layouts), figsize=(3.1 * len(layouts), 3.2), sharey=True
         )
     axes = np.atleast_1d(axes)

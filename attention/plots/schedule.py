@@ -8,6 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from .. import memory
+from . import live
 from .style import (
     DTYPE_BYTES,
     MEMORY_COLORS,
@@ -331,7 +332,7 @@ def tile_explorer_figure(
             else results[algorithm]
         )
     except ValueError as err:
-        fig, ax = plt.subplots(figsize=(11, 2.2))
+        fig, ax = live.subplots(figsize=(11, 2.2))
         ax.axis("off")
         ax.text(
             0,
@@ -348,23 +349,26 @@ def tile_explorer_figure(
     if text_panel:
         fig = plt.figure(figsize=(12, 8.2))
         gs = fig.add_gridspec(2, 2, height_ratios=[1, 1.05], hspace=0.55, wspace=0.28)
-        slots = gs[0, 0], gs[0, 1], gs[1, 0]
+        slots = [fig.add_subplot(g) for g in (gs[0, 0], gs[0, 1], gs[1, 0])]
     else:
         # The legends under the panels inside the canvas (a live face then crops it
         # in one draw); the panels as tall as on a 4.6 in figure of default margins.
-        fig = plt.figure(figsize=(15, 5.4))
-        gs = fig.add_gridspec(
-            1, 3, wspace=0.3, width_ratios=[1.1, 1, 1.1], bottom=0.24, top=0.898
+        fig, slots = live.subplots(
+            1,
+            3,
+            figsize=(15, 5.4),
+            gridspec_kw=dict(
+                wspace=0.3, width_ratios=[1.1, 1, 1.1], bottom=0.24, top=0.898
+            ),
         )
-        slots = gs[0, 0], gs[0, 1], gs[0, 2]
     traffic_by_algorithm(
         results,
         bytes_per_elem=bpe,
-        ax=fig.add_subplot(slots[0]),
+        ax=slots[0],
         floor=floor,
         title=f"HBM traffic, N = {N}, d = {d}, Br = {Br}, Bc = {Bc}, {dtype}",
     )
-    ax = fig.add_subplot(slots[1])
+    ax = slots[1]
     if animate:
         tile_schedule_plot(
             chosen.trace,
@@ -394,7 +398,7 @@ def tile_explorer_figure(
     for a, r in results.items():
         ai = memory.arithmetic_intensity(memory.matmul_flops(a, N, d), r.bytes(bpe))
         lines.append(f"{a}: {human_bytes(r.bytes(bpe))}, {ai:.0f} FLOP/byte")
-    ax = fig.add_subplot(slots[2])
+    ax = slots[2]
     roofline_bars(
         est,
         ax=ax,

@@ -6,11 +6,11 @@ from __future__ import annotations
 import functools
 
 import matplotlib as mpl
-import matplotlib.pyplot as plt
 import numpy as np
 
 from .. import memory
 from ..checks import check_int
+from . import live
 from .style import (
     DTYPE_BYTES,
     SELECTION_COLORS,
@@ -364,7 +364,7 @@ def naive_traffic_figure(
     ns = [int(x) for x in np.geomspace(lo, hi, int(round(np.log2(hi / lo))) + 1)] + [
         int(n)
     ]
-    fig, (ax0, ax1) = plt.subplots(
+    fig, (ax0, ax1) = live.subplots(
         1, 2, figsize=(11.5, 4.2), gridspec_kw={"width_ratios": [1.35, 1.0]}
     )
     naive_traffic_vs_length(
@@ -386,8 +386,14 @@ def naive_traffic_figure(
         f"m = {n_q}, n = {n}, d = {d}, {dtype}\n"
         f"{human_bytes(t.bytes(bpe))} in all, {sp:.0%} of it S and P"
     )
-    fig.tight_layout()
+    live.finish(fig)
     return fig
+
+
+#: A base-2 axis's ticks as lengths a reader takes in at once (16, 256, 1k, 64k).
+_POW2_LABELS = mpl.ticker.FuncFormatter(
+    lambda v, _: f"{round(v) // 1024}k" if v >= 1024 else f"{v:g}"
+)
 
 
 def _count(simulated: bool, algorithm: str, *args, **kw):
@@ -423,7 +429,7 @@ def selection_traffic_figure(
     )
     kw = {"soft": {}, "hard": {}, "topk": {"k": k}}
     label = {"soft": "soft", "hard": "hard (argmax)", "topk": f"top-k (k = {k})"}
-    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(12, 4.2))
+    fig, (ax0, ax1) = live.subplots(1, 2, figsize=(12, 4.2))
     for name, extra in kw.items():
         tot = [
             memory.closed_form(name, int(n), d, Br=Br, Bc=Bc, **extra).bytes(
@@ -442,6 +448,7 @@ def selection_traffic_figure(
         ax0.plot(small, sim, "o", color=SELECTION_COLORS[name], ms=5)
     ax0.axvline(N, color="#8C8C8C", lw=0.8, ls=":")
     ax0.set_xscale("log", base=2)
+    ax0.xaxis.set_major_formatter(_POW2_LABELS)
     ax0.set_yscale("log")
     ax0.set_xlabel("sequence length N (N_q = N_k)")
     ax0.set_ylabel("HBM traffic (bytes)")
@@ -459,7 +466,7 @@ def selection_traffic_figure(
         ax=ax1,
         title=f"per tensor at N = {N} (closed form)",
     )
-    fig.tight_layout()
+    live.finish(fig)
     return fig
 
 
@@ -507,7 +514,7 @@ def deformable_traffic_figure(
     """
     from attention import deformable  # noqa: F401  (registers the algorithms)
 
-    fig, (ax1, ax2) = plt.subplots(
+    fig, (ax1, ax2) = live.subplots(
         1, 2, figsize=(11.5, 4.0), gridspec_kw={"width_ratios": [1.1, 1]}
     )
     results = {
@@ -545,6 +552,7 @@ def deformable_traffic_figure(
         ax2.scatter(sim_sides, sims, color=color, s=18, zorder=3)
     ax2.axvline(side, color="#8C8C8C", linewidth=0.8, linestyle=":")
     ax2.set_xscale("log", base=2)
+    ax2.xaxis.set_major_formatter(_POW2_LABELS)
     ax2.set_yscale("log")
     ax2.set_xlabel("map side (H = W); queries = H·W")
     ax2.set_ylabel("HBM bytes (one head)")
@@ -554,5 +562,5 @@ def deformable_traffic_figure(
         else "closed form (lines and dots, = simulated)"
     )
     ax2.legend(fontsize=8)
-    fig.tight_layout()
+    live.finish(fig)
     return fig

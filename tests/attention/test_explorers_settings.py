@@ -230,12 +230,11 @@ def _no_png(monkeypatch):
     """The live faces draw their real figures; only the PNG encoding is skipped."""
     import matplotlib.pyplot as plt
 
-    def quick(fig):
+    def quick(fig, **_):
         plt.close(fig)
         return ""
 
     monkeypatch.setattr(common, "figure_png", quick)
-    monkeypatch.setattr(tile_size, "figure_png", quick)
     tile_size.tile_png.cache_clear()
     common.cached_png.cache_clear()
     yield

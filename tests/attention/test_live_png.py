@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from attention.explorers.common import figure_png  # noqa: E402
@@ -64,6 +65,27 @@ def test_one_draw_png_matches_savefig_tight():
         ink_ours = (ours[:h, :w] != ours[0, 0]).any(-1).sum()
         ink_theirs = (theirs[:h, :w] != theirs[0, 0]).any(-1).sum()
         assert abs(ink_ours - ink_theirs) <= 0.02 * ink_theirs, make.__name__
+
+
+def test_ink_crop_keeps_the_drawing_and_the_margin():
+    """``crop="ink"`` (the live faces'): the drawing whole, with PAD_INCHES (10 px)
+    of background on each side; past the canvas's edge, the measured box as before."""
+    from attention.explorers.common import PAD_INCHES
+
+    pad = round(PAD_INCHES * 100)
+    ours = _pixels(figure_png(_inside(), crop="ink"))
+    assert [abs(int(m) - pad) <= 1 for m in _ink_box(ours)] == [True] * 4
+    boxed = _pixels(figure_png(_inside()))
+    ink = lambda img: (img != img[0, 0]).any(-1).sum()  # noqa: E731
+    assert abs(ink(ours) - ink(boxed)) <= 0.01 * ink(boxed)
+    past, theirs = (
+        _pixels(figure_png(_past_the_edge(), crop="ink")),
+        _savefig(_past_the_edge),
+    )
+    assert abs(past.shape[0] - theirs.shape[0]) <= 3
+    assert abs(past.shape[1] - theirs.shape[1]) <= 3
+    with pytest.raises(ValueError, match="crop"):
+        figure_png(_inside(), crop="tight")
 
 
 def test_the_figure_is_closed():

@@ -1,0 +1,135 @@
+"""A live face's figure kept between its moves.
+
+A new matplotlib figure per slider move pays, every time, for what does not change:
+the figure and its axes, their tick objects, the fonts' layout, and ``tight_layout``
+(half of a two-panel figure's cost). Figure functions make their figure with
+``subplots`` and end with ``finish``; outside ``reusing`` these are ``plt.subplots``
+and ``fig.tight_layout``. Inside ``reusing(store)`` the first call makes the figure
+(not pyplot's: nothing is left open or shown twice in a notebook) and lays it out,
+and each later identical call hands the same figure back emptied of what was drawn
+(lines, patches, images, texts, legends, colorbars), its axes reset to what a new
+subplot has (linear scales, limits 0 to 1 autoscaled, default ticks and colours, no
+titles or labels). ``finish`` lays it out again: cheap once its ticks exist, and the
+layout a new figure would get. The tests draw every live face both ways and compare
+the pixels.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import matplotlib as mpl
+import matplotlib.pyplot as plt
+
+#: The stores ``subplots`` hands figures back from (the innermost last).
+_STORES: list[dict] = []
+
+#: Keyword arguments of ``plt.subplots`` that belong to the figure, not the grid.
+_FIGURE_KW = ("figsize", "dpi", "facecolor")
+
+
+@contextlib.contextmanager
+def reusing(store: dict):
+    """Inside, ``subplots`` keeps its figures in ``store`` (keyed by its arguments)
+    and hands them back; ``store["last"]`` is the figure it handed out last."""
+    _STORES.append(store)
+    try:
+        yield store
+    finally:
+        _STORES.pop()
+
+
+def subplots(nrows: int = 1, ncols: int = 1, **kw):
+    """``plt.subplots(nrows, ncols, **kw)``; inside ``reusing``, the figure made by the
+    same call before, emptied (see the module's docstring)."""
+    if not _STORES:
+        return plt.subplots(nrows, ncols, **kw)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    store = _STORES[-1]
+    key = (nrows, ncols, repr(sorted(kw.items())))
+    if key in store:
+        fig, axes = store[key]
+        empty(fig)
+        store["last"] = fig
+        return fig, axes
+    fig = Figure(**{k: kw.pop(k) for k in _FIGURE_KW if k in kw})
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, ncols, **kw)
+    fig._live = {
+        "axes": list(fig.axes),
+        "specs": [ax.get_subplotspec() for ax in fig.axes],
+    }
+    store[key] = (fig, axes)
+    store["last"] = fig
+    return fig, axes
+
+
+def finish(fig) -> None:
+    """``fig.tight_layout()``: on a kept figure a few hundredths of a second (its ticks
+    and fonts are made), and the layout a new figure of the same setting gets."""
+    fig.tight_layout()
+
+
+def _reset_axis(axis, rc: str) -> None:
+    axis._set_axes_scale("linear")  # default locators and formatters again
+    axis.set_label_text("")
+    axis.set_tick_params(which="both", reset=False, **_TICKS[rc])
+    axis.set_inverted(False)
+
+
+#: What a new subplot's ticks have (from the book's style): labels on, where they go.
+_TICKS = {
+    "x": {"labelbottom": True, "labeltop": False},
+    "y": {"labelleft": True, "labelright": False},
+}
+
+
+def empty(fig) -> None:
+    """Take out what the figure function drew, so it can draw the next move."""
+    live = fig._live
+    for ax in list(fig.axes):
+        if ax not in live["axes"]:
+            ax.remove()  # a colorbar: the next move makes its own
+    for text in list(fig.texts):
+        text.remove()
+    for legend in list(fig.legends):
+        legend.remove()
+    if fig._suptitle is not None:
+        fig._suptitle.remove()
+        fig._suptitle = None
+    for ax, spec in zip(live["axes"], live["specs"]):
+        if ax.get_subplotspec() is not spec:  # a colorbar took part of it
+            ax.set_subplotspec(spec)
+        ax._set_position(spec.get_position(fig))
+        for artist in (
+            *ax.lines,
+            *ax.patches,
+            *ax.collections,
+            *ax.texts,
+            *ax.images,
+            *ax.artists,
+            *ax.tables,
+        ):
+            artist.remove()
+        ax.containers.clear()  # bars' containers: a legend finds handles there
+        if ax.legend_ is not None:
+            ax.legend_.remove()
+        for loc in ("center", "left", "right"):
+            ax.set_title("", loc=loc)
+        _reset_axis(ax.xaxis, "x")
+        _reset_axis(ax.yaxis, "y")
+        ax.set_prop_cycle(None)  # colours from the start of the cycle again
+        ax.set_aspect("auto")
+        ax.set_axis_on()
+        ax.margins(mpl.rcParams["axes.xmargin"], mpl.rcParams["axes.ymargin"])
+        ax.grid(False)
+        if mpl.rcParams["axes.grid"]:
+            ax.grid(True, which=mpl.rcParams["axes.grid.which"],
+                    axis=mpl.rcParams["axes.grid.axis"])  # fmt: skip
+        ax.dataLim.set_points(mpl.transforms.Bbox.null().get_points())
+        ax.ignore_existing_data_limits = True
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.set_autoscale_on(True)
