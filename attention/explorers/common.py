@@ -71,9 +71,16 @@ def _ink_box(fig, rgba):
     h, w = ink.shape
     if top == 0 or left == 0 or bottom == h or right == w:
         return None
+    # A text anchored on the canvas has ink from its anchor on (on the edge where it
+    # runs past it); legends and the figure's own texts are measured.
     loose = [*fig.texts, *fig.legends]
     for ax in fig.axes:
-        loose += [*ax.texts, *([ax.legend_] if ax.legend_ is not None else [])]
+        loose += [ax.legend_] if ax.legend_ is not None else []
+        for text in ax.texts:
+            if text.get_visible():
+                x, y = text.get_transform().transform(text.get_unitless_position())
+                if not (0 <= x <= w and 0 <= y <= h):
+                    return None
     renderer = fig.canvas.get_renderer()
     for artist in loose:
         if artist.get_visible() and artist.get_in_layout():

@@ -60,6 +60,7 @@ def subplots(nrows: int = 1, ncols: int = 1, **kw):
     fig._live = {
         "axes": list(fig.axes),
         "specs": [ax.get_subplotspec() for ax in fig.axes],
+        "colorbars": {},  # a panel -> the axes of its colorbar
     }
     store[key] = (fig, axes)
     store["last"] = fig
@@ -70,6 +71,27 @@ def finish(fig) -> None:
     """``fig.tight_layout()``: on a kept figure a few hundredths of a second (its ticks
     and fonts are made), and the layout a new figure of the same setting gets."""
     fig.tight_layout()
+
+
+#: ``colorbar`` arguments that place a new colorbar's axes (not used with ``cax``).
+_PLACING = ("fraction", "pad", "shrink", "aspect", "anchor", "panchor", "location")
+
+
+def colorbar(im, ax, **kw):
+    """``ax.figure.colorbar(im, ax=ax, **kw)``; on a kept figure the colorbar's axes
+    made for ``ax`` the first time is drawn into again (its ticks made once, the panel
+    keeping the share the first colorbar took)."""
+    fig = ax.figure
+    live = getattr(fig, "_live", None)
+    if live is None:
+        return fig.colorbar(im, ax=ax, **kw)
+    cax = live["colorbars"].get(ax)
+    if cax is None:
+        bar = fig.colorbar(im, ax=ax, **kw)
+        live["colorbars"][ax] = bar.ax
+        return bar
+    kept = {k: v for k, v in kw.items() if k not in _PLACING}
+    return fig.colorbar(im, cax=cax, **kept)
 
 
 def _reset_axis(axis, rc: str) -> None:
@@ -89,9 +111,10 @@ _TICKS = {
 def empty(fig) -> None:
     """Take out what the figure function drew, so it can draw the next move."""
     live = fig._live
+    bars = live["colorbars"]
     for ax in list(fig.axes):
-        if ax not in live["axes"]:
-            ax.remove()  # a colorbar: the next move makes its own
+        if ax not in live["axes"] and ax not in bars.values():
+            ax.remove()  # a colorbar not made by ``colorbar``: the next move makes one
     for text in list(fig.texts):
         text.remove()
     for legend in list(fig.legends):
@@ -100,9 +123,11 @@ def empty(fig) -> None:
         fig._suptitle.remove()
         fig._suptitle = None
     for ax, spec in zip(live["axes"], live["specs"]):
-        if ax.get_subplotspec() is not spec:  # a colorbar took part of it
-            ax.set_subplotspec(spec)
-        ax._set_position(spec.get_position(fig))
+        if ax not in bars:  # (a kept colorbar keeps the share of its panel it took)
+            if ax.get_subplotspec() is not spec:  # a colorbar took part of it
+                ax.set_subplotspec(spec)
+            ax._set_position(spec.get_position(fig))
+    for ax in [*live["axes"], *bars.values()]:
         for artist in (
             *ax.lines,
             *ax.patches,

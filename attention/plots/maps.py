@@ -55,7 +55,7 @@ def attention_heatmap(
     if title:
         ax.set_title(title)
     if colorbar:
-        ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="weight")
+        live.colorbar(im, ax, fraction=0.046, pad=0.04, label="weight")
     return ax
 
 

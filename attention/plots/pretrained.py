@@ -144,7 +144,7 @@ def entropy_figure(stats: dict, types=None, ax=None):
     ax.set_xticks(range(L), labels=[str(i + 1) for i in range(L)])
     ax.set_yticks(range(H), labels=[str(i + 1) for i in range(H)])
     ax.set(xlabel="layer", ylabel="head")
-    ax.figure.colorbar(im, ax=ax, label="mean row entropy (bits)", shrink=0.8)
+    live.colorbar(im, ax, label="mean row entropy (bits)", shrink=0.8)
     if types is not None:
         ax.set_title(_legend_text(types), fontsize=9)
     if own:
