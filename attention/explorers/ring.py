@@ -405,8 +405,11 @@ def work_figure(N: int, P: int, layout: str, causal: bool):
     settings only, so the others redraw from ``common.cached_png``."""
     from attention.plots.ring import load_balance_figure
 
-    ax = load_balance_figure(N, P, layouts=(layout,), causal=causal)[0]
-    ax.figure.set_size_inches(4.2, 3.6)
+    ax = load_balance_figure(
+        N, P, layouts=(layout,), causal=causal, legend_inside=True
+    )[0]
+    ax.figure.set_size_inches(4.2, 4.3)
+    ax.figure.subplots_adjust(left=0.16, right=0.96, top=0.93, bottom=0.31)
     return ax.figure
 
 

@@ -134,10 +134,14 @@ def load_balance_figure(
     layouts=("contiguous", "zigzag"),
     causal: bool = True,
     axes=None,
+    legend_inside: bool = False,
 ):
     """Work (visible pairs, as a share of a full shard x shard block) per device and
     step, one panel per layout; idle device-steps hatched; the idle fraction (every
-    step lasting as long as its busiest device) in each title."""
+    step lasting as long as its busiest device) in each title. The legend goes below
+    the panels, outside the figure (a tight box holds it), or with ``legend_inside``
+    in two columns inside the canvas under the panels (a live face's narrow figure,
+    cut to its drawn pixels)."""
     if axes is None:
         _, axes = live.subplots(
             1, len(layouts), figsize=(3.1 * len(layouts), 3.2), sharey=True
@@ -160,8 +164,8 @@ def load_balance_figure(
                 edgecolors="none",
             )
         )
-        ax.add_patch(  # the idle parts, one path: hatched in one pass
-            PathPatch(
+        ax.add_artist(  # the idle parts, one path: hatched in one pass (the limits
+            PathPatch(  # are set below: no scan of its P^2 cells' curves for them)
                 Path.make_compound_path_from_polys(
                     _cells(r, t + 0.9 * busy, 0.9 * (1 - busy))
                 ),
@@ -174,8 +178,10 @@ def load_balance_figure(
         )
         ax.set_xlim(0, P)
         ax.set_ylim(P, 0)
-        ax.set_xticks(np.arange(P) + 0.45, [str(r) for r in range(P)])
-        ax.set_yticks(np.arange(P) + 0.45, [str(t) for t in range(P)])
+        every = max(1, P // 8)  # at most 8 labels a side: P = 32 reads 0, 4, .., 28
+        ticks = np.arange(0, P, every)
+        ax.set_xticks(ticks + 0.45, [str(r) for r in ticks])
+        ax.set_yticks(ticks + 0.45, [str(t) for t in ticks])
         ax.set_xlabel("device r")
         idle = _ring.idle_fraction(work)
         ax.set_title(f"{layout}: idle {100 * idle:.0f}%")
@@ -196,9 +202,9 @@ def load_balance_figure(
         ],
         title="computing (shade: share of a full shard x shard block)",
         title_fontsize=9,
-        loc="upper center",
-        bbox_to_anchor=(0.5, 0.0),
-        ncol=4,
+        loc="lower center" if legend_inside else "upper center",
+        bbox_to_anchor=(0.5, 0.01 if legend_inside else 0.0),
+        ncol=2 if legend_inside else 4,
         fontsize=9,
     )
     return axes

@@ -300,7 +300,27 @@ def test_load_balance_draws_one_collection_not_two_patches_per_cell():
     assert len(cells) == P * P
     heights = np.array([np.ptp(c.vertices[:, 1]) for c in cells]).reshape(P, P)
     np.testing.assert_allclose(heights, 0.9 * work / work.max(axis=1, keepdims=True))
+    # 32 labels a side ran together: every fourth one is labelled
+    assert [t.get_text() for t in ax.get_xticklabels()] == [
+        str(r) for r in range(0, 32, 4)
+    ]
     plt.close(ax.figure)
+
+
+def test_the_live_faces_legend_lies_inside_its_canvas():
+    """The live face's picture is cut to its drawn pixels in one draw: its legend sits
+    inside the canvas, under the panel, clear of the device labels."""
+    from attention.explorers.ring import work_figure
+
+    fig = work_figure(1 << 14, 32, "zigzag", True)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    legend = fig.legends[0].get_window_extent(renderer)
+    w, h = fig.canvas.get_width_height()
+    assert 0 <= legend.x0 and legend.x1 <= w and 0 <= legend.y0
+    (ax,) = fig.axes
+    assert legend.y1 < ax.get_tightbbox(renderer).y0
+    plt.close(fig)
 
 
 def test_figures_draw():
