@@ -49,9 +49,9 @@ FACES = [
     "pretrained",
 ]
 
-#: How many moves of each control are checked (the first ones: the end of a slider,
-#: each option of a short menu).
-MOVES = 2
+#: How many moves of each control are checked (the first: the end of a slider, the
+#: first other option of a menu): a leftover shows at the first move that reuses.
+MOVES = 1
 
 
 def _pixels(png: str) -> np.ndarray:
