@@ -109,28 +109,6 @@ def _cached(cache, path: pathlib.Path) -> bool:
     return True
 
 
-#: Seconds each page took in a cold `make book` on a 2-core machine (2026-12-02, two
-#: at a time), the order ``main`` starts them in; only their order matters.
-MEASURED_SECONDS = {
-    "chapters/06_context_parallel.ipynb": 42.2,
-    "chapters/01_self_cross_attention.ipynb": 31.1,
-    "chapters/04_deformable_attention.ipynb": 25.1,
-    "chapters/03_soft_hard_attention.ipynb": 15.9,
-    "chapters/02_flash_attention.ipynb": 12.1,
-    "chapters/07_masks_block_sparsity.ipynb": 11.3,
-    "chapters/08_sparse_attention.ipynb": 8.9,
-    "chapters/05_decoding.ipynb": 8.9,
-    "benchmarks_page.ipynb": 3.9,
-}
-
-
-def _expected_seconds(path: pathlib.Path) -> float:
-    """A page's measured seconds, or for a page not measured its size at a rough
-    2 s per 10 kB (the measured pages' median rate)."""
-    name = path.relative_to(ROOT).as_posix()
-    return MEASURED_SECONDS.get(name, path.stat().st_size / 5000)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
@@ -141,11 +119,9 @@ def main(argv=None) -> int:
     if not todo:
         print("execute: every notebook page is in the cache")
         return 0
-    # Longest first, so the two workers end together instead of one waiting on the
-    # last long chapter: by the seconds a cold `make book` measured, where known,
-    # else by source size (a page's size says little: chapter 6 is among the
-    # smallest and, its gloo runs spawning processes, the longest).
-    todo.sort(key=_expected_seconds, reverse=True)
+    # Longest first (by source size, a fair proxy here), so the two workers end
+    # together instead of one waiting on the last long chapter.
+    todo.sort(key=lambda p: p.stat().st_size, reverse=True)
     print(f"execute: {len(todo)} page(s), {args.jobs} at a time")
     t0 = time.perf_counter()
     jobs = [(str(p), _timeout()) for p in todo]

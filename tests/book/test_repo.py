@@ -140,18 +140,3 @@ def test_config_builds_strictly_with_colab():
     assert CONFIG["execute"]["execute_notebooks"] in ("cache", "force")
     assert "colab" in CONFIG["launch_buttons"]["colab_url"]
     assert CONFIG["sphinx"]["config"]["nb_execution_raise_on_error"] is True
-
-
-def test_the_executor_knows_every_pages_measured_seconds():
-    """tools/execute_notebooks.py starts the longest pages first by their measured
-    seconds: every notebook page has an entry (a new or renamed page would fall back
-    to its size, a poor proxy), and every entry names a page."""
-    import sys
-
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        import execute_notebooks
-    finally:
-        sys.path.remove(str(ROOT / "tools"))
-    pages = {p.relative_to(ROOT).as_posix() for p in execute_notebooks.notebook_pages()}
-    assert pages == set(execute_notebooks.MEASURED_SECONDS)
