@@ -7,9 +7,12 @@ that the move triggers (the observers run synchronously, so the time from settin
 value to its return is what a reader waits for, less the browser's image swap). Each
 move is new to the face (nothing it drew before), so caches do not hide the cost.
 
-    python tools/live_latency.py [--only NAME ...] [--json FILE]
+    python tools/live_latency.py [--only NAME ...] [--each] [--json FILE]
 
-Prints, per explorer, the slowest move and its control, and the median move.
+Prints, per explorer, the slowest move and its control, and the median move. All faces
+run in one process by default (each later face's moves then pay Python's garbage
+collections over every earlier face's objects, up to a tenth of a second a pass);
+``--each`` runs each face in a new process, as a chapter's kernel holds its own faces.
 """
 
 from __future__ import annotations
@@ -154,11 +157,35 @@ def measure(name: str) -> dict:
     }
 
 
+def _each(names, path) -> int:
+    """``main`` for each face in a new process; the rows gathered into ``path``."""
+    import os
+    import subprocess
+    import tempfile
+
+    rows = []
+    for name in names:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "row.json")
+            subprocess.run(
+                [sys.executable, __file__, "--only", name, "--json", out], check=True
+            )
+            with open(out) as f:
+                rows += json.load(f)
+    if path:
+        with open(path, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="*", default=list(FACES))
     ap.add_argument("--json", default=None)
+    ap.add_argument("--each", action="store_true", help="each face in a new process")
     args = ap.parse_args(argv)
+    if args.each:
+        return _each(args.only, args.json)
     import matplotlib
 
     matplotlib.use("Agg")
