@@ -3,6 +3,8 @@ step by step, roofline ESTIMATES, and chapter 2's tile-size explorer built from 
 
 from __future__ import annotations
 
+import functools
+
 import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
@@ -279,6 +281,15 @@ def _explorer_group(algorithm: str) -> list[str]:
     raise ValueError(f"algorithm must be one of {names}, got {algorithm!r}")
 
 
+@functools.lru_cache(maxsize=1)
+def _schedule(algorithm: str, N: int, d: int, Br: int, Bc: int):
+    """``memory.simulate(algorithm, N, d, Br=Br, Bc=Bc, keep_trace=True)``, the last one
+    kept. The SRAM size only decides whether the tiles fit (the closed forms check that
+    first, with it): the schedule is the same for every size that holds them, so the
+    explorer's SRAM slider redraws without simulating again."""
+    return memory.simulate(algorithm, N, d, Br=Br, Bc=Bc, keep_trace=True)
+
+
 def tile_explorer_figure(
     N: int = 1024,
     d: int = 64,
@@ -326,11 +337,7 @@ def tile_explorer_figure(
         # The counts of every algorithm from the closed forms (the same counts simulate
         # gives); only the algorithm whose schedule is drawn is simulated (its trace).
         results = {a: memory.closed_form(a, N, d, Br=Br, Bc=Bc, M=M) for a in group}
-        chosen = (
-            memory.simulate(algorithm, N, d, Br=Br, Bc=Bc, M=M, keep_trace=True)
-            if animate
-            else results[algorithm]
-        )
+        chosen = _schedule(algorithm, N, d, Br, Bc) if animate else results[algorithm]
     except ValueError as err:
         fig, ax = live.subplots(figsize=(11, 2.2))
         ax.axis("off")

@@ -223,3 +223,25 @@ def test_roofline_is_max_of_compute_and_memory():
     assert memory.matmul_flops("flash2_bwd", 128, 64) == 10 * 128 * 128 * 64
     with pytest.raises(ValueError):
         memory.matmul_flops("nope", 1, 1)
+
+
+@pytest.mark.parametrize(
+    "alg, N, d, Br, Bc",
+    [
+        ("standard", 96, 16, 16, 32),
+        ("flash1", 128, 16, 16, 16),
+        ("flash2", 80, 8, 32, 16),
+        ("standard_bwd", 64, 16, 16, 16),
+        ("flash2_bwd", 64, 16, 16, 16),
+        ("flash2_bwd_split", 64, 16, 32, 16),
+    ],
+)
+def test_the_schedule_does_not_depend_on_the_sram_that_holds_it(alg, N, d, Br, Bc):
+    """The tile explorer keeps the last simulated schedule across SRAM sizes
+    (``plots.schedule._schedule``): every size that holds the tiles gives the same
+    trace, counts, peak and steps as no size at all; one too small raises."""
+    free = memory.simulate(alg, N, d, Br=Br, Bc=Bc, keep_trace=True)
+    for M in (free.sram_peak, 2 * free.sram_peak, 10**6):
+        assert memory.simulate(alg, N, d, Br=Br, Bc=Bc, M=M, keep_trace=True) == free
+    with pytest.raises(ValueError):
+        memory.simulate(alg, N, d, Br=Br, Bc=Bc, M=free.sram_peak - 1)
