@@ -323,7 +323,7 @@ def block_mask_explorer_figure(kind="window", N=8192, block_size=128, value=1024
     a1.minorticks_off()
     a1.legend(fontsize=8)
     a1.set_title(f"HBM traffic, one head, d = {D}, bf16")
-    live.finish(fig)
+    fig.tight_layout()
     return fig
 
 

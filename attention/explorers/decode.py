@@ -471,7 +471,7 @@ def decode_explorer_figure(
     lens = decode.request_lengths(np.random.default_rng(WASTE_SEED), B, N)
     plots.paging_waste_figure(lens, N, page_sizes=PAGES, ax=a1)
     a1.set_title(f"B = {B} requests, lengths 1..{N:,}")
-    live.finish(fig)
+    fig.tight_layout()
     return fig
 
 

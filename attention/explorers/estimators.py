@@ -343,7 +343,7 @@ def estimator_figure(logits, losses, method, tau, n_samples, component):
     )
     a1.set_xticks(x, labels=METHODS, fontsize=8)
     a1.set(title=f"component {j}: |bias| (solid) and std (light)")
-    live.finish(fig)
+    fig.tight_layout()
     return fig
 
 

@@ -253,7 +253,7 @@ def map_figure(t: dict, name: str, example: int, head: int, row: int):
     a1.bar(range(w.shape[1]), w[row], color=KEEP, ec="#222", lw=0.4)
     a1.set_xticks(range(w.shape[1]), labels=[str(k) for k in ks], rotation=60)
     a1.set(ylim=(0, 1), ylabel="weight", title=f"row {row}: query {qs[row]}")
-    live.finish(fig)
+    fig.tight_layout()
     return fig
 
 

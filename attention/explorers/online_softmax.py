@@ -307,7 +307,7 @@ def online_figure(block: int, step: int):
     a2.axvline(step + 1, color=GREY, ls="--")
     a2.set(xlabel="block", title="the running state")
     a2.legend(fontsize=7)
-    live.finish(fig)
+    fig.tight_layout()
     return fig
 
 

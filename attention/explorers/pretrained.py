@@ -294,7 +294,7 @@ def pretrained_figure(sentence: str, layer: int, head: int, row: int):
     a1.add_patch(
         plt.Rectangle((layer - 1.5, head - 1.5), 1, 1, fill=False, ec="k", lw=2.5)
     )
-    live.finish(fig)
+    fig.tight_layout()
     return fig
 
 

@@ -267,7 +267,7 @@ def roofline_figure(gpu, N, d, dtype, algorithm):
         title=f"{memory.GPUS[gpu].name}, {dtype}",
     )
     ax.legend(fontsize=8)
-    live.finish(fig)
+    fig.tight_layout()
     return fig
 
 

@@ -440,7 +440,7 @@ def sampling_figure(
             title="MSDA: the query's points per level",
         )
         ax.legend(fontsize=7, loc="lower left")
-    live.finish(fig)
+    fig.tight_layout()
     return fig
 
 

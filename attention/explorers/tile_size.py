@@ -382,7 +382,7 @@ def _closed_form_tile_figure(N, d, sram_kib, Br, Bc, dtype, algorithm, events):
     if unfit:
         text += f"\n\nNot drawn: the tiles of\n{', '.join(unfit)} do not fit\nin SRAM."
     ax2.text(0, 1, text, va="top", fontsize=8)
-    live.finish(fig)
+    fig.tight_layout()
     return fig
 
 

@@ -247,7 +247,7 @@ def gumbel_softmax_figure(
     ax1.set_xlabel("key")
     ax1.set_ylabel(f"weight (query {row})")
     ax1.legend(fontsize=8, loc="upper right")
-    live.finish(fig)
+    fig.tight_layout()
     return fig
 
 

@@ -148,7 +148,7 @@ def entropy_figure(stats: dict, types=None, ax=None):
     if types is not None:
         ax.set_title(_legend_text(types), fontsize=9)
     if own:
-        live.finish(ax.figure)
+        ax.figure.tight_layout()
     return ax.figure
 
 

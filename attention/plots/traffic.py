@@ -386,7 +386,7 @@ def naive_traffic_figure(
         f"m = {n_q}, n = {n}, d = {d}, {dtype}\n"
         f"{human_bytes(t.bytes(bpe))} in all, {sp:.0%} of it S and P"
     )
-    live.finish(fig)
+    fig.tight_layout()
     return fig
 
 
@@ -466,7 +466,7 @@ def selection_traffic_figure(
         ax=ax1,
         title=f"per tensor at N = {N} (closed form)",
     )
-    live.finish(fig)
+    fig.tight_layout()
     return fig
 
 
@@ -562,5 +562,5 @@ def deformable_traffic_figure(
         else "closed form (lines and dots, = simulated)"
     )
     ax2.legend(fontsize=8)
-    live.finish(fig)
+    fig.tight_layout()
     return fig
