@@ -1,6 +1,7 @@
 """What the explorers share: the Vega-Lite frame and font, the traffic bars and lines
 (with the book's tensor colours from ``attention.plots``), the per-tensor count rows
-their grids send to the page, and the live faces' figure swap (``show_figure``).
+their grids send to the page, and the live faces' pictures (``live_png``, kept figures
+drawn again; ``show_png``, the swap).
 """
 
 from __future__ import annotations
@@ -161,9 +162,9 @@ _KEPT: dict = {}
 
 def live_png(make, *args, **settings) -> str:
     """``figure_png(make(*args, **settings))``, drawing into the figure ``make`` drew
-    its last setting in (kept per ``make``): a live face's move skips making and
-    laying out a figure. The picture is the one a new figure gives (the tests compare
-    them)."""
+    its last setting in (kept per ``make``): a live face's move skips making a figure,
+    its axes and their ticks. The picture is the one a new figure gives (the tests
+    compare them)."""
     from attention.plots import live
 
     with live.reusing(_KEPT.setdefault(make, {})):
@@ -192,11 +193,6 @@ def show_png(out, png: str) -> None:
             "data": {"image/png": png, "text/plain": "<Figure>"},
         },
     )
-
-
-def show_figure(out, fig) -> None:
-    """Replace ``out``'s content with ``fig`` as a PNG, then close the figure."""
-    show_png(out, figure_png(fig))
 
 
 def book_colors():
