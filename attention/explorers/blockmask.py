@@ -306,7 +306,6 @@ def readout(p: dict, kind: str, value: int, N: int, block_size: int) -> str:
 def block_mask_explorer_figure(kind="window", N=8192, block_size=128, value=1024):
     """The live explorer's figure: the block mask, and bytes against N beside dense
     causal."""
-
     from attention.plots import masks as pm
 
     fig, (a0, a1) = live.subplots(

@@ -445,9 +445,6 @@ def decode_explorer_figure(
 ):
     """The live explorer's figure: estimated step time against the context (naive, FA2
     grid, split-KV paged) and the cache wasted against the page size."""
-
-    from attention import plots
-
     bpe = dict(DTYPES)[dtype]
     bw = memory.GPUS[gpu].hbm_tbps * 1e12
     fig, (a0, a1) = live.subplots(

@@ -307,7 +307,6 @@ def static_estimator_explorer(
 def estimator_figure(logits, losses, method, tau, n_samples, component):
     """The live figure: the histogram with its mean and the true gradient, and the
     |bias| and std of each method for this component."""
-
     s, f = _check(logits, losses, method, tau, n_samples, component)
     true = hard.expected_loss_grad(s, f)
     j = component

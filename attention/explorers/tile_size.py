@@ -331,7 +331,6 @@ def _closed_form_tile_figure(N, d, sram_kib, Br, Bc, dtype, algorithm, events):
     """The tile explorer's figure for settings too big to simulate: HBM traffic
     and roofline ESTIMATES from ``memory.closed_form`` (the same counts
     ``simulate`` would give)."""
-
     from attention import memory, plots
 
     bpe = plots.DTYPE_BYTES[dtype]
