@@ -11,8 +11,9 @@ after a warm-up. The sparse kernel visits N programs of one 64-key step each (ra
 plus a fixed per-launch cost); flash causal visits 36 then 136 key tiles of 64 x 64 at
 N = 512 and 1024 (ratio 3.8, less its per-program cost, 8 then 16 programs).
 
-Measured on 2 shared cores, even CPU time is noisy: over ten idle runs the sparse ratio
-came out 1.56 ... 2.42 and the dense 2.84 ... 4.04, and one loaded run (the other core
+Measured on 2 shared cores, even CPU time is noisy: over fourteen idle runs the sparse
+ratio came out 1.56 ... 2.42 (3.26 once, see _cpu_seconds) and the dense 2.84 ... 4.04,
+and one loaded run (the other core
 running the rest of the suite) gave a dense 2.56 against a sparse 1.65. So the bounds
 are loose on each ratio (sparse 1.3 ... 2.75, dense > 2.3) and firmer on what the claim
 is about, that the two stay apart: the dense ratio is at least 1.25 times the sparse
@@ -35,9 +36,10 @@ from tests.kernels.sparse_tools import inputs, random_indices
 
 def _cpu_seconds(calls, repeats=4):
     """The least CPU time of each call over ``repeats`` interleaved runs, with Python's
-    garbage collector off while they run (as timeit does): a full collection landing in
-    every run of one call, which the same allocations repeated can make happen, was
-    seen to take a call from 0.30 s to 0.51 s in all five of its runs."""
+    garbage collector off while they run (as timeit does). With it on, one call that
+    usually takes 0.30 s took 0.51 s in all five of its runs in one process (the same
+    allocations repeated can land a collection in every run); with it off that was not
+    seen again, in six runs."""
     best = [float("inf")] * len(calls)
     gc.collect()
     was_on = gc.isenabled()
