@@ -25,6 +25,7 @@ from kernels.flex import (
     sliding_window,
     softcap,
 )
+from tests.kernels.timing_tools import least_cpu_seconds
 
 
 def brute_state(vis, bs):
@@ -152,12 +153,9 @@ def test_block_skipping_is_real_under_the_interpreter():
         sum(bm.counts()[c] for c in ("partial", "full")) for bm in (causal, window)
     ]
     flex_attention(q[:, :, :64], k[:, :, :64], v[:, :, :64])  # warm-up
-    times = [math.inf, math.inf]
-    for _ in range(2):  # the faster of two runs each, interleaved; CPU time of this
-        for i, bm in enumerate((causal, window)):  # process (other jobs add none)
-            t0 = time.process_time()
-            flex_attention(q, k, v, block_mask=bm)
-            times[i] = min(times[i], time.process_time() - t0)
+    # the faster of two interleaved runs each, in CPU time of this process
+    runs = [lambda m=m: flex_attention(q, k, v, block_mask=m) for m in (causal, window)]
+    times = least_cpu_seconds(runs, repeats=2)
     share = tiles[1] / tiles[0]
     ratio = times[1] / times[0]
     assert tiles == [136, 31]

@@ -12,7 +12,7 @@ plus a fixed per-launch cost); flash causal visits 36 then 136 key tiles of 64 x
 N = 512 and 1024 (ratio 3.8, less its per-program cost, 8 then 16 programs).
 
 Measured on 2 shared cores, even CPU time is noisy: over fourteen idle runs the sparse
-ratio came out 1.56 ... 2.42 (3.26 once, see _cpu_seconds) and the dense 2.84 ... 4.04,
+ratio came out 1.56 ... 2.42 (3.26 once, see timing_tools) and the dense 2.84 ... 4.04,
 and one loaded run (the other core
 running the rest of the suite) gave a dense 2.56 against a sparse 1.65. So the bounds
 are loose on each ratio (sparse 1.3 ... 2.75, dense > 2.3) and firmer on what the claim
@@ -24,36 +24,12 @@ Larger N would bring the ratios nearer 2 and 4 at several times this test's ~10 
 
 from __future__ import annotations
 
-import gc
-import time
-
 import torch
 
 from kernels.flash import flash_attention
 from kernels.sparse import prepare
 from tests.kernels.sparse_tools import inputs, random_indices
-
-
-def _cpu_seconds(calls, repeats=4):
-    """The least CPU time of each call over ``repeats`` interleaved runs, with Python's
-    garbage collector off while they run (as timeit does). With it on, one call that
-    usually takes 0.30 s took 0.51 s in all five of its runs in one process (the same
-    allocations repeated can land a collection in every run); with it off that was not
-    seen again, in six runs."""
-    best = [float("inf")] * len(calls)
-    gc.collect()
-    was_on = gc.isenabled()
-    gc.disable()
-    try:
-        for _ in range(repeats):
-            for i, f in enumerate(calls):
-                t = time.process_time()
-                f()
-                best[i] = min(best[i], time.process_time() - t)
-    finally:
-        if was_on:
-            gc.enable()
-    return best
+from tests.kernels.timing_tools import least_cpu_seconds
 
 
 def test_doubling_n_doubles_the_sparse_time_not_the_dense():
@@ -66,13 +42,13 @@ def test_doubling_n_doubles_the_sparse_time_not_the_dense():
             idx = random_indices(1, 1, n, n // 8, 2, seed=n, pad=0.0)
             sparse.append(prepare(q, k, v, idx, 8, causal=True))
         sparse[0]()  # warm-up
-        t_sparse = _cpu_seconds(sparse)
+        t_sparse = least_cpu_seconds(sparse)
         dense = []
         for n in (512, 1024):
             q, k, v = inputs(1, 1, 1, n, n, 16, seed=n)
             dense.append(lambda q=q, k=k, v=v: flash_attention(q, k, v, causal=True))
         dense[0]()
-        t_dense = _cpu_seconds(dense)
+        t_dense = least_cpu_seconds(dense)
     finally:
         torch.set_num_threads(threads)
     r_sparse = t_sparse[1] / t_sparse[0]
