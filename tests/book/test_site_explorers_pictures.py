@@ -335,7 +335,8 @@ def test_picture_explorer_matches_python(browser, page_name, kind):  # noqa: F81
             n = pg.n_options(eid, name)
             for v in (0, n - 1, n // 2):
                 before = _drawn(pg, eid, kind)
-                times.append(pg.set(eid, name, v))
+                away = n - 1 if v == 0 else 0
+                times.append(pg.timed_set(eid, name, v, away, limit_ms=150))
                 check(pg, eid)
                 moved[name] = moved.get(name, False) or _drawn(pg, eid, kind) != before
         for _ in range(8):  # random settings, every control at once
