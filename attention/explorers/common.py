@@ -92,6 +92,67 @@ def _ink_box(fig, rgba):
     return Bbox([[left / dpi, (h - bottom) / dpi], [right / dpi, (h - top) / dpi]])
 
 
+def drawn_box(fig, crop: str = "box"):
+    """The box (inches) ``figure_png`` cuts ``fig``'s drawn canvas to, before its
+    margin: what was drawn (``crop="ink"``) or the tight bounding box."""
+    import numpy as np
+
+    box = _ink_box(fig, np.asarray(fig.canvas.buffer_rgba())) if crop == "ink" else None
+    return fig.get_tightbbox(fig.canvas.get_renderer()) if box is None else box
+
+
+def box_inside(fig, box) -> bool:
+    """Whether ``box`` (inches) lies on ``fig``'s canvas, to half a pixel."""
+    width, height = fig.get_size_inches()
+    eps = 0.5 / LIVE_DPI
+    return (
+        box.x0 >= -eps
+        and box.y0 >= -eps
+        and box.x1 <= width + eps
+        and box.y1 <= height + eps
+    )
+
+
+def canvas_png(fig, box) -> str:
+    """``fig``'s drawn canvas cut to ``box`` (inches, on the canvas) plus
+    ``PAD_INCHES``, as a base64 PNG; the canvas is not drawn again."""
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    rgba = np.asarray(fig.canvas.buffer_rgba())
+    rows, cols = rgba.shape[:2]
+    height, pad, dpi = fig.get_size_inches()[1], PAD_INCHES, fig.dpi
+    # Pixel rows run from the top, inches from the bottom.
+    top = max(int(round((height - box.y1 - pad) * dpi)), 0)
+    bottom = min(int(round((height - box.y0 + pad) * dpi)), rows)
+    left = max(int(round((box.x0 - pad) * dpi)), 0)
+    right = min(int(round((box.x1 + pad) * dpi)), cols)
+    buf = io.BytesIO()
+    Image.fromarray(rgba[top:bottom, left:right]).save(
+        buf, format="png", compress_level=1
+    )
+    if not hasattr(fig, "_live"):
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def blit_order(*panels) -> list:
+    """The artists a blitted move draws, in the order a full draw draws them: for each
+    ``(axes, artists)`` in ``panels`` (in the figure's order), the artists and the
+    axes' visible spines (drawn over the data there) by zorder. The axes draw their
+    ticks below the data (``set_axisbelow(True)``), so the background holds them."""
+    out = []
+    for ax, artists in panels:
+        own = [*artists, *(sp for sp in ax.spines.values() if sp.get_visible())]
+        out += sorted(own, key=lambda a: a.get_zorder())
+    return out
+
+
 def figure_png(fig, crop: str = "box") -> str:
     """``fig`` as a base64 PNG (then closed, unless a live face keeps it).
 
@@ -113,43 +174,20 @@ def figure_png(fig, crop: str = "box") -> str:
     import io
 
     import matplotlib.pyplot as plt
-    import numpy as np
-    from PIL import Image
 
     fig.set_dpi(LIVE_DPI)
     fig.canvas.draw()
-    box = _ink_box(fig, np.asarray(fig.canvas.buffer_rgba())) if crop == "ink" else None
-    if box is None:
-        box = fig.get_tightbbox(fig.canvas.get_renderer())  # inches
-    width, height = fig.get_size_inches()
-    eps = 0.5 / LIVE_DPI  # half a pixel
-    inside = (
-        box.x0 >= -eps
-        and box.y0 >= -eps
-        and box.x1 <= width + eps
-        and box.y1 <= height + eps
-    )
+    box = drawn_box(fig, crop)
+    if box_inside(fig, box):
+        return canvas_png(fig, box)
     buf = io.BytesIO()
-    if inside:
-        rgba = np.asarray(fig.canvas.buffer_rgba())
-        rows, cols = rgba.shape[:2]
-        pad = PAD_INCHES
-        # Pixel rows run from the top, inches from the bottom.
-        top = max(int(round((height - box.y1 - pad) * LIVE_DPI)), 0)
-        bottom = min(int(round((height - box.y0 + pad) * LIVE_DPI)), rows)
-        left = max(int(round((box.x0 - pad) * LIVE_DPI)), 0)
-        right = min(int(round((box.x1 + pad) * LIVE_DPI)), cols)
-        Image.fromarray(rgba[top:bottom, left:right]).save(
-            buf, format="png", compress_level=1
-        )
-    else:
-        fig.savefig(
-            buf,
-            format="png",
-            dpi=LIVE_DPI,
-            bbox_inches=box.padded(PAD_INCHES),
-            pil_kwargs={"compress_level": 1},
-        )
+    fig.savefig(
+        buf,
+        format="png",
+        dpi=LIVE_DPI,
+        bbox_inches=box.padded(PAD_INCHES),
+        pil_kwargs={"compress_level": 1},
+    )
     if not hasattr(fig, "_live"):
         plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode("ascii")

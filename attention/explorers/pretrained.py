@@ -291,11 +291,76 @@ def pretrained_figure(sentence: str, layer: int, head: int, row: int):
         plt.Rectangle((-0.5, row - 0.5), len(toks), 1, fill=False, ec="#E8590C", lw=2.5)
     )
     pplots.entropy_figure(stats, types=types, ax=a1)
+    for ax in (a0, a1):  # ticks under the outlines (as ``PretrainedPicture`` blits)
+        ax.set_axisbelow(True)
     a1.add_patch(
         plt.Rectangle((layer - 1.5, head - 1.5), 1, 1, fill=False, ec="k", lw=2.5)
     )
     fig.tight_layout()
     return fig
+
+
+class PretrainedPicture:
+    """The live face's figure: ``pretrained_figure`` made once per sentence (its
+    tokens and every head's entropy fix the axes, the labels and the layout) and
+    updated in place per move. What a move changes (the head's map, the outlined row
+    and head, the map's title, and the spines drawn over them) is blitted over the
+    rest, drawn once per sentence: a move draws a few artists, not the 72 annotated
+    cells and the token labels again. ``png`` gives the picture
+    ``figure_png(pretrained_figure(...), crop="ink")`` gives with the same layout (the
+    tests compare the pixels). ``sentences`` are made at once (a new sentence then
+    draws as fast as a new head); the others when first shown."""
+
+    def __init__(self, sentences=()):
+        self._figures: dict = {}  # sentence -> its figure and what moves on it
+        for sentence in sentences:
+            self._build(sentence)
+
+    def _build(self, sentence: str) -> dict:
+        from .common import LIVE_DPI, blit_order, box_inside, drawn_box
+
+        with live.reusing({}):  # a figure of its own (not pyplot's)
+            fig = pretrained_figure(sentence, 1, 1, 0)
+        fig.set_dpi(LIVE_DPI)
+        a0, a1 = fig.axes[:2]
+        f = {"fig": fig, "maps": sentence_maps(sentence)[1], "im": a0.images[0],
+             "row": a0.patches[-1], "head": a1.patches[-1]}  # fmt: skip
+        # in the order a full draw draws them, so the pixels are a new figure's
+        moving = blit_order((a0, [f["im"], f["row"], a0.title]), (a1, [f["head"]]))
+        for artist in moving:
+            artist.set_visible(False)
+        fig.canvas.draw()
+        f["background"] = fig.canvas.copy_from_bbox(fig.bbox)
+        for artist in moving:
+            artist.set_visible(True)
+        f["moving"] = moving
+        self._blit(f, 1, 1, 0)  # the canvas as a full draw leaves it: measure it
+        f["box"] = drawn_box(fig, "ink")
+        f["inside"] = box_inside(fig, f["box"])
+        self._figures[sentence] = f
+        return f
+
+    @staticmethod
+    def _blit(f: dict, layer: int, head: int, row: int) -> None:
+        f["im"].set_data(f["maps"][layer - 1, head - 1])
+        f["row"].set_y(row - 0.5)
+        f["head"].set_xy((layer - 1.5, head - 1.5))
+        f["im"].axes.set_title(f"head {layer}-{head}")
+        canvas = f["fig"].canvas
+        canvas.restore_region(f["background"])
+        for artist in f["moving"]:
+            artist.axes.draw_artist(artist)
+
+    def png(self, sentence: str, layer: int, head: int, row: int) -> str:
+        """The figure at one setting as a base64 PNG."""
+        from .common import canvas_png, figure_png
+
+        _check(sentence, layer, head, row)
+        f = self._figures.get(sentence) or self._build(sentence)
+        self._blit(f, layer, head, row)
+        if not f["inside"]:  # drawn past the canvas: measured and drawn whole
+            return figure_png(f["fig"], crop="ink")
+        return canvas_png(f["fig"], f["box"])
 
 
 def live_pretrained_explorer(
@@ -304,7 +369,7 @@ def live_pretrained_explorer(
     """ipywidgets: each change redraws ``pretrained_figure`` and the text."""
     import ipywidgets as widgets
 
-    from .common import cached_png, show_png
+    from .common import show_png
 
     _check(sentence, layer, head, row)
     model = pretrained.load_minilm()
@@ -328,13 +393,19 @@ def live_pretrained_explorer(
         ),
     }
     text, out = widgets.HTML(), widgets.Output()
+    # a figure per sentence, made now (a move then draws only what it changes), and
+    # the PNGs cached per setting
+    picture, pngs = PretrainedPicture(SENTENCES), {}
 
     def redraw(change=None):
         n = len(model.tokens(SENTENCES[ctl["sentence"].value]))
         ctl["row"].max = n - 1
         kw = {k: w.value for k, w in ctl.items()}
         text.value = "<p>" + readout(**kw) + "</p>"
-        show_png(out, cached_png(pretrained_figure, **kw))
+        key = tuple(kw.values())
+        if key not in pngs:
+            pngs[key] = picture.png(**kw)
+        show_png(out, pngs[key])
 
     for w in ctl.values():
         w.observe(redraw, names="value")
@@ -356,6 +427,7 @@ def pretrained_explorer(
 
 __all__ = [
     "MORE_SENTENCES",
+    "PretrainedPicture",
     "SENTENCES",
     "heads_spec",
     "live_pretrained_explorer",

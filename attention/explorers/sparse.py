@@ -403,6 +403,8 @@ class SparsePicture:
         self.fig.subplots_adjust(left=0.09, right=0.98, bottom=0.17, top=0.95,
                                  wspace=0.24)  # fmt: skip
         self.axes = a0, a1
+        for ax in self.axes:  # ticks under the data, as the blit draws them
+            ax.set_axisbelow(True)
         self.im = a0.imshow(np.zeros((THUMB, THUMB)), cmap="Greys", vmin=0, vmax=1,
                             interpolation="nearest", aspect="auto")  # fmt: skip
         self.line = a0.axhline(0, color="#E8590C", ls="--", lw=1)
@@ -463,12 +465,10 @@ class SparsePicture:
     def png(self, method, N, block_size, topk, query) -> str:
         """The figure at one setting as a base64 PNG: the axes drawn once per N, the
         data artists blitted over them."""
-        import base64
-        import io
+        from .common import blit_order, canvas_png
 
-        from PIL import Image
-
-        canvas, moving = self.fig.canvas, (self.line, self.all, self.sel, self.picked)
+        canvas, (a0, a1) = self.fig.canvas, self.axes
+        moving = blit_order((a0, [self.line, self.picked]), (a1, [self.all, self.sel]))
         if N != self._bg_key:
             self._axes(N)
             self._bg_key = N
@@ -484,12 +484,7 @@ class SparsePicture:
         self._data(method, N, block_size, topk, query)
         for artist in moving:
             artist.axes.draw_artist(artist)
-        w, h = canvas.get_width_height()
-        rgba = canvas.buffer_rgba()
-        img = Image.frombuffer("RGBA", (w, h), rgba, "raw", "RGBA", 0, 1)
-        buf = io.BytesIO()
-        img.convert("RGB").save(buf, format="png", compress_level=1)
-        return base64.b64encode(buf.getvalue()).decode("ascii")
+        return canvas_png(self.fig, self.fig.bbox_inches)  # the whole canvas
 
 
 def sparse_figure(method="moba", N=1024, block_size=64, topk=4, query=1023):

@@ -132,7 +132,8 @@ def test_one_call_picks_the_face(monkeypatch):
 
 def test_a_live_move_runs_no_forward_pass(monkeypatch):
     """Issue 33: the live face answers each move at once: one forward pass per
-    sentence (``sentence_maps``, cached), none for a layer, head or row move."""
+    sentence (``sentence_maps``, cached), all made as the face is built (each
+    sentence's figure), none for a move."""
     ex.measured_types(), ex.pretrained_grid()  # the build-time numbers, cached
     ex.sentence_maps.cache_clear()
     calls = []
@@ -144,7 +145,61 @@ def test_a_live_move_runs_no_forward_pass(monkeypatch):
 
     monkeypatch.setattr(pretrained.MiniLM, "attentions", counted)
     box = ex.live_pretrained_explorer(sentence="list", layer=1, head=1, row=0)
+    assert sorted(calls) == sorted(ex.SENTENCES.values())  # each sentence's figure
     c = _controls(box)
     for name, value in (("layer", 6), ("head", 12), ("query row", 3)):
         c[name].value = value
-    assert calls == [ex.SENTENCES["list"]]
+    c["sentence"].value = "agreement"
+    assert len(calls) == len(ex.SENTENCES)
+
+
+def _pixels(png: str) -> np.ndarray:
+    import base64
+    import io
+
+    from PIL import Image
+
+    return np.asarray(Image.open(io.BytesIO(base64.b64decode(png))).convert("RGB"))
+
+
+def test_picture_draws_what_a_new_figure_does(monkeypatch):
+    """``PretrainedPicture`` blits a move's artists over the sentence's background:
+    its pictures are, pixel for pixel, those of a new ``pretrained_figure`` given the
+    same layout, across moves of every control and back; and a move draws no whole
+    figure (the live face's answer is the blit)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from attention.explorers import common
+
+    picture = ex.PretrainedPicture(["coreference"])
+    draws = []
+    real_draw = FigureCanvasAgg.draw
+
+    def counted(self, *a, **k):
+        draws.append(self.figure)
+        return real_draw(self, *a, **k)
+
+    monkeypatch.setattr(FigureCanvasAgg, "draw", counted)
+    n_list = len(pretrained.load_minilm().tokens(ex.SENTENCES["list"]))
+    moves = [("coreference", 1, 3, 0), ("coreference", 6, 12, 5),
+             ("coreference", 1, 1, 13), ("list", 3, 7, n_list - 1),
+             ("list", 6, 1, 0), ("coreference", 2, 4, 1)]  # fmt: skip
+    for setting in moves:
+        before = len(draws)
+        got = _pixels(picture.png(*setting))
+        kept = picture._figures[setting[0]]["fig"]
+        if setting[0] == "coreference":
+            assert len(draws) == before, f"{setting}: a whole figure drawn"
+        monkeypatch.setattr(FigureCanvasAgg, "draw", real_draw)
+        fresh = ex.pretrained_figure(*setting)
+        pars = kept.subplotpars
+        fresh.subplots_adjust(
+            **{k: getattr(pars, k) for k in ("left", "right", "bottom", "top")},
+            wspace=pars.wspace,
+            hspace=pars.hspace,
+        )
+        want = _pixels(common.figure_png(fresh, crop="ink"))
+        monkeypatch.setattr(FigureCanvasAgg, "draw", counted)
+        assert got.shape == want.shape, (setting, got.shape, want.shape)
+        diff = np.argwhere((got != want).any(-1))
+        assert not len(diff), (setting, diff[:5])

@@ -172,6 +172,29 @@ def test_widget_responds_and_redraws_from_the_cache(monkeypatch):
     print({k: f"{v * 1e3:.0f} ms" for k, v in times.items()})
 
 
+def test_blitted_picture_is_the_full_drawing():
+    """``SparsePicture.png`` draws the axes once per N and blits the moving artists
+    over them: each picture, pixel for pixel, is what drawing the whole figure at that
+    setting gives, across moves of every control, a new N and back."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    picture = ex.SparsePicture()
+    for s in [dict(method="moba", N=1024, block_size=64, topk=4, query=1023),
+              dict(method="nsa", N=1024, block_size=64, topk=8, query=511),
+              dict(method="quest", N=4096, block_size=128, topk=2, query=2047),
+              dict(method="moba", N=1024, block_size=32, topk=1, query=127)]:  # fmt: skip
+        png = picture.png(**s)
+        got = np.asarray(Image.open(io.BytesIO(base64.b64decode(png))).convert("RGB"))
+        picture.fig.canvas.draw()  # the whole figure, as the blit left its artists
+        want = np.asarray(picture.fig.canvas.buffer_rgba())[..., :3]
+        assert got.shape == want.shape, s
+        diff = np.argwhere((got != want).any(-1))
+        assert not len(diff), (s, diff[:5])
+
+
 def test_one_call_picks_the_face(monkeypatch):
     from attention import explorers
     from attention.explorers import site

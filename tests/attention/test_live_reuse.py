@@ -30,7 +30,8 @@ finally:
     sys.path.remove(_TOOLS)
 
 #: The faces whose pictures come from ``live_png`` (the others draw in the browser
-#: or keep a picture of their own).
+#: or keep a picture of their own: ``SparsePicture``, ``PretrainedPicture``, tested
+#: against new figures in their own tests).
 FACES = [
     "naive_traffic",
     "attention_map",
@@ -46,7 +47,6 @@ FACES = [
     "decode",
     "context_parallel",
     "block_mask",
-    "pretrained",
 ]
 
 #: How many moves of each control are checked (the first: the end of a slider, the
