@@ -20,9 +20,75 @@ import contextlib
 
 import matplotlib as mpl
 import matplotlib.pyplot as plt
+from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
 
 #: The stores ``subplots`` hands figures back from (the innermost last).
 _STORES: list[dict] = []
+
+#: The glyphs each text was drawn with, by everything that places them (the text, its
+#: font, angle, position to the float, the canvas's height and dpi, antialiasing):
+#: ``_Renderer`` draws a text it drew before from them. Bounded: cleared when full.
+_GLYPHS: dict = {}
+_GLYPHS_MAX = 20_000
+
+
+class _Renderer(RendererAgg):
+    """``RendererAgg`` that keeps the glyphs of each text it rasterizes (a kept
+    figure draws most of its labels, titles and legends at the same places move
+    after move): a text drawn before is drawn from its glyphs, skipping FreeType's
+    layout and rendering (a quarter of a move's drawing); the same calls with the
+    same glyph bitmaps, so the same pixels (the tests compare them). Math text is
+    drawn as ``RendererAgg`` draws it."""
+
+    def draw_text(self, gc, x, y, s, prop, angle, ismath=False, mtext=None):
+        if ismath:
+            return super().draw_text(gc, x, y, s, prop, angle, ismath, mtext)
+        key = (s, prop, angle, x, y, self.height, self.dpi, gc.get_antialiased(),
+               mtext.get_fontfeatures() if mtext is not None else None,
+               mtext.get_language() if mtext is not None else None)  # fmt: skip
+        glyphs = _GLYPHS.get(key)
+        if glyphs is None:
+            real, glyphs = self._renderer, []
+            self._renderer = _Recorder(real, glyphs)
+            try:
+                super().draw_text(gc, x, y, s, prop, angle, ismath, mtext)
+            finally:
+                self._renderer = real
+            if len(_GLYPHS) >= _GLYPHS_MAX:
+                _GLYPHS.clear()
+            _GLYPHS[key] = glyphs
+            return None
+        for buffer, left, top, rot in glyphs:
+            self._renderer.draw_text_image(buffer, left, top, rot, gc)
+        return None
+
+
+class _Recorder:
+    """Stands in for the C++ renderer while a text is drawn: keeps each glyph's
+    bitmap and place, and passes every call on."""
+
+    def __init__(self, real, glyphs: list):
+        self._real, self._glyphs = real, glyphs
+
+    def draw_text_image(self, buffer, left, top, angle, gc):
+        self._glyphs.append((buffer.copy(), left, top, angle))
+        return self._real.draw_text_image(buffer, left, top, angle, gc)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+class _Canvas(FigureCanvasAgg):
+    """The kept figures' canvas: ``FigureCanvasAgg`` drawing with ``_Renderer``."""
+
+    def get_renderer(self):
+        w, h = self.get_width_height(physical=True)
+        key = w, h, self.figure.dpi
+        if self._lastKey != key:
+            self.renderer = _Renderer(w, h, self.figure.dpi)
+            self._lastKey = key
+        return self.renderer
+
 
 #: Keyword arguments of ``plt.subplots`` that belong to the figure, not the grid.
 _FIGURE_KW = ("figsize", "dpi", "facecolor")
@@ -44,7 +110,6 @@ def subplots(nrows: int = 1, ncols: int = 1, **kw):
     same call before, emptied (see the module's docstring)."""
     if not _STORES:
         return plt.subplots(nrows, ncols, **kw)
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     store = _STORES[-1]
@@ -55,7 +120,7 @@ def subplots(nrows: int = 1, ncols: int = 1, **kw):
         store["last"] = fig
         return fig, axes
     fig = Figure(**{k: kw.pop(k) for k in _FIGURE_KW if k in kw})
-    FigureCanvasAgg(fig)
+    _Canvas(fig)
     axes = fig.subplots(nrows, ncols, **kw)
     fig._live = {
         "axes": list(fig.axes),

@@ -153,10 +153,12 @@ def tile_schedule_plot(
             cur = block
     ax.imshow(img, extent=(0, tc, tr, 0), interpolation="nearest", aspect="auto")
     if tr * tc <= 4096:  # grid lines only while they stay readable
-        ax.set_xticks(np.arange(tc + 1), minor=True)
-        ax.set_yticks(np.arange(tr + 1), minor=True)
-        ax.grid(which="minor", color="0.8", linewidth=0.5)
-        ax.tick_params(which="minor", length=0)
+        # one collection per direction, where a grid on minor ticks makes a tick
+        # object per line (a tenth of a second of a live move at 64 x 64 blocks);
+        # drawn where a grid is (over the tiles, under the outline's zorder)
+        grid = dict(colors="0.8", linewidth=0.5, zorder=1.5)
+        ax.vlines(np.arange(tc + 1), 0, tr, **grid)
+        ax.hlines(np.arange(tr + 1), 0, tc, **grid)
     if cur is not None:
         i0, i1 = (cur[0], cur[0] + 1) if cur else (0, tr)
         j0, j1 = (cur[1], cur[1] + 1) if len(cur) > 1 else (0, tc)
@@ -187,10 +189,13 @@ def tile_schedule_plot(
             )
     ax.set_xlim(0, tc)
     ax.set_ylim(tr, 0)
-    if tr <= 32:
-        ax.set_yticks(np.arange(tr) + 0.5, labels=[str(i) for i in range(tr)])
-    if tc <= 32:
-        ax.set_xticks(np.arange(tc) + 0.5, labels=[str(j) for j in range(tc)])
+    # every block numbered while the numbers stay apart (at most 12 an axis: every
+    # 2nd or 4th block beyond), beyond 32 blocks the default ticks
+    for n, set_ticks in ((tr, ax.set_yticks), (tc, ax.set_xticks)):
+        if n <= 32:
+            every = next(k for k in (1, 2, 4) if n <= 12 * k)
+            at = np.arange(0, n, every)
+            set_ticks(at + 0.5, labels=[str(i) for i in at])
     ts = events[step]
     ax.set_xlabel(
         f"key block j (T_c = {tc})\nload: {_fmt_transfer(ts, 'load')}\n"

@@ -195,7 +195,9 @@ def traffic_by_algorithm(
         ax.text(xi, tot, f"{tot:.3g}", ha="center", va="bottom", fontsize=8)
     ax.set_xticks(x, labels=names)
     ax.set_ylabel(f"HBM traffic ({unit})")
-    ax.set_ylim(0, bottom.max() * 1.15)
+    # headroom for the totals, and with ``floor`` for its two-line legend in the
+    # upper right (at 1.15 it covered a bar as tall as the tallest and its total)
+    ax.set_ylim(0, bottom.max() * (1.4 if floor else 1.15))
     _label_segments(ax, results, tensors, names, bytes_per_elem / div, bottom.max())
     _grouped_legend(ax, tensors)
     if floor:
