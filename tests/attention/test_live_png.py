@@ -110,3 +110,49 @@ def test_the_latency_tool_moves_every_control():
     assert row["moves"] >= 5 and 0 < row["median_s"] <= row["worst_s"] < 10
     assert "=" in row["worst_move"]
     assert set(live_latency.FACES) >= {"naive_traffic", "tile_size", "sparse"}
+
+
+def test_kept_figure_draws_repeated_texts_from_their_glyphs(monkeypatch):
+    """``plots.live``'s renderer draws a text it drew before (same text, font, angle,
+    place) from the glyphs it kept, without FreeType, to the same pixels as a plain
+    Agg canvas; a moved or new text, and math text, are rendered as usual."""
+    from matplotlib.backends.backend_agg import RendererAgg
+
+    from attention.plots import live
+
+    def draw(fig):
+        fig.canvas.draw()
+        return np.asarray(fig.canvas.buffer_rgba()).copy()
+
+    def make(store, title):
+        with live.reusing(store):
+            fig, ax = live.subplots(figsize=(4, 3))
+        ax.plot([0, 1, 2], [2, 0, 1], label="a line")
+        ax.set(xlabel="x", ylabel=r"$\alpha$ (math)", title=title)
+        ax.legend()
+        return fig
+
+    rendered = []
+    real = RendererAgg._draw_text_glyphs_and_boxes
+
+    def counted(self, *args):
+        rendered.append(1)
+        return real(self, *args)
+
+    monkeypatch.setattr(RendererAgg, "_draw_text_glyphs_and_boxes", counted)
+    live._GLYPHS.clear()
+    store = {}
+    first = draw(make(store, "a title"))
+    n_first = len(rendered)
+    again = draw(make(store, "a title"))  # the kept figure, the same texts
+    n_math = len(rendered) - n_first  # only the math label is rendered again
+    moved = draw(make(store, "another title"))
+    n_moved = len(rendered) - n_first - n_math
+    plain = make({}, "another title")
+    plain.canvas = type(plt.figure().canvas)(plain)  # a plain Agg canvas
+    want = draw(plain)
+    plt.close("all")
+    assert n_first > 5 and n_math == 1, (n_first, n_math)
+    assert np.array_equal(first, again)
+    assert n_moved == 2  # the new title and the math label
+    assert np.array_equal(moved, want)
