@@ -343,9 +343,9 @@ def _closed_form_tile_figure(N, d, sram_kib, Br, Bc, dtype, algorithm, events):
         except ValueError:
             unfit.append(a)
     floor = {a: memory.compulsory(a, N, d) for a in results}
-    fig, (ax0, ax1, ax2) = live.subplots(
-        1, 3, figsize=(14, 4.4), gridspec_kw={"width_ratios": [1.1, 1.1, 0.7]}
-    )
+    # the panels of the simulated figure (the picture keeps its size and layout as a
+    # slider crosses SIMULATE_EVENTS); the text where the schedule is drawn
+    fig, (ax0, ax2, ax1) = live.subplots(1, 3, **plots.schedule.LIVE_PANELS)
     plots.traffic_by_algorithm(
         results,
         bytes_per_elem=bpe,
@@ -380,8 +380,7 @@ def _closed_form_tile_figure(N, d, sram_kib, Br, Bc, dtype, algorithm, events):
     )
     if unfit:
         text += f"\n\nNot drawn: the tiles of\n{', '.join(unfit)} do not fit\nin SRAM."
-    ax2.text(0, 1, text, va="top", fontsize=8)
-    fig.tight_layout()
+    ax2.text(0, 1, text, va="top", fontsize=10)
     return fig
 
 

@@ -213,6 +213,10 @@ COMPULSORY_LABEL = (
 )
 
 
+def _scaled(times: dict, factor: float) -> dict:
+    return {g: {a: v * factor for a, v in per.items()} for g, per in times.items()}
+
+
 def roofline_bars(
     estimates: dict,
     ax=None,
@@ -230,6 +234,11 @@ def roofline_bars(
     ax = _ax(ax)
     gpus = list(estimates)
     algs = list(dict.fromkeys(a for g in gpus for a in estimates[g]))
+    # microseconds past 10,000 read as milliseconds (12.5 ms, not 12500 µs)
+    top = max((v for g in gpus for v in estimates[g].values()), default=0.0)
+    if unit == "µs" and top >= 1e4:
+        unit, estimates = "ms", _scaled(estimates, 1e-3)
+        floor = _scaled(floor, 1e-3) if floor else floor
     width = 0.8 / max(len(algs), 1)
     shades = np.linspace(0.35, 0.85, len(algs)) if len(algs) > 1 else [0.5]
     for k, a in enumerate(algs):
@@ -293,6 +302,16 @@ def _schedule(algorithm: str, N: int, d: int, Br: int, Bc: int):
     first, with it): the schedule is the same for every size that holds them, so the
     explorer's SRAM slider redraws without simulating again."""
     return memory.simulate(algorithm, N, d, Br=Br, Bc=Bc, keep_trace=True)
+
+
+#: The live tile explorer's three panels (traffic, schedule, roofline), laid out once:
+#: the legends under the panels inside the canvas (a live face then crops it in one
+#: draw); the panels as tall as on a 4.6 in figure of default margins. The closed-form
+#: figure of ``explorers.tile_size`` draws into the same panels.
+LIVE_PANELS = dict(
+    figsize=(15, 5.4),
+    gridspec_kw=dict(wspace=0.3, width_ratios=[1.1, 1, 1.1], bottom=0.24, top=0.898),
+)
 
 
 def tile_explorer_figure(
@@ -363,16 +382,7 @@ def tile_explorer_figure(
         gs = fig.add_gridspec(2, 2, height_ratios=[1, 1.05], hspace=0.55, wspace=0.28)
         slots = [fig.add_subplot(g) for g in (gs[0, 0], gs[0, 1], gs[1, 0])]
     else:
-        # The legends under the panels inside the canvas (a live face then crops it
-        # in one draw); the panels as tall as on a 4.6 in figure of default margins.
-        fig, slots = live.subplots(
-            1,
-            3,
-            figsize=(15, 5.4),
-            gridspec_kw=dict(
-                wspace=0.3, width_ratios=[1.1, 1, 1.1], bottom=0.24, top=0.898
-            ),
-        )
+        fig, slots = live.subplots(1, 3, **LIVE_PANELS)
     traffic_by_algorithm(
         results,
         bytes_per_elem=bpe,
