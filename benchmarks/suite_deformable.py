@@ -37,6 +37,7 @@ from kernels import runtime
 from kernels.timing.deformable import (
     DAT_SHAPES,
     ENCODER,
+    MSDA_HEADS,
     MSDA_LEVELS,
     MSDA_QUERIES,
     dat_inputs,
@@ -88,7 +89,9 @@ def check(dry: bool = False) -> list[dict]:
     l_q, dat = (20, (1, 2, 2, 9, 11, 16, 3)) if dry else (333, (2, 4, 2, 23, 37, 32, 3))
     for dtype, atol, cap in ((torch.float32, 1e-5, 1e-3), (torch.float16, 2e-3, 2e-2)):
         tag = str(dtype).replace("torch.", "")
-        tensors, shapes, starts = msda_inputs(1, l_q, levels, dtype)
+        tensors, shapes, starts = msda_inputs(
+            1, l_q, levels, dtype, heads=DRY_MSDA_HEADS if dry else MSDA_HEADS
+        )
         errs = _errors(
             lambda v, lc, w, sh=shapes, st=starts: kd.ms_deform_attn(v, sh, st, lc, w),
             lambda v, lc, w, sh=shapes, st=starts: kd.ms_deform_attn_reference(
@@ -132,8 +135,10 @@ def check(dry: bool = False) -> list[dict]:
     return out
 
 
-#: The dry run's shapes (``benchmarks/run.py --dry-run``: the interpreter on a CPU).
+#: The dry run's shapes (``benchmarks/run.py --dry-run``: the interpreter on a CPU):
+#: one image of two heads (the interpreter runs a program per query block and head).
 DRY_MSDA_LEVELS, DRY_MSDA_QUERIES = [[6, 8], [3, 4]], [12, ENCODER]
+DRY_MSDA_HEADS = 2
 DRY_DAT_SHAPES = [("dry-4x8", 1, 2, 1, 4, 8, 16, 2)]
 TIMING = {"warmup": 5, "rep": 20}
 
@@ -155,5 +160,6 @@ def run(quick: bool, deadline: float, timer=None, dry: bool = False) -> list[Rec
         stage="sweep",
         timer=timer,
         deadline=deadline,
+        msda_shape=dict(batch=1, heads=DRY_MSDA_HEADS) if dry else None,
         **TIMING,
     )

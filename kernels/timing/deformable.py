@@ -48,24 +48,22 @@ DAT_SHAPES = [
 ]
 
 
-def msda_inputs(b, l_q, levels, dtype, seed=0, grad=False, lo=-0.1, hi=1.1):
+def msda_inputs(
+    b, l_q, levels, dtype, seed=0, grad=False, lo=-0.1, hi=1.1, heads=MSDA_HEADS
+):
     """value (b, S, H, D_h), sampling locations (b, L_q, H, L, P, 2) in [lo, hi) and
-    weights (b, L_q, H, L, P) summing to 1 over L x P, in ``dtype``; the levels' shapes
-    and start offsets (int64)."""
+    weights (b, L_q, H, L, P) summing to 1 over L x P, in ``dtype`` (H = ``heads``);
+    the levels' shapes and start offsets (int64)."""
     g = torch.Generator(device=runtime.DEVICE).manual_seed(seed)
     shapes = torch.tensor(levels, dtype=torch.int64, device=runtime.DEVICE)
     areas = shapes[:, 0] * shapes[:, 1]
     starts = torch.cat([areas.new_zeros(1), areas.cumsum(0)[:-1]])
     s, n_l = int(areas.sum()), len(levels)
-    value = torch.randn(
-        b, s, MSDA_HEADS, MSDA_HEAD_DIM, generator=g, device=runtime.DEVICE
-    )
+    value = torch.randn(b, s, heads, MSDA_HEAD_DIM, generator=g, device=runtime.DEVICE)
     loc = lo + (hi - lo) * torch.rand(
-        b, l_q, MSDA_HEADS, n_l, MSDA_POINTS, 2, generator=g, device=runtime.DEVICE
+        b, l_q, heads, n_l, MSDA_POINTS, 2, generator=g, device=runtime.DEVICE
     )
-    w = torch.rand(
-        b, l_q, MSDA_HEADS, n_l, MSDA_POINTS, generator=g, device=runtime.DEVICE
-    )
+    w = torch.rand(b, l_q, heads, n_l, MSDA_POINTS, generator=g, device=runtime.DEVICE)
     w = w / w.sum((-1, -2), keepdim=True)
     tensors = [t.to(dtype).requires_grad_(grad) for t in (value, loc, w)]
     return tensors, shapes, starts
@@ -153,10 +151,13 @@ def time_msda(
     timer: Callable[..., dict] | None = None,
     deadline: float | None = None,
     log: Callable[[Record], None] | None = None,
+    batch: int = MSDA_BATCH,
+    heads: int = MSDA_HEADS,
     **timing,
 ) -> list[Record]:
-    """MSDA, triton against naive, at each (dtype, L_q in ``queries``, mode); an entry
-    ``ENCODER`` makes every pixel of ``levels`` a query. The naive
+    """MSDA, triton against naive, at each (dtype, L_q in ``queries``, mode), ``batch``
+    images of ``heads`` heads; an entry ``ENCODER`` makes every pixel of ``levels`` a
+    query. The naive
     version gets ``spatial_shapes`` on the host, so it never synchronises with the GPU
     per call (it reads them with ``.tolist()``); the Triton wrapper validates them on
     the host each call, and the record's ``stats["host_sync"]`` says so."""
@@ -173,7 +174,7 @@ def time_msda(
                     if _past(deadline):
                         return records
                     tensors, shapes, starts = msda_inputs(
-                        MSDA_BATCH, l_q, levels, dt, grad=mode != "fwd"
+                        batch, l_q, levels, dt, grad=mode != "fwd", heads=heads
                     )
                     if impl == "naive":  # shapes on the host: no copy per call
                         shapes, starts = shapes.cpu(), starts.cpu()
@@ -181,9 +182,9 @@ def time_msda(
                         v, sh, st, lc, w
                     )
                     shape = {
-                        "B": MSDA_BATCH,
+                        "B": batch,
                         "L_q": l_q,
-                        "H": MSDA_HEADS,
+                        "H": heads,
                         "D_h": MSDA_HEAD_DIM,
                         "levels": levels,
                         "S": int(sum(h * w for h, w in levels)),
@@ -268,14 +269,21 @@ def time_deformable(
     dtypes: Iterable = ("float16",),
     suite: str = "live",
     deadline: float | None = None,
+    msda_shape: dict | None = None,
     **kw,
 ) -> list[Record]:
     """``time_msda(queries)``, then ``time_dat(dat_shapes)``, one list of Records;
     both stop at ``deadline``. ``kw`` (modes, stage, timer, log, warmup, rep) goes to
-    both."""
+    both, ``msda_shape`` (``batch``, ``heads``) to ``time_msda`` alone."""
     dtypes = list(dtypes)
     msda = time_msda(
-        queries, levels=levels, dtypes=dtypes, suite=suite, deadline=deadline, **kw
+        queries,
+        levels=levels,
+        dtypes=dtypes,
+        suite=suite,
+        deadline=deadline,
+        **(msda_shape or {}),
+        **kw,
     )
     return msda + time_dat(
         dat_shapes, dtypes=dtypes, suite=suite, deadline=deadline, **kw
