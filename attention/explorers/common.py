@@ -218,6 +218,30 @@ def cached_png(make, **settings) -> str:
     return live_png(make, **settings)
 
 
+class PngCache:
+    """A live face's PNGs by setting, the last ``size`` shown kept (a reader sweeping
+    every setting of a face holds a few MB, not one PNG per setting ever shown):
+    ``get(key, make)`` returns the kept PNG or ``make()``'s, kept."""
+
+    def __init__(self, size: int = 256):
+        import collections
+
+        self._pngs: collections.OrderedDict = collections.OrderedDict()
+        self.size = size
+
+    def get(self, key, make) -> str:
+        if key in self._pngs:
+            self._pngs.move_to_end(key)
+        else:
+            self._pngs[key] = make()
+            if len(self._pngs) > self.size:
+                self._pngs.popitem(last=False)
+        return self._pngs[key]
+
+    def __len__(self) -> int:
+        return len(self._pngs)
+
+
 def show_png(out, png: str) -> None:
     """Replace ``out``'s content with the base64 PNG ``png``.
 

@@ -369,7 +369,7 @@ def live_pretrained_explorer(
     """ipywidgets: each change redraws ``pretrained_figure`` and the text."""
     import ipywidgets as widgets
 
-    from .common import show_png
+    from .common import PngCache, show_png
 
     _check(sentence, layer, head, row)
     model = pretrained.load_minilm()
@@ -395,17 +395,14 @@ def live_pretrained_explorer(
     text, out = widgets.HTML(), widgets.Output()
     # a figure per sentence, made now (a move then draws only what it changes), and
     # the PNGs cached per setting
-    picture, pngs = PretrainedPicture(SENTENCES), {}
+    picture, pngs = PretrainedPicture(SENTENCES), PngCache()
 
     def redraw(change=None):
         n = len(model.tokens(SENTENCES[ctl["sentence"].value]))
         ctl["row"].max = n - 1
         kw = {k: w.value for k, w in ctl.items()}
         text.value = "<p>" + readout(**kw) + "</p>"
-        key = tuple(kw.values())
-        if key not in pngs:
-            pngs[key] = picture.png(**kw)
-        show_png(out, pngs[key])
+        show_png(out, pngs.get(tuple(kw.values()), lambda: picture.png(**kw)))
 
     for w in ctl.values():
         w.observe(redraw, names="value")

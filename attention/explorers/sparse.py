@@ -31,7 +31,7 @@ from attention.memory import blocksparse as bsp
 from attention.memory import sparse as ms
 
 from . import site
-from .common import FONT, frame, show_png
+from .common import FONT, PngCache, frame, show_png
 from .settings import Choice, check
 from .site import Explorer
 
@@ -524,17 +524,14 @@ def live_sparse_explorer(method="moba", N=1024, block_size=64, topk=4, query=Non
         ),
     }
     text, out = widgets.HTML(), widgets.Output()
-    busy, picture, pngs = [], SparsePicture(), {}  # one figure, its PNGs cached
+    busy, picture, pngs = [], SparsePicture(), PngCache()  # one figure, its PNGs
 
     def redraw(_=None):
         if busy:
             return
         s = {k: w.value for k, w in c.items()}
         text.value = "<p>" + readout(**s) + "</p>"
-        key = tuple(s.values())
-        if key not in pngs:
-            pngs[key] = picture.png(**s)
-        show_png(out, pngs[key])
+        show_png(out, pngs.get(tuple(s.values()), lambda: picture.png(**s)))
 
     def new_n(change):
         j = query_rows(change["old"]).index(c["query"].value)

@@ -182,10 +182,15 @@ def test_blitted_picture_is_the_full_drawing():
     from PIL import Image
 
     picture = ex.SparsePicture()
-    for s in [dict(method="moba", N=1024, block_size=64, topk=4, query=1023),
-              dict(method="nsa", N=1024, block_size=64, topk=8, query=511),
-              dict(method="quest", N=4096, block_size=128, topk=2, query=2047),
-              dict(method="moba", N=1024, block_size=32, topk=1, query=127)]:  # fmt: skip
+    keys = ("method", "N", "block_size", "topk", "query")
+    cases = [
+        ("moba", 1024, 64, 4, 1023),
+        ("nsa", 1024, 64, 8, 511),
+        ("quest", 4096, 128, 2, 2047),
+        ("moba", 1024, 32, 1, 127),
+    ]
+    for values in cases:
+        s = dict(zip(keys, values))
         png = picture.png(**s)
         got = np.asarray(Image.open(io.BytesIO(base64.b64decode(png))).convert("RGB"))
         picture.fig.canvas.draw()  # the whole figure, as the blit left its artists

@@ -156,3 +156,21 @@ def test_kept_figure_draws_repeated_texts_from_their_glyphs(monkeypatch):
     assert np.array_equal(first, again)
     assert n_moved == 2  # the new title and the math label
     assert np.array_equal(moved, want)
+
+
+def test_png_cache_keeps_the_last_shown():
+    from attention.explorers.common import PngCache
+
+    made = []
+    cache = PngCache(size=2)
+
+    def make(k):
+        return lambda: made.append(k) or f"png {k}"
+
+    assert [cache.get(k, make(k)) for k in (1, 2, 1, 3)] == [
+        "png 1", "png 2", "png 1", "png 3"
+    ]  # fmt: skip
+    assert made == [1, 2, 3] and len(cache) == 2  # 2 was the least recent: dropped
+    assert cache.get(1, make(1)) == "png 1" and made == [1, 2, 3]
+    cache.get(2, make(2))
+    assert made == [1, 2, 3, 2]
