@@ -476,6 +476,18 @@ def selection_traffic_figure(
     return fig
 
 
+#: ``deformable_traffic_figure``'s panels, laid out once: the margins ``tight_layout``
+#: asks for at the widest labels of the explorer's settings (its tests check every
+#: corner of them), so a live move lays nothing out and the picture keeps its place
+#: (the crop to the drawing trims what a narrower label leaves blank).
+DEFORM_PANELS = dict(
+    figsize=(11.5, 4.0),
+    gridspec_kw=dict(
+        width_ratios=[1.1, 1], left=0.066, right=0.987, bottom=0.295, top=0.909,
+        wspace=0.154,
+    ),
+)  # fmt: skip
+
 _DEFORM_ALGS = {
     "dense": "dense-image",
     "DAT fused": "dat",
@@ -520,9 +532,7 @@ def deformable_traffic_figure(
     """
     from attention import deformable  # noqa: F401  (registers the algorithms)
 
-    fig, (ax1, ax2) = live.subplots(
-        1, 2, figsize=(11.5, 4.0), gridspec_kw={"width_ratios": [1.1, 1]}
-    )
+    fig, (ax1, ax2) = live.subplots(1, 2, **DEFORM_PANELS)
     results = {
         name: _count(
             simulated, alg, **_deform_kwargs(alg, side, d, r, n_points, n_levels)
@@ -571,5 +581,4 @@ def deformable_traffic_figure(
         else "closed form (lines and dots, = simulated)"
     )
     ax2.legend(fontsize=8)
-    fig.tight_layout()
     return fig
