@@ -343,9 +343,16 @@ def live_online_softmax_explorer(block: int = 4, step: int = 0):
         style=style,
     )
     text, out = widgets.HTML(), widgets.Output()
+    busy = []  # a step clamped by the new block count redraws once, not twice
 
     def redraw(change=None):
-        w_step.max = -(-N_ROW // w_block.value) - 1
+        if busy:
+            return
+        busy.append(1)
+        try:
+            w_step.max = -(-N_ROW // w_block.value) - 1
+        finally:
+            busy.clear()
         text.value = "<p>" + online_readout(w_block.value, w_step.value) + "</p>"
         show_png(out, live_png(online_figure, w_block.value, w_step.value))
 

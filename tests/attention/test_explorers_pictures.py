@@ -345,3 +345,24 @@ def test_live_sampling_explorer_redraws():
 def test_explorer_json_is_valid():
     e = online_softmax.static_online_softmax_explorer()
     assert json.loads(e.to_json())["kind"] == "online"
+
+
+def test_online_block_change_that_clamps_the_step_redraws_once(monkeypatch):
+    """Moving to a larger block shortens the step slider; the clamped step is drawn
+    once, at the new block (the slider's own change does not draw a second picture)."""
+    from tests.attention.widget_tools import controls, output, png
+
+    drawn = []
+    real = online_softmax.live_png
+
+    def counted(make, *args):
+        drawn.append(args)
+        return real(make, *args)
+
+    monkeypatch.setattr(online_softmax, "live_png", counted)
+    box = online_softmax.live_online_softmax_explorer(block=1, step=20)
+    c = controls(box)
+    drawn.clear()
+    c["block size"].value = 24
+    assert drawn == [(24, 0)] and c["block step"].value == 0
+    assert png(output(box))
