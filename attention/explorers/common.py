@@ -242,6 +242,24 @@ class PngCache:
         return len(self._pngs)
 
 
+def one_picture_per_move(redraw):
+    """``redraw`` as a controls' observer that does not run again for a change it makes
+    itself (a slider clamped when ``redraw`` lowers its maximum): one picture per
+    move, drawn at the settings ``redraw`` leaves."""
+    busy = []
+
+    def observer(change=None):
+        if busy:
+            return
+        busy.append(1)
+        try:
+            redraw(change)
+        finally:
+            busy.clear()
+
+    return observer
+
+
 def show_png(out, png: str) -> None:
     """Replace ``out``'s content with the base64 PNG ``png``.
 

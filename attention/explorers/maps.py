@@ -18,7 +18,7 @@ from attention import core
 from attention.plots import live
 
 from . import site
-from .common import FONT, KEEP, frame, live_png, show_png
+from .common import FONT, KEEP, frame, live_png, one_picture_per_move, show_png
 from .settings import Choice, Range, check
 from .site import Explorer
 
@@ -296,6 +296,7 @@ def live_attention_map_explorer(
     )
     text, out = widgets.HTML(), widgets.Output()
 
+    @one_picture_per_move  # sliders clamped by a new task's shape: one picture
     def redraw(change=None):
         t = tasks[w_task.value]
         e, h, m, _ = t["maps"].shape

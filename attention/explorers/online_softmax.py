@@ -13,7 +13,17 @@ from attention import core
 from attention.plots import live
 
 from . import site
-from .common import AMBER, BLUE, FONT, GREY, RED, frame, live_png, show_png
+from .common import (
+    AMBER,
+    BLUE,
+    FONT,
+    GREY,
+    RED,
+    frame,
+    live_png,
+    one_picture_per_move,
+    show_png,
+)
 from .settings import Choice, Range, check
 from .site import Explorer
 
@@ -343,16 +353,10 @@ def live_online_softmax_explorer(block: int = 4, step: int = 0):
         style=style,
     )
     text, out = widgets.HTML(), widgets.Output()
-    busy = []  # a step clamped by the new block count redraws once, not twice
 
+    @one_picture_per_move  # a step clamped by the new block count: one picture
     def redraw(change=None):
-        if busy:
-            return
-        busy.append(1)
-        try:
-            w_step.max = -(-N_ROW // w_block.value) - 1
-        finally:
-            busy.clear()
+        w_step.max = -(-N_ROW // w_block.value) - 1
         text.value = "<p>" + online_readout(w_block.value, w_step.value) + "</p>"
         show_png(out, live_png(online_figure, w_block.value, w_step.value))
 

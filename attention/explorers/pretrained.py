@@ -369,7 +369,7 @@ def live_pretrained_explorer(
     """ipywidgets: each change redraws ``pretrained_figure`` and the text."""
     import ipywidgets as widgets
 
-    from .common import PngCache, show_png
+    from .common import PngCache, one_picture_per_move, show_png
 
     _check(sentence, layer, head, row)
     model = pretrained.load_minilm()
@@ -397,6 +397,7 @@ def live_pretrained_explorer(
     # the PNGs cached per setting
     picture, pngs = PretrainedPicture(SENTENCES), PngCache()
 
+    @one_picture_per_move  # a row clamped by a shorter sentence: one picture
     def redraw(change=None):
         n = len(model.tokens(SENTENCES[ctl["sentence"].value]))
         ctl["row"].max = n - 1

@@ -366,3 +366,34 @@ def test_online_block_change_that_clamps_the_step_redraws_once(monkeypatch):
     c["block size"].value = 24
     assert drawn == [(24, 0)] and c["block step"].value == 0
     assert png(output(box))
+
+
+def test_a_task_change_that_clamps_the_sliders_redraws_once(monkeypatch):
+    """Chapter 1's map explorer: a task whose maps are smaller clamps the example,
+    head and row sliders; the move draws one picture, at the clamped settings."""
+    from tests.attention.widget_tools import controls
+
+    drawn = []
+    real = maps.live_png
+
+    def counted(make, *args):
+        drawn.append(args[1:])
+        return real(make, *args)
+
+    monkeypatch.setattr(maps, "live_png", counted)
+    rng = np.random.default_rng(0)
+    tasks = {}
+    for name, (e, h, m) in (("big", (8, 4, 12)), ("small", (3, 2, 5))):
+        w = rng.random((e, h, m, m))
+        w /= w.sum(-1, keepdims=True)
+        tokens = rng.integers(0, 10, (e, m)).tolist()
+        tasks[name] = maps.map_task(w, tokens, tokens, tokens, tokens)
+    box = maps.live_attention_map_explorer(tasks)
+    c = controls(box)
+    sliders = [c[k] for k in ("example", "head", "query row")]
+    for w in sliders:
+        w.value = w.max
+    drawn.clear()
+    c["task"].value = "small"
+    assert [w.value for w in sliders] == [2, 1, 4]  # clamped to the new maps
+    assert drawn == [("small", 2, 1, 4)]

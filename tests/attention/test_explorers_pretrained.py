@@ -203,3 +203,24 @@ def test_picture_draws_what_a_new_figure_does(monkeypatch):
         assert got.shape == want.shape, (setting, got.shape, want.shape)
         diff = np.argwhere((got != want).any(-1))
         assert not len(diff), (setting, diff[:5])
+
+
+def test_a_shorter_sentence_clamps_the_row_and_draws_once(monkeypatch):
+    drawn = []
+    real = ex.PretrainedPicture.png
+
+    def counted(self, *args, **kw):
+        drawn.append(kw)
+        return real(self, *args, **kw)
+
+    monkeypatch.setattr(ex.PretrainedPicture, "png", counted)
+    model = pretrained.load_minilm()
+    lengths = {s: len(model.tokens(t)) for s, t in ex.SENTENCES.items()}
+    long, short = max(lengths, key=lengths.get), min(lengths, key=lengths.get)
+    assert lengths[long] > lengths[short]
+    box = ex.live_pretrained_explorer(sentence=long, row=lengths[long] - 1)
+    c = _controls(box)
+    drawn.clear()
+    c["sentence"].value = short
+    assert c["query row"].value == lengths[short] - 1
+    assert drawn == [dict(sentence=short, layer=1, head=3, row=lengths[short] - 1)]
