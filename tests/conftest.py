@@ -28,3 +28,11 @@ def _fresh_state():
     np.random.seed(0)
     yield
     plt.close("all")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The long tests (marked ``slow``: the Colab-path runs, the compile checks, the
+    gloo groups, the benchmark dry run) first, the rest in collection order after them:
+    pytest-xdist hands out work in this order, so the two workers no longer end on a
+    long test one of them started last while the other waits."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -337,6 +337,7 @@ def test_goal_shapes_are_the_issues():
     }
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(runtime.HAS_CUDA and not runtime.INTERPRET, reason="CPU dry run")
 def test_dry_run_proves_the_order_and_the_schema(tmp_path, capsys):
     from benchmarks import suite_flash

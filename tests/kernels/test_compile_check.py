@@ -22,6 +22,7 @@ from tests.kernels.compile_tools import run_compiled, table_rows
 TARGETS = ["sm75", "sm80", "sm89", "sm90"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "target",
     [pytest.param(t, marks=pytest.mark.xdist_group(f"compile-{t}")) for t in TARGETS],

@@ -348,6 +348,7 @@ print("compiled", len(jobs))
 """
 
 
+@pytest.mark.slow
 def test_kernels_compile_for_sm75_sm80_sm90_without_spills():
     """Triton compiles for a GPU it does not have; the interpreter never runs the
     fp16/bf16 tensor-core paths, so this is what checks them on a CPU-only machine."""

@@ -340,6 +340,7 @@ def test_shipped_configs_are_wide_valid_tiles():
                         assert bn >= 64, (arch, d, dtype, bm, bn)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(runtime.HAS_CUDA, reason="the CPU compile check; a GPU runs it")
 def test_compiles_for_sm90_and_sm80_without_spills():
     # one representative case per target (the widest tiles, causal: the masked stage's

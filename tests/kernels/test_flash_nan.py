@@ -308,6 +308,7 @@ def test_forward_paths_and_fused_backward_agree_with_the_defaults(causal, n_q, n
             assert max_err(a[fin], b[fin]) < 1e-5 * max(1.0, b[fin].abs().max().item())
 
 
+@pytest.mark.slow
 def test_fused_backward_keeps_hidden_nan_out():
     q, k, v = qkv(1, 2, 2, 100, 100, 16, seed=11, grad=True)
     do = torch.randn(1, 2, 100, 16, generator=torch.Generator().manual_seed(2))

@@ -7,9 +7,12 @@ every instantiation (causal, window, document, softcap + sink) once, spread over
 four targets. The full matrix is ``python -m kernels.machine_code.flex_check``.
 """
 
+import pytest
+
 from tests.kernels.compile_tools import run_compiled, table_rows
 
 
+@pytest.mark.slow
 def test_flex_kernels_compile_without_spills():
     proc, out = run_compiled("-m", "kernels.machine_code.flex_check", "--quick")
     rows = table_rows(proc.stdout, ("fwd", "dkdv", "dq"))

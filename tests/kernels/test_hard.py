@@ -359,6 +359,7 @@ for target in ("sm90", "sm75"):
 """
 
 
+@pytest.mark.slow
 def test_shipped_configs_compile_for_gpus_without_spills():
     proc, out = run_compiled("-c", _COMPILE_SCRIPT)
     assert proc.returncode == 0, out
