@@ -20,6 +20,7 @@ import contextlib
 
 import matplotlib as mpl
 import matplotlib.pyplot as plt
+import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
 
 #: The stores ``subplots`` hands figures back from (the innermost last).
@@ -43,20 +44,23 @@ class _Renderer(RendererAgg):
     def draw_text(self, gc, x, y, s, prop, angle, ismath=False, mtext=None):
         if ismath:
             return super().draw_text(gc, x, y, s, prop, angle, ismath, mtext)
+        # (font features and language: matplotlib 3.11's; None before)
+        features = getattr(mtext, "get_fontfeatures", lambda: None)()
+        language = getattr(mtext, "get_language", lambda: None)()
         key = (s, prop, angle, x, y, self.height, self.dpi, gc.get_antialiased(),
-               mtext.get_fontfeatures() if mtext is not None else None,
-               mtext.get_language() if mtext is not None else None)  # fmt: skip
+               features, language)  # fmt: skip
         glyphs = _GLYPHS.get(key)
         if glyphs is None:
-            real, glyphs = self._renderer, []
-            self._renderer = _Recorder(real, glyphs)
+            real, recorder = self._renderer, _Recorder(self._renderer)
+            self._renderer = recorder
             try:
                 super().draw_text(gc, x, y, s, prop, angle, ismath, mtext)
             finally:
                 self._renderer = real
-            if len(_GLYPHS) >= _GLYPHS_MAX:
-                _GLYPHS.clear()
-            _GLYPHS[key] = glyphs
+            if recorder.glyphs is not None:  # drawn glyph by glyph: kept
+                if len(_GLYPHS) >= _GLYPHS_MAX:
+                    _GLYPHS.clear()
+                _GLYPHS[key] = recorder.glyphs
             return None
         for buffer, left, top, rot in glyphs:
             self._renderer.draw_text_image(buffer, left, top, rot, gc)
@@ -65,13 +69,19 @@ class _Renderer(RendererAgg):
 
 class _Recorder:
     """Stands in for the C++ renderer while a text is drawn: keeps each glyph's
-    bitmap and place, and passes every call on."""
+    bitmap and place, and passes every call on. A matplotlib that hands the renderer
+    the font itself (before 3.11: the whole text in one bitmap the font reuses) is
+    not recorded (``glyphs`` None): its texts are drawn as ``RendererAgg`` draws
+    them."""
 
-    def __init__(self, real, glyphs: list):
-        self._real, self._glyphs = real, glyphs
+    def __init__(self, real):
+        self._real, self.glyphs = real, []
 
     def draw_text_image(self, buffer, left, top, angle, gc):
-        self._glyphs.append((buffer.copy(), left, top, angle))
+        if self.glyphs is not None and isinstance(buffer, np.ndarray):
+            self.glyphs.append((buffer.copy(), left, top, angle))
+        else:
+            self.glyphs = None
         return self._real.draw_text_image(buffer, left, top, angle, gc)
 
     def __getattr__(self, name):

@@ -174,3 +174,31 @@ def test_png_cache_keeps_the_last_shown():
     assert cache.get(1, make(1)) == "png 1" and made == [1, 2, 3]
     cache.get(2, make(2))
     assert made == [1, 2, 3, 2]
+
+
+def test_a_matplotlib_that_passes_the_font_draws_every_text_uncached(monkeypatch):
+    """Before matplotlib 3.11 (Colab's may be older than the pin), ``RendererAgg``
+    hands the C++ renderer the font object, whose one bitmap it reuses: nothing is
+    kept, and each draw goes the old way."""
+    from matplotlib.backends.backend_agg import RendererAgg
+    from matplotlib.font_manager import FontProperties
+
+    from attention.plots import live
+
+    font, calls = object(), []
+
+    class Fake:
+        def draw_text_image(self, *args):
+            calls.append(args)
+
+    def old_draw_text(self, gc, x, y, s, prop, angle, ismath=False, mtext=None):
+        self._renderer.draw_text_image(font, x, y + 1, angle, gc)
+
+    monkeypatch.setattr(RendererAgg, "draw_text", old_draw_text)
+    live._GLYPHS.clear()
+    r = live._Renderer(20, 20, 72)
+    r._renderer = Fake()
+    prop, gc = FontProperties(size=10), r.new_gc()
+    r.draw_text(gc, 3.0, 4.0, "a", prop, 0.0)
+    r.draw_text(gc, 3.0, 4.0, "a", prop, 0.0)
+    assert [c[0] for c in calls] == [font, font] and not live._GLYPHS
