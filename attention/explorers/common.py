@@ -64,7 +64,9 @@ def _ink_box(fig, rgba):
     from matplotlib.transforms import Bbox
 
     bg = np.round(np.array(to_rgba(fig.get_facecolor())) * 255).astype(np.uint8)
-    ink = (rgba != bg).any(-1)
+    # One comparison per pixel (its four bytes read as one 32-bit word), not four.
+    pixels = np.ascontiguousarray(rgba).view(np.uint32)[..., 0]
+    ink = pixels != bg.view(np.uint32)[0]
     rows, cols = np.flatnonzero(ink.any(1)), np.flatnonzero(ink.any(0))
     if not rows.size:
         return None

@@ -231,7 +231,7 @@ class _DeformableAttention(torch.autograd.Function):
         lse = torch.empty((b, n_h, n_q), device=q.device, dtype=torch.float32)
         cap = _capability(q.device)
         use_fp32 = dot_fp32(q.dtype, cap)
-        block_m, block_n, num_warps = dat_config("fwd", n_s, d, cap, use_fp32)
+        block_m, block_n, num_warps = dat_config("fwd", n_s, d, cap, use_fp32, n_q)
         strides, sizes = _dat_args(q, k_map, v_map, points)
         grid = (triton.cdiv(n_q, block_m), b * n_h)
         _dat_fwd[grid](
@@ -276,7 +276,7 @@ class _DeformableAttention(torch.autograd.Function):
         )
         qk_scale = ctx.sm_scale * LOG2E
         cap = _capability(q.device)
-        block_m, block_n, num_warps = dat_config("dkdv", n_s, d, cap, ctx.dot_fp32)
+        block_m, block_n, num_warps = dat_config("dkdv", n_s, d, cap, ctx.dot_fp32, n_q)
         _dat_bwd_dkdv[(triton.cdiv(n_s, block_n), b * n_h)](
             q,
             k_map,
@@ -299,7 +299,7 @@ class _DeformableAttention(torch.autograd.Function):
             num_stages=NUM_STAGES,
             **common,
         )
-        block_m, block_n, num_warps = dat_config("dq", n_s, d, cap, ctx.dot_fp32)
+        block_m, block_n, num_warps = dat_config("dq", n_s, d, cap, ctx.dot_fp32, n_q)
         _dat_bwd_dq[(triton.cdiv(n_q, block_m), b * n_h)](
             q,
             k_map,

@@ -109,11 +109,16 @@ def dat_config(
     head_dim: int,
     capability: tuple[int, int] | None,
     fp32_dots: bool = False,
+    n_q: int | None = None,
 ) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps) for ``"fwd"``, ``"dkdv"`` or ``"dq"``.
 
-    Under the interpreter (``capability`` None): 64 queries and up to 64 samples per
-    tile (fewer programs run faster). sm_80/sm_90: 64 x 32 with 8 warps, 32 x 16 when
+    Under the interpreter (``capability`` None): up to 64 samples per tile, and 64
+    queries, or a quarter of ``n_q`` (rounded up to a power of two) up to 1,024 where
+    that is more: fewer programs run faster there (every tile op costs Python
+    overhead: chapter 4's 64 x 64 map, 4,096 queries, runs forward and backward in
+    1.7 s at 1,024 against 12 s at 64), and a long map still spans four query tiles
+    (the tests' small maps keep 64). sm_80/sm_90: 64 x 32 with 8 warps, 32 x 16 when
     the dots run in fp32 (``fp32_dots``: twice the registers per element). sm_75:
     64 x 16, and 32 x 16 for fp32 dots or d > 64 (its 64 KB of shared memory). The dkdv
     kernel, which holds dk̃, dṽ and the corner gathers at once, drops to 16 x 16 with
@@ -124,7 +129,10 @@ def dat_config(
     BLOCK_N is at least 16, the smallest tl.dot tile on a GPU.
     """
     if capability is None:
-        return 64, min(64, max(16, triton.next_power_of_2(n_s))), 4
+        rows = (
+            64 if n_q is None else min(1024, max(64, triton.next_power_of_2(n_q) // 4))
+        )
+        return rows, min(64, max(16, triton.next_power_of_2(n_s))), 4
     if capability[0] >= 8:
         if kernel == "dkdv" and head_dim > 64:
             return 16, 16, 4

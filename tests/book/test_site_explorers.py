@@ -150,13 +150,19 @@ class Page:
         )
 
     def timed_set(self, eid: str, name: str, value, away, limit_ms: float) -> float:
-        """``set`` that times the move; a move past ``limit_ms`` is timed once more,
-        after a move to ``away`` and back, and the lesser time is returned. On two
-        cores shared with another test worker, the first redraw of a page can carry
-        the browser's compile of the drawing code (CI measured 120 ms once, then about
-        30 ms for every later move); a redraw slow twice over is slow."""
+        """``set`` that times the move; a move past ``limit_ms`` is timed again, up to
+        three more times, each after a pause and a move to ``away`` and back, and the
+        least time is returned. On two cores shared with another test worker, the
+        first redraw of a page can carry the browser's compile of the drawing code (CI
+        measured 120 ms once, then about 30 ms for every later move), and a burst of
+        the other worker's work can cover two moves in a row (115 ms twice, on a page
+        whose every other move took 9 to 16 ms); a redraw slow four times over, with
+        pauses between, is slow."""
         ms = self.set(eid, name, value)
-        if ms >= limit_ms:
+        for _ in range(3):
+            if ms < limit_ms:
+                break
+            self.page.wait_for_timeout(250)
             self.set(eid, name, away)
             ms = min(ms, self.set(eid, name, value))
         return ms
