@@ -1,7 +1,7 @@
 """Compile the decode kernels' shipped tiles for sm_75, sm_80, sm_89 and sm_90 on a CPU.
 
     python -m kernels.machine_code.decode_check            # the full matrix below
-    python -m kernels.machine_code.decode_check --quick    # the heaviest case of each kind
+    python -m kernels.machine_code.decode_check --quick    # the heaviest of each kind
     python -m kernels.machine_code.decode_check --report   # hot-loop SASS, sm90 + sm80
 
 Each case is ``triton.compile`` of ``_decode_split`` (or ``_decode_merge``) for
