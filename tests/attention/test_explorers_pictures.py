@@ -233,6 +233,23 @@ def test_estimates_are_seeded_and_reinforce_is_unbiased():
     assert np.abs(hi["bias"]).max() > 10 * hi["se"].max()
 
 
+def test_reinforce_mean_is_the_mean_of_reinforce_grad_on_the_same_draws():
+    """The explorer's REINFORCE estimates come from how often each position was drawn;
+    on draws made by ``hard.reinforce_grad`` itself (its samples returned), the counts
+    give the mean of its estimates, with and without a baseline, to round-off."""
+    s, f = np.array(estimators.LOGITS), np.array(estimators.LOSSES)
+    p = core.softmax(s)
+    rows = np.broadcast_to(s, (300, len(s)))  # 300 estimates
+    for b in (None, float(p @ f)):
+        g, z = hard.reinforce_grad(
+            rows, f, np.random.default_rng(3), n_samples=16, baseline=b,
+            return_samples=True,
+        )  # fmt: skip
+        counts = np.stack([(z == j).sum(0) for j in range(len(s))], -1)  # (300, N)
+        got = estimators.reinforce_mean(counts, p, f, 0.0 if b is None else b)
+        np.testing.assert_allclose(got, g.mean(0), rtol=1e-12, atol=1e-12)
+
+
 def test_estimator_grid_equals_the_draws():
     g = estimators.estimator_grid()
     assert len(g["runs"]) == (2 + len(estimators.TAUS)) * len(estimators.SAMPLES)
