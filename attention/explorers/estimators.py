@@ -320,13 +320,22 @@ def static_estimator_explorer(
     )
 
 
+#: ``estimator_figure``'s panels, laid out once: the margins ``tight_layout`` asks for
+#: at the widest labels over the settings (a method, tau, samples, component grid;
+#: the tests check the corners), so a live move lays nothing out.
+ESTIMATOR_PANELS = dict(
+    figsize=(11, 3.6),
+    gridspec_kw=dict(left=0.073, right=0.986, bottom=0.163, top=0.899, wspace=0.16),
+)
+
+
 def estimator_figure(logits, losses, method, tau, n_samples, component):
     """The live figure: the histogram with its mean and the true gradient, and the
     |bias| and std of each method for this component."""
     s, f = _check(logits, losses, method, tau, n_samples, component)
     true = hard.expected_loss_grad(s, f)
     j = component
-    fig, (a0, a1) = live.subplots(1, 2, figsize=(11, 3.6))
+    fig, (a0, a1) = live.subplots(1, 2, **ESTIMATOR_PANELS)
     g = estimates(s, f, method, tau, n_samples)
     a0.hist(g[:, j], bins=BINS, color=GREY, ec="#222", lw=0.3)
     a0.axvline(g[:, j].mean(), color=RED, lw=2.5, label="mean of the estimates")
@@ -358,7 +367,6 @@ def estimator_figure(logits, losses, method, tau, n_samples, component):
     )
     a1.set_xticks(x, labels=METHODS, fontsize=8)
     a1.set(title=f"component {j}: |bias| (solid) and std (light)")
-    fig.tight_layout()
     return fig
 
 

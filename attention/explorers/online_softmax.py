@@ -287,6 +287,15 @@ def static_online_softmax_explorer(block: int = 4, step: int = 0) -> Explorer:
     )
 
 
+#: ``online_figure``'s panels, laid out once: the margins ``tight_layout`` asks for at
+#: the widest labels over every block size and step (the tests check them all), so a
+#: live move lays nothing out.
+ONLINE_PANELS = dict(
+    figsize=(12, 3.4),
+    gridspec_kw=dict(left=0.054, right=0.976, bottom=0.172, top=0.893, wspace=0.21),
+)
+
+
 def online_figure(block: int, step: int):
     """The live explorer's figure: the scores with the running max, the weights so
     far against the exact softmax, and m, ℓ, α over the blocks."""
@@ -297,7 +306,7 @@ def online_figure(block: int, step: int):
     p = core.softmax(s)
     j = np.arange(len(s))
     color = np.where(j < st["a"], BLUE, np.where(j < st["b"], AMBER, "#D0D0D0"))
-    fig, (a0, a1, a2) = live.subplots(1, 3, figsize=(12, 3.4))
+    fig, (a0, a1, a2) = live.subplots(1, 3, **ONLINE_PANELS)
     a0.bar(j, s, color=color, ec="#222", lw=0.4)
     a0.axhline(st["m"], color=RED, lw=2, label="running max m")
     a0.axhline(s.max(), color=RED, ls="--", lw=1, label="final max")
@@ -317,7 +326,6 @@ def online_figure(block: int, step: int):
     a2.axvline(step + 1, color=GREY, ls="--")
     a2.set(xlabel="block", title="the running state")
     a2.legend(fontsize=7)
-    fig.tight_layout()
     return fig
 
 

@@ -409,6 +409,15 @@ def _count(simulated: bool, algorithm: str, *args, **kw):
     return memory.closed_form(algorithm, *args, **kw)
 
 
+#: ``selection_traffic_figure``'s panels, laid out once: the margins ``tight_layout``
+#: asks for at the widest labels over chapter 3's explorer settings (N, d, k at their
+#: ends; the tests check them), so a live move lays nothing out.
+SELECTION_PANELS = dict(
+    figsize=(12, 4.2),
+    gridspec_kw=dict(left=0.063, right=0.987, bottom=0.276, top=0.913, wspace=0.17),
+)
+
+
 def selection_traffic_figure(
     N: int = 4096,
     d: int = 64,
@@ -434,7 +443,7 @@ def selection_traffic_figure(
     )
     kw = {"soft": {}, "hard": {}, "topk": {"k": k}}
     label = {"soft": "soft", "hard": "hard (argmax)", "topk": f"top-k (k = {k})"}
-    fig, (ax0, ax1) = live.subplots(1, 2, figsize=(12, 4.2))
+    fig, (ax0, ax1) = live.subplots(1, 2, **SELECTION_PANELS)
     for name, extra in kw.items():
         tot = [
             memory.closed_form(name, int(n), d, Br=Br, Bc=Bc, **extra).bytes(
@@ -472,7 +481,6 @@ def selection_traffic_figure(
         ax=ax1,
         title=f"per tensor at N = {N} (closed form)",
     )
-    fig.tight_layout()
     return fig
 
 

@@ -107,3 +107,20 @@ def test_selection_timing_figure_draws_records():
     assert len(left.lines) == 3 and len(right.lines) == 3
     np.testing.assert_allclose(left.lines[1].get_ydata(), [0.5, 1.0])
     assert len(plots.selection_timing_figure(records, d=128).axes[0].lines) == 0
+
+
+def test_fixed_panels_hold_the_corners_of_the_topk_settings():
+    """``SELECTION_PANELS`` replaces a ``tight_layout`` per move: at the ends of the
+    explorer's N, d and k (and an N between powers of two), nothing drawn leaves the
+    canvas or runs into the other panel."""
+    import itertools
+
+    from tests.attention.widget_tools import assert_fixed_panels_hold
+
+    ex = topk_traffic
+
+    ns = (ex.SETTINGS["N"].lo, 65280, ex.SETTINGS["N"].hi)
+    for n, d, k in itertools.product(ns, (ex.TOPK_D[0], ex.TOPK_D[-1]), (1, 256)):
+        fig = plots.selection_traffic_figure(N=n, d=d, k=k, simulated=False)
+        assert_fixed_panels_hold(fig, (n, d, k))
+        plt.close(fig)
