@@ -341,6 +341,18 @@ def naive_traffic_vs_length(
     return ax
 
 
+#: ``naive_traffic_figure``'s panels, laid out once: the margins ``tight_layout`` asks
+#: for at the widest labels over chapter 1's explorer settings (n, m, d, dtype at their
+#: ends; the tests check them), so a live move lays nothing out.
+NAIVE_PANELS = dict(
+    figsize=(11.5, 4.2),
+    gridspec_kw=dict(
+        width_ratios=[1.35, 1.0], left=0.061, right=0.987, bottom=0.14, top=0.861,
+        wspace=0.2,
+    ),
+)  # fmt: skip
+
+
 def naive_traffic_figure(
     n: int = 1024,
     m: int | None = None,
@@ -369,9 +381,7 @@ def naive_traffic_figure(
     ns = [int(x) for x in np.geomspace(lo, hi, int(round(np.log2(hi / lo))) + 1)] + [
         int(n)
     ]
-    fig, (ax0, ax1) = live.subplots(
-        1, 2, figsize=(11.5, 4.2), gridspec_kw={"width_ratios": [1.35, 1.0]}
-    )
+    fig, (ax0, ax1) = live.subplots(1, 2, **NAIVE_PANELS)
     naive_traffic_vs_length(
         ns, d=d, bytes_per_elem=bpe, m=m, Br=Br, Bc=Bc, ax=ax0, simulated=simulated
     )
@@ -391,7 +401,6 @@ def naive_traffic_figure(
         f"m = {n_q}, n = {n}, d = {d}, {dtype}\n"
         f"{human_bytes(t.bytes(bpe))} in all, {sp:.0%} of it S and P"
     )
-    fig.tight_layout()
     return fig
 
 

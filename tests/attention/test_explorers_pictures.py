@@ -420,29 +420,30 @@ def test_fixed_panels_hold_every_block_size_of_the_online_softmax():
     """``ONLINE_PANELS`` replaces a ``tight_layout`` per move: at every block size, at
     its first and last step, nothing drawn leaves the canvas or runs into the next
     panel."""
-    import matplotlib.pyplot as plt
 
+    from attention.plots import live
     from tests.attention.widget_tools import assert_fixed_panels_hold
 
-    for block in online_softmax.BLOCKS:
-        for step in {0, -(-online_softmax.N_ROW // block) - 1}:
-            fig = online_softmax.online_figure(block, step)
-            assert_fixed_panels_hold(fig, (block, step))
-            plt.close(fig)
+    with live.reusing({}):
+        for block in online_softmax.BLOCKS:
+            for step in {0, -(-online_softmax.N_ROW // block) - 1}:
+                fig = online_softmax.online_figure(block, step)
+                assert_fixed_panels_hold(fig, (block, step))
 
 
 def test_fixed_panels_hold_the_corners_of_the_estimator_settings():
     """``ESTIMATOR_PANELS``: every method at the temperature and sample-count ends, for
     the first and last component, on the canvas and apart."""
-    import matplotlib.pyplot as plt
 
     from tests.attention.widget_tools import assert_fixed_panels_hold
 
     s, f = estimators.LOGITS, estimators.LOSSES
-    for method in estimators.METHODS:
-        for tau in (estimators.TAUS[0], estimators.TAUS[-1]):
-            for n in (estimators.SAMPLES[0], estimators.SAMPLES[-1]):
-                for j in (0, len(s) - 1):
-                    fig = estimators.estimator_figure(s, f, method, tau, n, j)
-                    assert_fixed_panels_hold(fig, (method, tau, n, j))
-                    plt.close(fig)
+    from attention.plots import live
+
+    with live.reusing({}):
+        for method in estimators.METHODS:
+            for tau in (estimators.TAUS[0], estimators.TAUS[-1]):
+                for n in (estimators.SAMPLES[0], estimators.SAMPLES[-1]):
+                    for j in (0, len(s) - 1):
+                        fig = estimators.estimator_figure(s, f, method, tau, n, j)
+                        assert_fixed_panels_hold(fig, (method, tau, n, j))

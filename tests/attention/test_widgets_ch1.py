@@ -93,3 +93,25 @@ def test_every_control_redraws_with_its_new_value(monkeypatch):
     c["self-attention (m = n)"].value = True
     assert c["queries m"].disabled and calls[-1]["m"] is None
     assert len(calls) == 7  # the first draw + one per change
+
+
+def test_fixed_panels_hold_the_corners_of_the_naive_traffic_settings():
+    """``NAIVE_PANELS`` replaces a ``tight_layout`` per move: at the ends of the
+    explorer's n, m (self or its ends) and d, with the longest and a short dtype name,
+    nothing drawn leaves the canvas or runs into the other panel (drawn into one kept
+    figure, as the live face draws: its pictures equal new ones', test_live_reuse)."""
+    import itertools
+
+    from attention import plots
+    from attention.plots import live
+    from tests.attention.widget_tools import assert_fixed_panels_hold
+
+    longest = max(plots.DTYPE_BYTES, key=len)
+    with live.reusing({}):
+        for n, m, d, dtype in itertools.product(
+            (64, 8192), (None, 16, 8192), (16, 256), (longest, "float32")
+        ):
+            fig = plots.naive_traffic_figure(
+                n=n, m=m, d=d, dtype=dtype, simulated=False
+            )
+            assert_fixed_panels_hold(fig, (n, m, d, dtype))

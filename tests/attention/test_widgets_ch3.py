@@ -120,7 +120,9 @@ def test_fixed_panels_hold_the_corners_of_the_topk_settings():
     ex = topk_traffic
 
     ns = (ex.SETTINGS["N"].lo, 65280, ex.SETTINGS["N"].hi)
-    for n, d, k in itertools.product(ns, (ex.TOPK_D[0], ex.TOPK_D[-1]), (1, 256)):
-        fig = plots.selection_traffic_figure(N=n, d=d, k=k, simulated=False)
-        assert_fixed_panels_hold(fig, (n, d, k))
-        plt.close(fig)
+    from attention.plots import live
+
+    with live.reusing({}):
+        for n, d, k in itertools.product(ns, (ex.TOPK_D[0], ex.TOPK_D[-1]), (1, 256)):
+            fig = plots.selection_traffic_figure(N=n, d=d, k=k, simulated=False)
+            assert_fixed_panels_hold(fig, (n, d, k))
