@@ -341,9 +341,8 @@ def naive_traffic_vs_length(
     return ax
 
 
-#: ``naive_traffic_figure``'s panels, laid out once: the margins ``tight_layout`` asks
-#: for at the widest labels over chapter 1's explorer settings (n, m, d, dtype at their
-#: ends; the tests check them), so a live move lays nothing out.
+#: ``naive_traffic_figure``'s panels, laid out once at ``tight_layout``'s margins for
+#: the widest labels of chapter 1's explorer (its corners tested): a move lays nothing out.
 NAIVE_PANELS = dict(
     figsize=(11.5, 4.2),
     gridspec_kw=dict(
