@@ -342,7 +342,7 @@ def naive_traffic_vs_length(
 
 
 #: ``naive_traffic_figure``'s panels, laid out once at ``tight_layout``'s margins for
-#: the widest labels of chapter 1's explorer (its corners tested): a move lays nothing out.
+#: the widest labels of chapter 1's explorer (corners tested): a move lays nothing out.
 NAIVE_PANELS = dict(
     figsize=(11.5, 4.2),
     gridspec_kw=dict(
