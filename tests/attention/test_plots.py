@@ -107,6 +107,17 @@ def test_scaling_plot_reports_the_fitted_slope():
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
 
 
+def test_scaling_plot_labels_lengths_as_a_reader_reads_them():
+    x = np.array([512, 1024, 2048, 4096])
+    ax, _ = plots.scaling_plot(x, 1e-9 * x**2.0)
+    ax.figure.canvas.draw()
+    lo, hi = ax.get_xlim()
+    shown = [
+        t.get_text() for t in ax.get_xticklabels() if lo <= t.get_position()[0] <= hi
+    ]
+    assert shown == ["512", "1k", "2k", "4k"], shown
+
+
 @pytest.mark.parametrize("m", [None, 96])
 def test_naive_traffic_vs_length_draws_simulation_and_closed_form(m):
     ns = [32, 100, 256]
