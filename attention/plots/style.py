@@ -11,6 +11,11 @@ from __future__ import annotations
 import matplotlib as mpl
 import matplotlib.pyplot as plt
 
+#: A base-2 axis's ticks as lengths a reader takes in at once (16, 256, 1k, 64k).
+POW2_LABELS = mpl.ticker.FuncFormatter(
+    lambda v, _: f"{round(v) // 1024}k" if v >= 1024 else f"{v:g}"
+)
+
 #: Tensors keep their colours in every chapter.
 TENSOR_COLORS: dict[str, str] = {
     "Q": "#4C72B0",  # blue

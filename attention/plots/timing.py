@@ -7,12 +7,7 @@ import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .style import IMPL_COLORS, SELECTION_COLORS, _ax
-
-#: Powers of two as lengths (512, 1k, 64k).
-_POW2 = mpl.ticker.FuncFormatter(
-    lambda v, _: f"{round(v) // 1024}k" if v >= 1024 else f"{v:g}"
-)
+from .style import IMPL_COLORS, POW2_LABELS, SELECTION_COLORS, _ax
 
 
 def power_law_fit(x, y) -> tuple[float, float]:
@@ -65,7 +60,7 @@ def scaling_plot(
             xs, y0 * (xs / x0) ** expected, ":", color="0.45", linewidth=1.2, label=ref
         )
     ax.xaxis.set_major_locator(mpl.ticker.LogLocator(base=2))
-    ax.xaxis.set_major_formatter(_POW2)  # 512, 1k, 2k, 4k: read at a glance
+    ax.xaxis.set_major_formatter(POW2_LABELS)  # 512, 1k, 2k, 4k: read at a glance
     ax.xaxis.set_minor_formatter(mpl.ticker.NullFormatter())
     ax.yaxis.set_minor_formatter(mpl.ticker.NullFormatter())
     ax.set_xlabel(xlabel)

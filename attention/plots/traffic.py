@@ -13,6 +13,7 @@ from ..checks import check_int
 from . import live
 from .style import (
     DTYPE_BYTES,
+    POW2_LABELS,
     SELECTION_COLORS,
     _ax,
     _nonempty,
@@ -321,7 +322,7 @@ def naive_traffic_vs_length(
     total = np.array([s.total for s in sims]) * bytes_per_elem
     ax.loglog(ns, total, "-", color="black", linewidth=1.0, label="total")
     ax.set_xscale("log", base=2)  # the lengths double: 16, 64, 256, 1k, 4k
-    ax.xaxis.set_major_formatter(_POW2_LABELS)
+    ax.xaxis.set_major_formatter(POW2_LABELS)
     ax.minorticks_off()  # a tick per decade reads; ~100 minor ones cost a live move
     ax.set_xlabel("key length n" + (" (m = n)" if m is None else f" (m = {m} queries)"))
     ax.set_ylabel(f"HBM traffic (bytes at {bytes_per_elem} B/element)")
@@ -403,12 +404,6 @@ def naive_traffic_figure(
     return fig
 
 
-#: A base-2 axis's ticks as lengths a reader takes in at once (16, 256, 1k, 64k).
-_POW2_LABELS = mpl.ticker.FuncFormatter(
-    lambda v, _: f"{round(v) // 1024}k" if v >= 1024 else f"{v:g}"
-)
-
-
 def _count(simulated: bool, algorithm: str, *args, **kw):
     """``memory.simulate(..., keep_trace=False)``, or ``memory.closed_form`` (the same
     counts, from the formula) where ``simulated`` is False."""
@@ -470,7 +465,7 @@ def selection_traffic_figure(
         ax0.plot(small, sim, "o", color=SELECTION_COLORS[name], ms=5)
     ax0.axvline(N, color="#8C8C8C", lw=0.8, ls=":")
     ax0.set_xscale("log", base=2)
-    ax0.xaxis.set_major_formatter(_POW2_LABELS)
+    ax0.xaxis.set_major_formatter(POW2_LABELS)
     ax0.set_yscale("log")
     ax0.minorticks_off()  # a tick per decade reads; 48 minor ones cost a live move
     ax0.set_xlabel("sequence length N (N_q = N_k)")
@@ -584,7 +579,7 @@ def deformable_traffic_figure(
         ax2.scatter(sim_sides, sims, color=color, s=18, zorder=3)
     ax2.axvline(side, color="#8C8C8C", linewidth=0.8, linestyle=":")
     ax2.set_xscale("log", base=2)
-    ax2.xaxis.set_major_formatter(_POW2_LABELS)
+    ax2.xaxis.set_major_formatter(POW2_LABELS)
     ax2.set_yscale("log")
     # Eight decades: a tick per decade reads; the 64 minor ticks would not (and cost
     # a third of a live move's drawing).

@@ -117,7 +117,7 @@ def dat_config(
     queries, or a quarter of ``n_q`` (rounded up to a power of two) up to 1,024 where
     that is more: fewer programs run faster there (every tile op costs Python
     overhead: chapter 4's 64 x 64 map, 4,096 queries, runs forward and backward in
-    1.7 s at 1,024 against 12 s at 64), and a long map still spans four query tiles
+    about 1 s at 1,024 against 12 s at 64), and a long map still spans four query tiles
     (the tests' small maps keep 64). sm_80/sm_90: 64 x 32 with 8 warps, 32 x 16 when
     the dots run in fp32 (``fp32_dots``: twice the registers per element). sm_75:
     64 x 16, and 32 x 16 for fp32 dots or d > 64 (its 64 KB of shared memory). The dkdv
