@@ -294,6 +294,8 @@ def test_live_records_draw_with_the_book_plotter():
         [16, 32],
         impls,
         d=16,
+        batch=2,  # not tokens // N = 1,024 sequences: the figure is under test here
+        heads=2,
         dtype="float32",
         device="cpu",
         modes=("fwd", "fwd+bwd"),
