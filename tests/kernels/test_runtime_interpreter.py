@@ -11,6 +11,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from triton.errors import TritonError
 
 from kernels import runtime
 
@@ -119,7 +120,7 @@ def test_launches_restore_the_language_as_before():
     before = {name: getattr(tl.tensor, name) for name in ("__add__", "__mul__", "T")}
     before_max = tl.maximum
     _run(3, torch.arange(8.0))
-    with pytest.raises(Exception):  # a failing launch restores too
+    with pytest.raises(TritonError, match="power of 2"):  # a failing launch restores
         _steps_kernel[(1,)](torch.arange(8.0), torch.empty(4), STEPS=1, N=6)
     assert tl.maximum is before_max
     assert {n: getattr(tl.tensor, n) for n in before} == before
