@@ -91,7 +91,6 @@ def test_a_helper_that_sees_another_language_module_still_patches(
         "    return core.maximum(x, 0.0) * 2.0\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    helper = importlib.import_module("core_helper")
     src = tmp_path / "core_kernel.py"
     src.write_text(
         "import triton\n"
@@ -113,7 +112,6 @@ def test_a_helper_that_sees_another_language_module_still_patches(
     finally:
         for name in ("core_kernel", "core_helper"):
             sys.modules.pop(name, None)
-    assert helper.twice_max is not None
 
 
 def test_launches_restore_the_language_as_before():
