@@ -2,7 +2,7 @@
 
 Run after `make book` (``make site`` / ``make test`` do that). Chromium comes from
 Debian's packages (``apt-get install chromium``; ``.ci/run`` installs it), driven by
-Playwright (one browser for the module, the fixture of test_site_explorers). Each page
+Playwright (one browser per test worker, tests/book/conftest.py). Each page
 is served over HTTP, rendered with JavaScript, its DOM checked, and a screenshot written
 to ``_build/screenshots/`` for a person to look at.
 """
@@ -16,8 +16,6 @@ import threading
 import pytest
 import yaml
 from bs4 import BeautifulSoup
-
-from tests.book.test_site_explorers import browser  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.site
 
@@ -74,7 +72,7 @@ def _page_url(server, name):
     return f"{server}/{name}.html"
 
 
-def test_home_page_renders(server, browser):  # noqa: F811
+def test_home_page_renders(server, browser):
     soup = _render(browser, f"{server}/index.html", SHOTS / "index.png")
     assert CONFIG["title"] in soup.get_text()
     cards = soup.select(".sd-card")
@@ -91,7 +89,7 @@ def test_home_page_renders(server, browser):  # noqa: F811
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_chapter_page_renders(server, browser, chapter):  # noqa: F811
+def test_chapter_page_renders(server, browser, chapter):
     shot = SHOTS / f"{pathlib.Path(chapter).name}.png"
     soup = _render(browser, _page_url(server, chapter), shot)
     main = soup.find("main") or soup

@@ -2,17 +2,16 @@
 Python computes.
 
 Run after `make book`. Each built page is opened as a file in headless Chromium
-(Playwright drives the system's Chromium; no request may leave file://). Every control
-of every explorer is set to its first, last and an inside value through the page's own
-DOM events (chapter 2's explorer also at 24 random settings), and the data Vega drew
-(``view.data``) is compared with ``attention`` in Python. Screenshots of each explorer
-before and after a change, at 1400 px and 390 px, go to
+(Playwright drives the system's Chromium; no request may leave file://), once per test
+worker and width, and reset to its state on load for each test (``site_tools``). Every
+control of every explorer is set to its first, last and an inside value through the
+page's own DOM events (chapter 2's explorer also at 24 random settings), and the data
+Vega drew (``view.data``) is compared with ``attention`` in Python. Screenshots of each
+explorer before and after a change, at 1400 px and 390 px, go to
 ``_build/screenshots/explorers/`` for a person to look at.
 """
 
 import functools
-import os
-import pathlib
 import random
 import re
 
@@ -28,21 +27,10 @@ from attention.explorers import (
     tile_size,
     topk_traffic,
 )
+from tests.book.site_tools import HTML, SHOTS, Page
 
 pytestmark = pytest.mark.site
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-HTML = ROOT / "_build" / "html"
-SHOTS = ROOT / "_build" / "screenshots" / "explorers"
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 CHAPTER_PAGES = sorted((HTML / "chapters").glob("*.html"))
 MAX_PAGE_BYTES = 3 * 2**20
 DTYPES = list(plots.DTYPE_BYTES.items())
@@ -56,152 +44,6 @@ EXPLORERS = [
     ("chapters/03_soft_hard_attention.html", "topk"),
     ("chapters/04_deformable_attention.html", "deformable"),
 ]
-
-
-# ---------------------------------------------------------------------------------
-# The browser: file:// only, every other request recorded and refused.
-# ---------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not (HTML / "index.html").exists():
-        pytest.fail("no built site: run `make book` first")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    if not os.path.exists(CHROMIUM):
-        msg = "headless Chromium is needed for the site tests: apt-get install chromium"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
-
-
-class Page:
-    """One built page, opened offline at a given width; ``outside`` lists
-    refused requests."""
-
-    def __init__(self, browser, name: str, width: int = 1400, height: int = 1000):
-        self.outside, self.errors = [], []
-        self.ctx = browser.new_context(
-            viewport={"width": width, "height": height}, service_workers="block"
-        )
-        self.ctx.route("**/*", self._route)
-        self.page = self.ctx.new_page()
-        self.page.on("pageerror", self._error)
-        self.page.goto((HTML / name).as_uri())
-        self.page.wait_for_function(
-            "() => document.querySelectorAll('.static-explorer').length > 0 && "
-            "[...document.querySelectorAll('.static-explorer')].every(el => "
-            "window.staticExplorers && window.staticExplorers[el.id] && "
-            "window.staticExplorers[el.id].redraws > 0)",
-            timeout=30_000,
-        )
-
-    def _error(self, err):
-        # sphinx-thebe declares THEBE_JS_URL twice on every page (not ours, harmless).
-        if "THEBE_JS_URL" not in str(err):
-            self.errors.append(str(err))
-
-    def _route(self, route):
-        url = route.request.url
-        if (
-            url.startswith("file://")
-            or url.startswith("data:")
-            or url.startswith("blob:")
-        ):
-            route.continue_()
-        else:
-            self.outside.append(url)
-            route.abort()
-
-    def explorer_id(self, kind: str) -> str:
-        ids = self.page.evaluate(
-            "k => Object.values(window.staticExplorers)"
-            ".filter(h => h.kind === k).map(h => h.id)",
-            kind,
-        )
-        assert len(ids) == 1, f"{len(ids)} explorers of kind {kind}"
-        return ids[0]
-
-    def set(self, eid: str, name: str, value) -> float:
-        """Set control ``name`` (option index, or checked) as a reader would: change the
-        element, fire its own event; wait for the redraw; return its time in ms."""
-        return self.page.evaluate(
-            """async ([eid, name, value]) => {
-                 const root = document.getElementById(eid);
-                 const input = root.querySelector(`[data-name="${name}"]`);
-                 const h = window.staticExplorers[eid];
-                 const before = h.redraws;
-                 if (input.type === "checkbox") {
-                   if (input.checked !== value) input.click();
-                 } else {
-                   input.value = String(value);
-                   input.dispatchEvent(new Event(
-                     input.type === "range" ? "input" : "change", {bubbles: true}));
-                 }
-                 await h.ready;
-                 if (h.redraws === before) throw new Error("no redraw after " + name);
-                 return h.lastRedrawMs;
-               }""",
-            [eid, name, value],
-        )
-
-    def timed_set(self, eid: str, name: str, value, away, limit_ms: float) -> float:
-        """``set`` that times the move; a move past ``limit_ms`` is timed again, up to
-        three more times, each after a pause and a move to ``away`` and back, and the
-        least time is returned. On two cores shared with another test worker, the
-        first redraw of a page can carry the browser's compile of the drawing code (CI
-        measured 120 ms once, then about 30 ms for every later move), and a burst of
-        the other worker's work can cover two moves in a row (115 ms twice, on a page
-        whose every other move took 9 to 16 ms); a redraw slow four times over, with
-        pauses between, is slow."""
-        ms = self.set(eid, name, value)
-        for _ in range(3):
-            if ms < limit_ms:
-                break
-            self.page.wait_for_timeout(250)
-            self.set(eid, name, away)
-            ms = min(ms, self.set(eid, name, value))
-        return ms
-
-    def n_options(self, eid: str, name: str) -> int:
-        return self.page.evaluate(
-            """([eid, name]) => { const i = document.getElementById(eid)
-                 .querySelector(`[data-name="${name}"]`);
-                 return i.type === "checkbox" ? 2
-                   : i.tagName === "SELECT" ? i.options.length
-                   : Number(i.max) + 1; }""",
-            [eid, name],
-        )
-
-    def data(self, eid: str, chart: str, name: str) -> list[dict]:
-        return self.page.evaluate(
-            "([eid, c, n]) => window.staticExplorers[eid].views[c].data(n)"
-            ".map(r => Object.fromEntries(Object.entries(r).filter(([k]) => "
-            "!k.startsWith('Symbol'))))",
-            [eid, chart, name],
-        )
-
-    def state(self, eid: str) -> dict:
-        return self.page.evaluate("eid => window.staticExplorers[eid].state()", eid)
-
-    def readout(self, eid: str) -> str:
-        return self.page.evaluate(
-            "eid => document.getElementById(eid).querySelector('.se-readout')"
-            ".textContent",
-            eid,
-        )
-
-    def controls(self, eid: str) -> list[str]:
-        return self.page.evaluate(
-            "eid => Object.keys(window.staticExplorers[eid].controls)", eid
-        )
-
-    def close(self):
-        self.ctx.close()
 
 
 def _bars(rows) -> dict:
@@ -431,83 +273,113 @@ CHECKS = {
 
 
 @pytest.mark.parametrize("page_name,kind", EXPLORERS, ids=[k for _, k in EXPLORERS])
-def test_explorer_matches_python(browser, page_name, kind):
-    pg = Page(browser, page_name)
-    try:
-        eid = pg.explorer_id(kind)
-        check = CHECKS[kind]
-        check(pg, eid)  # the initial drawing
-        times = []
-        for name in pg.controls(eid):
-            n = pg.n_options(eid, name)
-            values = (
-                [False, True, False]
-                if n == 2 and name == "self"
-                else [0, n - 1, n // 2]
-            )
-            for v in values:
-                away = values[1] if v == values[0] else values[0]
-                times.append(pg.timed_set(eid, name, v, away, limit_ms=100))
-                check(pg, eid)
-        assert max(times) < 100, f"slowest redraw {max(times):.0f} ms"
-        assert not pg.errors, pg.errors
-        assert not pg.outside, f"requests left the page: {pg.outside}"
-        root = pg.page.locator(f"#{eid}")
-        assert root.locator(".static-explorer-fallback").count() == 0
-        assert root.locator(".se-error").count() == 0
-    finally:
-        pg.close()
-
-
-def test_tile_explorer_random_settings(browser):
-    rnd = random.Random(11)
-    pg = Page(browser, "chapters/02_flash_attention.html")
-    try:
-        eid = pg.explorer_id("tile")
-        for _ in range(12):
-            for name in ("N", "d", "Br", "Bc", "sram", "dtype", "algorithm"):
-                pg.set(eid, name, rnd.randrange(pg.n_options(eid, name)))
-            pg.set(eid, "step", rnd.randrange(pg.n_options(eid, "step")))
-            check_tile(pg, eid)
-        assert not pg.outside and not pg.errors
-    finally:
-        pg.close()
-
-
-def test_controls_are_labelled_and_reachable_by_tab(browser):
-    pg = Page(browser, "chapters/02_flash_attention.html", width=390)
-    try:
-        eid = pg.explorer_id("tile")
-        info = pg.page.evaluate(
-            """eid => [...document.getElementById(eid)
-                 .querySelectorAll('input, select')]
-                 .map(i => ({name: i.dataset.name, label: !!document.querySelector(
-                   `label[for="${i.id}"]`), tab: i.tabIndex,
-                   right: i.getBoundingClientRect().right,
-                   w: i.getBoundingClientRect().width}))""",
-            eid,
+def test_explorer_matches_python(open_page, page_name, kind):
+    pg = open_page(page_name)
+    eid = pg.explorer_id(kind)
+    check = CHECKS[kind]
+    check(pg, eid)  # the initial drawing
+    times = []
+    for name in pg.controls(eid):
+        n = pg.n_options(eid, name)
+        values = (
+            [False, True, False] if n == 2 and name == "self" else [0, n - 1, n // 2]
         )
-        assert len(info) == 8
-        for i in info:
-            assert i["label"] and i["tab"] >= 0, i
-            # on screen, wide enough to use
-            assert 0 < i["right"] <= 390 and i["w"] >= 40, i
-        # Tab walks through the controls in order.
-        pg.page.locator(f"#{eid} [data-name=N]").focus()
-        seen = []
-        for _ in range(len(info) - 1):
-            pg.page.keyboard.press("Tab")
-            seen.append(pg.page.evaluate("document.activeElement.dataset.name"))
-        assert seen == [i["name"] for i in info[1:]]
-        # Arrow keys move a focused slider.
-        before = pg.state(eid)["N"]
-        pg.page.locator(f"#{eid} [data-name=N]").focus()
-        pg.page.keyboard.press("ArrowRight")
-        pg.page.evaluate("eid => window.staticExplorers[eid].ready", eid)
-        assert pg.state(eid)["N"] == before + 1
-        check_tile(pg, eid)
+        for v in values:
+            away = values[1] if v == values[0] else values[0]
+            times.append(pg.timed_set(eid, name, v, away, limit_ms=100))
+            check(pg, eid)
+    assert max(times) < 100, f"slowest redraw {max(times):.0f} ms"
+    assert not pg.errors, pg.errors
+    assert not pg.outside, f"requests left the page: {pg.outside}"
+    root = pg.page.locator(f"#{eid}")
+    assert root.locator(".static-explorer-fallback").count() == 0
+    assert root.locator(".se-error").count() == 0
+
+
+# Everything a page's explorers show: each one's state and readout, the rows of every
+# dataset its charts drew (Vega's own: the spec's named data, not the derived ones), and
+# the theme.
+_SHOWN = """() => ({
+  theme: ["theme", "mode"].map(key => document.documentElement.dataset[key]),
+  explorers: Object.values(window.staticExplorers).map(h => ({
+    id: h.id, state: h.state(),
+    readout: document.getElementById(h.id).querySelector(".se-readout").textContent,
+    charts: Object.entries(h.views).map(([chart, view]) => [chart,
+      Object.keys(view.getState({data: () => true, signals: () => false}).data)
+        .filter(n => n !== "root" && !/^data_\\d+$|^_:|marks$|pathgroup$/.test(n))
+        .sort().map(n => [n, view.data(n)])]),
+  })),
+})"""
+
+
+def test_a_reset_page_shows_what_a_fresh_load_shows(browser, open_page):
+    """The pages the site tests share (site_tools): one whose explorers and theme a
+    test moved shows, once reset, exactly what the same page freshly loaded shows."""
+    name = "chapters/03_soft_hard_attention.html"  # three explorers on one page
+    pg = open_page(name)
+    as_loaded = pg.page.evaluate(_SHOWN)
+    rnd = random.Random(5)
+    for eid in pg.snapshot["states"]:
+        for control in pg.controls(eid):
+            pg.set(eid, control, rnd.randrange(pg.n_options(eid, control)))
+    pg.page.evaluate("() => { document.documentElement.dataset.theme = 'dark'; }")
+    pg.page.locator("select, input").first.focus()
+    moved = pg.page.evaluate(_SHOWN)
+    assert moved != as_loaded
+    assert pg.reset()
+    fresh = Page(browser, name)
+    try:
+        shown = pg.page.evaluate(_SHOWN)
+        assert shown == fresh.page.evaluate(_SHOWN) == as_loaded
+        assert pg.page.evaluate("document.activeElement === document.body")
     finally:
-        pg.close()
+        fresh.close()
+    assert pg is open_page(name)  # the next test gets the same page, reset
+
+
+def test_tile_explorer_random_settings(open_page):
+    rnd = random.Random(11)
+    pg = open_page("chapters/02_flash_attention.html")
+    eid = pg.explorer_id("tile")
+    for _ in range(12):
+        for name in ("N", "d", "Br", "Bc", "sram", "dtype", "algorithm"):
+            pg.set(eid, name, rnd.randrange(pg.n_options(eid, name)))
+        pg.set(eid, "step", rnd.randrange(pg.n_options(eid, "step")))
+        check_tile(pg, eid)
+    assert not pg.outside and not pg.errors
+
+
+def test_controls_are_labelled_and_reachable_by_tab(open_page):
+    pg = open_page("chapters/02_flash_attention.html", width=390)
+    eid = pg.explorer_id("tile")
+    info = pg.page.evaluate(
+        """eid => [...document.getElementById(eid)
+             .querySelectorAll('input, select')]
+             .map(i => ({name: i.dataset.name, label: !!document.querySelector(
+               `label[for="${i.id}"]`), tab: i.tabIndex,
+               right: i.getBoundingClientRect().right,
+               w: i.getBoundingClientRect().width}))""",
+        eid,
+    )
+    assert len(info) == 8
+    for i in info:
+        assert i["label"] and i["tab"] >= 0, i
+        # on screen, wide enough to use
+        assert 0 < i["right"] <= 390 and i["w"] >= 40, i
+    # Tab walks through the controls in order.
+    pg.page.locator(f"#{eid} [data-name=N]").focus()
+    seen = []
+    for _ in range(len(info) - 1):
+        pg.page.keyboard.press("Tab")
+        seen.append(pg.page.evaluate("document.activeElement.dataset.name"))
+    assert seen == [i["name"] for i in info[1:]]
+    # Arrow keys move a focused slider.
+    before = pg.state(eid)["N"]
+    pg.page.locator(f"#{eid} [data-name=N]").focus()
+    pg.page.keyboard.press("ArrowRight")
+    pg.page.evaluate("eid => window.staticExplorers[eid].ready", eid)
+    assert pg.state(eid)["N"] == before + 1
+    check_tile(pg, eid)
 
 
 CHANGES = {
@@ -522,30 +394,27 @@ CHANGES = {
 
 @pytest.mark.parametrize("width", [1400, 390])
 @pytest.mark.parametrize("page_name,kind", EXPLORERS, ids=[k for _, k in EXPLORERS])
-def test_screenshots(browser, page_name, kind, width):
+def test_screenshots(open_page, page_name, kind, width):
     """Screenshots of each explorer before and after a change, for a person to
     look at."""
     SHOTS.mkdir(parents=True, exist_ok=True)
     # the whole explorer in view
-    pg = Page(browser, page_name, width=width, height=2400)
-    try:
-        eid = pg.explorer_id(kind)
-        root = pg.page.locator(f"#{eid}")
-        root.scroll_into_view_if_needed()
-        before = SHOTS / f"{kind}-{width}-before.png"
-        root.screenshot(path=str(before))
-        for name, value in CHANGES[kind]:
-            pg.set(eid, name, value)
-        after = SHOTS / f"{kind}-{width}-after.png"
-        root.screenshot(path=str(after))
-        assert before.stat().st_size > 5_000 and after.stat().st_size > 5_000
-        box = root.bounding_box()
-        assert box["width"] <= width, (
-            f"the explorer is wider ({box['width']}) than the page"
-        )
-        assert not pg.outside
-    finally:
-        pg.close()
+    pg = open_page(page_name, width=width)
+    eid = pg.explorer_id(kind)
+    root = pg.page.locator(f"#{eid}")
+    root.scroll_into_view_if_needed()
+    before = SHOTS / f"{kind}-{width}-before.png"
+    root.screenshot(path=str(before))
+    for name, value in CHANGES[kind]:
+        pg.set(eid, name, value)
+    after = SHOTS / f"{kind}-{width}-after.png"
+    root.screenshot(path=str(after))
+    assert before.stat().st_size > 5_000 and after.stat().st_size > 5_000
+    box = root.bounding_box()
+    assert box["width"] <= width, (
+        f"the explorer is wider ({box['width']}) than the page"
+    )
+    assert not pg.outside
 
 
 @pytest.mark.parametrize("page", CHAPTER_PAGES, ids=lambda p: p.name)

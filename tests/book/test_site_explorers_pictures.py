@@ -4,7 +4,8 @@ control's first, last and middle option and at random settings, Tab reaches ever
 control at 390 px, and screenshots at 1400 and 390 px, light and dark, go to
 ``_build/screenshots/explorers/`` for a person to look at.
 
-Run after `make book`; same browser and page helpers as ``test_site_explorers``.
+Run after `make book`; same browser and shared pages as ``test_site_explorers``
+(``site_tools``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from attention import core, deformable, pretrained
 from attention.explorers import estimators, maps, online_softmax, roofline, sampling
 from attention.explorers import pretrained as minilm_ex
 from attention.explorers import sparse as sparse_ex
-from tests.book.test_site_explorers import HTML, SHOTS, Page, browser  # noqa: F401
+from tests.book.site_tools import HTML, SHOTS
 
 pytestmark = pytest.mark.site
 
@@ -323,67 +324,61 @@ def _drawn(pg, eid, kind):
 
 
 @pytest.mark.parametrize("page_name,kind", EXPLORERS, ids=[k for _, k in EXPLORERS])
-def test_picture_explorer_matches_python(browser, page_name, kind):  # noqa: F811
-    pg = Page(browser, page_name)
+def test_picture_explorer_matches_python(open_page, page_name, kind):
+    pg = open_page(page_name)
     rnd = random.Random(22)
-    try:
-        eid = pg.explorer_id(kind)
-        check = CHECKS[kind]
-        check(pg, eid)
-        times, moved = [], {}
-        for name in pg.controls(eid):
-            n = pg.n_options(eid, name)
-            for v in (0, n - 1, n // 2):
-                before = _drawn(pg, eid, kind)
-                away = n - 1 if v == 0 else 0
-                times.append(pg.timed_set(eid, name, v, away, limit_ms=150))
-                check(pg, eid)
-                moved[name] = moved.get(name, False) or _drawn(pg, eid, kind) != before
-        for _ in range(8):  # random settings, every control at once
-            for name in pg.controls(eid):
-                pg.set(eid, name, rnd.randrange(pg.n_options(eid, name)))
+    eid = pg.explorer_id(kind)
+    check = CHECKS[kind]
+    check(pg, eid)
+    times, moved = [], {}
+    for name in pg.controls(eid):
+        n = pg.n_options(eid, name)
+        for v in (0, n - 1, n // 2):
+            before = _drawn(pg, eid, kind)
+            away = n - 1 if v == 0 else 0
+            times.append(pg.timed_set(eid, name, v, away, limit_ms=150))
             check(pg, eid)
-        # every control moves the drawing (the head of a one-head model has nothing
-        # to move to; a slider with one option neither)
-        still = [k for k, v in moved.items() if not v and pg.n_options(eid, k) > 1]
-        assert not still, f"controls that change nothing drawn: {still}"
-        assert max(times) < 150, f"slowest redraw {max(times):.0f} ms"
-        assert not pg.errors, pg.errors
-        assert not pg.outside, f"requests left the page: {pg.outside}"
-        root = pg.page.locator(f"#{eid}")
-        assert root.locator(".se-error").count() == 0
-    finally:
-        pg.close()
+            moved[name] = moved.get(name, False) or _drawn(pg, eid, kind) != before
+    for _ in range(8):  # random settings, every control at once
+        for name in pg.controls(eid):
+            pg.set(eid, name, rnd.randrange(pg.n_options(eid, name)))
+        check(pg, eid)
+    # every control moves the drawing (the head of a one-head model has nothing
+    # to move to; a slider with one option neither)
+    still = [k for k, v in moved.items() if not v and pg.n_options(eid, k) > 1]
+    assert not still, f"controls that change nothing drawn: {still}"
+    assert max(times) < 150, f"slowest redraw {max(times):.0f} ms"
+    assert not pg.errors, pg.errors
+    assert not pg.outside, f"requests left the page: {pg.outside}"
+    root = pg.page.locator(f"#{eid}")
+    assert root.locator(".se-error").count() == 0
 
 
 @pytest.mark.parametrize("page_name,kind", EXPLORERS, ids=[k for _, k in EXPLORERS])
-def test_tab_reaches_every_control_at_390px(browser, page_name, kind):  # noqa: F811
-    pg = Page(browser, page_name, width=390)
-    try:
-        eid = pg.explorer_id(kind)
-        info = pg.page.evaluate(
-            """eid => [...document.getElementById(eid)
-                 .querySelectorAll('input, select')]
-                 .map(i => ({name: i.dataset.name, label: !!document.querySelector(
-                   `label[for="${i.id}"]`), disabled: i.disabled,
-                   right: i.getBoundingClientRect().right,
-                   w: i.getBoundingClientRect().width}))""",
-            eid,
-        )
-        assert [i["name"] for i in info] == pg.controls(eid)
-        for i in info:
-            assert i["label"] and 0 < i["right"] <= 390 and i["w"] >= 40, i
-        enabled = [i["name"] for i in info if not i["disabled"]]
-        pg.page.locator(f"#{eid} [data-name={enabled[0]}]").focus()
-        seen = []
-        for _ in range(len(enabled) - 1):
-            pg.page.keyboard.press("Tab")
-            seen.append(pg.page.evaluate("document.activeElement.dataset.name"))
-        assert seen == enabled[1:]
-        box = pg.page.locator(f"#{eid}").bounding_box()
-        assert box["width"] <= 390
-    finally:
-        pg.close()
+def test_tab_reaches_every_control_at_390px(open_page, page_name, kind):
+    pg = open_page(page_name, width=390)
+    eid = pg.explorer_id(kind)
+    info = pg.page.evaluate(
+        """eid => [...document.getElementById(eid)
+             .querySelectorAll('input, select')]
+             .map(i => ({name: i.dataset.name, label: !!document.querySelector(
+               `label[for="${i.id}"]`), disabled: i.disabled,
+               right: i.getBoundingClientRect().right,
+               w: i.getBoundingClientRect().width}))""",
+        eid,
+    )
+    assert [i["name"] for i in info] == pg.controls(eid)
+    for i in info:
+        assert i["label"] and 0 < i["right"] <= 390 and i["w"] >= 40, i
+    enabled = [i["name"] for i in info if not i["disabled"]]
+    pg.page.locator(f"#{eid} [data-name={enabled[0]}]").focus()
+    seen = []
+    for _ in range(len(enabled) - 1):
+        pg.page.keyboard.press("Tab")
+        seen.append(pg.page.evaluate("document.activeElement.dataset.name"))
+    assert seen == enabled[1:]
+    box = pg.page.locator(f"#{eid}").bounding_box()
+    assert box["width"] <= 390
 
 
 CHANGES = {
@@ -400,31 +395,28 @@ CHANGES = {
 
 @pytest.mark.parametrize("width", [1400, 390])
 @pytest.mark.parametrize("page_name,kind", EXPLORERS, ids=[k for _, k in EXPLORERS])
-def test_picture_screenshots(browser, page_name, kind, width):  # noqa: F811
+def test_picture_screenshots(open_page, page_name, kind, width):
     """Each explorer after a few changes, in the light and the dark theme (one page
     load: the theme switch changes the page in place, as a reader's click does)."""
     SHOTS.mkdir(parents=True, exist_ok=True)
-    pg = Page(browser, page_name, width=width, height=2400)
-    try:
-        eid = pg.explorer_id(kind)
-        root = pg.page.locator(f"#{eid}")
-        for name, value in CHANGES[kind]:
-            pg.set(eid, name, value)
-        for theme in ("light", "dark"):
-            # what the page's theme switch does: data-theme on <html>
-            pg.page.evaluate(
-                "t => { document.documentElement.dataset.theme = t; "
-                "document.documentElement.dataset.mode = t; }",
-                theme,
-            )
-            root.scroll_into_view_if_needed()
-            shot = SHOTS / f"{kind}-{width}-{theme}.png"
-            root.screenshot(path=str(shot))
-            assert shot.stat().st_size > 5_000
-            assert root.bounding_box()["width"] <= width
-        assert not pg.outside and not pg.errors
-    finally:
-        pg.close()
+    pg = open_page(page_name, width=width)
+    eid = pg.explorer_id(kind)
+    root = pg.page.locator(f"#{eid}")
+    for name, value in CHANGES[kind]:
+        pg.set(eid, name, value)
+    for theme in ("light", "dark"):
+        # what the page's theme switch does: data-theme on <html>
+        pg.page.evaluate(
+            "t => { document.documentElement.dataset.theme = t; "
+            "document.documentElement.dataset.mode = t; }",
+            theme,
+        )
+        root.scroll_into_view_if_needed()
+        shot = SHOTS / f"{kind}-{width}-{theme}.png"
+        root.screenshot(path=str(shot))
+        assert shot.stat().st_size > 5_000
+        assert root.bounding_box()["width"] <= width
+    assert not pg.outside and not pg.errors
 
 
 def test_picture_explorer_data_is_small():
