@@ -9,7 +9,10 @@ through it. Sets ``TRITON_INTERPRET=0`` before importing :mod:`kernels`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
+import io
 import os
 import pathlib
 import re
@@ -249,14 +252,49 @@ def compile_one(
     return res
 
 
-def ptxas_usage(ptx: str) -> tuple[int, int, int]:
-    """(registers, spill store bytes, spill load bytes) from ``ptxas -v`` on ``ptx``."""
+#: PTX (its SHA-256) -> the report of the ``ptxas -v`` Triton itself ran on it while
+#: compiling (``_keep_ptxas_reports``), so that ``ptxas_usage`` need not assemble the
+#: same PTX a second time (about half a second of the 2 to 3 s a compilation takes).
+_PTXAS_REPORTS: dict[str, str] = {}
+
+
+def _keep_ptxas_reports() -> None:
+    """Record the report of each ``ptxas -v`` Triton runs (its ``make_cubin`` passes
+    ``-v`` and prints the report when ``knobs.nvidia.dump_ptxas_log`` is on) under its
+    PTX's digest, instead of printing it. A Triton without that knob is left alone:
+    ``ptxas_usage`` then runs ptxas itself, as it does for a PTX Triton took from its
+    cache (no ptxas ran)."""
+    try:
+        from triton import knobs
+        from triton.backends.nvidia.compiler import CUDABackend
+    except ImportError:
+        return
+    original = CUDABackend.make_cubin
+    if not hasattr(knobs.nvidia, "dump_ptxas_log") or hasattr(original, "keeps"):
+        return
+
+    def make_cubin(self, src, metadata, opt, capability):
+        report = io.StringIO()
+        with knobs.nvidia.scope(), contextlib.redirect_stdout(report):
+            knobs.nvidia.dump_ptxas_log = True
+            cubin = original(self, src, metadata, opt, capability)
+        _PTXAS_REPORTS[hashlib.sha256(src.encode()).hexdigest()] = report.getvalue()
+        return cubin
+
+    make_cubin.keeps = True
+    CUDABackend.make_cubin = make_cubin
+
+
+_keep_ptxas_reports()
+
+
+def run_ptxas(ptx: str) -> str:
+    """The report of ``ptxas -v`` on ``ptx``, run here with the flags Triton's own
+    ptxas call uses (backends/nvidia/compiler.py: make_cubin)."""
     arch = re.search(r"^\.target\s+(\w+)", ptx, re.M).group(1)
     with tempfile.TemporaryDirectory() as d:
         src = pathlib.Path(d) / "k.ptx"
         src.write_text(ptx)
-        # the flags Triton's own ptxas call uses
-        # (backends/nvidia/compiler.py: make_cubin)
         out = subprocess.run(
             [
                 str(PTXAS),
@@ -272,7 +310,16 @@ def ptxas_usage(ptx: str) -> tuple[int, int, int]:
             text=True,
             check=True,
         )
-    log = out.stdout + out.stderr
+    return out.stdout + out.stderr
+
+
+def ptxas_usage(ptx: str) -> tuple[int, int, int]:
+    """(registers, spill store bytes, spill load bytes) from ``ptxas -v`` on ``ptx``:
+    the report of the run Triton made compiling it, or of a run here when there was
+    none (the kernel came from Triton's cache)."""
+    log = _PTXAS_REPORTS.get(hashlib.sha256(ptx.encode()).hexdigest())
+    if log is None or "Used" not in log:
+        log = run_ptxas(ptx)
     regs = int(re.search(r"Used (\d+) registers", log).group(1))
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
     return regs, int(spill.group(1)), int(spill.group(2))

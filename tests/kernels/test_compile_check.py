@@ -78,16 +78,29 @@ def test_machine_code_report_of_the_forward_on_sm90():
     """One forward config compiled for sm_90: its hot loop issues the wgmma count the
     tile implies and one exp2 per score element per thread."""
     script = (
-        "import json, torch\n"
-        "from kernels.machine_code import compile_check as cc, sass\n"
+        "import os, tempfile\n"
+        "os.environ['TRITON_CACHE_DIR'] = tempfile.mkdtemp()  # Triton compiles anew\n"
+        "import hashlib, json, re, torch\n"
+        "from kernels.machine_code import compile_check as cc, compiler, sass\n"
         "c = cc._compile('fwd', 'sm90', 128, torch.bfloat16, False, (128, 128, 8, 2), "
         "16384)\n"
+        "ptx = c.asm['ptx']\n"
+        "kept = hashlib.sha256(ptx.encode()).hexdigest() in compiler._PTXAS_REPORTS\n"
+        "log = compiler.run_ptxas(ptx)\n"
+        "again = [int(re.search(p, log).group(1)) for p in (r'Used (\\d+) registers', "
+        "r'(\\d+) bytes spill stores', r'(\\d+) bytes spill loads')]\n"
+        "print(json.dumps([kept, compiler.ptxas_usage(ptx), again]))\n"
         "print(json.dumps(sass.report(c.asm['cubin'])))\n"
     )
     proc, out = run_compiled("-c", script, interpret="0")
     assert proc.returncode == 0, out
     import json
 
+    # The registers and spills read from the report of the ptxas run Triton made
+    # compiling (compiler._keep_ptxas_reports: ptxas is not run twice) are those of a
+    # run of our own.
+    kept, usage, again = json.loads(proc.stdout.strip().splitlines()[-2])
+    assert kept and usage == again and usage[0] > 0, out
     rep = json.loads(proc.stdout.strip().splitlines()[-1])
     loop = rep["hot_loop"]
     # two warpgroups of 64 rows; S = Q K^T: d / 16 = 8 wgmma, O += P V: BLOCK_N / 16 = 8
