@@ -77,6 +77,9 @@ def _worker(rank, world_size, port, backend, timeout, group_timeout, fn, args, r
 
 
 def _stop(procs):
+    """End every rank that was started (a start that failed leaves the rest
+    unstarted: they have nothing to join)."""
+    procs = [p for p in procs if p.pid is not None]
     for p in procs:
         if p.is_alive():
             p.terminate()

@@ -414,6 +414,26 @@ def test_failing_rank_is_reported_without_hanging():
 
 
 @pytest.mark.slow
+def test_a_rank_that_cannot_start_is_reported_as_itself(monkeypatch):
+    """When the second rank's process cannot start, run_local raises that error (not
+    one about joining the rank never started) and the first rank is stopped."""
+    from kernels.ring import launch
+
+    ctx = launch._context()
+    start, started = ctx.Process.start, []
+
+    def start_one_only(self):
+        if started:
+            raise OSError("no more processes")
+        start(self)
+        started.append(self)
+
+    monkeypatch.setattr(ctx.Process, "start", start_one_only)
+    with pytest.raises(OSError, match="no more processes"):
+        run_local(_rank_raises, 2, timeout=30)
+    assert len(started) == 1 and not started[0].is_alive()
+
+
 def test_timeline_records_the_schedule():
     from kernels.ring.checks import ring_timeline
 
