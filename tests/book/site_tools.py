@@ -222,6 +222,19 @@ class Page:
             "eid => Object.keys(window.staticExplorers[eid].controls)", eid
         )
 
+    def control_boxes(self, eid: str) -> list[dict]:
+        """The explorer's inputs in page order: name, whether a label names it, tab
+        index, disabled, right edge and width on screen (px)."""
+        return self.page.evaluate(
+            """eid => [...document.getElementById(eid)
+                 .querySelectorAll('input, select')]
+                 .map(i => ({name: i.dataset.name, label: !!document.querySelector(
+                   `label[for="${i.id}"]`), tab: i.tabIndex, disabled: i.disabled,
+                   right: i.getBoundingClientRect().right,
+                   w: i.getBoundingClientRect().width}))""",
+            eid,
+        )
+
     def close(self):
         self.ctx.close()
 

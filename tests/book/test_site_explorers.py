@@ -352,15 +352,7 @@ def test_tile_explorer_random_settings(open_page):
 def test_controls_are_labelled_and_reachable_by_tab(open_page):
     pg = open_page("chapters/02_flash_attention.html", width=390)
     eid = pg.explorer_id("tile")
-    info = pg.page.evaluate(
-        """eid => [...document.getElementById(eid)
-             .querySelectorAll('input, select')]
-             .map(i => ({name: i.dataset.name, label: !!document.querySelector(
-               `label[for="${i.id}"]`), tab: i.tabIndex,
-               right: i.getBoundingClientRect().right,
-               w: i.getBoundingClientRect().width}))""",
-        eid,
-    )
+    info = pg.control_boxes(eid)
     assert len(info) == 8
     for i in info:
         assert i["label"] and i["tab"] >= 0, i

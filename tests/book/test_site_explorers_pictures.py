@@ -358,15 +358,7 @@ def test_picture_explorer_matches_python(open_page, page_name, kind):
 def test_tab_reaches_every_control_at_390px(open_page, page_name, kind):
     pg = open_page(page_name, width=390)
     eid = pg.explorer_id(kind)
-    info = pg.page.evaluate(
-        """eid => [...document.getElementById(eid)
-             .querySelectorAll('input, select')]
-             .map(i => ({name: i.dataset.name, label: !!document.querySelector(
-               `label[for="${i.id}"]`), disabled: i.disabled,
-               right: i.getBoundingClientRect().right,
-               w: i.getBoundingClientRect().width}))""",
-        eid,
-    )
+    info = pg.control_boxes(eid)
     assert [i["name"] for i in info] == pg.controls(eid)
     for i in info:
         assert i["label"] and 0 < i["right"] <= 390 and i["w"] >= 40, i
