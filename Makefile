@@ -7,10 +7,10 @@ STAMP  := $(VENV)/.installed-stamp
 BOOK_FLAGS ?= -n -W --keep-going
 
 # Python writes the bytecode of what it imports (into __pycache__/, which git ignores)
-# even where the environment says not to (PYTHONDONTWRITEBYTECODE, set on the book's
-# build machines): otherwise every process compiles the book's modules again and pytest
-# rewrites the asserts of every test module again, about 10 s of each pytest process's
-# 16 s collection on 2 cores (5.6 s with the bytecode kept).
+# even where the environment says not to (PYTHONDONTWRITEBYTECODE, set on the machine
+# the book is built and tested on): otherwise every process compiles the book's modules
+# again and pytest rewrites the asserts of every test module again, about 10 s of each
+# pytest process's 16 s collection on 2 cores (5.6 s with the bytecode kept).
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: FORCE venv book test lint unit site bench figures compile-check interpreter-matrix \
