@@ -191,8 +191,11 @@ CHECK = """\
 import json, os, subprocess, sys
 import attention, kernels
 from kernels.timing import report
+# where a child process's `import kernels` finds it (the search import does, without
+# running the package: importing it would load torch and triton again, ~1.5 s a page)
 child = subprocess.run(
-    [sys.executable, "-c", "import kernels; print(kernels.__file__)"],
+    [sys.executable, "-c",
+     "import importlib.util as u; print(u.find_spec('kernels').origin)"],
     capture_output=True, text=True, check=True).stdout.strip()
 print(json.dumps({"attention": attention.__file__, "kernels": kernels.__file__,
                   "child": child, "cwd": os.getcwd(), "python": sys.executable,
