@@ -15,8 +15,12 @@ it starts, so that explorers give their static twins and progress bars stay sile
 Each kernel gets one compute thread (OpenMP, BLAS, torch): two kernels of two threads
 each on two cores spin against each other and run several times slower. A page that
 raises stops the script with the failing cell's traceback and a non-zero exit, as the
-build would have. Pages already in the cache (same code) are skipped, so a second
-``make book`` executes only what changed.
+build would have. Pages already in the cache (same code cells) are skipped, so a second
+``make book`` executes only what changed; a cached page older than the newest file of
+the code and data the pages import or read (``CODE``: the two packages, the Colab
+editions, the static site's scripts, the recorded benchmark results and reports) was
+executed with other code and is executed again (jupyter-cache alone matches a page by
+its own cells, and the site would show the old code's figures and numbers).
 
     python tools/execute_notebooks.py [--jobs N]
 """
@@ -24,6 +28,7 @@ build would have. Pages already in the cache (same code) are skipped, so a secon
 from __future__ import annotations
 
 import argparse
+import datetime
 import multiprocessing
 import os
 import pathlib
@@ -41,6 +46,20 @@ from attention.explorers.site import SITE_ENV  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CACHE = ROOT / "_build" / ".jupyter_cache"  # jupyter-book's: <build dir>/.jupyter_cache
+#: What the pages import or read, besides their own cells.
+CODE = ("attention", "kernels", "colab", "_static", "benchmarks")
+
+
+def newest_code() -> datetime.datetime:
+    """When the newest file of ``CODE`` was written (UTC, naive, as jupyter-cache
+    records a bundle's ``created``)."""
+    newest = max(
+        f.stat().st_mtime
+        for folder in CODE
+        for f in (ROOT / folder).rglob("*")
+        if f.is_file() and "__pycache__" not in f.parts
+    )
+    return datetime.datetime.fromtimestamp(newest, datetime.UTC).replace(tzinfo=None)
 
 
 def _toc_files(node) -> list[str]:
@@ -101,12 +120,13 @@ def _execute(job: tuple[str, int]) -> tuple[str, float, str | None]:
     return str(path), result.time, None
 
 
-def _cached(cache, path: pathlib.Path) -> bool:
+def _cached(cache, path: pathlib.Path, newest: datetime.datetime) -> bool:
+    """Whether the cache holds this page's cells executed with the code as it is."""
     try:
-        cache.match_cache_notebook(nbformat.read(path, as_version=4))
+        record = cache.match_cache_notebook(nbformat.read(path, as_version=4))
     except KeyError:
         return False
-    return True
+    return record.created >= newest
 
 
 def main(argv=None) -> int:
@@ -115,7 +135,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     CACHE.parent.mkdir(exist_ok=True)
     cache = get_cache(str(CACHE))
-    todo = [p for p in notebook_pages() if not _cached(cache, p)]
+    newest = newest_code()
+    todo = [p for p in notebook_pages() if not _cached(cache, p, newest)]
     if not todo:
         print("execute: every notebook page is in the cache")
         return 0

@@ -8,7 +8,6 @@ execution time the build recorded) instead of executing the chapter a second tim
 Otherwise (no build, or a chapter changed since) it executes the chapter here.
 """
 
-import datetime
 import pathlib
 import time
 
@@ -16,24 +15,14 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from tools.execute_notebooks import newest_code
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
 # Each chapter is designed to run in under 90 s on a 2-core CPU; CI machines vary,
 # so the hard limit here is looser. The measured time is printed (pytest -s / -rA).
 TIME_LIMIT_S = 240
 CACHE = ROOT / "_build" / ".jupyter_cache"
-
-
-def _newest_code() -> datetime.datetime:
-    """When the newest file the chapters import from was written (UTC, naive, as
-    jupyter-cache records its ``created``)."""
-    newest = max(
-        p.stat().st_mtime
-        for pkg in ("attention", "kernels", "colab", "_static")
-        for p in (ROOT / pkg).rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts
-    )
-    return datetime.datetime.fromtimestamp(newest, datetime.UTC).replace(tzinfo=None)
 
 
 def _executed_by_the_build(nb):
@@ -49,7 +38,7 @@ def _executed_by_the_build(nb):
     except KeyError:  # no executed copy of this source
         return None
     seconds = (record.data or {}).get("execution_seconds")
-    if seconds is None or record.created < _newest_code():
+    if seconds is None or record.created < newest_code():
         return None
     return cache.get_cache_bundle(record.pk).nb, seconds
 
