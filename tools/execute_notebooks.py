@@ -17,8 +17,8 @@ each on two cores spin against each other and run several times slower. A page t
 raises stops the script with the failing cell's traceback and a non-zero exit, as the
 build would have. Pages already in the cache (same code cells) are skipped, so a second
 ``make book`` executes only what changed; a cached page older than the newest file of
-the code and data the pages import or read (``CODE``: the two packages, the Colab
-editions, the static site's scripts, the recorded benchmark results and reports) was
+the code and data the pages import or read when executed (``CODE``: the two packages,
+the recorded benchmark results and machine-code reports) was
 executed with other code and is executed again (jupyter-cache alone matches a page by
 its own cells, and the site would show the old code's figures and numbers).
 
@@ -46,8 +46,9 @@ from attention.explorers.site import SITE_ENV  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CACHE = ROOT / "_build" / ".jupyter_cache"  # jupyter-book's: <build dir>/.jupyter_cache
-#: What the pages import or read, besides their own cells.
-CODE = ("attention", "kernels", "colab", "_static", "benchmarks")
+#: What the pages import or read when executed, besides their own cells (not colab/,
+#: which is made from them, nor _static/, which only the browser runs).
+CODE = ("attention", "kernels", "benchmarks")
 
 
 def newest_code() -> datetime.datetime:
