@@ -18,9 +18,9 @@ raises stops the script with the failing cell's traceback and a non-zero exit, a
 build would have. Pages already in the cache (same code cells) are skipped, so a second
 ``make book`` executes only what changed; a cached page older than the newest file of
 the code and data the pages import or read when executed (``CODE``: the two packages,
-the recorded benchmark results and machine-code reports) was
-executed with other code and is executed again (jupyter-cache alone matches a page by
-its own cells, and the site would show the old code's figures and numbers).
+the recorded benchmark results and machine-code reports) was executed with other code
+and is executed again (jupyter-cache alone matches a page by its own cells, and the
+site would show the old code's figures and numbers).
 
     python tools/execute_notebooks.py [--jobs N]
 """
