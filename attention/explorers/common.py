@@ -347,7 +347,7 @@ def bars_spec(
                 "field": "kind",
                 "type": "ordinal",
                 "scale": {"domain": ["read", "written"], "range": [1.0, 0.45]},
-                "legend": {"orient": "top", "title": None, "columns": 2},
+                "legend": {"orient": "top", "title": None, "direction": "vertical"},
             },
             "order": {"field": "order", "type": "quantitative"},
             "tooltip": [

@@ -406,7 +406,26 @@ def test_screenshots(open_page, page_name, kind, width):
     assert box["width"] <= width, (
         f"the explorer is wider ({box['width']}) than the page"
     )
+    # every word a chart draws lies inside its drawing (a legend wider than the chart
+    # is cut at the chart's edge: "compulsory (each tensor o" at 390 px, once)
+    cut = root.evaluate(_CUT_TEXT)
+    assert not cut, f"text cut at a chart's edge at {width} px: {cut}"
     assert not pg.outside
+
+
+# The texts of an explorer's charts (Vega's SVG) that reach past their SVG's box by more
+# than 3 px (a text's box is its font's em box, not its ink: a rotated axis title's
+# reaches 2 px past the edge, its letters do not).
+_CUT_TEXT = """(root) => [...root.querySelectorAll("svg")].flatMap((svg) => {
+  const box = svg.getBoundingClientRect(), e = 3;
+  return [...svg.querySelectorAll("text")]
+    .filter((t) => t.textContent.trim())
+    .map((t) => [t.textContent, t.getBoundingClientRect()])
+    .filter(([, r]) => r.width > 0 && (r.left < box.left - e || r.right > box.right + e
+      || r.top < box.top - e || r.bottom > box.bottom + e))
+    .map(([text, r]) => `${text} (${Math.round(r.left - box.left)}..` +
+      `${Math.round(r.right - box.left)} of ${Math.round(box.width)} px)`);
+})"""
 
 
 @pytest.mark.parametrize("page", CHAPTER_PAGES, ids=lambda p: p.name)
