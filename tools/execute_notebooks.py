@@ -20,7 +20,9 @@ build would have. Pages already in the cache (same code cells) are skipped, so a
 the code and data the pages import or read when executed (``CODE``: the two packages,
 the recorded benchmark results and machine-code reports) was executed with other code
 and is executed again (jupyter-cache alone matches a page by its own cells, and the
-site would show the old code's figures and numbers).
+site would show the old code's figures and numbers); a page executed is marked changed
+(its file's time set to now), so that the build reads it again, and a stale copy of a
+.md page the build executes itself is removed from the cache, the page marked changed.
 
     python tools/execute_notebooks.py [--jobs N]
 """
@@ -130,6 +132,21 @@ def _cached(cache, path: pathlib.Path, newest: datetime.datetime) -> bool:
     return record.created >= newest
 
 
+def forget_stale_markdown(cache, newest: datetime.datetime) -> list[pathlib.Path]:
+    """The .md pages the build executes itself (``intro.md``'s teaser) whose cached
+    execution is older than ``newest``: their records are removed and their files
+    marked changed, so that the build executes them again and reads them again."""
+    stale = []
+    for record in cache.list_cache_records():
+        path = pathlib.Path(record.uri)
+        if path.suffix == ".md" and record.created < newest:
+            cache.remove_cache(record.pk)
+            if path.exists():
+                os.utime(path)
+                stale.append(path)
+    return stale
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
@@ -137,6 +154,8 @@ def main(argv=None) -> int:
     CACHE.parent.mkdir(exist_ok=True)
     cache = get_cache(str(CACHE))
     newest = newest_code()
+    for path in forget_stale_markdown(cache, newest):
+        print(f"execute: {path.relative_to(ROOT)} left to the build (the code changed)")
     todo = [p for p in notebook_pages() if not _cached(cache, p, newest)]
     if not todo:
         print("execute: every notebook page is in the cache")
@@ -156,6 +175,9 @@ def main(argv=None) -> int:
         for path, seconds, err in pool.imap_unordered(_execute, jobs):
             name = pathlib.Path(path).relative_to(ROOT)
             if err is None:
+                # Sphinx reads again only the pages whose source is newer than its last
+                # build: a page executed again for new code has the same source
+                os.utime(path)
                 print(f"execute: {name} in {seconds:.1f} s")
             else:
                 failed.append(name)

@@ -52,3 +52,20 @@ def test_the_pages_read_the_folders_the_rule_watches():
     # every folder that exists: a misspelt one would be ignored silently
     assert all((ex.ROOT / folder).is_dir() for folder in ex.CODE)
     assert {"attention", "kernels", "benchmarks"} <= set(ex.CODE)
+
+
+def test_a_stale_markdown_page_is_left_to_the_build_to_execute_again(tmp_path):
+    cache = get_cache(str(tmp_path / "cache"))
+    nb, _ = _page(tmp_path)
+    page = tmp_path / "intro.md"
+    page.write_text("# a page the build executes itself\n")
+    os.utime(page, (1_000_000, 1_000_000))
+    record = cache.cache_notebook_bundle(
+        CacheBundleIn(nb, str(page)), check_validity=False
+    )
+    second = datetime.timedelta(seconds=1)
+    assert ex.forget_stale_markdown(cache, record.created - second) == []
+    assert len(cache.list_cache_records()) == 1  # current: kept
+    assert ex.forget_stale_markdown(cache, record.created + second) == [page]
+    assert cache.list_cache_records() == []  # the build finds no copy: executes it
+    assert page.stat().st_mtime > 1_000_000  # and Sphinx reads the page again
