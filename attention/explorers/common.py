@@ -388,6 +388,7 @@ def bars_floor_spec(
                     "title": None,
                     "symbolType": "stroke",
                     "symbolStrokeWidth": 3,
+                    "symbolStrokeColor": "#000000",
                     "labelLimit": 320,
                 },
             },
