@@ -192,7 +192,7 @@ import json, os, subprocess, sys
 import attention, kernels
 from kernels.timing import report
 # where a child process's `import kernels` finds it (the search import does, without
-# running the package: importing it would load torch and triton again, ~1.5 s a page)
+# running the package: importing it would load torch and triton again, 2 s a page)
 child = subprocess.run(
     [sys.executable, "-c",
      "import importlib.util as u; print(u.find_spec('kernels').origin)"],

@@ -50,6 +50,13 @@ def server():
         httpd.shutdown()
 
 
+# True once MathJax has typeset the page's math (or the page has none).
+MATH_TYPESET = (
+    "() => !document.querySelector('.math') || "
+    "document.querySelector('mjx-container') !== null"
+)
+
+
 def _render(b, url: str, shot: pathlib.Path) -> BeautifulSoup:
     """The page as Chromium renders it (JavaScript run, MathJax typeset where the page
     has math), its DOM parsed and a 1280-wide screenshot of the whole page written."""
@@ -57,20 +64,12 @@ def _render(b, url: str, shot: pathlib.Path) -> BeautifulSoup:
     try:
         page = ctx.new_page()
         page.goto(url, wait_until="load", timeout=120_000)
-        page.wait_for_function(
-            "() => !document.querySelector('.math') || "
-            "document.querySelector('mjx-container') !== null",
-            timeout=60_000,
-        )
+        page.wait_for_function(MATH_TYPESET, timeout=60_000)
         shot.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(shot), full_page=False)
         return BeautifulSoup(page.content(), "html.parser")
     finally:
         ctx.close()
-
-
-def _page_url(server, name):
-    return f"{server}/{name}.html"
 
 
 def test_home_page_renders(server, browser):
@@ -94,11 +93,7 @@ def test_chapter_page_renders(open_page, chapter):
     # the worker's shared page at 1400 px (tests/book/site_tools.py: loaded once, put
     # back as it was on load), as the explorer tests open it: offline, from the files
     pg = open_page(f"{chapter}.html")
-    pg.page.wait_for_function(
-        "() => !document.querySelector('.math') || "
-        "document.querySelector('mjx-container') !== null",
-        timeout=60_000,
-    )
+    pg.page.wait_for_function(MATH_TYPESET, timeout=60_000)
     shot = SHOTS / f"{pathlib.Path(chapter).name}.png"
     shot.parent.mkdir(parents=True, exist_ok=True)
     pg.page.screenshot(path=str(shot), full_page=False)

@@ -24,6 +24,3 @@ def count_dots(call) -> int:
     finally:
         interpreter.InterpreterBuilder.create_dot = create_dot
     return count
-
-
-__all__ = ["count_dots"]
