@@ -87,7 +87,7 @@ test: lint book unit site
 # sm_75/80/89/90, no GPU needed; `make test` runs a representative subset). Run it
 # whenever a tile table in kernels/flash/tiles.py changes.
 compile-check: venv
-	$(BIN)/python -m kernels.machine_code.compile_check
+	$(BIN)/python -m kernels.flash.compile_check
 
 # The kernels under the Triton interpreter with Triton 3.4 and 3.7 and NumPy 2.0 and 2.4
 # (the extreme pairs), each in a new virtual environment with the pinned CPU torch:

@@ -7,7 +7,8 @@ results/<gpu>.json.
     python benchmarks/run.py --quick        # smallest sweep, to check the script itself
     python benchmarks/run.py --dry-run      # on a CPU: the whole protocol, a fake timer
 
-Each suite is a module ``benchmarks/suite_<name>.py`` with
+Each suite is its family's ``kernels/<name>/timing.py`` (the family's whole vertical
+lives in its folder) with
 ``check(dry=False) -> list[dict]`` (the kernels against fp64/PyTorch references on this
 GPU; each dict has ``name``, ``max_err``, ``tol``, ``ok``),
 ``run(quick, deadline, timer=None, dry=False) -> list[kernels.timing.records.Record]``
@@ -16,12 +17,12 @@ GPU; each dict has ``name``, ``max_err``, ``tol``, ``ok``),
 
 1. ``check``: every suite's correctness, every path, before anything is timed; a suite
    with a failed check is not timed;
-2. ``goal``: the goal shapes (suite_flash: bf16, d = 128, N = 16384, forward non-causal
+2. ``goal``: the goal shapes (flash: bf16, d = 128, N = 16384, forward non-causal
    and causal, then forward + backward), with no deadline: the budget never cuts them;
 3. ``sweep``: each suite's sweeps, sharing what is left of ``--budget-s``
    by ``WEIGHTS``.
 
-A suite may also have ``check_paths(dry=False) -> dict`` (suite_flash: every forward
+A suite may also have ``check_paths(dry=False) -> dict`` (flash: every forward
 path of ``kernels.flash.forward_tma.FORWARD_PATHS``, pointer, tma and tma-ws, against
 the reference), run in phase 1 beside ``check``: its result goes to the suite's
 ``forward_paths`` in the results file (per path ``ok``, ``max_err``, ``error``,
@@ -76,7 +77,7 @@ DRY_GPU = "dry run (CPU, fake timer)"
 
 
 def available_suites() -> list[str]:
-    return [s for s in SUITES if (ROOT / "benchmarks" / f"suite_{s}.py").exists()]
+    return [s for s in SUITES if (ROOT / "kernels" / s / "timing.py").exists()]
 
 
 def _print_check(name: str, c: dict) -> None:
@@ -180,9 +181,7 @@ def main(argv=None) -> int:
         "events": events,
     }
     print(f"# {results.provenance_label(prov)}", flush=True)
-    mods = {
-        name: importlib.import_module(f"benchmarks.suite_{name}") for name in suites
-    }
+    mods = {name: importlib.import_module(f"kernels.{name}.timing") for name in suites}
     correctness: dict[str, list[dict]] = {}
     paths: dict[str, dict] = {}  # suite -> check_paths() result
     records: dict[str, list] = {name: [] for name in suites}

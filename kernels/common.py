@@ -1,5 +1,6 @@
-"""The kernels' shared internal layer: constants, the dtype table, argument checks and
-the softmax-scale rule.
+"""The kernels' shared internal layer: constants, the dtype table, the device facts
+(architectures and their shared memory, the padded head dim), argument checks and the
+softmax-scale rule.
 
 Every kernel family (``flash``, ``hard``, ``deformable``, ``decode``, ``ring`` and the
 ones after them) takes these from here instead of from a sibling's private names, so
@@ -26,6 +27,10 @@ import warnings
 import torch
 
 __all__ = [
+    "ARCHS",
+    "arch_class",
+    "block_d",
+    "check_head_dim",
     "FLOAT_DTYPES",
     "DTYPE_NAMES",
     "FP32_MAX",
@@ -52,6 +57,70 @@ FP32_TINY = 2.0**-126  # the smallest normal float32
 # The dtypes every attention kernel takes, and their short names (reports, suites).
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 DTYPE_NAMES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+# --- Device facts: the architectures, their shared memory, the padded head dim. ---
+#: The GPU architectures every family's tile tables are written for (and the
+#: ahead-of-time compile checks target), with their shared memory per block (bytes, the
+#: opt-in maximum from the CUDA programming guide's compute-capability table).
+ARCHS: dict[str, tuple[tuple[int, int], int]] = {
+    "sm75": ((7, 5), 64 * 1024),
+    "sm80": ((8, 0), 163 * 1024),
+    "sm89": ((8, 9), 99 * 1024),
+    "sm90": ((9, 0), 227 * 1024),
+}
+
+
+def arch_class(capability: tuple[int, int]) -> str:
+    """Which config table a GPU uses: (7, 5) -> 'sm75', (8, 6)/(8, 9) -> 'sm89', ...
+
+    ``capability`` is a (major, minor) pair of ints, as
+    ``torch.cuda.get_device_capability`` returns (not a string like "sm90").
+    """
+    if (
+        not isinstance(capability, (tuple, list))
+        or len(capability) != 2
+        or not all(
+            isinstance(c, int) and not isinstance(c, bool) and c >= 0
+            for c in capability
+        )
+    ):
+        raise TypeError(
+            "capability must be a (major, minor) pair of ints such as "
+            f"(9, 0), got {type(capability).__name__} {capability!r}"
+        )
+    major, minor = capability
+    if major < 8:
+        return "sm75"
+    if major == 8:
+        return "sm80" if minor == 0 else "sm89"
+    if major == 12:  # consumer Blackwell: ~99 KB shared memory, like sm_89
+        return "sm89"
+    return "sm90"
+
+
+def block_d(head_dim: int) -> int:
+    """Padded head dim: the next power of two, at least 16 (the smallest tl.dot tile).
+    ``head_dim`` is an int >= 1."""
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int):
+        raise TypeError(
+            f"head_dim must be an int, got {type(head_dim).__name__} {head_dim!r}"
+        )
+    if head_dim < 1:
+        raise ValueError(f"head_dim must be >= 1, got {head_dim}")
+    return max(16, 1 << (head_dim - 1).bit_length())  # triton.next_power_of_2
+
+
+def check_head_dim(head_dim, limit: int) -> int:
+    """``head_dim`` as an int in 1..limit (the tile tables' range), else TypeError or
+    ValueError naming it."""
+    bd = block_d(head_dim)  # type and >= 1
+    if head_dim > limit:
+        raise ValueError(
+            f"head_dim must be in 1..{limit} (the largest head dim the "
+            f"tile tables cover), got {head_dim}"
+        )
+    return bd
 
 
 def check_bool(name: str, value) -> bool:

@@ -12,13 +12,14 @@ import torch
 
 from benchmarks import run
 from kernels import runtime
+from kernels.flash import timing as flash_timing
 from kernels.timing import bench, results
 from kernels.timing.records import MIN_REPS, RESULTS_DIR, STAT_KEYS, Record, spread
 
 
 @pytest.mark.parametrize("name", run.SUITES)
 def test_every_suite_follows_the_protocol(name):
-    mod = importlib.import_module(f"benchmarks.suite_{name}")
+    mod = importlib.import_module(f"kernels.{name}.timing")
     assert callable(mod.check) and callable(mod.run)
     assert name in run.available_suites() and name in run.WEIGHTS
 
@@ -103,7 +104,7 @@ class FakeTimer:
 
 def test_time_attention_times_every_case_on_cpu():
     timer = FakeTimer()
-    impls = bench.attention_impls()
+    impls = flash_timing.attention_impls()
     assert set(impls) == {"triton", "naive", "sdpa"}
     recs = bench.time_attention(
         [16, 32],
@@ -187,7 +188,7 @@ def test_time_attention_records_oom_and_refusing_sdpa_and_names_other_errors():
 
 def test_time_attention_stops_at_the_deadline_and_logs():
     seen = []
-    impls = {"naive": bench.attention_impls()["naive"]}
+    impls = {"naive": flash_timing.attention_impls()["naive"]}
     assert (
         bench.time_attention(
             [8],
@@ -218,7 +219,7 @@ def test_time_attention_stops_at_the_deadline_and_logs():
 
 
 def test_time_tiles_runs_each_tile_pair_under_the_interpreter():
-    recs = bench.time_tiles(
+    recs = flash_timing.time_tiles(
         [16, 32],
         batch=1,
         heads=1,
@@ -244,7 +245,7 @@ def test_time_fn_is_the_default_timer_and_refuses_on_cpu():
     with pytest.raises(RuntimeError, match="CUDA"):
         bench.time_attention(
             [8],
-            {"naive": bench.attention_impls()["naive"]},
+            {"naive": flash_timing.attention_impls()["naive"]},
             d=8,
             dtype="float32",
             device="cpu",
@@ -289,7 +290,7 @@ def test_live_records_draw_with_the_book_plotter():
 
     from attention import plots
 
-    impls = {k: v for k, v in bench.attention_impls().items() if k != "triton"}
+    impls = {k: v for k, v in flash_timing.attention_impls().items() if k != "triton"}
     recs = bench.time_attention(
         [16, 32],
         impls,
@@ -315,7 +316,7 @@ def test_live_records_draw_with_the_book_plotter():
 
 
 def test_goal_shapes_are_the_issues():
-    from benchmarks import suite_flash
+    from kernels.flash import timing as suite_flash
 
     assert suite_flash.GOAL == {
         "dtype": "bfloat16",
@@ -331,7 +332,7 @@ def test_goal_shapes_are_the_issues():
         ("fwd+bwd", True),
     ]
     assert suite_flash.TIMING["rep"] >= MIN_REPS
-    assert set(bench.SDPA_BACKENDS) == {
+    assert set(flash_timing.SDPA_BACKENDS) == {
         "sdpa-cudnn",
         "sdpa-flash",
         "sdpa-efficient",
@@ -342,8 +343,8 @@ def test_goal_shapes_are_the_issues():
 @pytest.mark.slow
 @pytest.mark.skipif(runtime.HAS_CUDA and not runtime.INTERPRET, reason="CPU dry run")
 def test_dry_run_proves_the_order_and_the_schema(tmp_path, capsys):
-    from benchmarks import suite_flash
     from kernels.flash import forward_tma
+    from kernels.flash import timing as suite_flash
 
     before = sorted(RESULTS_DIR.glob("*")) if RESULTS_DIR.exists() else []
     assert run.main(["--dry-run", "--results-dir", str(tmp_path)]) == 0
@@ -369,7 +370,7 @@ def test_dry_run_proves_the_order_and_the_schema(tmp_path, capsys):
     stages = [r["stage"] for r in flash["records"]]
     n_goal = stages.count("goal")
     assert stages == ["goal"] * n_goal + ["sweep"] * (len(stages) - n_goal)
-    impls = ["triton", "naive", *bench.SDPA_BACKENDS]
+    impls = ["triton", "naive", *flash_timing.SDPA_BACKENDS]
     goal_recs = flash["records"][:n_goal]
     n_std = len(suite_flash.GOAL_CASES) * len(impls)
     assert [
@@ -431,8 +432,8 @@ def test_dry_run_proves_the_order_and_the_schema(tmp_path, capsys):
 
 @pytest.mark.skipif(runtime.HAS_CUDA and not runtime.INTERPRET, reason="CPU dry run")
 def test_a_failing_forward_path_is_recorded_and_not_timed(monkeypatch):
-    from benchmarks import suite_flash
     from kernels.flash import forward_tma
+    from kernels.flash import timing as suite_flash
 
     real = forward_tma.forward_tma
 

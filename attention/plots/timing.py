@@ -298,7 +298,7 @@ def block_sweep_figure(records: list[dict], label: str, simulated_bytes):
 
 
 def selection_timing_figure(records: list, d: int = 64, title: str | None = None):
-    """Forward times against N from suite "hard" records (``kernels.timing.hard`` dicts)
+    """Forward times against N from suite "hard" records (``kernels.hard.timing`` dicts)
     at head dim d.
 
     Left: hard attention (argmax, sampled) against the naive PyTorch version and the

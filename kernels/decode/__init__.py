@@ -118,7 +118,7 @@ Devices and tiles
     CUDA sm_75/80/86/89/90 (``tiles.tiles``: BLOCK_N, warps, stages per architecture
     class and padded head dim; CUDA-core dots on sm_75 and for fp32; 64-row blocks
     with softcap or ALiBi halve the key tile; MLA ``tiles.MLA_TILES``: 32 keys, 8
-    warps, 16 rows), checked ahead of time by ``kernels.machine_code.decode_check``
+    warps, 16 rows), checked ahead of time by ``kernels.decode.compile_check``
     (no spills on sm_75/80/89/90, the window, softcap + ALiBi + sinks, fp8 and MLA at
     576/512 included). MLA needs sm_80 or newer: on sm_75 every tile tried needs
     more than its 64 KB of shared memory, and the call raises ValueError. On a CPU
@@ -132,7 +132,7 @@ Known limits
     synchronisation per call); ``api.prepare`` / ``api.prepare_mla`` validate once and
     return a launcher that only launches. No GPU run is recorded yet: the tiles are
     chosen to fit (compile check) and to keep K/V bytes in flight, not tuned on
-    hardware; the fp8, MLA and window goals of ``benchmarks/suite_decode.py`` are
+    hardware; the fp8, MLA and window goals of ``kernels/decode/timing.py`` are
     unmeasured.
 """
 

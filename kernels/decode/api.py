@@ -2,7 +2,7 @@
 two launches.
 
 ``prepare`` (``prepare_mla``) validates once on the host and returns a launcher that
-only launches (``kernels.timing.decode`` times that, so a host synchronisation of the
+only launches (``kernels.decode.timing`` times that, so a host synchronisation of the
 validation is not timed); ``attention_with_kvcache`` is ``prepare(...)()``.
 """
 

@@ -2,7 +2,7 @@
 architecture class and padded head dim, the query-row block ``block_m`` (GQA group x
 new tokens, at most ``MAX_BLOCK_M``), ``tiles``, ``block_n`` (lowered to the page size)
 and ``supported``. Every entry is compiled for its target by
-``kernels.machine_code.decode_check``.
+``kernels.decode.compile_check``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 import triton
 
 # the shared jit blocks of the flash kernels, and their architecture classes
-from ..flash.tiles import ARCHS, arch_class, block_d
+from ..common import ARCHS, arch_class, block_d
 
 __all__ = [
     "ARCHS",
@@ -34,7 +34,7 @@ MAX_BLOCK_M = 64
 
 #: (BLOCK_N, num_warps, num_stages) per architecture class and padded head dim, for
 #: fp16/bf16 tiles of BLOCK_M <= 32 query rows; BLOCK_M = 64 uses 8 warps. Every entry
-#: is compiled for its target by ``kernels.machine_code.decode_check`` (no spills).
+#: is compiled for its target by ``kernels.decode.compile_check`` (no spills).
 #: Decode is bound by HBM bandwidth: the tiles aim at keeping enough K/V bytes in flight
 #: per SM (BLOCK_N x BLOCK_D x 2 tensors x (num_stages - 1)), within shared memory.
 _TABLE: dict[str, dict[int, tuple[int, int, int]]] = {
@@ -79,7 +79,7 @@ INTERPRET_TILES = (16, 4, 1)
 #: with at most ``MLA_MAX_BLOCK_M`` query rows a program. The K tile is BLOCK_N x
 #: (512 + 64) (two dots: the 512 columns shared with V, the 64 rope columns); the
 #: fp32 accumulator BLOCK_M x 512 is what limits the rows (compiled without spills by
-#: ``kernels.machine_code.decode_check``).
+#: ``kernels.decode.compile_check``).
 #: No sm_75 entry: its CUDA-core dots stage the 16 x 512 tiles in shared memory, and
 #: every tile tried needs more than Turing's 64 KB (``mla_supported``).
 MLA_TILES: dict[str, tuple[int, int, int]] = {

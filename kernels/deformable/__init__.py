@@ -61,7 +61,7 @@ Tiles
     representative subset ahead of time.
 Known limits
     No GPU timing has been recorded in this repository yet:
-    ``benchmarks/suite_deformable.py`` records it on a CUDA machine (``make bench``).
+    ``kernels/deformable/timing.py`` records it on a CUDA machine (``make bench``).
     The fused DAT kernel re-gathers the four corners of every sample once per query
     block (served by L2 when the maps fit there), and the gathers are not coalesced
     across samples. ``deformable_attention`` has no attention bias (DAT's relative

@@ -57,7 +57,7 @@ Devices
     configs are chosen per architecture class and head dim (``configs``), and autotuned
     among at most three per kernel (key: head dim, causal, dtypes; the forward also keys
     on N_k rounded up to a power of two, ``n_bucket``). ``python -m
-    kernels.machine_code.compile_check`` compiles every shipped config for
+    kernels.flash.compile_check`` compiles every shipped config for
     sm_75/80/89/90 ahead of time on a CPU and checks shared memory and register spills.
     On a CPU machine the kernels run under the Triton interpreter with one fixed 64 x 64
     tile.

@@ -124,7 +124,7 @@ def _set_block_shapes(nargs) -> None:
 
 
 #: sm_90 fp16/bf16 tiles (BLOCK_M, BLOCK_N, num_warps, num_stages) by BLOCK_D, each
-#: checked by ``python -m kernels.machine_code.compile_check --target sm90 --kernel
+#: checked by ``python -m kernels.flash.compile_check --target sm90 --kernel
 #: fwd-tma --kernel fwd-tma-ws`` (fits shared memory, no spills). Non-causal:
 #: kernels.flash's sm_90 forward tiles. Causal: the masked stage with its key-by-key
 #: path for a V holding NaN/inf costs registers, and with descriptor loads the pointer

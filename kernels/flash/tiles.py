@@ -2,7 +2,7 @@
 
 The constants every module shares (``LOG2E``, ``MAX_HEAD_DIM``, ``FORWARD_PATHS``), the
 shipped (BLOCK_M, BLOCK_N, num_warps, num_stages) per kernel, architecture class and
-padded head dim (checked ahead of time by ``kernels.machine_code.compile_check``),
+padded head dim (checked ahead of time by ``kernels.flash.compile_check``),
 ``arch_class``, ``block_d``, ``configs``, the autotuner's config lists, pruners and
 ``@triton.heuristics``, and the forward's key-length bucket ``n_bucket``.
 """
@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from .. import runtime
-from ..common import LOG2E
+from ..common import ARCHS, LOG2E, arch_class, block_d, check_head_dim  # noqa: F401
 
 MAX_HEAD_DIM = 256
 #: flash_attention's forward paths: pointer loads (the default), TMA descriptors, TMA
@@ -30,7 +30,7 @@ _LOG2E: tl.constexpr = tl.constexpr(LOG2E)  # kernels.common.LOG2E for @triton.j
 INTERPRET_CONFIG = (64, 64, 4, 1)  # the one config used under the Triton interpreter
 
 # fp16/bf16 tiles, by architecture class and BLOCK_D; autotuning picks among them. Each
-# entry is checked by `python -m kernels.machine_code.compile_check`: it fits the
+# entry is checked by `python -m kernels.flash.compile_check`: it fits the
 # target's shared memory and ptxas reports no register spills.
 _TABLES: dict[str, dict[str, dict[int, list[tuple[int, int, int, int]]]]] = {
     "fwd": {
@@ -181,66 +181,6 @@ _SHIELD_TABLE: dict[str, dict[int, tuple[int, int, int, int]]] = {
     },
     "fma": {bd: (16, 16, 8, 1) for bd in (16, 32, 64, 128, 256)},
 }
-#: Architectures the configs are written for, with their shared memory per block (bytes,
-#: the opt-in maximum from the CUDA programming guide's compute-capability table).
-ARCHS: dict[str, tuple[tuple[int, int], int]] = {
-    "sm75": ((7, 5), 64 * 1024),
-    "sm80": ((8, 0), 163 * 1024),
-    "sm89": ((8, 9), 99 * 1024),
-    "sm90": ((9, 0), 227 * 1024),
-}
-
-
-def arch_class(capability: tuple[int, int]) -> str:
-    """Which config table a GPU uses: (7, 5) -> 'sm75', (8, 6)/(8, 9) -> 'sm89', ...
-
-    ``capability`` is a (major, minor) pair of ints, as
-    ``torch.cuda.get_device_capability`` returns (not a string like "sm90").
-    """
-    if (
-        not isinstance(capability, (tuple, list))
-        or len(capability) != 2
-        or not all(
-            isinstance(c, int) and not isinstance(c, bool) and c >= 0
-            for c in capability
-        )
-    ):
-        raise TypeError(
-            "capability must be a (major, minor) pair of ints such as "
-            f"(9, 0), got {type(capability).__name__} {capability!r}"
-        )
-    major, minor = capability
-    if major < 8:
-        return "sm75"
-    if major == 8:
-        return "sm80" if minor == 0 else "sm89"
-    if major == 12:  # consumer Blackwell: ~99 KB shared memory, like sm_89
-        return "sm89"
-    return "sm90"
-
-
-def block_d(head_dim: int) -> int:
-    """Padded head dim: the next power of two, at least 16 (the smallest tl.dot tile).
-    ``head_dim`` is an int >= 1."""
-    if isinstance(head_dim, bool) or not isinstance(head_dim, int):
-        raise TypeError(
-            f"head_dim must be an int, got {type(head_dim).__name__} {head_dim!r}"
-        )
-    if head_dim < 1:
-        raise ValueError(f"head_dim must be >= 1, got {head_dim}")
-    return max(16, triton.next_power_of_2(head_dim))
-
-
-def check_head_dim(head_dim, limit: int) -> int:
-    """``head_dim`` as an int in 1..limit (the tile tables' range), else TypeError or
-    ValueError naming it."""
-    bd = block_d(head_dim)  # type and >= 1
-    if head_dim > limit:
-        raise ValueError(
-            f"head_dim must be in 1..{limit} (the largest head dim the "
-            f"tile tables cover), got {head_dim}"
-        )
-    return bd
 
 
 def configs(

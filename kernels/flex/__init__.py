@@ -53,7 +53,7 @@ Tiles
     Under the Triton interpreter: 64 x 64 capped the same way.
 Dtypes and devices
     float16, bfloat16, float32 (IEEE fp32 dots); fp32 accumulation. CUDA sm_75 ...
-    sm_90 (``python -m kernels.machine_code.flex_check`` compiles causal, window,
+    sm_90 (``python -m kernels.flex.compile_check`` compiles causal, window,
     document and softcap + sink instantiations ahead of time and checks spills), and
     the Triton interpreter on a CPU.
 Known limits

@@ -1,12 +1,12 @@
 """Tile tables of the flex kernels.
 
 One (BLOCK_M, BLOCK_N, num_warps, num_stages) per kernel ("fwd", "dkdv", "dq"),
-architecture class (``kernels.flash.tiles.arch_class``) and dot path (tensor cores;
+architecture class (``kernels.common.arch_class``) and dot path (tensor cores;
 CUDA-core FMA for float32 inputs and sm_75), keyed by the padded head dim
 ``max(block_d(d), block_d(d_v))``. The kernel tile never exceeds the block mask's
 tile: the launch takes ``min(table, BLOCK_SIZE)`` per side (both powers of two, so a
 kernel tile divides a mask tile). Checked ahead of time by
-``python -m kernels.machine_code.flex_check`` (shared memory, no spills).
+``python -m kernels.flex.compile_check`` (shared memory, no spills).
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..common import LOG2E
-from ..flash.tiles import ARCHS, arch_class
+from ..common import ARCHS, LOG2E, arch_class
 
 __all__ = ["ARCHS", "INTERPRET_CONFIG", "MAX_HEAD_DIM", "block_d", "configs", "tiles"]
 

@@ -65,7 +65,7 @@ Known limits
     philox number per (query, key), so ``sample=True`` costs more than argmax.
     Tile configs (``configs``) were chosen by compiling each for sm_75/80/89/90 ahead of
     time (shared memory, registers, spills), not by timing: no GPU timed these kernels
-    while they were written. ``benchmarks/suite_hard.py`` records their speed.
+    while they were written. ``kernels/hard/timing.py`` records their speed.
 """
 
 from .api import hard_attention, topk_attention

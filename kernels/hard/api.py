@@ -10,8 +10,7 @@ import torch
 import triton
 
 from .. import runtime
-from ..common import check_int, dot_precision, renamed_scale
-from ..flash.tiles import block_d
+from ..common import block_d, check_int, dot_precision, renamed_scale
 from ..naive import repeat_kv
 from .checks import check_inputs
 from .forward import (

@@ -2,7 +2,7 @@
 
 ``configs`` (what a launch may use), the autotuner's config lists and pruners, and the
 limits ``MAX_HEAD_DIM`` and ``MAX_TOPK``. Each config was compiled ahead of time for its
-target (``kernels.machine_code.compile_check``): shared memory within the limit, no
+target (``kernels.flash.compile_check``): shared memory within the limit, no
 register spills.
 """
 
@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from .. import common, runtime
-from ..flash.tiles import arch_class, block_d, check_head_dim
+from ..common import arch_class, block_d, check_head_dim
 
 LOG2E = tl.constexpr(common.LOG2E)  # kernels.common.LOG2E, as @triton.jit reads it
 MAX_HEAD_DIM = 128
@@ -21,8 +21,8 @@ MAX_TOPK = 128
 
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) per architecture class
-# (kernels.flash.tiles.arch_class) and padded head dim. Each was compiled ahead of time
-# for its target (triton.compile with GPUTarget, as kernels.machine_code.compile_check
+# (kernels.common.arch_class) and padded head dim. Each was compiled ahead of time
+# for its target (triton.compile with GPUTarget, as kernels.flash.compile_check
 # does): shared memory within the limit and no register spills. Top-k uses the first
 # entry for float32 tiles.
 _HARD_TABLE: dict[str, dict[int, list[tuple[int, int, int, int]]]] = {

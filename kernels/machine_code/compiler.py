@@ -1,16 +1,19 @@
-"""One kernel of the FlashAttention family compiled for one GPU target, on a CPU.
+"""The ahead-of-time compile engine: one kernel compiled for one GPU target on a CPU,
+and what every family's ``compile_check`` shares. It imports no kernel family.
 
-The kernel table (``KERNELS``, ``KERNEL_FNS``), the argument values of a representative
-launch, ``compile_one`` (``triton.compile`` of an ``ASTSource`` with a ``GPUTarget``,
-then ``ptxas`` on the PTX) and ``ptxas_usage`` (registers and spills from ptxas's
-report). :mod:`kernels.machine_code.compile_check` runs the matrix of shipped configs
-through it. Sets ``TRITON_INTERPRET=0`` before importing :mod:`kernels`.
+``jit_function`` (the @jit function under @autotune/@heuristics), ``compile_values``
+(``triton.compile`` of an ``ASTSource`` for a ``GPUTarget``, the arguments specialised
+as a launch would), ``ptxas_usage`` (registers and spills from the ``ptxas -v`` report
+Triton ran while compiling, kept per PTX digest), then the pieces of a check's table and
+command line: ``measure``, ``cells``, ``check_args``, ``report_header``,
+``write_reports``, ``run_jobs``. Each family's matrix of shipped tiles lives in its own
+folder: ``python -m kernels.<family>.compile_check``. Sets ``TRITON_INTERPRET=0``
+before importing :mod:`kernels`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import io
 import os
@@ -30,149 +33,25 @@ from triton.backends.compiler import BaseBackend, GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from kernels import common  # noqa: E402
-from kernels.flash import backward, backward_fused, forward, forward_tma, tiles  # noqa: E402
 
-#: fwd-tma / fwd-tma-ws: kernels.flash.forward_tma's forward (TMA descriptors; the
-#: second with its key loop warp-specialised), shipped for sm_90 only.
-#: dkdv-shield / dq-shield: the causal backward's second launch (SHIELD=True), which
-#: recomputes the gradients only when an input holds NaN/inf. bwd-fused:
-#: kernels.flash.backward_fused (flash_attention(..., deterministic=False)).
-KERNELS = (
-    "fwd",
-    "preprocess",
-    "dkdv",
-    "dq",
-    "dkdv-shield",
-    "dq-shield",
-    "bwd-fused",
-    "fwd-tma",
-    "fwd-tma-ws",
-)
-TMA_KERNELS = ("fwd-tma", "fwd-tma-ws")
-KERNEL_FNS = {
-    "fwd": "_attn_fwd",
-    "preprocess": "_attn_bwd_preprocess",
-    "dkdv": "_attn_bwd_dkdv",
-    "dq": "_attn_bwd_dq",
-    "dkdv-shield": "_attn_bwd_dkdv",
-    "dq-shield": "_attn_bwd_dq",
-    "bwd-fused": "_attn_bwd_fused",
-    "fwd-tma": "_attn_fwd_tma",
-    "fwd-tma-ws": "_attn_fwd_tma",
-}
-HEAD_DIMS = (64, 80, 128, 256)  # 80: the padded, masked head-dim path (BLOCK_D = 128)
-DTYPES = common.FLOAT_DTYPES  # fp16, bf16, fp32
-DTYPE_NAMES = {dt: name for name, dt in common.DTYPE_NAMES.items()}  # dtype -> "fp16"
 PTXAS = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+#: dtype -> its short name ("fp16", "bf16", "fp32")
+DTYPE_NAMES = {dt: name for name, dt in common.DTYPE_NAMES.items()}
 
 
-@dataclasses.dataclass
-class Result:
-    kernel: str
-    target: str
-    head_dim: int
-    dtype: str
-    causal: bool
-    config: tuple[int, int, int, int]  # (BLOCK_M, BLOCK_N, num_warps, num_stages)
-    n_ctx: int = 4096
-    shared: int | None = None
-    shared_limit: int = 0
-    registers: int | None = None
-    spill_stores: int | None = None
-    spill_loads: int | None = None
-    wgmma: bool | None = None
-    seconds: float = 0.0
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        # the shield launches (NaN/inf inputs only) may spill: reported, not refused
-        return (
-            self.error is None
-            and self.shared is not None
-            and self.shared <= self.shared_limit
-            and (
-                self.kernel.endswith("-shield")
-                or not (self.spill_stores or self.spill_loads)
-            )
-        )
-
-
-def _jit_function(kernel) -> triton.runtime.JITFunction:
+def jit_function(kernel) -> triton.runtime.JITFunction:
     """Unwrap @autotune / @heuristics down to the @jit function."""
     while not isinstance(kernel, triton.runtime.JITFunction):
         kernel = kernel.fn
     return kernel
 
 
-def _launch_values(
-    kernel: str,
-    dtype,
-    head_dim: int,
-    n_ctx: int,
-    causal: bool,
-    config: tuple[int, int, int, int],
-) -> dict:
-    """Argument values of a representative launch, keyed by parameter name."""
-    H = 16  # heads; the batch size only enters through stride_qz
-    bd = tiles.block_d(head_dim)
-    # only its dtype and (16-byte aligned) address matter
-    t = torch.empty(16, dtype=dtype)
-    lse = torch.empty(16, dtype=torch.float32)
-    # contiguous (B, H, N, d)
-    strides = (H * n_ctx * head_dim, n_ctx * head_dim, head_dim, 1)
-    bm, bn = config[0], config[1]
-    values = {
-        "sm_scale": 0.125,
-        "H": H,
-        "H_KV": H,
-        "GROUP": 1,
-        "N_CTX_Q": n_ctx,
-        "N_CTX_K": n_ctx,
-        "HEAD_DIM": head_dim,
-        "IS_CAUSAL": causal,
-        "BLOCK_D": bd,
-        "UPCAST": False,
-        "DOT_PRECISION": "ieee" if dtype == torch.float32 else "tf32",
-        "BLOCK_M": bm,
-        "BLOCK_N": bn,
-        "EVEN_M": n_ctx % bm == 0,
-        "EVEN_N": n_ctx % bn == 0,
-        "EVEN_D": head_dim == bd,
-        "N_BUCKET": tiles.n_bucket(n_ctx),
-        "NEG_SCALE": False,
-        "SHIELD": kernel.endswith("-shield"),
-    }
-    for name in ("Q", "K", "V", "Out", "O", "DO", "DQ", "DK", "DV"):
-        values[name] = t
-    values["LSE2"] = values["Delta"] = lse
-    values["V_BAD"] = values["BAD"] = torch.zeros(1, dtype=torch.int32)
-    for prefix in ("q", "k", "v", "o", "do", "dq", "dk"):
-        row = "m" if prefix in ("q", "o", "do", "dq") else "n"
-        for suffix, s in zip(("z", "h", row, "d"), strides):
-            values[f"stride_{prefix}{suffix}"] = s
-    if kernel in TMA_KERNELS:  # host-side descriptors: dtype and block shape matter
-        from triton.tools.tensor_descriptor import TensorDescriptor
-
-        for name, rows in (
-            ("desc_q", bm),
-            ("desc_o", bm),
-            ("desc_k", bn),
-            ("desc_v", bn),
-        ):
-            values[name] = TensorDescriptor(
-                t, [1, H, n_ctx, head_dim], list(strides), [1, 1, rows, bd]
-            )
-        values["WARP_SPECIALIZE"] = ws = kernel == "fwd-tma-ws"
-        values["WS_LOOP"] = ws and not causal and n_ctx % bn == 0
-    return values
-
-
-def _compile_values(
+def compile_values(
     fn, values: dict, cap: tuple[int, int], num_warps: int, num_stages: int
 ):
-    """``triton.compile`` of jit function ``fn`` with argument ``values`` keyed by
-    name."""
+    """``triton.compile`` of jit function ``fn`` for compute capability ``cap`` (a
+    (major, minor) pair) with argument ``values`` keyed by parameter name, specialised
+    as a launch would be (integers equal to 1 baked in, 16-byte alignment noted)."""
     signature, constexprs, attrs = {}, {}, {}
     for i, p in enumerate(fn.params):  # specialised as a launch does
         val = values[p.name]
@@ -190,66 +69,6 @@ def _compile_values(
         target=GPUTarget("cuda", cap[0] * 10 + cap[1], 32),
         options={"num_warps": num_warps, "num_stages": num_stages},
     )
-
-
-def _compile(
-    kernel: str,
-    target: str,
-    head_dim: int,
-    dtype,
-    causal: bool,
-    config: tuple[int, int, int, int],
-    n_ctx: int,
-):
-    """``triton.compile`` of one kernel/config for one target, as a launch would
-    specialise."""
-    cap = tiles.ARCHS[target][0]
-    module = {"fwd": forward, "bwd-fused": backward_fused}.get(kernel) or (
-        forward_tma if kernel in TMA_KERNELS else backward
-    )
-    fn = _jit_function(getattr(module, KERNEL_FNS[kernel]))
-    values = _launch_values(kernel, dtype, head_dim, n_ctx, causal, config)
-    values["UPCAST"] = dtype == torch.bfloat16 and cap < (8, 0)
-    if kernel == "bwd-fused":
-        values["DQ"] = torch.empty(16, dtype=torch.float32)  # the fp32 dQ accumulator
-    return _compile_values(fn, values, cap, config[2], config[3])
-
-
-def compile_one(
-    kernel: str,
-    target: str,
-    head_dim: int,
-    dtype,
-    causal: bool,
-    config: tuple[int, int, int, int],
-    n_ctx: int = 4096,
-) -> Result:
-    """Compile one kernel/config for one target; measure shared memory, registers,
-    spills."""
-    limit = tiles.ARCHS[target][1]
-    res = Result(
-        kernel,
-        target,
-        head_dim,
-        DTYPE_NAMES[dtype],
-        causal,
-        config,
-        n_ctx,
-        shared_limit=limit,
-    )
-    t0 = time.perf_counter()
-    try:
-        compiled = _compile(kernel, target, head_dim, dtype, causal, config, n_ctx)
-        ptx = compiled.asm["ptx"]
-        res.shared = int(compiled.metadata.shared)
-        res.registers, res.spill_stores, res.spill_loads = ptxas_usage(ptx)
-        res.wgmma = (
-            "wgmma" in ptx if target == "sm90" and kernel != "preprocess" else None
-        )
-    except Exception as e:  # noqa: BLE001 - any compile failure is a reported result
-        res.error = error_text(e)
-    res.seconds = time.perf_counter() - t0
-    return res
 
 
 #: PTX (its SHA-256) -> the report of the ``ptxas -v`` Triton itself ran on it while
@@ -326,12 +145,15 @@ def ptxas_usage(ptx: str) -> tuple[int, int, int]:
 
 
 # ---------------------------------------------------------------------------------
-# What the family checks (flex_check, sparse_check) share: a row per compilation, its
+# What the families' compile checks share: a row per compilation, its
 # table cells, the command line and the --report files.
 # ---------------------------------------------------------------------------------
 
 STATIC_DIR = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "static"
 REPORT_TARGETS = ("sm90", "sm80")
+#: The --report files' shapes, the same for every family: bf16 at the head dims models
+#: use, long aligned sequences.
+REPORT_SHAPES = {"head_dims": (64, 128), "dtype": torch.bfloat16, "n_ctx": 16384}
 
 
 def error_text(e: Exception) -> str:
@@ -390,15 +212,14 @@ def check_args(argv, doc: str, targets, kernels):
 
 def report_header(target: str, check: str, note: str) -> dict:
     """The fields a --report file opens with: target, versions, date, the command
-    that wrote it (``python -m kernels.machine_code.<check>``) and ``note``."""
+    that wrote it (``python -m <check>``, ``check`` the module's dotted name) and
+    ``note``."""
     return {
         "target": target,
         "triton": triton.__version__,
         "torch": torch.__version__,
         "date": time.strftime("%Y-%m-%d"),
-        "command": (
-            f"python -m kernels.machine_code.{check} --report --target {target}"
-        ),
+        "command": f"python -m {check} --report --target {target}",
         "note": note,
     }
 

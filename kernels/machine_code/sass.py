@@ -1,6 +1,6 @@
 """Read a kernel's SASS machine code without a GPU: the hot loop and what it is made of.
 
-``kernels.machine_code.compile_check --report`` compiles a kernel ahead of time for
+``kernels.flash.compile_check --report`` compiles a kernel ahead of time for
 sm_90 or sm_80, then this module disassembles the cubin with the ``nvdisasm`` that
 Triton bundles and finds the kernel's hot loop: the loop (a backward branch to a label)
 that holds the tensor-core instructions, the innermost one if several do. It counts per

@@ -14,7 +14,7 @@ Call
     topk, h_kv=1)`` -> kv_indices for block_size = 1, and ``index_topk(...)``, the
     two chunked over queries (twins of ``attention.sparse``'s). ``prepare(...)``:
     ``sparse_attention``'s checks once, returning a launcher (what
-    ``kernels.timing.sparse`` times; ``check_indices=False`` skips the value checks
+    ``kernels.sparse.timing`` times; ``check_indices=False`` skips the value checks
     and their synchronisation, for indices valid by construction).
 Algorithm
     Forward (``forward._sparse_fwd``): one program per (query token, batch x KV head
@@ -79,7 +79,7 @@ Dtypes and devices
     the interpreter bf16 tiles are upcast, and on sm_75 fp16 and bf16 tiles both
     (its CUDA-core fp16 dots spill here). The sm_75 backward is refused above d =
     128 (ValueError, when q, k or v requires grad). CUDA sm_75 ... sm_90, checked
-    ahead of time by ``python -m kernels.machine_code.sparse_check`` (registers,
+    ahead of time by ``python -m kernels.sparse.compile_check`` (registers,
     spills), and the Triton interpreter on a CPU.
 Known limits
     dK/dV by atomics: their last bits vary from run to run (dQ and the forward are

@@ -2,7 +2,7 @@
 ("fwd", "bwd"), architecture class and dot path, keyed by the padded head dim
 ``max(block_d(d), block_d(d_v))``; the query-row block ``block_m`` (the GQA group's
 heads, padded to a power of two >= 16, at most ``MAX_BLOCK_M``). Every entry is
-compiled for its target by ``kernels.machine_code.sparse_check`` (no spills).
+compiled for its target by ``kernels.sparse.compile_check`` (no spills).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import triton
 
-from ..flash.tiles import ARCHS, arch_class, block_d
+from ..common import ARCHS, arch_class, block_d
 
 __all__ = [
     "ARCHS",

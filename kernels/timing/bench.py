@@ -1,19 +1,18 @@
-"""Timing on a CUDA GPU: the book's one timing path (chapters and ``benchmarks/`` both
-time through here). The recorded-results files it writes and the chapters read are
-``kernels.timing.results``; the record and its statistics,
-``kernels.timing.records``.
+"""Timing on a CUDA GPU: the book's one timing path (chapters and every family's suite,
+``kernels/<family>/timing.py``, time through here). An engine: it imports no kernel
+family; the implementations to time are passed in. The recorded-results files it
+writes and the chapters read are ``kernels.timing.results``; the record and its
+statistics, ``kernels.timing.records``.
 
 ``time_fn`` times a call with a fixed protocol: the first call (compile, autotune) and a
 peak-memory / host-sync probe apart, then at least ``MIN_REPS`` timed reps, each after
 the same L2 flush and a GPU spin that lets the host queue the call first, between CUDA
 events around the call only; it reports the median and the spread (min, max, p20, p80,
 IQR). ``FakeTimer`` stands in for it on a CPU (``benchmarks/run.py --dry-run``).
-``measure`` fills one measured row (a ``Record``). ``time_attention`` times
-attention implementations over sequence lengths (each SDPA backend on its own with
-``attention_impls(sdpa_backends=True)``; a backend that refuses is recorded with its
-reasons) and ``time_tiles`` the forward kernel over BLOCK_M x BLOCK_N;
-``time_hard`` (``kernels.timing.hard``) and ``time_deformable``
-(``kernels.timing.deformable``) time the chapter 3 and 4 kernels;
+``measure`` fills one measured row (a ``Record``). ``time_attention`` times the
+attention implementations it is given over sequence lengths (for example
+``kernels.flash.timing.attention_impls(sdpa_backends=True)``: each SDPA backend on its
+own; a backend that refuses is recorded with its reasons);
 ``live_or_recorded`` is what a chapter's timing cell draws: live rows on a GPU, recorded
 ones elsewhere. ``gpu_provenance`` adds the GPU's state (SM count, clocks, power limit,
 MIG mode, driver) to ``runtime.describe()``; ``summarize`` names the best SDPA backend
@@ -51,7 +50,7 @@ from collections.abc import Callable, Iterable
 import torch
 
 from .. import runtime
-from .records import MIN_REPS, Record, _clip, spread
+from .records import MIN_REPS, Record, clip_text, spread
 from .results import load_results, provenance_label, suite_records
 
 _L2_FLUSH: dict = {}
@@ -280,53 +279,6 @@ def attention_flops(
     return f * (3.5 if mode == "fwd+bwd" else 1.0)
 
 
-#: Each PyTorch SDPA backend timed on its own: impl name -> ``SDPBackend`` member.
-SDPA_BACKENDS = {
-    "sdpa-cudnn": "CUDNN_ATTENTION",
-    "sdpa-flash": "FLASH_ATTENTION",
-    "sdpa-efficient": "EFFICIENT_ATTENTION",
-    "sdpa-math": "MATH",
-}
-
-
-def attention_impls(sdpa_backends: bool = False) -> dict[str, Callable]:
-    """The implementations chapters and suites time, each ``fn(q, k, v, causal)``.
-
-    "triton" (``kernels.flash``), "naive" (``kernels.naive``: S and P in HBM) and
-    PyTorch's scaled_dot_product_attention: one "sdpa" (PyTorch picks the backend) or,
-    with ``sdpa_backends``, "sdpa-cudnn", "sdpa-flash", "sdpa-efficient" and
-    "sdpa-math", each pinned to one backend with ``torch.nn.attention.sdpa_kernel``
-    (those this torch has).
-    """
-    import torch.nn.functional as F
-
-    from ..flash import flash_attention
-    from ..naive import naive_attention
-
-    impls = {
-        "triton": lambda q, k, v, causal: flash_attention(q, k, v, causal=causal),
-        "naive": lambda q, k, v, causal: naive_attention(q, k, v, causal=causal),
-    }
-    if not sdpa_backends:
-        impls["sdpa"] = lambda q, k, v, causal: F.scaled_dot_product_attention(
-            q, k, v, is_causal=causal
-        )
-        return impls
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    def pinned(backend):
-        def attn(q, k, v, causal):
-            with sdpa_kernel(backend):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-        return attn
-
-    for name, attr in SDPA_BACKENDS.items():
-        if hasattr(SDPBackend, attr):
-            impls[name] = pinned(getattr(SDPBackend, attr))
-    return impls
-
-
 def torch_dtype(dtype) -> tuple[torch.dtype, str]:
     """A dtype given as a torch.dtype or its torch name ("float16"): (dtype, name)."""
     dt = getattr(torch, dtype) if isinstance(dtype, str) else dtype
@@ -404,7 +356,7 @@ def time_attention(
     least 1) and H = ``heads`` or width // d, so every N does similar work per token.
     ``causal`` is a bool or a tuple of them; ``modes`` holds "fwd" (no autograd graph)
     and/or "fwd+bwd" (forward, then the gradients of a random dO). ``impls`` maps a name
-    to ``fn(q, k, v, causal)`` (default ``attention_impls()``).
+    to ``fn(q, k, v, causal)`` (``kernels.flash.timing.attention_impls()``, say).
 
     Out of memory is recorded (error "OOM"), not raised; an SDPA implementation that
     refuses the shape or GPU is recorded with error "unsupported" and, in ``detail``,
@@ -414,7 +366,11 @@ def time_attention(
     ``deadline`` (``time.monotonic()``) no new case starts. ``log(record)`` is called
     after each case; ``progress`` shows a bar over the lengths.
     """
-    impls = attention_impls() if impls is None else impls
+    if impls is None:
+        raise TypeError(
+            "impls is required: a dict name -> fn(q, k, v, causal), for example "
+            "kernels.flash.timing.attention_impls()"
+        )
     dt, dt_name = torch_dtype(dtype)
     device = runtime.DEVICE if device is None else device
     causals = (causal,) if isinstance(causal, bool) else tuple(causal)
@@ -480,7 +436,7 @@ def time_attention(
                         why = [str(w.message) for w in caught]
                         rec.error, rec.detail = (
                             "unsupported",
-                            _clip(
+                            clip_text(
                                 "; ".join(
                                     [f"{type(e).__name__}: {e}", *dict.fromkeys(why)]
                                 )
@@ -494,76 +450,6 @@ def time_attention(
                 log(rec)
         q = k = v = do = None
         torch.cuda.empty_cache()
-    return records
-
-
-def time_tiles(
-    blocks: Iterable[int] = (16, 32, 64, 128),
-    *,
-    batch: int = 4,
-    heads: int = 32,
-    N: int = 4096,
-    d: int = 64,
-    causal: bool = False,
-    dtype="float16",
-    num_stages: int = 2,
-    suite: str = "live",
-    device=None,
-    seed: int = 0,
-    timer: Callable[..., dict] | None = None,
-    deadline: float | None = None,
-    log: Callable[[Record], None] | None = None,
-    stage: str | None = None,
-    **timing,
-) -> list[Record]:
-    """Forward time of ``kernels.flash`` at each BLOCK_M x BLOCK_N, autotuner bypassed.
-
-    One Record per tile pair, the tiles and warps in its shape (8 warps from 128 x 64
-    up, else 4). A tile that does not fit this GPU is a result: its error names why.
-    """
-    from ..flash import forward_with_tiles
-
-    _, dt_name = torch_dtype(dtype)
-    q, k, v = random_qkv(batch, heads, N, d, dtype=dtype, device=device, seed=seed)
-    shape = {"B": batch, "H": heads, "N_q": N, "N_k": N, "d": d, "causal": causal}
-    records: list[Record] = []
-    blocks = list(blocks)
-    for bm in blocks:
-        for bn in blocks:
-            if deadline is not None and time.monotonic() > deadline:
-                return records
-            warps = 8 if bm * bn >= 128 * 64 else 4
-            rec = Record(
-                suite,
-                "attention",
-                "triton",
-                "fwd",
-                dt_name,
-                {
-                    **shape,
-                    "BLOCK_M": bm,
-                    "BLOCK_N": bn,
-                    "num_warps": warps,
-                    "num_stages": num_stages,
-                },
-                stage=stage,
-            )
-            fn = lambda bm=bm, bn=bn, w=warps: forward_with_tiles(  # noqa: E731
-                q, k, v, bm, bn, causal=causal, num_warps=w, num_stages=num_stages
-            )
-            try:
-                measure(
-                    rec,
-                    fn,
-                    timer=timer,
-                    flops=attention_flops(batch, heads, N, N, d, causal),
-                    **timing,
-                )
-            except Exception as e:  # noqa: BLE001 - a tile that does not fit is a result
-                rec.error, rec.detail = type(e).__name__, _clip(str(e))
-            records.append(rec)
-            if log is not None:
-                log(rec)
     return records
 
 

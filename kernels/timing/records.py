@@ -81,7 +81,7 @@ def spread(samples_ms: list[float]) -> dict:
     }
 
 
-def _clip(text: str, n: int = 600) -> str:
+def clip_text(text: str, n: int = 600) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= n else text[: n - 3] + "..."
 

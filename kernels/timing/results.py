@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 import torch
 
 from .. import runtime
-from .records import MIN_REPS, RESULTS_DIR, STAT_KEYS, Record, _clip
+from .records import MIN_REPS, RESULTS_DIR, STAT_KEYS, Record, clip_text
 
 
 def results_path(gpu: str | None = None) -> pathlib.Path:
@@ -128,7 +128,7 @@ def gpu_provenance(smi: Callable[[list[str]], str] | None = None) -> dict:
                 except ValueError:
                     prov[key] = value
     except Exception as e:  # noqa: BLE001 - recorded as the reason
-        why = f"{type(e).__name__}: {_clip(str(e), 200)}"
+        why = f"{type(e).__name__}: {clip_text(str(e), 200)}"
         for key in keys:
             prov[key], missing[key] = None, why
     prov["missing"] = missing

@@ -190,7 +190,7 @@ def colab(tmp_path_factory):
 CHECK = """\
 import json, os, subprocess, sys
 import attention, kernels
-from kernels.timing import report
+from benchmarks import report
 # where a child process's `import kernels` finds it (the search import does, without
 # running the package: importing it would load torch and triton again, 2 s a page)
 child = subprocess.run(

@@ -175,7 +175,7 @@ def test_printed_commands_exist():
             assert (ROOT / words[1]).is_file(), (where, cmd)
             if "--suite" in words:
                 suite = words[words.index("--suite") + 1]
-                assert (ROOT / "benchmarks" / f"suite_{suite}.py").exists(), cmd
+                assert (ROOT / "kernels" / suite / "timing.py").exists(), cmd
 
 
 def test_jupyter_book_build_points_colab_at_the_edition(tmp_path):

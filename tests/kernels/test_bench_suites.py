@@ -1,4 +1,4 @@
-"""kernels.timing.hard and kernels.timing.deformable: the timing that chapters 3 and 4
+"""kernels.hard.timing and kernels.deformable.timing: the timing that chapters 3 and 4
 and their benchmark suites share, run on the CPU (Triton interpreter) with a fake timer
 that calls each function once and reports a fixed time."""
 
@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from kernels import runtime
+from kernels.deformable import timing as deformable_timing
+from kernels.hard import timing as hard_timing
 from kernels.timing import bench
-from kernels.timing import deformable as deformable_timing
-from kernels.timing import hard as hard_timing
 from kernels.timing.records import MIN_REPS, Record
 
 
@@ -226,7 +226,7 @@ def test_msda_is_timed_at_encoder_scale_with_every_pixel_a_query():
 
 
 def test_the_deformable_suite_times_encoder_scale_in_every_run(monkeypatch):
-    from benchmarks import suite_deformable
+    from kernels.deformable import timing as suite_deformable
 
     seen = []
     monkeypatch.setattr(
@@ -242,14 +242,14 @@ def test_the_deformable_suite_times_encoder_scale_in_every_run(monkeypatch):
 
 
 def test_the_sparse_suite_dry(tmp_path):
-    """kernels.timing.sparse on the CPU through benchmarks/run.py --dry-run: its
+    """kernels.sparse.timing on the CPU through benchmarks/run.py --dry-run: its
     checks pass, the goal and the sweep time every case once with the fake timer,
     and speedups reads the goal records."""
     import json
 
     from benchmarks import run
+    from kernels.sparse import timing as sbench
     from kernels.timing import results
-    from kernels.timing import sparse as sbench
 
     assert "sparse" in run.SUITES and "sparse" in run.WEIGHTS
     args = ["--dry-run", "--suite", "sparse", "--results-dir", str(tmp_path)]

@@ -1,12 +1,12 @@
-"""kernels.machine_code.compile_check: the shipped FlashAttention configs compile for
+"""kernels.flash.compile_check: the shipped FlashAttention configs compile for
 sm_75/80/89/90 and fit.
 
 Compiles ahead of time on the CPU (no GPU needed), in a subprocess with TRITON_INTERPRET
-unset, the representative subset ``python -m kernels.machine_code.compile_check
+unset, the representative subset ``python -m kernels.flash.compile_check
 --quick``: every kernel (fwd, bwd preprocess, dkdv, dq) on every target, with the cases
 that use the most registers and the most shared memory per dot path (tensor cores;
 CUDA-core FMA for fp32 and sm_75), as the last full run recorded them in
-``kernels/machine_code/compile_peaks.json``. One target per test, so pytest-xdist
+``kernels/flash/compile_peaks.json``. One target per test, so pytest-xdist
 spreads them over the cores; with an empty Triton cache the four take about a minute on
 2 cores. The full matrix (896 compilations, about 20 minutes) is ``make compile-check``,
 which rewrites the peaks file; run it whenever a tile table changes.
@@ -30,7 +30,7 @@ TARGETS = ["sm75", "sm80", "sm89", "sm90"]
 def test_representative_configs_fit_and_do_not_spill(target):
     proc, out = run_compiled(
         "-m",
-        "kernels.machine_code.compile_check",
+        "kernels.flash.compile_check",
         "--quick",
         "--target",
         target,
@@ -81,9 +81,10 @@ def test_machine_code_report_of_the_forward_on_sm90():
         "import os, tempfile\n"
         "os.environ['TRITON_CACHE_DIR'] = tempfile.mkdtemp()  # Triton compiles anew\n"
         "import hashlib, json, re, torch\n"
-        "from kernels.machine_code import compile_check as cc, compiler, sass\n"
-        "c = cc._compile('fwd', 'sm90', 128, torch.bfloat16, False, (128, 128, 8, 2), "
-        "16384)\n"
+        "from kernels.flash import compile_kernels as cc\n"
+        "from kernels.machine_code import compiler, sass\n"
+        "c = cc.compile_kernel('fwd', 'sm90', 128, torch.bfloat16, False, "
+        "(128, 128, 8, 2), 16384)\n"
         "ptx = c.asm['ptx']\n"
         "kept = hashlib.sha256(ptx.encode()).hexdigest() in compiler._PTXAS_REPORTS\n"
         "log = compiler.run_ptxas(ptx)\n"

@@ -1,4 +1,4 @@
-"""kernels.timing.decode and benchmarks/suite_decode.py on the CPU: the timing path with
+"""kernels.decode.timing and kernels/decode/timing.py on the CPU: the timing path with
 a fake timer (every function runs once under the Triton interpreter) and the suite's
 dry run through benchmarks/run.py."""
 
@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from kernels import runtime
+from kernels.decode import timing as dbench
+from kernels.decode import timing_cases as dpaths
 from kernels.timing import bench, results
-from kernels.timing import decode as dbench
-from kernels.timing import decode_paths as dpaths
 from kernels.timing.records import MIN_REPS, Record
 
 
@@ -28,11 +28,11 @@ def test_time_decode_times_every_impl_and_they_agree():
         timer=timer,
     )
     assert [(r.impl, r.shape["B"]) for r in recs] == [
-        (i, b) for b in (1, 2) for i in dbench.IMPLS
+        (i, b) for b in (1, 2) for i in dpaths.IMPLS
     ]
     assert all(r.error is None and r.mode == "fwd" and r.op == "decode" for r in recs)
     r = recs[0]
-    assert r.shape["bytes"] == dbench.decode_bytes(1, 48, 4, 2, 16, 1, 2)
+    assert r.shape["bytes"] == dpaths.decode_bytes(1, 48, 4, 2, 16, 1, 2)
     assert r.gbps == pytest.approx(r.shape["bytes"] / (r.ms * 1e-3) / 1e9)
     assert r.shape["num_splits"] >= 1 and "num_splits" not in recs[1].shape
     # the four implementations computed the same attention (B, 1, H_q, d) or, for
@@ -53,7 +53,7 @@ def test_cases_past_the_memory_budget_are_recorded_with_their_reason():
         mem_budget=10_000,
         timer=bench.FakeTimer(),
     )
-    assert {r.impl for r in recs} == set(dbench.IMPLS)
+    assert {r.impl for r in recs} == set(dpaths.IMPLS)
     assert all(
         r.ms is None and r.error == "unsupported" and "skipped" in r.detail
         for r in recs
@@ -95,8 +95,8 @@ def test_summary_and_percent_of_peak_come_from_records_only():
     (row,) = rows
     assert row["vs_naive"] == 5.0 and row["vs_sdpa"] is None
     assert row["triton_percent_of_peak"] == pytest.approx(80.0)  # 4.8 TB/s datasheet
-    assert dbench.percent_of_peak(1000.0, "Some GPU") is None
-    assert dbench.peak_hbm_tbps("NVIDIA A100-SXM4-40GB") == 1.555
+    assert dpaths.percent_of_peak(1000.0, "Some GPU") is None
+    assert dpaths.peak_hbm_tbps("NVIDIA A100-SXM4-40GB") == 1.555
 
 
 @pytest.mark.skipif(runtime.HAS_CUDA and not runtime.INTERPRET, reason="CPU dry run")
@@ -114,7 +114,7 @@ def test_dry_run_of_the_decode_suite(tmp_path, capsys):
     suite = data["suites"]["decode"]
     assert suite["correctness"] and all(c["ok"] for c in suite["correctness"])
     recs = [r for r in suite["records"] if r["op"] == "decode"]
-    assert {r["impl"] for r in recs} == set(dbench.IMPLS)
+    assert {r["impl"] for r in recs} == set(dpaths.IMPLS)
     assert all(r["stage"] == "sweep" and r["stats"]["reps"] >= MIN_REPS for r in recs)
     goals = [r for r in suite["records"] if r["op"] != "decode"]
     assert {(r["op"], r["impl"]) for r in goals} == {

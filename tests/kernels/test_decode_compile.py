@@ -1,15 +1,15 @@
-"""kernels.machine_code.decode_check: the decode kernels' shipped tiles compile for
+"""kernels.decode.compile_check: the decode kernels' shipped tiles compile for
 sm_75/80/89/90 without register spills and within shared memory.
 
 Each test compiles, in a subprocess with TRITON_INTERPRET unset (ahead of time, no GPU),
-``python -m kernels.machine_code.decode_check --quick --target <t>``: the heaviest case
+``python -m kernels.decode.compile_check --quick --target <t>``: the heaviest case
 of each kind at d = 128 (9 compilations; 7 on sm_75, where MLA is refused): the split
 kernel in fp16 at query-row blocks 16 and 64 on the table's key tile (256-token pages),
 bf16 at 64 on the contiguous cache, the merge kernel, a 4k window, softcap + ALiBi +
 sinks, an fp8 cache (64-row blocks) and MLA at 576/512 with its merge. About 20 s per
 target with an empty Triton cache (one target per test, so
 pytest-xdist spreads them). ``python -m
-kernels.machine_code.decode_check`` runs the full matrix (head dims 64/80/128/256,
+kernels.decode.compile_check`` runs the full matrix (head dims 64/80/128/256,
 fp16/bf16/fp32, four cache layouts, the new paths at d = 128 and 256).
 """
 
@@ -27,7 +27,7 @@ TARGETS = ["sm75", "sm80", "sm89", "sm90"]
 )
 def test_decode_tiles_compile_without_spills(target):
     proc, out = run_compiled(
-        "-m", "kernels.machine_code.decode_check", "--quick", "--target", target
+        "-m", "kernels.decode.compile_check", "--quick", "--target", target
     )
     rows = table_rows(proc.stdout, ("split", "merge"))
     assert proc.returncode == 0, out

@@ -272,7 +272,7 @@ from triton.compiler import ASTSource
 from kernels import deformable as kd
 from kernels.deformable import backward, forward, tiles
 try:
-    from kernels.machine_code.compile_check import ptxas_usage
+    from kernels.flash.compile_check import ptxas_usage
 except ImportError:
     ptxas_usage = None
 

@@ -345,12 +345,12 @@ def test_shipped_configs_are_wide_valid_tiles():
 def test_compiles_for_sm90_and_sm80_without_spills():
     # one representative case per target (the widest tiles, causal: the masked stage's
     # NaN-selection path is the register peak); the full matrix is
-    # `python -m kernels.machine_code.backward_fused_check`
+    # `python -m kernels.flash.compile_check_fused`
     out = ""
     for target in ("sm90", "sm80"):
         proc, run_out = run_compiled(
             "-m",
-            "kernels.machine_code.backward_fused_check",
+            "kernels.flash.compile_check_fused",
             "--target",
             target,
             "--head-dim",

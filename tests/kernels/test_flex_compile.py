@@ -1,10 +1,10 @@
-"""kernels.machine_code.flex_check: the flex kernels compile ahead of time for
+"""kernels.flex.compile_check: the flex kernels compile ahead of time for
 sm_75/80/89/90 at their shipped tiles without spills (no GPU needed).
 
 Compiles, in a subprocess with TRITON_INTERPRET unset, the representative subset
-``python -m kernels.machine_code.flex_check --quick``: every kernel (fwd, dkdv, dq) and
+``python -m kernels.flex.compile_check --quick``: every kernel (fwd, dkdv, dq) and
 every instantiation (causal, window, document, softcap + sink) once, spread over the
-four targets. The full matrix is ``python -m kernels.machine_code.flex_check``.
+four targets. The full matrix is ``python -m kernels.flex.compile_check``.
 """
 
 import pytest
@@ -14,7 +14,7 @@ from tests.kernels.compile_tools import run_compiled, table_rows
 
 @pytest.mark.slow
 def test_flex_kernels_compile_without_spills():
-    proc, out = run_compiled("-m", "kernels.machine_code.flex_check", "--quick")
+    proc, out = run_compiled("-m", "kernels.flex.compile_check", "--quick")
     rows = table_rows(proc.stdout, ("fwd", "dkdv", "dq"))
     assert proc.returncode == 0, out
     assert {r[0] for r in rows} == {"fwd", "dkdv", "dq"}, out

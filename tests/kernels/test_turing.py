@@ -1,4 +1,4 @@
-"""kernels.timing.turing: on sm_75 (faked here: no GPU) a chapter's timing cell prints
+"""kernels.flash.turing: on sm_75 (faked here: no GPU) a chapter's timing cell prints
 why the kernels lose on a T4, the measured peak memory of naive attention against the
 kernel's, and the computed length at which naive attention stops fitting; elsewhere it
 prints nothing. The memory measurement is faked too (it needs CUDA); the kernels it
@@ -11,7 +11,8 @@ import pytest
 
 import kernels.flash  # noqa: F401  (its tile tables are made before anything is faked)
 from kernels import runtime
-from kernels.timing import bench, turing
+from kernels.flash import timing as flash_timing
+from kernels.flash import turing
 from tests.conftest import ROOT
 
 GIB = 2**30
@@ -94,7 +95,7 @@ def test_sdpa_backends_timed_beside_on_sm75(t4):
     names = set(turing.timed_impls())
     assert {"triton", "naive"} <= names
     assert {n for n in names if n.startswith("sdpa-")} == {
-        n for n in bench.SDPA_BACKENDS if n in names
+        n for n in flash_timing.SDPA_BACKENDS if n in names
     } and len(names) >= 4
 
 

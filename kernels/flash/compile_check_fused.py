@@ -1,18 +1,18 @@
 """Compile the fused backward (:mod:`kernels.flash.backward_fused`) ahead of time.
 
-    python -m kernels.machine_code.backward_fused_check
+    python -m kernels.flash.compile_check_fused
         # sm_90 and sm_80, every shipped config, d 64/128, fp16/bf16/fp32, causal or not
-    python -m kernels.machine_code.backward_fused_check --target sm90 --head-dim 128 \
+    python -m kernels.flash.compile_check_fused --target sm90 --head-dim 128 \
         --dtype bf16
 
-No GPU needed. Uses :mod:`kernels.machine_code.compile_check`'s helpers (the launch
-specialisation, ``ptxas -v``) and :mod:`kernels.machine_code.sass` (``nvdisasm``). Per
-case it prints shared memory against the target's limit, registers, spill bytes, whether
-sm_90 lowers the matmuls to ``wgmma`` (and the wgmma N sizes in the PTX), and what the
-dQ atomics became in SASS: the ``RED``/``ATOM`` opcodes, how many sit in loops, and
-whether any ``MEMBAR`` does (relaxed atomics need none). Each case compiles at N = 4096
-(aligned: no masks) unless
-``--n`` says otherwise. Exits 1 if a case spills, exceeds shared memory or fails.
+No GPU needed. Uses :mod:`kernels.flash.compile_kernels` (the launch specialisation),
+the engine's ``ptxas -v`` reading and :mod:`kernels.machine_code.sass` (``nvdisasm``).
+Per case it prints shared memory against the target's limit, registers, spill bytes,
+whether sm_90 lowers the matmuls to ``wgmma`` (and the wgmma N sizes in the PTX), and
+what the dQ atomics became in SASS: the ``RED``/``ATOM`` opcodes, how many sit in loops,
+and whether any ``MEMBAR`` does (relaxed atomics need none). Each case compiles at N =
+4096 (aligned: no masks) unless ``--n`` says otherwise. Exits 1 if a case spills,
+exceeds shared memory or fails.
 """
 
 from __future__ import annotations
@@ -25,13 +25,14 @@ import time
 
 from kernels import runtime
 
-runtime.compile_ahead("kernels.machine_code.backward_fused_check", __name__)
+runtime.compile_ahead("kernels.flash.compile_check_fused", __name__)
 
 import torch  # noqa: E402
 
 from kernels.flash import backward_fused as fused  # noqa: E402
-from kernels.machine_code import compile_check as cc  # noqa: E402
+from kernels.flash import compile_kernels as cc  # noqa: E402
 from kernels.machine_code import sass  # noqa: E402
+from kernels.machine_code.compiler import ptxas_usage  # noqa: E402
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -42,7 +43,9 @@ def compile_fused(
     """``triton.compile`` of ``_attn_bwd_fused`` for ``target`` as a launch on
     contiguous (B, 16, n_ctx, head_dim) tensors would specialise it (compile_check's
     "bwd-fused" kernel)."""
-    return cc._compile("bwd-fused", target, head_dim, dtype, causal, config, n_ctx)
+    return cc.compile_kernel(
+        "bwd-fused", target, head_dim, dtype, causal, config, n_ctx
+    )
 
 
 def atomics_report(cubin: bytes) -> dict:
@@ -84,7 +87,7 @@ def check(target, head_dim, dtype_name, causal, config, n_ctx=4096) -> dict:
         c = compile_fused(target, head_dim, dtype, causal, config, n_ctx)
         ptx = c.asm["ptx"]
         row["shared"] = int(c.metadata.shared)
-        row["registers"], row["spill_stores"], row["spill_loads"] = cc.ptxas_usage(ptx)
+        row["registers"], row["spill_stores"], row["spill_loads"] = ptxas_usage(ptx)
         row["wgmma"] = "wgmma" in ptx if target == "sm90" else None
         row["wgmma_n"] = sorted(
             {

@@ -20,8 +20,9 @@ from collections.abc import Callable
 
 import torch
 
-from .. import runtime
-from .bench import attention_impls, random_qkv
+from kernels import runtime
+from kernels.flash.timing import attention_impls
+from kernels.timing.bench import random_qkv
 
 #: The lengths at which the peaks are measured (B = 1, H = 8, d = 64, float16).
 MEMORY_LENGTHS = (1024, 2048, 4096)

@@ -1,5 +1,5 @@
-"""Timing of kernels.flex (FlexAttention in Triton) on a CUDA GPU: suite "flex" of
-``make bench`` (``benchmarks/suite_flex.py``) and chapter 7's timing section.
+"""The flex family's timing (FlexAttention in Triton) on a CUDA GPU: suite "flex" of
+``make bench`` and chapter 7's timing section.
 
 ``check()`` holds ``flex_attention`` against an fp64 reference written from the mask
 definitions on this GPU (causal, window, causal & document, softcap + sinks; bf16 and

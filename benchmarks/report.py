@@ -1,5 +1,5 @@
 """The benchmarks page's tables, as Markdown: the machine-code report of
-``python -m kernels.machine_code.compile_check --report``
+``python -m kernels.flash.compile_check --report``
 (``benchmarks/static/static-*.json``) and the recorded GPU timings
 (``benchmarks/results/*.json``, written by ``make bench``).
 
@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import pathlib
 
-from ..machine_code.sass import per_score
-from .results import load_results, summarize
+from kernels.machine_code.sass import per_score
+from kernels.timing.results import load_results, summarize
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 STATIC_DIR = ROOT / "benchmarks" / "static"
 
 
@@ -194,7 +194,7 @@ def load_decode_static(
     target: str, static_dir: pathlib.Path | None = None
 ) -> dict | None:
     """The recorded machine-code report of the decode kernels for ``target``
-    (``kernels.machine_code.decode_check --report``), or None."""
+    (``kernels.decode.compile_check --report``), or None."""
     path = (static_dir or STATIC_DIR) / f"decode-{target}.json"
     return json.loads(path.read_text()) if path.is_file() else None
 
@@ -255,7 +255,7 @@ def load_flex_static(
     target: str, static_dir: pathlib.Path | None = None
 ) -> dict | None:
     """The recorded machine-code report of the kernels.flex forward for ``target``
-    (``kernels.machine_code.flex_check --report``), or None."""
+    (``kernels.flex.compile_check --report``), or None."""
     path = (static_dir or STATIC_DIR) / f"flex-{target}.json"
     return json.loads(path.read_text()) if path.is_file() else None
 

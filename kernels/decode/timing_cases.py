@@ -1,5 +1,7 @@
-"""Timing and references of the decode kernel's new paths (issue 29's goals):
-``benchmarks/suite_decode.py`` times through ``time_paths``.
+"""What the decode timing builds and checks against: the paged cache
+(``make_paged_cache``), the naive and fp64 references, the bytes a decode step must
+read (``decode_bytes``, ``percent_of_peak``), and the new paths' goals (issue 29),
+which ``kernels.decode.timing`` times through ``time_paths``.
 
 Goals (op, impls; every case one Record of stage "goal", mode "fwd", N_q = 1):
 
@@ -27,11 +29,167 @@ from collections.abc import Callable
 
 import torch
 
-from .. import runtime
-from ..decode import api
-from .bench import measure
-from .decode import make_paged_cache, percent_of_peak
-from .records import Record
+from kernels import runtime
+from kernels.decode import api
+from kernels.flash import flash_attention
+from kernels.timing.bench import measure
+from kernels.timing.records import Record
+
+IMPLS = ("triton", "naive", "sdpa", "flash")
+
+
+def make_paged_cache(
+    B: int,
+    L: int,
+    h_q: int,
+    h_kv: int,
+    d: int,
+    page_size: int,
+    dtype=torch.float16,
+    device=None,
+    seed: int = 0,
+):
+    """q (B, 1, H_q, d) and paged k, v (B * pages, page_size, H_kv, d), standard
+    normal, cache_seqlens = L and a block table that is a random permutation of the
+    pages (as an allocator serving many requests leaves them)."""
+    device = runtime.DEVICE if device is None else device
+    g = torch.Generator(device=device).manual_seed(seed)
+    pages = -(-L // page_size)
+    k = torch.randn(
+        B * pages, page_size, h_kv, d, generator=g, device=device, dtype=dtype
+    )
+    v = torch.randn(
+        B * pages, page_size, h_kv, d, generator=g, device=device, dtype=dtype
+    )
+    q = torch.randn(B, 1, h_q, d, generator=g, device=device, dtype=dtype)
+    perm = torch.randperm(B * pages, generator=g, device=device)
+    bt = perm.reshape(B, pages).to(torch.int32)
+    lens = torch.full((B,), L, dtype=torch.int32, device=device)
+    return q, k, v, lens, bt
+
+
+def contiguous_cache(k, v, bt, L: int):
+    """The same keys and values in a contiguous (B, L, H_kv, d) cache (a gathered
+    copy), returned as (B, H_kv, L, d) views of it."""
+    B, h_kv, d = bt.shape[0], k.shape[2], k.shape[3]
+    kc = k[bt.long()].reshape(B, -1, h_kv, d)[:, :L].transpose(1, 2)
+    vc = v[bt.long()].reshape(B, -1, h_kv, d)[:, :L].transpose(1, 2)
+    return kc, vc
+
+
+def naive_decode(q, k, v, lens, bt, causal=True):
+    """Gather each sequence's pages into a contiguous (B, L, H_kv, d) copy, materialise
+    the scores (B, H_kv, G x N_q, L), softmax, P V (all sequences of one length L =
+    lens[0], the benchmark's case)."""
+    B, n_q, h_q, d = q.shape
+    h_kv = k.shape[2]
+    G = h_q // h_kv
+    L = int(lens[0])
+    kk, vv = contiguous_cache(k, v, bt, L)  # (B, H_kv, L, d) each
+    qq = q.reshape(B, n_q, h_kv, G, d).permute(0, 2, 3, 1, 4).reshape(B, h_kv, -1, d)
+    s = (qq @ kk.transpose(-1, -2)).float() / math.sqrt(d)  # (B, H_kv, G N_q, L)
+    if causal and n_q > 1:
+        t = torch.arange(n_q, device=q.device).repeat(G)
+        s = s.masked_fill(
+            torch.arange(L, device=q.device) > (L - n_q + t)[:, None], float("-inf")
+        )
+    o = torch.softmax(s, -1).to(q.dtype) @ vv  # (B, H_kv, G N_q, d)
+    return o.reshape(B, h_kv, G, n_q, d).permute(0, 3, 1, 2, 4).reshape(B, n_q, h_q, d)
+
+
+def reference_decode(q, k, v, lens, bt, causal=True):
+    """fp64 out (B, N_q, H_q, d) through a per-sequence gather (any lengths)."""
+    B, n_q, h_q, d = q.shape
+    h_kv, page = k.shape[2], k.shape[1]
+    G = h_q // h_kv
+    out = torch.zeros(B, n_q, h_q, d, dtype=torch.float64, device=q.device)
+    for b in range(B):
+        L = int(lens[b])
+        if L == 0:
+            continue
+        pages = bt[b, : -(-L // page)].long()
+        kk = k[pages].reshape(-1, h_kv, d)[:L].double().repeat_interleave(G, 1)
+        vv = v[pages].reshape(-1, h_kv, d)[:L].double().repeat_interleave(G, 1)
+        s = torch.einsum("thd,jhd->htj", q[b].double(), kk) / math.sqrt(d)
+        if causal:
+            pos = L - n_q + torch.arange(n_q, device=q.device)
+            s = s.masked_fill(
+                torch.arange(L, device=q.device)[None, None, :] > pos[None, :, None],
+                float("-inf"),
+            )
+        out[b] = torch.einsum("htj,jhd->thd", torch.softmax(s, -1), vv)
+    return out
+
+
+def decode_bytes(
+    B: int, L: int, h_q: int, h_kv: int, d: int, n_q: int, elem: int
+) -> int:
+    """The unavoidable HBM traffic of one decode step: K and V of B x L keys once, q
+    and o."""
+    return 2 * B * L * h_kv * d * elem + 2 * B * n_q * h_q * d * elem
+
+
+def peak_hbm_tbps(gpu_name: str | None) -> float | None:
+    """The published HBM bandwidth (TB/s) of a GPU the book's roofline knows, by name
+    (``attention.memory.roofline.GPUS``), or None."""
+    from attention.memory.roofline import GPUS
+
+    if not gpu_name:
+        return None
+    name = gpu_name.upper()
+    for key, spec in GPUS.items():
+        if key in name:
+            return spec.hbm_tbps
+    return None
+
+
+def percent_of_peak(gbps: float | None, gpu_name: str | None) -> float | None:
+    peak = peak_hbm_tbps(gpu_name)
+    if gbps is None or peak is None:
+        return None
+    return 100.0 * gbps / (peak * 1e3)
+
+
+def footprints(B, L, h_q, h_kv, d, page, elem) -> dict[str, int]:
+    """Bytes each impl needs beyond the paged cache (itself under "cache")."""
+    Lp = -(-L // page) * page
+    cache = 2 * B * Lp * h_kv * d * elem
+    scores = B * h_q * L * (4 + 4 + elem)  # fp32 scores, softmax, cast
+    contiguous = 2 * B * L * h_kv * d * elem
+    return {
+        "cache": cache,
+        "triton": 0,
+        "naive": cache + scores,
+        "sdpa": contiguous + scores,
+        "flash": contiguous,
+    }
+
+
+def decode_cases(q, k, v, lens, bt, kc=None, vc=None, impls=IMPLS):
+    """(impl, fn) for one cache, in timing order; "sdpa" and "flash" need the
+    contiguous (B, H_kv, L, d) copies kc, vc."""
+    import torch.nn.functional as F
+
+    h_q, h_kv = q.shape[2], k.shape[2]
+    out = []
+    if "triton" in impls:
+        out.append(("triton", api.prepare(q, k, v, lens, bt)))
+    if "naive" in impls:
+        out.append(("naive", lambda: naive_decode(q, k, v, lens, bt)))
+    qh = q.transpose(1, 2)  # (B, H_q, 1, d)
+    if "sdpa" in impls:
+        out.append(
+            (
+                "sdpa",
+                lambda: F.scaled_dot_product_attention(
+                    qh, kc, vc, enable_gqa=h_q != h_kv
+                ),
+            )
+        )
+    if "flash" in impls:
+        out.append(("flash", lambda: flash_attention(qh, kc, vc, causal=True)))
+    return out
+
 
 FP8 = torch.float8_e4m3fn
 #: The goals' layers: Llama-3-8B-like GQA for fp8 and the window; DeepSeek-V3's MLA.
@@ -180,7 +338,7 @@ def goal_cases(dry: bool):
 
 def mla_runs() -> bool:
     """Whether this device runs ``mla_with_kvcache`` (not on sm_75)."""
-    from ..decode import tiles
+    from kernels.decode import tiles
 
     if runtime.INTERPRET or runtime.DEVICE.type != "cuda":
         return True

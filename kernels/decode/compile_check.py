@@ -1,13 +1,13 @@
 """Compile the decode kernels' shipped tiles for sm_75, sm_80, sm_89 and sm_90 on a CPU.
 
-    python -m kernels.machine_code.decode_check            # the full matrix below
-    python -m kernels.machine_code.decode_check --quick    # the heaviest of each kind
-    python -m kernels.machine_code.decode_check --report   # hot-loop SASS, sm90 + sm80
+    python -m kernels.decode.compile_check            # the full matrix below
+    python -m kernels.decode.compile_check --quick    # the heaviest of each kind
+    python -m kernels.decode.compile_check --report   # hot-loop SASS, sm90 + sm80
 
 Each case is ``triton.compile`` of ``_decode_split`` (or ``_decode_merge``) for
 ``GPUTarget("cuda", cc, 32)`` with the tile ``kernels.decode.tiles.tiles`` ships for
 that target, head dim, dtype and query-row block, specialised as a launch is (the
-helpers of ``kernels.machine_code.compile_check``: ``native_specialize_impl`` on
+helpers of ``kernels.flash.compile_check``: ``native_specialize_impl`` on
 representative arguments, ``ptxas -v`` with Triton's flags). Reported: registers per
 thread, spill bytes, shared memory against the target's limit. The full matrix: head
 dims 64, 80 (padded to 128), 128, 256; fp16, bf16, fp32 (CUDA-core dots); BLOCK_M 16
@@ -32,26 +32,25 @@ import time
 
 from kernels import runtime
 
-runtime.compile_ahead("kernels.machine_code.decode_check", __name__)
+runtime.compile_ahead("kernels.decode.compile_check", __name__)
 
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from kernels.common import dot_precision  # noqa: E402
+from kernels.common import DTYPE_NAMES, dot_precision  # noqa: E402
 from kernels.decode import blocks as M  # noqa: E402
 from kernels.decode import forward as F  # noqa: E402
 from kernels.decode import tiles as K  # noqa: E402
 from kernels.decode.api import MERGE_BLOCK_D  # noqa: E402
-from kernels.machine_code.compile_check import (  # noqa: E402
-    _NAME_DTYPES,
-    _compile_values,
-    _jit_function,
+from kernels.machine_code.compiler import (  # noqa: E402
+    compile_values,
+    jit_function,
     ptxas_usage,
 )
 
 TARGETS = ("sm75", "sm80", "sm89", "sm90")
 HEAD_DIMS = (64, 80, 128, 256)
-DTYPES = _NAME_DTYPES  # fp16, bf16, fp32
+DTYPES = DTYPE_NAMES  # fp16, bf16, fp32
 LAYOUTS = ("paged16", "paged256", "paged48", "contiguous")
 BLOCK_MS = (16, 64)
 #: A launch the cases stand for: 8 KV heads, B = 8; N_q x group = BLOCK_M rows.
@@ -246,11 +245,11 @@ def compile_case(case: Case):
     try:
         if case.kernel == "split":
             vals, w, s = _split_values(case, cap)
-            fn = _jit_function(F._decode_split)
+            fn = jit_function(F._decode_split)
         else:
             vals, w, s = _merge_values(case)
-            fn = _jit_function(M._decode_merge)
-        compiled = _compile_values(fn, vals, cap, w, s)
+            fn = jit_function(M._decode_merge)
+        compiled = compile_values(fn, vals, cap, w, s)
         case.shared = int(compiled.metadata.shared)
         case.registers, st, ld = ptxas_usage(compiled.asm["ptx"])
         case.spills = st + ld
@@ -378,7 +377,7 @@ def main(argv=None) -> int:
     if args.report:
         import json
 
-        from kernels.machine_code.compile_check import STATIC_DIR
+        from kernels.machine_code.compiler import STATIC_DIR
 
         STATIC_DIR.mkdir(parents=True, exist_ok=True)
         for t in args.target or ["sm90", "sm80"]:
@@ -399,7 +398,7 @@ def main(argv=None) -> int:
                         "triton": triton.__version__,
                         "date": time.strftime("%Y-%m-%d"),
                         "command": (
-                            "python -m kernels.machine_code.decode_check "
+                            "python -m kernels.decode.compile_check "
                             f"--report --target {t}"
                         ),
                         "note": (

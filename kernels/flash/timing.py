@@ -1,4 +1,7 @@
-"""FlashAttention suite: the Triton kernel against naive PyTorch and every SDPA backend.
+"""The flash family's timing: suite "flash" of ``make bench`` (the Triton kernel against
+naive PyTorch and every SDPA backend), the implementations chapters time
+(``attention_impls``: the kernel, naive attention, SDPA or each SDPA backend on its own)
+and the BLOCK_M x BLOCK_N sweep (``time_tiles``).
 
 ``check()`` holds ``kernels.flash.flash_attention`` (forward and backward; causal and
 not; fp16 and bf16; GQA, ragged and cross lengths) to the fp64 ``reference_attention``
@@ -49,6 +52,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -56,7 +60,8 @@ from kernels import runtime
 from kernels.flash import flash_attention, forward_tma
 from kernels.naive import naive_attention, reference_attention
 from kernels.timing import bench
-from kernels.timing.records import MIN_REPS, Record
+from kernels.timing.bench import attention_flops, measure, random_qkv, torch_dtype
+from kernels.timing.records import MIN_REPS, Record, clip_text
 
 SUITE = "flash"
 TOKENS = 16 * 1024  # B * N per shape
@@ -287,7 +292,7 @@ def goal(
     as impl ``triton-<path>``, and the fused backward's fwd+bwd cases (impl
     ``triton-fused-bwd``) if ``check`` passed it in this process."""
     g = DRY_GOAL if dry else GOAL
-    impls = bench.attention_impls(sdpa_backends=True)
+    impls = attention_impls(sdpa_backends=True)
     records: list[Record] = []
     for mode, causal in GOAL_CASES:
         records += bench.time_attention(
@@ -388,7 +393,7 @@ def run(quick: bool, deadline: float, timer=None, dry: bool = False) -> list[Rec
     mem_lens = [16, 32] if dry else [4096, 16384] if quick else MEM_SEQ_LENS
     tokens, width = (64, 32) if dry else (TOKENS, WIDTH)
     timing = QUICK_TIMING if quick or dry else TIMING
-    impls = bench.attention_impls(sdpa_backends=True)
+    impls = attention_impls(sdpa_backends=True)
     common = {
         "suite": SUITE,
         "deadline": deadline,
@@ -435,7 +440,7 @@ def run(quick: bool, deadline: float, timer=None, dry: bool = False) -> list[Rec
             if dry
             else TILE_SWEEP_SHAPE
         )
-        return bench.time_tiles(
+        return time_tiles(
             [16, 32] if dry else TILE_SWEEP_BLOCKS,
             batch=sh["B"],
             heads=sh["H"],
@@ -460,4 +465,121 @@ def run(quick: bool, deadline: float, timer=None, dry: bool = False) -> list[Rec
         if time.monotonic() > deadline:
             print(f"[flash] deadline reached: {len(records)} records kept", flush=True)
             break
+    return records
+
+
+#: Each PyTorch SDPA backend timed on its own: impl name -> ``SDPBackend`` member.
+SDPA_BACKENDS = {
+    "sdpa-cudnn": "CUDNN_ATTENTION",
+    "sdpa-flash": "FLASH_ATTENTION",
+    "sdpa-efficient": "EFFICIENT_ATTENTION",
+    "sdpa-math": "MATH",
+}
+
+
+def attention_impls(sdpa_backends: bool = False) -> dict[str, Callable]:
+    """The implementations chapters and suites time, each ``fn(q, k, v, causal)``.
+
+    "triton" (``kernels.flash``), "naive" (``kernels.naive``: S and P in HBM) and
+    PyTorch's scaled_dot_product_attention: one "sdpa" (PyTorch picks the backend) or,
+    with ``sdpa_backends``, "sdpa-cudnn", "sdpa-flash", "sdpa-efficient" and
+    "sdpa-math", each pinned to one backend with ``torch.nn.attention.sdpa_kernel``
+    (those this torch has).
+    """
+    import torch.nn.functional as F
+
+    from kernels.flash import flash_attention
+    from kernels.naive import naive_attention
+
+    impls = {
+        "triton": lambda q, k, v, causal: flash_attention(q, k, v, causal=causal),
+        "naive": lambda q, k, v, causal: naive_attention(q, k, v, causal=causal),
+    }
+    if not sdpa_backends:
+        impls["sdpa"] = lambda q, k, v, causal: F.scaled_dot_product_attention(
+            q, k, v, is_causal=causal
+        )
+        return impls
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def pinned(backend):
+        def attn(q, k, v, causal):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+        return attn
+
+    for name, attr in SDPA_BACKENDS.items():
+        if hasattr(SDPBackend, attr):
+            impls[name] = pinned(getattr(SDPBackend, attr))
+    return impls
+
+
+def time_tiles(
+    blocks: Iterable[int] = (16, 32, 64, 128),
+    *,
+    batch: int = 4,
+    heads: int = 32,
+    N: int = 4096,
+    d: int = 64,
+    causal: bool = False,
+    dtype="float16",
+    num_stages: int = 2,
+    suite: str = "live",
+    device=None,
+    seed: int = 0,
+    timer: Callable[..., dict] | None = None,
+    deadline: float | None = None,
+    log: Callable[[Record], None] | None = None,
+    stage: str | None = None,
+    **timing,
+) -> list[Record]:
+    """Forward time of ``kernels.flash`` at each BLOCK_M x BLOCK_N, autotuner bypassed.
+
+    One Record per tile pair, the tiles and warps in its shape (8 warps from 128 x 64
+    up, else 4). A tile that does not fit this GPU is a result: its error names why.
+    """
+    from kernels.flash import forward_with_tiles
+
+    _, dt_name = torch_dtype(dtype)
+    q, k, v = random_qkv(batch, heads, N, d, dtype=dtype, device=device, seed=seed)
+    shape = {"B": batch, "H": heads, "N_q": N, "N_k": N, "d": d, "causal": causal}
+    records: list[Record] = []
+    blocks = list(blocks)
+    for bm in blocks:
+        for bn in blocks:
+            if deadline is not None and time.monotonic() > deadline:
+                return records
+            warps = 8 if bm * bn >= 128 * 64 else 4
+            rec = Record(
+                suite,
+                "attention",
+                "triton",
+                "fwd",
+                dt_name,
+                {
+                    **shape,
+                    "BLOCK_M": bm,
+                    "BLOCK_N": bn,
+                    "num_warps": warps,
+                    "num_stages": num_stages,
+                },
+                stage=stage,
+            )
+            fn = lambda bm=bm, bn=bn, w=warps: forward_with_tiles(  # noqa: E731
+                q, k, v, bm, bn, causal=causal, num_warps=w, num_stages=num_stages
+            )
+            try:
+                measure(
+                    rec,
+                    fn,
+                    timer=timer,
+                    flops=attention_flops(batch, heads, N, N, d, causal),
+                    **timing,
+                )
+            except Exception as e:  # noqa: BLE001 - a tile that does not fit is a result
+                rec.error, rec.detail = type(e).__name__, clip_text(str(e))
+            records.append(rec)
+            if log is not None:
+                log(rec)
     return records

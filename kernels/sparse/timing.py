@@ -1,5 +1,5 @@
-"""Timing of kernels.sparse (attention over chosen blocks) on a CUDA GPU: suite
-"sparse" of ``make bench`` (``benchmarks/suite_sparse.py``) and chapter 8's timing.
+"""The sparse family's timing (attention over chosen blocks) on a CUDA GPU: suite
+"sparse" of ``make bench`` and chapter 8's timing.
 
 ``check()`` holds ``sparse_attention`` against an fp64 reference written here from
 the definition (the keys of the chosen blocks, causal bottom-right; forward and

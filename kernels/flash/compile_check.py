@@ -1,14 +1,14 @@
 """Compile every shipped FlashAttention config for sm_75, sm_80, sm_89 and sm_90
 on a CPU.
 
-    python -m kernels.machine_code.compile_check          # every kernel, config,
-                                                          # head dim, dtype, causal flag
-    python -m kernels.machine_code.compile_check --quick  # the recorded peaks
-                                                          # (make test)
+    python -m kernels.flash.compile_check          # every kernel, config,
+                                                   # head dim, dtype, causal flag
+    python -m kernels.flash.compile_check --quick  # the recorded peaks
+                                                   # (make test)
 
 `make compile-check` runs the full matrix (about 1,400 compilations, 30-45 minutes on
 one core with an empty Triton cache) and records in
-``kernels/machine_code/compile_peaks.json`` the cases with the most registers and the
+``kernels/flash/compile_peaks.json`` the cases with the most registers and the
 most shared memory per kernel, target and dot path; run it whenever a tile table in
 ``kernels/flash/tiles.py`` changes. ``make test`` runs ``--quick``: exactly those
 recorded cases (about 40 compilations, a minute cold on 2 cores).
@@ -28,7 +28,7 @@ tiles as d = 64 on a narrower BLOCK_D), dtype (fp16, bf16, fp32), causal flag an
 shipped tile config this reports
 
 * shared memory per block (``compiled.metadata.shared``) against the target's limit
-  (``kernels.flash.tiles.ARCHS``: 64 KB on sm_75, 163 KB on sm_80, 99 KB on sm_86/89,
+  (``kernels.flash.ARCHS``: 64 KB on sm_75, 163 KB on sm_80, 99 KB on sm_86/89,
   227 KB on sm_90: the opt-in maximum per block of the CUDA programming guide);
 * registers per thread and spill stores/loads, from ``ptxas -v`` on the kernel's PTX
   with the flags Triton itself uses;
@@ -57,27 +57,25 @@ import time
 
 from kernels import runtime
 
-runtime.compile_ahead("kernels.machine_code.compile_check", __name__)
+runtime.compile_ahead("kernels.flash.compile_check", __name__)
 
-import torch  # noqa: E402
 import triton  # noqa: E402
 
+from kernels.common import ARCHS, block_d  # noqa: E402
 from kernels.flash import backward, backward_fused, forward_tma, tiles  # noqa: E402
-from kernels.machine_code.compiler import (  # noqa: E402, F401  (re-exported)
+from kernels.flash.compile_kernels import (  # noqa: E402
     DTYPE_NAMES,
     DTYPES,
     HEAD_DIMS,
-    KERNEL_FNS,
     KERNELS,
-    PTXAS,
-    STATIC_DIR,
     TMA_KERNELS,
     Result,
-    _compile,
-    _compile_values,
-    _jit_function,
-    _launch_values,
+    compile_kernel,
     compile_one,
+)
+from kernels.machine_code.compiler import (  # noqa: E402
+    REPORT_SHAPES,
+    STATIC_DIR,
     ptxas_usage,
     report_header,
 )
@@ -92,22 +90,22 @@ def shipped(
         return [
             (
                 backward.preprocess_block_m(head_dim),
-                tiles.block_d(head_dim),
+                block_d(head_dim),
                 backward.PREPROCESS_NUM_WARPS,
                 1,
             )
         ]
     if kernel == "bwd-fused":
-        return backward_fused.configs(tiles.ARCHS[target][0], head_dim, dtype)
+        return backward_fused.configs(ARCHS[target][0], head_dim, dtype)
     if kernel in TMA_KERNELS:  # TMA needs Hopper: sm_90 only
         return (
             forward_tma.tma_configs(
-                tiles.ARCHS[target][0], head_dim, dtype, kernel == "fwd-tma-ws", causal
+                ARCHS[target][0], head_dim, dtype, kernel == "fwd-tma-ws", causal
             )
             if target == "sm90"
             else []
         )
-    return tiles.configs(kernel, tiles.ARCHS[target][0], head_dim, dtype)
+    return tiles.configs(kernel, ARCHS[target][0], head_dim, dtype)
 
 
 #: The configs with the most registers and the most shared memory, per kernel, target
@@ -193,7 +191,7 @@ def _recorded_peaks(targets, kernels) -> list[tuple] | None:
 
 def plan(quick: bool, targets=None, kernels=None) -> list[tuple]:
     """Every (kernel, target, head_dim, dtype, causal, config, n_ctx) to compile."""
-    targets = targets or list(tiles.ARCHS)
+    targets = targets or list(ARCHS)
     kernels = kernels or list(KERNELS)
     if quick:  # the recorded peaks, nothing else
         jobs = _recorded_peaks(targets, kernels)
@@ -264,8 +262,6 @@ TUTORIAL_FWD_SM90 = {
     },
     "tma": True,
 }
-#: The report's shapes: bf16 at the head dims models use, long aligned sequences.
-REPORT_SHAPES = {"head_dims": (64, 128), "dtype": torch.bfloat16, "n_ctx": 16384}
 
 
 def machine_code_report(target: str) -> dict:
@@ -273,6 +269,7 @@ def machine_code_report(target: str) -> dict:
     and on sm_90 of the TMA forward (fwd-tma) and its warp-specialised variant
     (fwd-tma-ws; ``warp_specialized`` and ``launch_warps`` say whether Triton split it
     into producer and consumer warp groups)."""
+    from kernels.hard.compile_check import machine_code_report as hard_report
     from kernels.machine_code import sass
 
     rows = []
@@ -280,7 +277,7 @@ def machine_code_report(target: str) -> dict:
         for d in REPORT_SHAPES["head_dims"]:
             for causal in (False, True):
                 for cfg in shipped(kernel, target, d, REPORT_SHAPES["dtype"], causal):
-                    c = _compile(
+                    c = compile_kernel(
                         kernel,
                         target,
                         d,
@@ -320,107 +317,15 @@ def machine_code_report(target: str) -> dict:
         for r in rows
         if r["kernel"] == "fwd" and r["head_dim"] == 128 and not r["causal"]
     ]
-    rows += hard_machine_code_report(
+    rows += hard_report(
         target, fwd[0]["thread_instructions_per_score"] if fwd else None
     )
     note = "instruction counts of the compiled machine code, not time"
     return {
-        **report_header(target, "compile_check", note),
+        **report_header(target, "kernels.flash.compile_check", note),
         "reference": TUTORIAL_FWD_SM90 if target == "sm90" else None,
         "kernels": rows,
     }
-
-
-#: kernels/hard.py in the report: argmax, Gumbel-max sampling and top-k (k = 16), bf16,
-#: d = 128, non-causal, N = 16384, every config the kernel ships for the target (the
-#: autotuner picks among them at run time).
-HARD_REPORT = (
-    ("hard-argmax", "hard", False),
-    ("hard-sample", "hard", True),
-    ("topk16", "topk", False),
-)
-
-
-def hard_machine_code_report(target: str, fwd_per_score: float | None) -> list[dict]:
-    """Hot-loop counts of kernels/hard.py; ``vs_flash_fwd``: instructions per score per
-    thread (``sass.per_score``) over the flash forward's (same target, d = 128, its
-    first shipped config, non-causal)."""
-    from kernels import hard
-    from kernels.machine_code import sass
-
-    cap = tiles.ARCHS[target][0]
-    n, d, H = REPORT_SHAPES["n_ctx"], 128, 16
-    rows = []
-    cases = [
-        (name, kind, sample, cfg)
-        for name, kind, sample in HARD_REPORT
-        for cfg in hard.configs(kind, cap, d, REPORT_SHAPES["dtype"], 16, sample)
-    ]
-    for name, kind, sample, cfg in cases:
-        topk = 16
-        t = torch.empty(16, dtype=REPORT_SHAPES["dtype"])
-        vals = {
-            "sm_scale": 0.125,
-            "SIGN": 1,
-            "seed": 12345,
-            "H": H,
-            "N_Q": n,
-            "N_K": n,
-            "GROUP": 1,
-            "HEAD_DIM": d,
-            "HEAD_DIM_PAD": 128,
-            "CAUSAL": False,
-            "SAMPLE": sample,
-            "UPCAST": False,
-            "DOT_PRECISION": "tf32",
-            "BLOCK_M": cfg[0],
-            "BLOCK_N": cfg[1],
-            "TOPK": topk,
-            "TOPK_PAD": topk,
-            "Q": t,
-            "K": t,
-            "V": t,
-            "O": t,
-            "IDX": torch.empty(16, dtype=torch.int64),
-            "LSE": torch.empty(16),
-        }
-        for pfx in "qkvo":
-            for suf, st in zip(
-                ("b", "h", "m" if pfx in "qo" else "n", "d"), (H * n * d, n * d, d, 1)
-            ):
-                vals[f"stride_{pfx}{suf}"] = st
-        fn = _jit_function(
-            hard.forward._hard_attn_fwd
-            if kind == "hard"
-            else hard.forward._topk_attn_fwd
-        )
-        c = _compile_values(fn, vals, cap, cfg[2], cfg[3])
-        regs, st, ld = ptxas_usage(c.asm["ptx"])
-        rep = sass.report(c.asm["cubin"])
-        per_score = sass.per_score(
-            (rep["hot_loop"] or {}).get("instructions", 0), *cfg[:3]
-        )
-        rows.append(
-            {
-                "kernel": name,
-                "head_dim": d,
-                "dtype": "bf16",
-                "causal": False,
-                "n_ctx": n,
-                "config": dict(
-                    zip(("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"), cfg)
-                ),
-                "registers": regs,
-                "spill_bytes": st + ld,
-                "shared_bytes": int(c.metadata.shared),
-                "thread_instructions_per_score": round(per_score, 3),
-                "vs_flash_fwd": (
-                    round(per_score / fwd_per_score, 3) if fwd_per_score else None
-                ),
-                **rep,
-            }
-        )
-    return rows
 
 
 def format_report(rep: dict) -> str:
@@ -458,9 +363,9 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--quick",
         action="store_true",
-        help="the recorded peaks (kernels/machine_code/compile_peaks.json)",
+        help="the recorded peaks (kernels/flash/compile_peaks.json)",
     )
-    ap.add_argument("--target", action="append", choices=list(tiles.ARCHS))
+    ap.add_argument("--target", action="append", choices=list(ARCHS))
     ap.add_argument(
         "--kernel",
         action="append",
@@ -517,7 +422,7 @@ def write_peaks(results: list[Result]) -> None:
             {
                 "triton": triton.__version__,
                 "date": time.strftime("%Y-%m-%d"),
-                "command": "python -m kernels.machine_code.compile_check",
+                "command": "python -m kernels.flash.compile_check",
                 "compilations": len(results),
                 "peaks": peaks(results),
             },

@@ -1,4 +1,31 @@
-"""Suite "decode": the split-KV decode kernel (kernels.decode) on a CUDA GPU.
+"""The decode family's timing: suite "decode" of ``make bench`` (``check``, ``run``,
+``goal``) and ``time_decode``, which chapter 5's timing cell and the suite both measure
+through. The cases, references and the new paths' goals are in ``timing_cases``.
+
+At each batch B and context length L (every sequence holds L keys, the new token
+included; N_q = 1, causal), with H_q query heads over H_kv KV heads (GQA) and head dim
+d, one paged cache (pages of ``page_size`` tokens, the block table a random
+permutation of the pages) is filled once, and for SDPA and the flash kernel a
+contiguous (B, L, H_kv, d) copy of it. Timed, op "decode", mode "fwd":
+
+* impl "triton": ``kernels.decode`` on the paged cache (``api.prepare``: validated once,
+  the launches alone timed, num_splits from the heuristic);
+* impl "naive": PyTorch gathering the pages into a contiguous copy, then the scores
+  q k^T materialised, softmax, P V (GQA by reshaping q, no copy of K/V per head);
+* impl "sdpa": ``torch.nn.functional.scaled_dot_product_attention`` on the contiguous
+  cache (``enable_gqa=True``; PyTorch picks the backend);
+* impl "flash": the book's FlashAttention-2 forward (``kernels.flash``) with N_q = 1 on
+  the contiguous cache: one program per (sequence, query head), the starved grid.
+
+``bytes`` in each record's shape is the traffic a decode step cannot avoid: the K/V
+cache bytes of the B x L keys read once, plus q and o. GB/s = bytes / time for every
+impl (an implementation that reads the cache more than once still gets credit for
+one read), and ``percent_of_peak`` relates it to the GPU's published HBM bandwidth
+(``attention.memory.roofline.GPUS``) where the GPU is known. A case whose tensors
+would not fit ``mem_budget`` bytes is recorded with error "unsupported" and the reason
+in ``detail``, never silently dropped.
+
+The suite: the split-KV decode kernel (kernels.decode) on a CUDA GPU.
 
 ``check()`` holds ``attention_with_kvcache`` against an fp64 reference on this GPU
 (paged and contiguous caches, GQA, N_q = 1 and 4, lengths that differ per sequence
@@ -15,14 +42,14 @@ its reason):
 * impl "flash":  the book's FlashAttention-2 forward with N_q = 1 (the starved grid)
 
 reporting time, GB/s (the K/V bytes of every key once, plus q and o) and, through
-``kernels.timing.decode.decode_summary``, the percent of the GPU's peak HBM bandwidth.
-The timing is ``kernels.timing.decode.time_decode``, chapter 5's path too. Goals of the
+``kernels.decode.timing.decode_summary``, the percent of the GPU's peak HBM bandwidth.
+The timing is ``kernels.decode.timing.time_decode``, chapter 5's path too. Goals of the
 issue (checked against the records, never assumed): >= 80% of peak HBM bandwidth on
 an H200 at context >= 8k and batch >= 8; >= 3x the naive version; faster than SDPA at
 B = 1, context >= 8k.
 
 Issue 29's paths: ``check`` holds each against the fp64 references of
-``kernels.timing.decode_paths`` (a sliding window, softcap + ALiBi + sinks, the fp8
+``kernels.decode.timing_cases`` (a sliding window, softcap + ALiBi + sinks, the fp8
 e4m3 cache with descales, MLA at 576 = 512 + 64); ``goal`` times them
 (``time_paths``): fp8 cache >= 1.7x the bf16 cache at 32k, MLA >= 80% of peak HBM
 bandwidth at B = 32, 8k, a 4k window >= 10x the full 128k context. Sized for about 2
@@ -32,25 +59,170 @@ stops at its deadline.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Iterable
+
 import torch
 
 from kernels import runtime
 from kernels.decode import attention_with_kvcache, mla_with_kvcache
-from kernels.timing.decode import (
-    decode_summary,
-    naive_decode,
-    reference_decode,
-    time_decode,
-)
-from kernels.timing.decode_paths import (
+from kernels.decode.timing_cases import (
+    IMPLS,
+    contiguous_cache,
+    decode_bytes,
+    decode_cases,
+    footprints,
+    make_paged_cache,
     mla_runs,
+    naive_decode,
     paths_summary,
+    percent_of_peak,
     quantize_pages,
+    reference_decode,
     reference_mla,
     reference_paths,
     time_paths,
 )
+from kernels.timing.bench import measure, torch_dtype
 from kernels.timing.records import Record
+
+
+def time_decode(
+    batches: Iterable[int],
+    contexts: Iterable[int],
+    *,
+    h_q: int = 32,
+    h_kv: int = 8,
+    d: int = 128,
+    page_size: int = 256,
+    dtype="float16",
+    impls: Iterable[str] = IMPLS,
+    mem_budget: float | None = None,
+    suite: str = "live",
+    stage: str | None = None,
+    device=None,
+    seed: int = 0,
+    timer: Callable[..., dict] | None = None,
+    deadline: float | None = None,
+    log: Callable[[Record], None] | None = None,
+    **timing,
+) -> list[Record]:
+    """Time each impl at every (B, L): one Record each (shape: B, L, H_q, H_kv, d,
+    N_q, page_size, num_splits (triton), bytes). ``mem_budget``: bytes the tensors of
+    one case may take (default: 80% of the GPU's free memory; unbounded on a CPU).
+    Past ``deadline`` (``time.monotonic()``) no new case starts."""
+    dt, dt_name = torch_dtype(dtype)
+    device = runtime.DEVICE if device is None else device
+    impls = tuple(impls)
+    elem = torch.empty(0, dtype=dt).element_size()
+    if mem_budget is None and device.type == "cuda":
+        mem_budget = 0.8 * torch.cuda.mem_get_info(device)[0]
+    records: list[Record] = []
+    for B in batches:
+        for L in contexts:
+            if deadline is not None and time.monotonic() > deadline:
+                return records
+            nbytes = decode_bytes(B, L, h_q, h_kv, d, 1, elem)
+            shape = {
+                "B": B,
+                "L": L,
+                "H_q": h_q,
+                "H_kv": h_kv,
+                "d": d,
+                "N_q": 1,
+                "page_size": page_size,
+                "causal": True,
+                "bytes": nbytes,
+            }
+            foot = footprints(B, L, h_q, h_kv, d, page_size, elem)
+            if mem_budget is not None and foot["cache"] > mem_budget:
+                for impl in impls:
+                    records.append(
+                        Record(
+                            suite,
+                            "decode",
+                            impl,
+                            "fwd",
+                            dt_name,
+                            dict(shape),
+                            error="unsupported",
+                            stage=stage,
+                            detail=f"skipped: the cache needs "
+                            f"{foot['cache'] / 1e9:.1f} GB,"
+                            f" the budget is {mem_budget / 1e9:.1f} GB",
+                        )
+                    )
+                continue
+            tensors = make_paged_cache(B, L, h_q, h_kv, d, page_size, dt, device, seed)
+            contiguous = ()
+            if {"sdpa", "flash"} & set(impls) and (
+                mem_budget is None or foot["cache"] + foot["flash"] <= mem_budget
+            ):
+                contiguous = contiguous_cache(*tensors[1:3], tensors[4], L)
+            cases = dict(decode_cases(*tensors, *contiguous, impls=impls))
+            for impl in impls:
+                fn = cases.get(impl)
+                if deadline is not None and time.monotonic() > deadline:
+                    return records
+                sh = dict(shape)
+                if impl == "triton":
+                    sh["num_splits"] = fn.splits
+                rec = Record(suite, "decode", impl, "fwd", dt_name, sh, stage=stage)
+                need = foot["cache"] + foot[impl]
+                if fn is None or mem_budget is not None and need > mem_budget:
+                    rec.error = "unsupported"
+                    rec.detail = (
+                        f"skipped: needs {need / 1e9:.1f} GB with the cache, "
+                        f"the budget is {mem_budget / 1e9:.1f} GB"
+                    )
+                    records.append(rec)
+                    continue
+                try:
+                    with torch.no_grad():
+                        measure(rec, fn, bytes_moved=nbytes, timer=timer, **timing)
+                except RuntimeError as e:  # an SDPA backend refusing GQA, ...
+                    rec.error = "unsupported"
+                    rec.detail = " ".join(str(e).split())[:600]
+                records.append(rec)
+                if log is not None:
+                    log(rec)
+            tensors = contiguous = cases = fn = None
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    return records
+
+
+def decode_summary(records: Iterable, gpu_name: str | None) -> list[dict]:
+    """Per (B, L): each impl's ms and GB/s, the triton kernel's percent of peak HBM
+    bandwidth, and its speed-up over naive, SDPA and the flash kernel (their time /
+    its time), from measured records only."""
+    groups: dict = {}
+    for r in records:
+        r = r.to_dict() if isinstance(r, Record) else r
+        if r.get("op") != "decode":
+            continue
+        sh = r["shape"]
+        groups.setdefault((r["dtype"], sh["B"], sh["L"]), {})[r["impl"]] = r
+    rows = []
+    for (dtype, B, L), g in groups.items():
+        ms = {i: r["ms"] for i, r in g.items() if r.get("ms")}
+        tri = g.get("triton", {})
+        row = {
+            "dtype": dtype,
+            "B": B,
+            "L": L,
+            "ms": ms,
+            "gbps": {i: r["gbps"] for i, r in g.items() if r.get("gbps")},
+            "triton_percent_of_peak": percent_of_peak(tri.get("gbps"), gpu_name),
+            "skipped": {i: r.get("detail") for i, r in g.items() if r.get("error")},
+        }
+        for other in ("naive", "sdpa", "flash"):
+            row[f"vs_{other}"] = (
+                ms[other] / ms["triton"] if "triton" in ms and other in ms else None
+            )
+        rows.append(row)
+    return rows
+
 
 SUITE = "decode"
 BATCHES = (1, 8, 64)
@@ -214,7 +386,7 @@ def run(
 
 
 def goal(timer=None, dry: bool = False) -> list[Record]:
-    """Issue 29's goal shapes (``kernels.timing.decode_paths.time_paths``): fp8 against
+    """Issue 29's goal shapes (``kernels.decode.timing_cases.time_paths``): fp8 against
     bf16 at 32k, MLA's bandwidth, a 4k window at 128k; the ratios printed."""
     recs = time_paths(dry, SUITE, timer, log=_log_goal, warmup=10, rep=40)
     gpu = None if dry else runtime.gpu_name()

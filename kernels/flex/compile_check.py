@@ -1,12 +1,12 @@
 """Compile the kernels.flex kernels ahead of time for sm_75, sm_80, sm_89 and sm_90 on a
 CPU, at their shipped tiles, and check shared memory and register spills.
 
-    python -m kernels.machine_code.flex_check           # every target, instantiation,
-                                                        # kernel, head dim, dtype
-    python -m kernels.machine_code.flex_check --quick   # the representative subset
-                                                        # (the test's)
-    python -m kernels.machine_code.flex_check --report  # hot-loop SASS counts, sm90
-                                                        # and sm80 -> benchmarks/static/
+    python -m kernels.flex.compile_check           # every target, instantiation,
+                                                   # kernel, head dim, dtype
+    python -m kernels.flex.compile_check --quick   # the representative subset
+                                                   # (the test's)
+    python -m kernels.flex.compile_check --report  # hot-loop SASS counts, sm90
+                                                   # and sm80 -> benchmarks/static/
 
 Instantiations (each a different kernel: the mods are compile-time functions):
 ``causal`` (``causal_mask``), ``window`` (``sliding_window(4096)``), ``document``
@@ -16,7 +16,7 @@ kernel (``fwd``, ``dkdv``, ``dq``), head dims (d, d_v) in (64, 64), (128, 128) a
 (192, 128) (DeepSeek MLA's prefill), dtypes fp16 (tensor cores; FMA on sm_75) and
 fp32 (FMA), the shipped tile of ``kernels.flex.tiles.configs`` at a 128 x 128 block
 mask, the report gives shared memory against the target's limit, registers per thread
-and spill bytes (``ptxas -v``, as ``kernels.machine_code.compile_check``), and on
+and spill bytes (``ptxas -v``, as ``kernels.flash.compile_check``), and on
 sm_90 whether the matmuls became Hopper ``wgmma``. The
 argument signature is Triton's own specialisation of a representative launch:
 contiguous (B, H = 16, N = 4096, d) q with H_kv = 8 (GQA), a broadcast block mask.
@@ -27,8 +27,9 @@ TRITON_INTERPRET unset (``runtime.compile_ahead`` sets it to 0).
 
 ``--report`` writes ``benchmarks/static/flex-sm90.json`` and ``flex-sm80.json``: the
 forward for a causal mask and a sliding window of 4,096 (bf16, d = 128, the shipped
-tile, N = 16384 as ``compile_check.REPORT_SHAPES``), with the fields of
-``compile_check.machine_code_report``'s rows (so ``kernels.timing.report`` renders both)
+tile, N = 16384 as ``kernels.machine_code.compiler.REPORT_SHAPES``), with the fields of
+``kernels.flash.compile_check.machine_code_report``'s rows (so ``benchmarks.report``
+renders both)
 and the SASS counts per iteration of its two tensor-core loops (``sass.py``):
 ``hot_loop``, the full tiles' loop (no mask evaluated), and ``partial_loop``, the
 partial tiles' (the mask function evaluated per score).
@@ -40,7 +41,7 @@ import sys
 
 from kernels import runtime
 
-runtime.compile_ahead("kernels.machine_code.flex_check", __name__)
+runtime.compile_ahead("kernels.flex.compile_check", __name__)
 
 import torch  # noqa: E402
 
@@ -57,10 +58,10 @@ from kernels.flex import (  # noqa: E402
     tiles,
 )
 from kernels.machine_code.compiler import (  # noqa: E402
-    _compile_values,
-    _jit_function,
     cells,
     check_args,
+    compile_values,
+    jit_function,
     measure,
     ptxas_usage,
     report_header,
@@ -195,8 +196,8 @@ def compile_case(kernel, name, target, dims, dtype_name):
     res["config"] = config
     return measure(
         res,
-        lambda: _compile_values(
-            _jit_function(KERNELS[kernel.removesuffix("-shield")]),
+        lambda: compile_values(
+            jit_function(KERNELS[kernel.removesuffix("-shield")]),
             _values(kernel, name, dims, dtype, config),
             cap,
             config[2],
@@ -272,7 +273,7 @@ def machine_code_report(target: str) -> dict:
     ``mask`` and ``partial_loop`` (the partial tiles' loop; ``hot_loop`` is the full
     tiles')."""
     from kernels.machine_code import sass
-    from kernels.machine_code.compile_check import REPORT_SHAPES
+    from kernels.machine_code.compiler import REPORT_SHAPES
 
     d, dtype, n = 128, REPORT_SHAPES["dtype"], REPORT_SHAPES["n_ctx"]
     cap = tiles.ARCHS[target][0]
@@ -281,7 +282,7 @@ def machine_code_report(target: str) -> dict:
     rows = []
     for label, name in REPORT_MASKS:
         vals = _values("fwd", name, (d, d), dtype, cfg, n)
-        c = _compile_values(_jit_function(KERNELS["fwd"]), vals, cap, cfg[2], cfg[3])
+        c = compile_values(jit_function(KERNELS["fwd"]), vals, cap, cfg[2], cfg[3])
         regs, st, ld = ptxas_usage(c.asm["ptx"])
         rep = sass.report(c.asm["cubin"])
         found = _tensor_core_loops(c.asm["cubin"])
@@ -318,7 +319,10 @@ def machine_code_report(target: str) -> dict:
         "instruction counts of the compiled machine code, not time; hot_loop: "
         "the full tiles' loop, partial_loop: the partial tiles' (mask evaluated)"
     )
-    return {**report_header(target, "flex_check", note), "kernels": rows}
+    return {
+        **report_header(target, "kernels.flex.compile_check", note),
+        "kernels": rows,
+    }
 
 
 def _describe(target, r) -> str:

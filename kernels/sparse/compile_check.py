@@ -1,11 +1,11 @@
 """Compile the kernels.sparse kernels ahead of time for sm_75, sm_80, sm_89 and sm_90
 on a CPU, at their shipped tiles, and check shared memory and register spills.
 
-    python -m kernels.machine_code.sparse_check           # every target, kernel,
-                                                          # case, head dim, dtype, group
-    python -m kernels.machine_code.sparse_check --quick   # the test's subset
-    python -m kernels.machine_code.sparse_check --report  # hot-loop SASS counts
-                                                          # (sm90, sm80) -> benchmarks/
+    python -m kernels.sparse.compile_check           # every target, kernel,
+                                                     # case, head dim, dtype, group
+    python -m kernels.sparse.compile_check --quick   # the test's subset
+    python -m kernels.sparse.compile_check --report  # hot-loop SASS counts
+                                                     # (sm90, sm80) -> benchmarks/
 
 Kernels ``fwd`` (``forward._sparse_fwd``) and ``bwd`` (``backward._sparse_bwd``);
 cases ``blocks64`` (block_size = 64, MoBA/NSA) and ``tokens`` (block_size = 1, DSA:
@@ -29,15 +29,15 @@ import sys
 
 from kernels import runtime
 
-runtime.compile_ahead("kernels.machine_code.sparse_check", __name__)
+runtime.compile_ahead("kernels.sparse.compile_check", __name__)
 
 import torch  # noqa: E402
 
 from kernels.machine_code.compiler import (  # noqa: E402
-    _compile_values,
-    _jit_function,
     cells,
     check_args,
+    compile_values,
+    jit_function,
     measure,
     report_header,
     run_jobs,
@@ -140,8 +140,8 @@ def compile_case(kernel, case, target, d, dtype_name, group):
     }
     return measure(
         res,
-        lambda: _compile_values(
-            _jit_function(KERNELS[kernel]),
+        lambda: compile_values(
+            jit_function(KERNELS[kernel]),
             _values(kernel, case, d, dtype, group, tile),
             cap,
             tile[3],
@@ -215,7 +215,10 @@ def machine_code_report(target: str) -> dict:
         "instruction counts of the compiled machine code, not time; hot_loop: "
         "one iteration of the key loop (BLOCK_N gathered keys)"
     )
-    return {**report_header(target, "sparse_check", note), "kernels": [row]}
+    return {
+        **report_header(target, "kernels.sparse.compile_check", note),
+        "kernels": [row],
+    }
 
 
 def _describe(target, r) -> str:
