@@ -37,11 +37,6 @@ from tests.test_layout import CHECKED, PACKAGES, ROOT, _modules, _resolve, famil
 ENGINES = ("kernels.timing", "kernels.machine_code")
 GETATTRS = ("getattr", "hasattr", "setattr", "delattr")
 PRIVATE_STRING = re.compile(r"_[A-Za-z]\w*")
-ISSUE_44 = pytest.mark.xfail(
-    strict=False,
-    reason="issue 44: until the families' timing and compile checks move into their "
-    "folders",
-)
 
 
 def _private(name: str) -> bool:
@@ -212,15 +207,8 @@ def _in(top: str, m: str) -> bool:
 # The attribute and string rules hold for the book's packages; a test may read a
 # module's private state (a cache, a table) to check it, by attribute or string.
 BY_PACKAGE = [
-    pytest.param("kernels", marks=ISSUE_44),
-    pytest.param(
-        "attention",
-        marks=pytest.mark.xfail(
-            strict=False,
-            reason="attention.explorers.deformable_traffic reads "
-            "attention.plots.traffic._DEFORM_STYLES",
-        ),
-    ),
+    "kernels",
+    "attention",
     "benchmarks",
     "figures",
 ]
@@ -242,7 +230,7 @@ def test_no_underscore_name_is_reached_across_families_by_attribute(top):
 
 @pytest.mark.parametrize(
     "top",
-    [pytest.param("kernels", marks=ISSUE_44), "attention", "benchmarks", "figures"],
+    ["kernels", "attention", "benchmarks", "figures"],
 )
 def test_no_underscore_name_is_reached_across_families_by_string(top):
     mods, packages, trees = _tree()
@@ -259,7 +247,6 @@ def test_no_underscore_name_is_reached_across_families_by_string(top):
     assert not bad, "underscore names reached by string:\n" + "\n".join(bad)
 
 
-@ISSUE_44
 def test_the_engines_import_no_family():
     mods, _, trees = _tree()
     families = kernel_families()

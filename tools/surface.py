@@ -12,7 +12,7 @@ The snapshot holds:
   its public names (``__all__`` if defined, else the names without ``_`` that the
   module defines itself, its submodules left out) with the ``inspect.signature`` of
   each callable, or a description of each constant;
-* ``files``: the sha256 of ``kernels/machine_code/compile_peaks.json`` and of the
+* ``files``: the sha256 of ``kernels/flash/compile_peaks.json`` and of the
   committed SASS reports ``benchmarks/static/*.json``;
 * ``explorers``: the sha256 of the JSON each static twin puts on the page
   (``Explorer.to_json``) for the arguments the chapters and the landing page use;
@@ -169,7 +169,7 @@ def surface() -> dict:
 
 
 def files() -> dict:
-    paths = [ROOT / "kernels" / "machine_code" / "compile_peaks.json"]
+    paths = [ROOT / "kernels" / "flash" / "compile_peaks.json"]
     paths += sorted((ROOT / "benchmarks" / "static").glob("*.json"))
     return {str(p.relative_to(ROOT)): _sha(p.read_bytes()) for p in paths}
 

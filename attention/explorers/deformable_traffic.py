@@ -104,7 +104,7 @@ def static_deformable_traffic_explorer(
 
     check(SETTINGS, side=side, d=d, r=r, n_points=n_points, n_levels=n_levels)
     grid = deformable_grid()
-    styles = plots.traffic._DEFORM_STYLES if hasattr(plots, "traffic") else {}
+    styles = plots.traffic.DEFORM_STYLES if hasattr(plots, "traffic") else {}
     colors = [styles.get(n, ("#333333", "-"))[0] for n in DEFORM_ALGS]
     # DAT unfused: the fused colour, lighter (no dashes in the legend).
     colors[2] = "#8FA9D6"

@@ -505,7 +505,7 @@ _DEFORM_ALGS = {
     "DAT unfused": "dat-unfused",
     "MSDA": "msda",
 }
-_DEFORM_STYLES = {
+DEFORM_STYLES = {
     "dense": ("#C44E52", "-"),
     "DAT fused": ("#4C72B0", "-"),
     "DAT unfused": ("#4C72B0", "--"),
@@ -559,7 +559,7 @@ def deformable_traffic_figure(
     ax1.tick_params(axis="x", labelsize=8)
     sides = np.unique(np.geomspace(16, 512, 24).astype(int))
     for name, alg in _DEFORM_ALGS.items():
-        color, ls = _DEFORM_STYLES[name]
+        color, ls = DEFORM_STYLES[name]
         tot = [
             memory.closed_form(
                 alg, **_deform_kwargs(alg, s, d, r, n_points, n_levels)
