@@ -1,7 +1,7 @@
 """Argument checks of ``kernels.sparse``: every refusal is a TypeError/ValueError
 naming the argument as the caller wrote it.
 
-``check_qkv_sparse`` (q, k, v, the flags, the scale), ``check_kv_indices`` (shape,
+``check_inputs`` (q, k, v, the flags, the scale), ``check_kv_indices`` (shape,
 dtype, device, range and distinctness, one host synchronisation) and
 ``check_select`` (``select_blocks``'s q, k, block size and topk).
 """
