@@ -10,6 +10,8 @@ package instead (for example ``kernels.flash.forward_lse``).
 Conventions
     * Scores are kept in base 2 inside the kernels: ``exp(x) = exp2(x * LOG2E)`` and
       ``log(x) = log2(x) * LN2``; the scale is multiplied by ``LOG2E`` on the host.
+      ``@triton.jit`` code reads the same two numbers as ``LOG2E_JIT`` and ``LN2_JIT``
+      (``tl.constexpr``: a kernel may read a global only when it is one).
     * The softmax scale defaults to ``1 / sqrt(d)`` (``check_scale``); a kernel takes
       it as a float32 argument (``kernel_scale``). Inside the package the scale is
       called ``scale``; public calls keep the name users know from their anchor
@@ -25,13 +27,20 @@ import warnings
 
 import torch
 
+try:
+    import triton.language as tl
+except ImportError:  # pragma: no cover - no triton (not Linux): host names still import
+    tl = None
+
 __all__ = [
     "FLOAT_DTYPES",
     "DTYPE_NAMES",
     "FP32_MAX",
     "FP32_TINY",
     "LN2",
+    "LN2_JIT",
     "LOG2E",
+    "LOG2E_JIT",
     "check_bool",
     "check_int",
     "check_qkv",
@@ -46,6 +55,9 @@ __all__ = [
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
 LN2 = 0.6931471805599453  # ln(2): log(x) = log2(x) * LN2
+# the same two for @triton.jit code, which reads a global only as a tl.constexpr
+LOG2E_JIT = tl.constexpr(LOG2E) if tl is not None else LOG2E
+LN2_JIT = tl.constexpr(LN2) if tl is not None else LN2
 FP32_MAX = 3.4028234663852886e38
 FP32_TINY = 2.0**-126  # the smallest normal float32
 

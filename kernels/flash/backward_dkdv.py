@@ -12,6 +12,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..common import LOG2E_JIT
 from .blocks import (
     _load_query_rows,
     _load_tile,
@@ -21,7 +22,6 @@ from .blocks import (
 )
 from .tiles import (
     _HEURISTICS,
-    _LOG2E,
     _all_configs,
     _pruner,
 )
@@ -220,7 +220,7 @@ def _attn_bwd_dkdv(
             v = v.to(tl.float32)
         dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
         dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-        qk_scale = sm_scale * _LOG2E
+        qk_scale = sm_scale * LOG2E_JIT
 
         # query range: rows [lo, full_start) masked, [full_start, end_m) see every key
         causal_offset = N_CTX_K - N_CTX_Q

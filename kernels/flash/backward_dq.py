@@ -11,6 +11,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..common import LOG2E_JIT
 from .blocks import (
     _load_query_rows,
     _load_tile,
@@ -20,7 +21,6 @@ from .blocks import (
 )
 from .tiles import (
     _HEURISTICS,
-    _LOG2E,
     _all_configs,
     _pruner,
 )
@@ -201,7 +201,7 @@ def _attn_bwd_dq(
             UPCAST,
         )
         dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-        qk_scale = sm_scale * _LOG2E
+        qk_scale = sm_scale * LOG2E_JIT
 
         causal_offset = N_CTX_K - N_CTX_Q
         # the same key ranges as the forward pass

@@ -54,14 +54,14 @@ import triton
 import triton.language as tl
 
 from .. import runtime
-from ..common import dot_precision, upcast
+from ..common import LOG2E_JIT, dot_precision, upcast
 from .backward import PREPROCESS_NUM_WARPS, _attn_bwd_preprocess, preprocess_block_m
 from .backward_fused_blocks import _attn_bwd_fused_inner
 from .blocks import _load_tile, _query_range
 from .checks import (
     _nonfinite_flag as nonfinite_flag,  # (1,) int32 NaN/inf flag: the same as flash's
 )
-from .tiles import _HEURISTICS, _LOG2E, ARCHS, arch_class, block_d
+from .tiles import _HEURISTICS, ARCHS, arch_class, block_d
 
 __all__ = ["ARCHS", "backward_fused", "configs", "nonfinite_flag"]
 
@@ -253,7 +253,7 @@ def _attn_bwd_fused(
         v = v.to(tl.float32)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    qk_scale = sm_scale * _LOG2E
+    qk_scale = sm_scale * LOG2E_JIT
     bad = tl.load(BAD)  # q, k, v or dO holds a NaN/inf (set by causal launches only)
 
     # Query range, as kernels.flash's dK/dV kernel: key j is seen by rows

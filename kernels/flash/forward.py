@@ -12,10 +12,10 @@ import torch
 import triton
 import triton.language as tl
 
-from ..common import check_bool, dot_precision, renamed_scale, upcast
+from ..common import LOG2E_JIT, check_bool, dot_precision, renamed_scale, upcast
 from .blocks import _load_tile, _store_tile, finish_rows, key_range, softmax_pv_step
 from .checks import _v_bad, check_inputs
-from .tiles import _HEURISTICS, _LOG2E, _all_configs, _pruner, block_d, n_bucket
+from .tiles import _HEURISTICS, _all_configs, _pruner, block_d, n_bucket
 
 
 @triton.jit
@@ -164,7 +164,7 @@ def _attn_fwd(
 
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    qk_scale = sm_scale * _LOG2E  # exp(x * scale) = exp2(x * scale * log2(e))
+    qk_scale = sm_scale * LOG2E_JIT  # exp(x * scale) = exp2(x * scale * log2(e))
 
     # running row max (base 2), row sum and unnormalised output: on chip, in fp32
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)

@@ -53,12 +53,11 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .. import runtime
-from ..common import check_bool, dot_precision, upcast
+from ..common import LOG2E_JIT, check_bool, dot_precision, upcast
 from .blocks import finish_rows, key_range, softmax_pv_step
 from .checks import _v_bad, check_inputs
 from .tiles import (
     _HEURISTICS,
-    _LOG2E,
     FORWARD_PATHS,
     INTERPRET_CONFIG,
     arch_class,
@@ -343,7 +342,7 @@ def _attn_fwd_tma(
 
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    qk_scale = sm_scale * _LOG2E
+    qk_scale = sm_scale * LOG2E_JIT
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)

@@ -22,11 +22,10 @@ import triton
 import triton.language as tl
 
 from .. import runtime
-from ..common import dot_precision, upcast
+from ..common import LOG2E_JIT, dot_precision, upcast
 from ..flash import finite_dot
 from .backward_dq import _flex_dq, _score_and_grad
 from .forward import _load_rows, launch_flags, mask_strides
-from .tiles import LOG2E_C
 
 
 @triton.jit
@@ -115,7 +114,7 @@ def _dkdv_tile(
         HAS_SCORE,
         HAS_GRAD,
     )
-    sT = sT * LOG2E_C
+    sT = sT * LOG2E_JIT
     visT = offs_n[:, None] < N_K
     if PARTIAL:
         visT = visT & MASK_FN(b, h, offs_m[None, :], offs_n[:, None], MI, MF)

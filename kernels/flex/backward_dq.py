@@ -10,9 +10,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..common import LOG2E_JIT
 from ..flash import finite_dot
 from .forward import _load_rows
-from .tiles import LOG2E_C
 
 
 @triton.jit
@@ -121,7 +121,7 @@ def _dq_tile(
         HAS_SCORE,
         HAS_GRAD,
     )
-    s = s * LOG2E_C
+    s = s * LOG2E_JIT
     vis = offs_n[None, :] < N_K
     if PARTIAL:
         vis = vis & MASK_FN(b, h, offs_m[:, None], offs_n[None, :], MI, MF)

@@ -17,9 +17,9 @@ import triton
 import triton.language as tl
 
 from .. import runtime
-from ..common import dot_precision, upcast
+from ..common import LOG2E_JIT, dot_precision, upcast
 from ..flash import finite_dot
-from .tiles import LOG2E_C, block_d, tiles
+from .tiles import block_d, tiles
 
 
 @triton.jit
@@ -93,9 +93,9 @@ def _fwd_tile(
     qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
     if HAS_SCORE:
         s = SCORE_FN(qk * scale, b, h, offs_m[:, None], offs_n[None, :], SMI, SMF)
-        s = s * LOG2E_C
+        s = s * LOG2E_JIT
     else:
-        s = qk * (scale * LOG2E_C)
+        s = qk * (scale * LOG2E_JIT)
     visible = offs_n[None, :] < N_K
     if PARTIAL:
         visible = visible & MASK_FN(b, h, offs_m[:, None], offs_n[None, :], MI, MF)
@@ -308,7 +308,7 @@ def _flex_fwd(
         )
     # the sink: exp(sink) joins the denominator (base 2: sink * log2 e), not the sum
     if HAS_SINKS:
-        sink = tl.load(SINKS + h).to(tl.float32) * LOG2E_C
+        sink = tl.load(SINKS + h).to(tl.float32) * LOG2E_JIT
         m_new = tl.maximum(m_i, sink)
         m_new = tl.where(m_i != m_i, m_i, m_new)  # a NaN row stays NaN
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)

@@ -11,9 +11,9 @@ import triton
 import triton.language as tl
 
 from .. import runtime
+from ..common import LOG2E_JIT
 from ..flash import key_range
 from .tiles import (
-    LOG2E,
     _all_configs,
     _pruner,
 )
@@ -109,7 +109,7 @@ def _hard_inner(
             )
             # -log2(u) > 0; u = 0 gives +inf
             t = tl.maximum(-_log2_fast(u), GUMBEL_T_MIN)
-            s = qk * (sm_scale * LOG2E) - _log2_fast(t)
+            s = qk * (sm_scale * LOG2E_JIT) - _log2_fast(t)
         elif SIGN > 0:
             s = qk
         elif SIGN < 0:
@@ -528,7 +528,7 @@ def _topk_attn_fwd(
     m_i = tl.max(tl.where(valid, buf_s, float("-inf")), 1)
     m_safe = tl.where(m_i > float("-inf"), m_i, 0.0)
     # (BLOCK_M, TOPK_PAD)
-    p = tl.where(valid, tl.exp2((buf_s - m_safe[:, None]) * LOG2E), 0.0)
+    p = tl.where(valid, tl.exp2((buf_s - m_safe[:, None]) * LOG2E_JIT), 0.0)
     l_i = tl.sum(p, 1)
 
     # TOPK gathered rows of V per query, accumulated in fp32

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import torch
 import triton
-import triton.language as tl
 
 from .. import common, runtime
 from ..flash.tiles import arch_class, block_d, check_head_dim
 
-LOG2E = tl.constexpr(common.LOG2E)  # kernels.common.LOG2E, as @triton.jit reads it
 MAX_HEAD_DIM = 128
 MAX_TOPK = 128
 

@@ -17,10 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ..common import LOG2E
+from ..common import LOG2E_JIT
 from .blocks import chunk_keys, gathered_scores, group_rows, launch_sizes
-
-_LOG2E: tl.constexpr = tl.constexpr(LOG2E)
 
 
 @triton.jit
@@ -108,7 +106,7 @@ def _sparse_bwd(
     kv_row = (b * H_KV + hkv) * N_K
     idx_row = IDX + b * stride_ib + hkv * stride_ih + t64 * stride_im
     pos = t + N_K - N_Q
-    qk_scale = sm_scale * _LOG2E
+    qk_scale = sm_scale * LOG2E_JIT
 
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     for start in range(0, n_keys, BLOCK_N):
