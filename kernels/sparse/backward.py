@@ -28,8 +28,8 @@ def _sparse_bwd(
     V,
     IDX,
     DO,
-    LSE,
-    DELTA,
+    LSE2,
+    Delta,
     DQ,
     DK,
     DV,
@@ -73,7 +73,7 @@ def _sparse_bwd(
     BLOCK_DV: tl.constexpr,
 ):
     """dq of one token's group rows; dk, dv of its keys by atomics. DQ has q's
-    strides, DK/DV are contiguous fp32 (B, H_kv, N_k, d / d_v), LSE and DELTA
+    strides, DK/DV are contiguous fp32 (B, H_kv, N_k, d / d_v), LSE2 and Delta
     contiguous (B, H_q, N_q) fp32."""
     t, b, hkv, row_ok, head = group_rows(H_KV, GROUP, M_BLOCKS, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
@@ -98,9 +98,9 @@ def _sparse_bwd(
         q = q.to(tl.float32)
         do = do.to(tl.float32)
     row = (b * H_KV * GROUP + head) * N_Q + t64
-    lse2 = tl.load(LSE + row, mask=row_ok, other=float("inf"))
+    lse2 = tl.load(LSE2 + row, mask=row_ok, other=float("inf"))
     lse2 = tl.where(lse2 == float("-inf"), float("inf"), lse2)  # empty row: P = 0
-    delta = tl.load(DELTA + row, mask=row_ok, other=0.0)
+    delta = tl.load(Delta + row, mask=row_ok, other=0.0)
     k_base = K + b * stride_kb + hkv * stride_kh
     v_base = V + b * stride_vb + hkv * stride_vh
     kv_row = (b * H_KV + hkv) * N_K

@@ -31,7 +31,7 @@ def _sparse_fwd(
     V,
     IDX,
     O,
-    LSE,
+    LSE2,
     sm_scale,
     stride_qb,
     stride_qh,
@@ -151,7 +151,7 @@ def _sparse_fwd(
         acc.to(O.dtype.element_ty),
         mask=row_ok[:, None] & (offs_dv[None, :] < HEAD_DIM_V),
     )
-    l_ptrs = LSE + b * stride_lb + head * stride_lh + t.to(tl.int64) * stride_lm
+    l_ptrs = LSE2 + b * stride_lb + head * stride_lh + t.to(tl.int64) * stride_lm
     tl.store(l_ptrs, lse2, mask=row_ok)
 
 
