@@ -243,7 +243,7 @@ def _tma_fwd_inner(
     lo,
     hi,
     qk_scale,
-    N_CTX_K,
+    N_K,
     HEAD_DIM,
     causal_offset,
     v_bad,
@@ -256,7 +256,7 @@ def _tma_fwd_inner(
     NEG_SCALE: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr,
 ):
-    """``kernels.flash._attn_fwd_inner`` with k/v tiles read by TMA: rows past N_CTX_K
+    """``kernels.flash._attn_fwd_inner`` with k/v tiles read by TMA: rows past N_K
     and columns past HEAD_DIM arrive as zeros, as the pointer path's masked loads give
     them. WARP_SPECIALIZE: producer/consumer warp groups for this loop."""
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
@@ -283,7 +283,7 @@ def _tma_fwd_inner(
             offs_m,
             offs_d,
             qk_scale,
-            N_CTX_K,
+            N_K,
             HEAD_DIM,
             causal_offset,
             v_bad,
@@ -312,8 +312,8 @@ def _attn_fwd_tma(
     stride_vd,
     H,
     GROUP,
-    N_CTX_Q,
-    N_CTX_K,
+    N_Q,
+    N_K,
     HEAD_DIM,
     N_BUCKET,
     IS_CAUSAL: tl.constexpr,
@@ -329,7 +329,7 @@ def _attn_fwd_tma(
     NEG_SCALE: tl.constexpr,
     WS_LOOP: tl.constexpr,
 ):
-    # N_BUCKET (n_bucket(N_CTX_K)) is only the autotuner's key; NEG_SCALE: sm_scale < 0;
+    # N_BUCKET (n_bucket(N_K)) is only the autotuner's key; NEG_SCALE: sm_scale < 0;
     # V and its strides serve only the key-by-key path of a V holding NaN/inf;
     # WARP_SPECIALIZE (the config's) asks for the warp-specialised loop, WS_LOOP (a
     # heuristic) says whether this launch gets it
@@ -352,8 +352,8 @@ def _attn_fwd_tma(
     if UPCAST:
         q = q.to(tl.float32)
 
-    causal_offset = N_CTX_K - N_CTX_Q
-    hi, full_end = key_range(start_m, N_CTX_Q, N_CTX_K, IS_CAUSAL, BLOCK_M, BLOCK_N)
+    causal_offset = N_K - N_Q
+    hi, full_end = key_range(start_m, N_Q, N_K, IS_CAUSAL, BLOCK_M, BLOCK_N)
     offs_n0 = tl.arange(0, BLOCK_N)
     v_bad = tl.load(V_BAD)
     # stage 1: blocks every row sees in full, no masks (warp-specialised if asked)
@@ -375,7 +375,7 @@ def _attn_fwd_tma(
         0,
         full_end,
         qk_scale,
-        N_CTX_K,
+        N_K,
         HEAD_DIM,
         causal_offset,
         v_bad,
@@ -408,7 +408,7 @@ def _attn_fwd_tma(
             full_end,
             hi,
             qk_scale,
-            N_CTX_K,
+            N_K,
             HEAD_DIM,
             causal_offset,
             v_bad,
@@ -423,12 +423,12 @@ def _attn_fwd_tma(
         )
 
     acc, lse2 = finish_rows(acc, l_i, m_i)
-    lse_ptrs = LSE2 + off_hz.to(tl.int64) * N_CTX_Q + offs_m
+    lse_ptrs = LSE2 + off_hz.to(tl.int64) * N_Q + offs_m
     if EVEN_M:
         tl.store(lse_ptrs, lse2)
     else:
-        tl.store(lse_ptrs, lse2, mask=offs_m < N_CTX_Q)
-    # rows past N_CTX_Q and columns past HEAD_DIM are clipped by the TMA store
+        tl.store(lse_ptrs, lse2, mask=offs_m < N_Q)
+    # rows past N_Q and columns past HEAD_DIM are clipped by the TMA store
     desc_o.store(
         [off_z, off_h, start_m * BLOCK_M, 0],
         acc.to(desc_o.dtype).reshape(1, 1, BLOCK_M, BLOCK_D),
@@ -442,7 +442,7 @@ _HEUR = {
     # the one key loop of an aligned non-causal launch: where Triton 3.7
     # specialises (the causal kernel has two loops, a ragged N_k makes it fail)
     "WS_LOOP": lambda a: (
-        a["WARP_SPECIALIZE"] and not a["IS_CAUSAL"] and a["N_CTX_K"] % a["BLOCK_N"] == 0
+        a["WARP_SPECIALIZE"] and not a["IS_CAUSAL"] and a["N_K"] % a["BLOCK_N"] == 0
     ),
 }
 

@@ -305,8 +305,8 @@ def _pruner(kernel: str):
 
 
 _HEURISTICS = {
-    "EVEN_M": lambda a: a["N_CTX_Q"] % a["BLOCK_M"] == 0,
-    "EVEN_N": lambda a: a["N_CTX_K"] % a["BLOCK_N"] == 0,
+    "EVEN_M": lambda a: a["N_Q"] % a["BLOCK_M"] == 0,
+    "EVEN_N": lambda a: a["N_K"] % a["BLOCK_N"] == 0,
     "EVEN_D": lambda a: a["HEAD_DIM"] == a["BLOCK_D"],
 }
 

@@ -51,8 +51,8 @@ def _dkdv_tile(
     scale,
     N_Q,
     N_K,
-    D,
-    DV,
+    HEAD_DIM,
+    HEAD_DIM_V,
     MI,
     MF,
     SMI,
@@ -77,7 +77,7 @@ def _dkdv_tile(
         offs_m,
         offs_d,
         N_Q,
-        D,
+        HEAD_DIM,
         EVEN_M,
         EVEN_D,
     )
@@ -86,7 +86,7 @@ def _dkdv_tile(
         offs_m,
         offs_dv,
         N_Q,
-        DV,
+        HEAD_DIM_V,
         EVEN_M,
         EVEN_D,
     )
@@ -193,8 +193,8 @@ def _flex_dkdv(
     GROUP,
     N_Q,
     N_K,
-    D,
-    DV,
+    HEAD_DIM,
+    HEAD_DIM_V,
     MASK_FN: tl.constexpr,
     SCORE_FN: tl.constexpr,
     GRAD_FN: tl.constexpr,
@@ -230,7 +230,7 @@ def _flex_dkdv(
         offs_n,
         offs_d,
         N_K,
-        D,
+        HEAD_DIM,
         EVEN_N,
         EVEN_D,
     )
@@ -243,7 +243,7 @@ def _flex_dkdv(
         offs_n,
         offs_dv,
         N_K,
-        DV,
+        HEAD_DIM_V,
         EVEN_N,
         EVEN_D,
     )
@@ -292,8 +292,8 @@ def _flex_dkdv(
                 scale,
                 N_Q,
                 N_K,
-                D,
-                DV,
+                HEAD_DIM,
+                HEAD_DIM_V,
                 MI,
                 MF,
                 SMI,
@@ -340,8 +340,8 @@ def _flex_dkdv(
                 scale,
                 N_Q,
                 N_K,
-                D,
-                DV,
+                HEAD_DIM,
+                HEAD_DIM_V,
                 MI,
                 MF,
                 SMI,
@@ -361,8 +361,8 @@ def _flex_dkdv(
                 BLOCK_M,
             )
     dk = dk * scale
-    inside_k = (offs_n[:, None] < N_K) & (offs_d[None, :] < D)
-    inside_v = (offs_n[:, None] < N_K) & (offs_dv[None, :] < DV)
+    inside_k = (offs_n[:, None] < N_K) & (offs_d[None, :] < HEAD_DIM)
+    inside_v = (offs_n[:, None] < N_K) & (offs_dv[None, :] < HEAD_DIM_V)
     tl.store(
         DKP
         + b.to(tl.int64) * stride_dkz

@@ -58,8 +58,8 @@ def _fwd_tile(
     h,
     scale,
     N_K,
-    D,
-    DV,
+    HEAD_DIM,
+    HEAD_DIM_V,
     MI,
     MF,
     SMI,
@@ -85,8 +85,8 @@ def _fwd_tile(
         v = tl.load(v_ptrs)
     else:
         rows = offs_n[:, None] < N_K
-        k = tl.load(k_ptrs, mask=rows & (offs_d[None, :] < D), other=0.0)
-        v = tl.load(v_ptrs, mask=rows & (offs_dv[None, :] < DV), other=0.0)
+        k = tl.load(k_ptrs, mask=rows & (offs_d[None, :] < HEAD_DIM), other=0.0)
+        v = tl.load(v_ptrs, mask=rows & (offs_dv[None, :] < HEAD_DIM_V), other=0.0)
     if UPCAST:
         k = k.to(tl.float32)
         v = v.to(tl.float32)
@@ -169,8 +169,8 @@ def _flex_fwd(
     GROUP,
     N_Q,
     N_K,
-    D,
-    DV,
+    HEAD_DIM,
+    HEAD_DIM_V,
     MASK_FN: tl.constexpr,
     SCORE_FN: tl.constexpr,
     HAS_SCORE: tl.constexpr,
@@ -207,7 +207,7 @@ def _flex_fwd(
         offs_m,
         offs_d,
         N_Q,
-        D,
+        HEAD_DIM,
         EVEN_M,
         EVEN_D,
     )
@@ -247,8 +247,8 @@ def _flex_fwd(
             h,
             scale,
             N_K,
-            D,
-            DV,
+            HEAD_DIM,
+            HEAD_DIM_V,
             MI,
             MF,
             SMI,
@@ -289,8 +289,8 @@ def _flex_fwd(
             h,
             scale,
             N_K,
-            D,
-            DV,
+            HEAD_DIM,
+            HEAD_DIM_V,
             MI,
             MF,
             SMI,
@@ -334,12 +334,14 @@ def _flex_fwd(
     o_ptrs = o_base + offs_m[:, None] * stride_om + offs_dv[None, :] * stride_od
     o = acc.to(Out.dtype.element_ty)
     if SHIELD:
-        inside = (offs_m[:, None] < N_Q) & (offs_dv[None, :] < DV)
+        inside = (offs_m[:, None] < N_Q) & (offs_dv[None, :] < HEAD_DIM_V)
         tl.store(o_ptrs, o, mask=inside & go)
     elif EVEN_M and EVEN_D:
         tl.store(o_ptrs, o)
     else:
-        tl.store(o_ptrs, o, mask=(offs_m[:, None] < N_Q) & (offs_dv[None, :] < DV))
+        tl.store(
+            o_ptrs, o, mask=(offs_m[:, None] < N_Q) & (offs_dv[None, :] < HEAD_DIM_V)
+        )
 
 
 def mask_strides(block_mask, B: int, H: int) -> tuple[int, int]:

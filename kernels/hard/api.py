@@ -47,7 +47,7 @@ def _common(q, k):
         "N_K": k.shape[2],
         "GROUP": H // k.shape[1],
         "HEAD_DIM": d,
-        "HEAD_DIM_PAD": block_d(d),
+        "BLOCK_D": block_d(d),
         "UPCAST": _upcast(q.dtype, q.device),
         "DOT_PRECISION": dot_precision(q.dtype),
     }
@@ -70,14 +70,14 @@ def _hard_forward(q, k, v, causal, scale, sample, seed):
         *_strides(k),
         *_strides(v),
         *_strides(o),
-        CAUSAL=causal,
+        IS_CAUSAL=causal,
         SAMPLE=sample,
         **_common(q, k),
     )
     # NaN rows (marked -2) get their first NaN key; a program without one stops at once
     nan_rows = idx == -2  # (B, H, N_q): a NaN among the row's visible scores
     common = _common(q, k)
-    del common["HEAD_DIM_PAD"], common["N_Q"], common["N_K"], common["H"]
+    del common["BLOCK_D"], common["N_Q"], common["N_K"], common["H"]
     _hard_nan_index[(triton.cdiv(N_q, NAN_INDEX_BLOCK), B * H)](
         q,
         k,
@@ -89,8 +89,8 @@ def _hard_forward(q, k, v, causal, scale, sample, seed):
         N_q,
         k.shape[2],
         common.pop("GROUP"),
-        HEAD_DIM_PAD=block_d(d),
-        CAUSAL=causal,
+        BLOCK_D=block_d(d),
+        IS_CAUSAL=causal,
         BLOCK_M=NAN_INDEX_BLOCK,
         BLOCK_N=NAN_INDEX_BLOCK,
         num_warps=4,
@@ -119,7 +119,7 @@ def _topk_forward(q, k, v, topk, causal, scale):
         *_strides(o),
         TOPK=topk,
         TOPK_PAD=max(16, triton.next_power_of_2(topk)),
-        CAUSAL=causal,
+        IS_CAUSAL=causal,
         **_common(q, k),
     )
     return o, idx, lse

@@ -326,7 +326,7 @@ def values(cfg, topk, sample=True):
     n, d, H = 4096, 128, 16
     t = torch.empty(16, dtype=torch.float16)
     v = {"sm_scale": 0.125, "SIGN": 1, "seed": 12345, "H": H, "N_Q": n, "N_K": n,
-         "GROUP": 1, "HEAD_DIM": d, "HEAD_DIM_PAD": 128, "CAUSAL": True,
+         "GROUP": 1, "HEAD_DIM": d, "BLOCK_D": 128, "IS_CAUSAL": True,
          "SAMPLE": sample,
          "UPCAST": False, "DOT_PRECISION": "tf32", "BLOCK_M": cfg[0], "BLOCK_N": cfg[1],
          "TOPK": topk, "TOPK_PAD": triton.next_power_of_2(topk), "Q": t, "K": t, "V": t,
