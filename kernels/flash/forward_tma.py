@@ -53,7 +53,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .. import runtime
-from ..common import LOG2E_JIT, check_bool, dot_precision, upcast
+from ..common import LOG2E_JIT, check_bool, dot_precision, renamed_scale, upcast
 from .blocks import finish_rows, key_range, softmax_pv_step
 from .checks import _v_bad, check_inputs
 from .tiles import (
@@ -469,8 +469,10 @@ def forward_tma(
     k: torch.Tensor,
     v: torch.Tensor,
     causal: bool = False,
-    sm_scale: float | None = None,
+    softmax_scale: float | None = None,
     warp_specialize: bool | str = False,
+    *,
+    sm_scale: float | None = None,
 ):
     """The FlashAttention forward with TMA descriptor loads and stores.
 
@@ -479,7 +481,8 @@ def forward_tma(
             Each must be TMA-readable: last dim contiguous, other strides and the
             address 16-byte aligned (else ValueError naming it: use the pointer path).
         causal: bottom-right aligned mask, as kernels.flash.
-        sm_scale: softmax scale, default 1 / sqrt(d).
+        softmax_scale: softmax scale, default 1 / sqrt(d) (``flash_attention``'s name;
+            the old keyword ``sm_scale=`` still works, with a DeprecationWarning).
         warp_specialize: False, True (the unmasked key loop warp-specialised) or
             "auto" (the autotuner tries both).
 
@@ -487,8 +490,15 @@ def forward_tma(
         (o, lse2): o (B, H, N_q, d) in q's dtype, lse2 (B, H, N_q) float32 base-2
         log-sum-exp (-inf for a row that sees no key), as ``kernels.flash.forward_lse``.
     """
-    scale = check_inputs(q, k, v, sm_scale, "sm_scale")
+    softmax_scale = renamed_scale(softmax_scale, sm_scale, "softmax_scale")
+    scale = check_inputs(q, k, v, softmax_scale, "softmax_scale")
     check_bool("causal", causal)
+    return tma_lse(q, k, v, bool(causal), scale, warp_specialize)
+
+
+def tma_lse(q, k, v, causal: bool, scale: float, warp_specialize: bool | str = False):
+    """``forward_tma`` on inputs and a scale already checked (``flash_attention`` checks
+    them once): the TMA-specific checks, then the launch."""
     if not isinstance(warp_specialize, (bool, str)) or warp_specialize not in _KERNELS:
         raise ValueError(
             f"warp_specialize must be False, True or 'auto', got {warp_specialize!r}"
@@ -543,16 +553,20 @@ def forward(
     k,
     v,
     causal: bool = False,
-    sm_scale: float | None = None,
+    softmax_scale: float | None = None,
     path: str = DEFAULT_FORWARD_PATH,
+    *,
+    sm_scale: float | None = None,
 ):
-    """``(o, lse2)`` by the named forward path (one of ``FORWARD_PATHS``)."""
+    """``(o, lse2)`` by the named forward path (one of ``FORWARD_PATHS``); the scale is
+    ``softmax_scale`` as in ``flash_attention`` (``sm_scale=`` deprecated)."""
+    if path not in FORWARD_PATHS:
+        raise ValueError(f"path must be one of {FORWARD_PATHS}, got {path!r}")
+    softmax_scale = renamed_scale(softmax_scale, sm_scale, "softmax_scale")
+    scale = check_inputs(q, k, v, softmax_scale, "softmax_scale")
+    check_bool("causal", causal)
     if path == "pointer":
         from .forward import forward_lse
 
-        scale = check_inputs(q, k, v, sm_scale, "sm_scale")
-        check_bool("causal", causal)
         return forward_lse(q, k, v, bool(causal), scale)
-    if path not in FORWARD_PATHS:
-        raise ValueError(f"path must be one of {FORWARD_PATHS}, got {path!r}")
-    return forward_tma(q, k, v, causal, sm_scale, warp_specialize=path == "tma-ws")
+    return tma_lse(q, k, v, bool(causal), scale, warp_specialize=path == "tma-ws")
