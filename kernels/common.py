@@ -51,6 +51,7 @@ __all__ = [
     "kernel_scale",
     "renamed_scale",
     "upcast",
+    "upcast_on",
 ]
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
@@ -189,7 +190,17 @@ def upcast(dtype: torch.dtype, device: torch.device) -> bool:
 
     if dtype != torch.bfloat16:
         return False
-    return runtime.INTERPRET or torch.cuda.get_device_capability(device) < (8, 0)
+    return upcast_on(
+        dtype, None if runtime.INTERPRET else torch.cuda.get_device_capability(device)
+    )
+
+
+def upcast_on(dtype: torch.dtype, capability: tuple[int, int] | None) -> bool:
+    """``upcast`` for a GPU of compute ``capability``, or the interpreter when it is
+    None: what tile tables and ahead-of-time compiles ask without a device."""
+    return dtype == torch.bfloat16 and (
+        capability is None or tuple(capability) < (8, 0)
+    )
 
 
 def dot_precision(dtype: torch.dtype) -> str:

@@ -9,8 +9,7 @@ from __future__ import annotations
 import torch
 import triton
 
-from .. import runtime
-from ..common import check_int, dot_precision, renamed_scale
+from ..common import check_int, dot_precision, renamed_scale, upcast
 from ..flash.tiles import block_d
 from ..naive import repeat_kv
 from .checks import check_inputs
@@ -27,14 +26,6 @@ from .tiles import MAX_TOPK
 # ---------------------------------------------------------------------------------
 
 
-def _upcast(dtype: torch.dtype, device: torch.device) -> bool:
-    """Tiles go through fp32 under the interpreter, and bf16 on GPUs without bf16
-    tensor cores."""
-    if runtime.INTERPRET:
-        return True
-    return dtype == torch.bfloat16 and torch.cuda.get_device_capability(device) < (8, 0)
-
-
 def _strides(t):
     return t.stride(0), t.stride(1), t.stride(2), t.stride(3)
 
@@ -48,7 +39,7 @@ def _common(q, k):
         "GROUP": H // k.shape[1],
         "HEAD_DIM": d,
         "BLOCK_D": block_d(d),
-        "UPCAST": _upcast(q.dtype, q.device),
+        "UPCAST": upcast(q.dtype, q.device),
         "DOT_PRECISION": dot_precision(q.dtype),
     }
 

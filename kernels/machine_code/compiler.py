@@ -133,7 +133,7 @@ def _launch_values(
         "IS_CAUSAL": causal,
         "BLOCK_D": bd,
         "UPCAST": False,
-        "DOT_PRECISION": "ieee" if dtype == torch.float32 else "tf32",
+        "DOT_PRECISION": common.dot_precision(dtype),
         "BLOCK_M": bm,
         "BLOCK_N": bn,
         "EVEN_M": n_ctx % bm == 0,
@@ -209,7 +209,7 @@ def _compile(
     )
     fn = _jit_function(getattr(module, KERNEL_FNS[kernel]))
     values = _launch_values(kernel, dtype, head_dim, n_ctx, causal, config)
-    values["UPCAST"] = dtype == torch.bfloat16 and cap < (8, 0)
+    values["UPCAST"] = common.upcast_on(dtype, cap)
     if kernel == "bwd-fused":
         values["DQ"] = torch.empty(16, dtype=torch.float32)  # the fp32 dQ accumulator
     return _compile_values(fn, values, cap, config[2], config[3])

@@ -44,6 +44,7 @@ runtime.compile_ahead("kernels.machine_code.flex_check", __name__)
 
 import torch  # noqa: E402
 
+from kernels.common import dot_precision  # noqa: E402
 from kernels.flex import (  # noqa: E402
     and_masks,
     backward,
@@ -136,7 +137,7 @@ def _values(kernel, name, dims, dtype, config, n=N):
         "BLOCK_D": bd,
         "BLOCK_DV": bdv,
         "UPCAST": False,
-        "DOT_PRECISION": "ieee" if dtype == torch.float32 else "tf32",
+        "DOT_PRECISION": dot_precision(dtype),
         "BLOCK_M": config[0],
         "BLOCK_N": config[1],
         "SQ": BLOCK,
