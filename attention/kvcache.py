@@ -167,6 +167,23 @@ def _check_descale(name, x, B, h_kv, cache, cache_name):
 # ---------------------------------------------------------------------------------
 
 
+def _renamed_scale(scale, softmax_scale, fn: str):
+    """(the scale, the name the caller gave it): ``scale``, or ``softmax_scale`` (the
+    kernels' name) with a DeprecationWarning, so that old calls still run and an error
+    names what the caller wrote. Both given: TypeError."""
+    if softmax_scale is None:
+        return scale, "scale"
+    warnings.warn(
+        f"attention.decode.{fn}: softmax_scale is deprecated here (the NumPy "
+        "functions call it scale); pass scale",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    if scale is not None:
+        raise TypeError("pass scale or softmax_scale, not both")
+    return softmax_scale, "softmax_scale"
+
+
 def _chunk_partial(s, keep, v):
     """(o, lse) of scores ``s (H, N_q, n)`` over one chunk, hidden where not keep."""
     if s.shape[-1] == 0:
@@ -208,17 +225,7 @@ def attention_with_kvcache(
     ``softmax_scale``, is accepted with a DeprecationWarning. Returns out (B, N_q, H_q,
     d_v), and lse (B, H_q, N_q) with ``return_lse``.
     """
-    scale_name = "scale"
-    if softmax_scale is not None:
-        warnings.warn(
-            "attention.decode.attention_with_kvcache: softmax_scale is deprecated "
-            "here (the NumPy functions call it scale); pass scale",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        if scale is not None:
-            raise TypeError("pass scale or softmax_scale, not both")
-        scale, scale_name = softmax_scale, "softmax_scale"
+    scale, scale_name = _renamed_scale(scale, softmax_scale, "attention_with_kvcache")
     if np.shape(k_cache) != np.shape(v_cache):
         raise ValueError(
             f"k_cache and v_cache must have one shape, got "
@@ -354,9 +361,11 @@ def mla_with_kvcache(
     cache_seqlens,
     block_table=None,
     head_dim_v: int = 512,
-    softmax_scale: float | None = None,
+    scale: float | None = None,
     causal: bool = True,
     return_lse: bool = False,
+    *,
+    softmax_scale: float | None = None,
 ):
     """Multi-head latent attention's decode (DeepSeek-V2/V3, FlashMLA's
     ``flash_mla_with_kvcache`` in this book's argument order) in float64 NumPy.
@@ -365,10 +374,12 @@ def mla_with_kvcache(
     D = head_dim_v + rope dim (DeepSeek-V3: 512 + 64 = 576), its keys; its values are
     that row's first ``head_dim_v`` columns; every query head reads the same row (an
     MQA with d = D). q (B, N_q, H_q, D); kv_cache (B, N_max, 1, D), or pages
-    (num_pages, page_size, 1, D) with ``block_table``; softmax_scale defaults to
-    1/sqrt(D). Returns out (B, N_q, H_q, head_dim_v), and lse (B, H_q, N_q) with
-    ``return_lse``.
+    (num_pages, page_size, 1, D) with ``block_table``; ``scale`` defaults to
+    1/sqrt(D) (``softmax_scale``, the kernel's name, is accepted with a
+    DeprecationWarning). Returns out (B, N_q, H_q, head_dim_v), and lse (B, H_q, N_q)
+    with ``return_lse``.
     """
+    scale, scale_name = _renamed_scale(scale, softmax_scale, "mla_with_kvcache")
     kv = as_real_array("kv_cache", kv_cache)
     if kv.ndim != 4 or kv.shape[2] != 1:
         raise ValueError(
@@ -381,8 +392,8 @@ def mla_with_kvcache(
             f"head_dim_v={dv} exceeds the latent row's width D = {kv.shape[3]}"
         )
     return _with_kvcache(
-        q, kv, kv[..., :dv], cache_seqlens, block_table, causal, softmax_scale,
-        "softmax_scale", 0, return_lse, (-1, -1), 0.0, None, None, None, None,
+        q, kv, kv[..., :dv], cache_seqlens, block_table, causal, scale, scale_name,
+        0, return_lse, (-1, -1), 0.0, None, None, None, None,
         "kv_cache", "kv_cache",
     )  # fmt: skip
 

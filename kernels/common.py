@@ -11,6 +11,8 @@ package instead (for example ``kernels.flash.forward_lse``).
 Conventions
     * Scores are kept in base 2 inside the kernels: ``exp(x) = exp2(x * LOG2E)`` and
       ``log(x) = log2(x) * LN2``; the scale is multiplied by ``LOG2E`` on the host.
+      ``@triton.jit`` code reads the same two numbers as ``LOG2E_JIT`` and ``LN2_JIT``
+      (``tl.constexpr``: a kernel may read a global only when it is one).
     * The softmax scale defaults to ``1 / sqrt(d)`` (``check_scale``); a kernel takes
       it as a float32 argument (``kernel_scale``). Inside the package the scale is
       called ``scale``; public calls keep the name users know from their anchor
@@ -26,6 +28,11 @@ import warnings
 
 import torch
 
+try:
+    import triton.language as tl
+except ImportError:  # pragma: no cover - no triton (not Linux): host names still import
+    tl = None
+
 __all__ = [
     "ARCHS",
     "arch_class",
@@ -36,7 +43,9 @@ __all__ = [
     "FP32_MAX",
     "FP32_TINY",
     "LN2",
+    "LN2_JIT",
     "LOG2E",
+    "LOG2E_JIT",
     "check_bool",
     "check_int",
     "check_qkv",
@@ -47,10 +56,14 @@ __all__ = [
     "kernel_scale",
     "renamed_scale",
     "upcast",
+    "upcast_on",
 ]
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
 LN2 = 0.6931471805599453  # ln(2): log(x) = log2(x) * LN2
+# the same two for @triton.jit code, which reads a global only as a tl.constexpr
+LOG2E_JIT = tl.constexpr(LOG2E) if tl is not None else LOG2E
+LN2_JIT = tl.constexpr(LN2) if tl is not None else LN2
 FP32_MAX = 3.4028234663852886e38
 FP32_TINY = 2.0**-126  # the smallest normal float32
 
@@ -246,7 +259,17 @@ def upcast(dtype: torch.dtype, device: torch.device) -> bool:
 
     if dtype != torch.bfloat16:
         return False
-    return runtime.INTERPRET or torch.cuda.get_device_capability(device) < (8, 0)
+    return upcast_on(
+        dtype, None if runtime.INTERPRET else torch.cuda.get_device_capability(device)
+    )
+
+
+def upcast_on(dtype: torch.dtype, capability: tuple[int, int] | None) -> bool:
+    """``upcast`` for a GPU of compute ``capability``, or the interpreter when it is
+    None: what tile tables and ahead-of-time compiles ask without a device."""
+    return dtype == torch.bfloat16 and (
+        capability is None or tuple(capability) < (8, 0)
+    )
 
 
 def dot_precision(dtype: torch.dtype) -> str:

@@ -9,9 +9,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common import LN2
-
-_LN2: tl.constexpr = tl.constexpr(LN2)
+from ..common import LN2_JIT
 
 
 @triton.jit
@@ -178,5 +176,5 @@ def _decode_merge(
             + b.to(tl.int64) * stride_lb
             + h.to(tl.int64) * stride_lh
             + t.to(tl.int64) * stride_lt,
-            lse * _LN2,
+            lse * LN2_JIT,
         )

@@ -37,7 +37,7 @@ runtime.compile_ahead("kernels.decode.compile_check", __name__)
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from kernels.common import DTYPE_NAMES, dot_precision  # noqa: E402
+from kernels.common import DTYPE_NAMES, dot_precision, upcast_on  # noqa: E402
 from kernels.decode import blocks as M  # noqa: E402
 from kernels.decode import forward as F  # noqa: E402
 from kernels.decode import tiles as K  # noqa: E402
@@ -178,7 +178,7 @@ def _split_values(case: Case, cap) -> tuple[dict, int, int]:
         "FP8_NATIVE": native,
         "SHARED_KV": mla,
         "SPLIT": True,
-        "UPCAST": dt == torch.bfloat16 and cap < (8, 0),
+        "UPCAST": upcast_on(dt, cap),
         "DOT_PRECISION": dot_precision(dt),
         "BLOCK_M": bm,
         "BLOCK_N": bn,

@@ -19,15 +19,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common import LN2, LOG2E
+from ..common import LN2_JIT, LOG2E_JIT
 from ..flash import finish_rows, finite_dot
 from .blocks import _decode_merge, _kv_offsets, _scores, _window_row_max
 
 __all__ = ["_decode_split", "_decode_merge"]
-
-# kernels.common's constants, as @triton.jit reads them
-_LOG2E: tl.constexpr = tl.constexpr(LOG2E)
-_LN2: tl.constexpr = tl.constexpr(LN2)
 
 
 @triton.jit
@@ -284,12 +280,14 @@ def _decode_split(
     if UPCAST:
         q = q.to(tl.float32)
         q_r = q_r.to(tl.float32)
-    qk_scale = sm_scale * _LOG2E
+    qk_scale = sm_scale * LOG2E_JIT
     if FP8:
         qk_scale = qk_scale * tl.load(KDESC + b * stride_dsb + hkv)
-    cap2 = softcap * _LOG2E
+    cap2 = softcap * LOG2E_JIT
     if HAS_ALIBI:
-        slope2 = tl.load(ALIBI + b * stride_ab + head, mask=row_ok, other=0.0) * _LOG2E
+        slope2 = (
+            tl.load(ALIBI + b * stride_ab + head, mask=row_ok, other=0.0) * LOG2E_JIT
+        )
     else:
         slope2 = qk_scale
 
@@ -326,7 +324,7 @@ def _decode_split(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     if HAS_SINKS:  # the sink joins split 0 as a key of value 0
-        sink2 = tl.load(SINKS + head, mask=row_ok, other=0.0) * _LOG2E
+        sink2 = tl.load(SINKS + head, mask=row_ok, other=0.0) * LOG2E_JIT
         m_i = tl.where(split == 0, sink2, m_i)
         l_i = tl.where(split == 0, 1.0, l_i)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
@@ -366,7 +364,7 @@ def _decode_split(
         tl.store(LSE + l_rows, lse2, mask=row_ok)
         tl.store(Out + o_rows[:, None] + offs_d[None, :] * stride_od, acc, mask=o_mask)
     else:
-        tl.store(LSE + l_rows, lse2 * _LN2, mask=row_ok)
+        tl.store(LSE + l_rows, lse2 * LN2_JIT, mask=row_ok)
         tl.store(
             Out + o_rows[:, None] + offs_d[None, :] * stride_od,
             acc.to(Out.dtype.element_ty),

@@ -38,9 +38,9 @@ def _msda_bwd(
     stride_gq,
     stride_gh,
     stride_gd,
-    L_q,
+    N_Q,
     S,
-    N_HEADS,
+    H,
     HEAD_DIM,
     N_LEVELS: tl.constexpr,
     N_POINTS: tl.constexpr,
@@ -51,15 +51,15 @@ def _msda_bwd(
 ):
     pid_q = tl.program_id(0)
     pid_bh = tl.program_id(1).to(tl.int64)
-    b = pid_bh // N_HEADS
-    h = pid_bh % N_HEADS
+    b = pid_bh // H
+    h = pid_bh % H
     offs_q = pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)
-    mask_q = offs_q < L_q
+    mask_q = offs_q < N_Q
     v_base = Value + b * stride_vb + h * stride_vh
     # dValue is a contiguous (B, S, H, D) buffer in the arithmetic type (fp32 or fp64)
-    dv_base = dValue + (b * S * N_HEADS + h) * HEAD_DIM
-    dv_stride_s = N_HEADS * HEAD_DIM
-    row = ((b * L_q + offs_q) * N_HEADS + h) * (N_LEVELS * N_POINTS)
+    dv_base = dValue + (b * S * H + h) * HEAD_DIM
+    dv_stride_s = H * HEAD_DIM
+    row = ((b * N_Q + offs_q) * H + h) * (N_LEVELS * N_POINTS)
     for lvl in range(N_LEVELS):
         H_l = tl.load(Shapes + 2 * lvl).to(tl.int32)
         W_l = tl.load(Shapes + 2 * lvl + 1).to(tl.int32)
@@ -230,7 +230,7 @@ def _dat_bwd_dkdv(
     V,
     Pts,
     dO,
-    LSE,
+    LSE2,
     Delta,
     dK,
     dV,
@@ -259,11 +259,11 @@ def _dat_bwd_dkdv(
     stride_gh,
     stride_gn,
     stride_gd,
-    N_q,
-    N_s,
+    N_Q,
+    N_K,
     H_f,
     W_f,
-    N_HEADS,
+    H,
     HEADS_PER_GROUP,
     HEAD_DIM,
     ALIGN_CORNERS: tl.constexpr,
@@ -274,11 +274,11 @@ def _dat_bwd_dkdv(
 ):
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1).to(tl.int64)
-    b = pid_bh // N_HEADS
-    h = pid_bh % N_HEADS
+    b = pid_bh // H
+    h = pid_bh % H
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    mask_n = offs_n < N_s
+    mask_n = offs_n < N_K
     mask_d = offs_d < HEAD_DIM
     k_base = K + b * stride_kb + h * stride_kh
     v_base = V + b * stride_vb + h * stride_vh
@@ -287,7 +287,7 @@ def _dat_bwd_dkdv(
         k_base,
         p_base,
         offs_n,
-        N_s,
+        N_K,
         stride_pn,
         stride_pc,
         H_f,
@@ -303,7 +303,7 @@ def _dat_bwd_dkdv(
         v_base,
         p_base,
         offs_n,
-        N_s,
+        N_K,
         stride_pn,
         stride_pc,
         H_f,
@@ -319,9 +319,9 @@ def _dat_bwd_dkdv(
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     q_base = Q + b * stride_qb + h * stride_qh
     do_base = dO + b * stride_gb + h * stride_gh
-    for start_m in range(0, N_q, BLOCK_M):
+    for start_m in range(0, N_Q, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
-        mask_m = offs_m < N_q
+        mask_m = offs_m < N_Q
         tile_mask = mask_m[:, None] & mask_d[None, :]
         q = tl.load(
             q_base + offs_m[:, None] * stride_qn + offs_d[None, :] * stride_qd,
@@ -333,8 +333,8 @@ def _dat_bwd_dkdv(
             mask=tile_mask,
             other=0.0,
         )
-        lse = tl.load(LSE + pid_bh * N_q + offs_m, mask=mask_m, other=0.0)
-        delta = tl.load(Delta + pid_bh * N_q + offs_m, mask=mask_m, other=0.0)
+        lse = tl.load(LSE2 + pid_bh * N_Q + offs_m, mask=mask_m, other=0.0)
+        delta = tl.load(Delta + pid_bh * N_Q + offs_m, mask=mask_m, other=0.0)
         if DOT_FP32:
             s_t = tl.dot(k, tl.trans(q.to(tl.float32)), input_precision="ieee")
         else:
@@ -439,8 +439,8 @@ def _dat_bwd_dkdv(
     else:
         scale_x = W_f * 0.5
         scale_y = H_f * 0.5
-    # per-head point gradient (B, H, N_s, 2); the wrapper sums the heads of a group
-    dp_ptrs = dPts + (pid_bh * N_s + offs_n) * 2
+    # per-head point gradient (B, H, N_K, 2); the wrapper sums the heads of a group
+    dp_ptrs = dPts + (pid_bh * N_K + offs_n) * 2
     tl.store(dp_ptrs, g_px * scale_x, mask=mask_n)
     tl.store(dp_ptrs + 1, g_py * scale_y, mask=mask_n)
 
@@ -452,7 +452,7 @@ def _dat_bwd_dq(
     V,
     Pts,
     dO,
-    LSE,
+    LSE2,
     Delta,
     dQ,
     qk_scale,
@@ -483,11 +483,11 @@ def _dat_bwd_dq(
     stride_gh,
     stride_gn,
     stride_gd,
-    N_q,
-    N_s,
+    N_Q,
+    N_K,
     H_f,
     W_f,
-    N_HEADS,
+    H,
     HEADS_PER_GROUP,
     HEAD_DIM,
     ALIGN_CORNERS: tl.constexpr,
@@ -498,11 +498,11 @@ def _dat_bwd_dq(
 ):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1).to(tl.int64)
-    b = pid_bh // N_HEADS
-    h = pid_bh % N_HEADS
+    b = pid_bh // H
+    h = pid_bh % H
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    mask_m = offs_m < N_q
+    mask_m = offs_m < N_Q
     mask_d = offs_d < HEAD_DIM
     tile_mask = mask_m[:, None] & mask_d[None, :]
     q = tl.load(
@@ -523,19 +523,19 @@ def _dat_bwd_dq(
         mask=tile_mask,
         other=0.0,
     )
-    lse = tl.load(LSE + pid_bh * N_q + offs_m, mask=mask_m, other=0.0)
-    delta = tl.load(Delta + pid_bh * N_q + offs_m, mask=mask_m, other=0.0)
+    lse = tl.load(LSE2 + pid_bh * N_Q + offs_m, mask=mask_m, other=0.0)
+    delta = tl.load(Delta + pid_bh * N_Q + offs_m, mask=mask_m, other=0.0)
     k_base = K + b * stride_kb + h * stride_kh
     v_base = V + b * stride_vb + h * stride_vh
     p_base = Pts + b * stride_pb + (h // HEADS_PER_GROUP) * stride_pg
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    for start_n in range(0, N_s, BLOCK_N):
+    for start_n in range(0, N_K, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k = _gather_samples(
             k_base,
             p_base,
             offs_n,
-            N_s,
+            N_K,
             stride_pn,
             stride_pc,
             H_f,
@@ -551,7 +551,7 @@ def _dat_bwd_dq(
             v_base,
             p_base,
             offs_n,
-            N_s,
+            N_K,
             stride_pn,
             stride_pc,
             H_f,
@@ -570,7 +570,7 @@ def _dat_bwd_dq(
             s = tl.dot(q, tl.trans(k.to(Q.dtype.element_ty)))
             dp = tl.dot(do, tl.trans(v.to(Q.dtype.element_ty)))
         p = tl.exp2(s * qk_scale - lse[:, None])
-        p = tl.where((offs_n < N_s)[None, :], p, 0.0)
+        p = tl.where((offs_n < N_K)[None, :], p, 0.0)
         ds = p * (dp - delta[:, None])
         if DOT_FP32:
             dq += tl.dot(ds, k, input_precision="ieee")

@@ -107,7 +107,7 @@ def _gather_samples(
     base,
     Pts,
     offs_n,
-    N_s,
+    N_K,
     stride_pn,
     stride_pc,
     H_f,
@@ -120,7 +120,7 @@ def _gather_samples(
     ALIGN_CORNERS: tl.constexpr,
 ):
     """Bilinear samples of one map at a block of points: (BLOCK_N, BLOCK_D) fp32."""
-    mask_n = offs_n < N_s
+    mask_n = offs_n < N_K
     x = tl.load(Pts + offs_n * stride_pn, mask=mask_n, other=0.0).to(tl.float32)
     y = tl.load(Pts + offs_n * stride_pn + stride_pc, mask=mask_n, other=0.0).to(
         tl.float32

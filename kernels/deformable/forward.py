@@ -28,8 +28,8 @@ def _msda_fwd(
     stride_oq,
     stride_oh,
     stride_od,
-    L_q,
-    N_HEADS,
+    N_Q,
+    H,
     HEAD_DIM,
     N_LEVELS: tl.constexpr,
     N_POINTS: tl.constexpr,
@@ -39,13 +39,13 @@ def _msda_fwd(
 ):
     pid_q = tl.program_id(0)
     pid_bh = tl.program_id(1).to(tl.int64)
-    b = pid_bh // N_HEADS
-    h = pid_bh % N_HEADS
+    b = pid_bh // H
+    h = pid_bh % H
     offs_q = pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)
-    mask_q = offs_q < L_q
+    mask_q = offs_q < N_Q
     v_base = Value + b * stride_vb + h * stride_vh
-    # Loc (B, L_q, H, L, P, 2) and Attn (B, L_q, H, L, P) are contiguous
-    row = ((b * L_q + offs_q) * N_HEADS + h) * (N_LEVELS * N_POINTS)  # (BLOCK_Q,)
+    # Loc (B, N_Q, H, L, P, 2) and Attn (B, N_Q, H, L, P) are contiguous
+    row = ((b * N_Q + offs_q) * H + h) * (N_LEVELS * N_POINTS)  # (BLOCK_Q,)
     # channel blocks: any head dim (one when <= 128)
     for d0 in range(0, HEAD_DIM, BLOCK_D):
         offs_d = d0 + tl.arange(0, BLOCK_D)
@@ -150,7 +150,7 @@ def _dat_fwd(
     V,
     Pts,
     Out,
-    LSE,
+    LSE2,
     qk_scale,
     stride_qb,
     stride_qh,
@@ -174,11 +174,11 @@ def _dat_fwd(
     stride_oh,
     stride_on,
     stride_od,
-    N_q,
-    N_s,
+    N_Q,
+    N_K,
     H_f,
     W_f,
-    N_HEADS,
+    H,
     HEADS_PER_GROUP,
     HEAD_DIM,
     ALIGN_CORNERS: tl.constexpr,
@@ -189,11 +189,11 @@ def _dat_fwd(
 ):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1).to(tl.int64)
-    b = pid_bh // N_HEADS
-    h = pid_bh % N_HEADS
+    b = pid_bh // H
+    h = pid_bh % H
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    mask_m = offs_m < N_q
+    mask_m = offs_m < N_Q
     mask_d = offs_d < HEAD_DIM
     q = tl.load(
         Q
@@ -210,14 +210,14 @@ def _dat_fwd(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    for start_n in range(0, N_s, BLOCK_N):
+    for start_n in range(0, N_K, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         # sampled keys and values: built in registers from four corner gathers each
         k = _gather_samples(
             k_base,
             p_base,
             offs_n,
-            N_s,
+            N_K,
             stride_pn,
             stride_pc,
             H_f,
@@ -233,7 +233,7 @@ def _dat_fwd(
             v_base,
             p_base,
             offs_n,
-            N_s,
+            N_K,
             stride_pn,
             stride_pc,
             H_f,
@@ -250,7 +250,7 @@ def _dat_fwd(
         else:
             s = tl.dot(q, tl.trans(k.to(Q.dtype.element_ty)))
         # base-2 logits
-        s = tl.where((offs_n < N_s)[None, :], s * qk_scale, float("-inf"))
+        s = tl.where((offs_n < N_K)[None, :], s * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
@@ -272,4 +272,4 @@ def _dat_fwd(
         acc.to(Out.dtype.element_ty),
         mask=mask_m[:, None] & mask_d[None, :],
     )
-    tl.store(LSE + pid_bh * N_q + offs_m, m_i + tl.log2(l_i), mask=mask_m)  # base 2
+    tl.store(LSE2 + pid_bh * N_Q + offs_m, m_i + tl.log2(l_i), mask=mask_m)  # base 2

@@ -11,7 +11,7 @@ import torch
 import triton
 
 from .. import runtime
-from ..common import FLOAT_DTYPES
+from ..common import FLOAT_DTYPES, dot_precision, upcast_on
 
 MAX_HEAD_DIM = 128
 
@@ -96,11 +96,15 @@ def _msda_block_d(head_dim: int, capability: tuple[int, int] | None = None) -> i
 
 
 def dot_fp32(dtype: torch.dtype, capability: tuple[int, int] | None) -> bool:
-    """fp32 dot products: fp32 inputs, the interpreter (``capability`` None: bf16 dots
-    are wrong there), and bf16 below sm_80 (no bf16 tensor cores)."""
-    if dtype == torch.float32 or capability is None:
-        return True
-    return dtype == torch.bfloat16 and capability[0] < 8
+    """fp32 dot products: fp32 inputs (``common.dot_precision``'s IEEE dots), bf16 where
+    ``common.upcast_on`` upcasts it (the interpreter, ``capability`` None, and below
+    sm_80), and every dtype under the interpreter (fp16 too: its dots there take the
+    sampled k and v in fp32)."""
+    return (
+        dot_precision(dtype) == "ieee"
+        or capability is None
+        or upcast_on(dtype, capability)
+    )
 
 
 def dat_config(

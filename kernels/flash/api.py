@@ -15,7 +15,7 @@ from . import backward_fused as fused
 from .backward import backward_lse
 from .checks import _grad_flag, check_inputs
 from .forward import forward_lse
-from .forward_tma import forward_tma
+from .forward_tma import tma_lse
 from .tiles import FORWARD_PATHS
 
 
@@ -33,7 +33,7 @@ class _FlashAttention(torch.autograd.Function):
         if forward_path == "pointer":
             o, lse2 = forward_lse(q, k, v, causal, scale)
         else:  # TMA descriptors (sm_90), kernels.flash.forward_tma
-            o, lse2 = forward_tma(
+            o, lse2 = tma_lse(
                 q, k, v, causal, scale, warp_specialize=forward_path == "tma-ws"
             )
         ctx.save_for_backward(q, k, v, o, lse2)

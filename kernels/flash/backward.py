@@ -39,7 +39,7 @@ PREPROCESS_NUM_WARPS = 4
 
 @triton.heuristics(
     {
-        "EVEN_M": lambda a: a["N_CTX_Q"] % a["BLOCK_M"] == 0,
+        "EVEN_M": lambda a: a["N_Q"] % a["BLOCK_M"] == 0,
         "EVEN_D": lambda a: a["HEAD_DIM"] == a["BLOCK_D"],
     }
 )
@@ -57,7 +57,7 @@ def _attn_bwd_preprocess(
     stride_dom,
     stride_dod,
     H,
-    N_CTX_Q,
+    N_Q,
     HEAD_DIM,
     BLOCK_M: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -82,7 +82,7 @@ def _attn_bwd_preprocess(
         + offs_d[None, :] * stride_od,
         offs_m,
         offs_d,
-        N_CTX_Q,
+        N_Q,
         HEAD_DIM,
         EVEN_M,
         EVEN_D,
@@ -95,18 +95,18 @@ def _attn_bwd_preprocess(
         + offs_d[None, :] * stride_dod,
         offs_m,
         offs_d,
-        N_CTX_Q,
+        N_Q,
         HEAD_DIM,
         EVEN_M,
         EVEN_D,
     )
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
     # contiguous (B, H, N_q)
-    delta_ptrs = Delta + off_hz.to(tl.int64) * N_CTX_Q + offs_m
+    delta_ptrs = Delta + off_hz.to(tl.int64) * N_Q + offs_m
     if EVEN_M:
         tl.store(delta_ptrs, delta)
     else:
-        tl.store(delta_ptrs, delta, mask=offs_m < N_CTX_Q)
+        tl.store(delta_ptrs, delta, mask=offs_m < N_Q)
 
 
 def backward_lse(do, q, k, v, o, lse2, causal: bool, scale: float, dlse=None):

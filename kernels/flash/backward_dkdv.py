@@ -12,6 +12,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..common import LOG2E_JIT
 from .blocks import (
     _load_query_rows,
     _load_tile,
@@ -21,7 +22,6 @@ from .blocks import (
 )
 from .tiles import (
     _HEURISTICS,
-    _LOG2E,
     _all_configs,
     _pruner,
 )
@@ -57,8 +57,8 @@ def _attn_bwd_dkdv_inner(
     lo,
     hi,
     qk_scale,
-    N_CTX_Q,
-    N_CTX_K,
+    N_Q,
+    N_K,
     HEAD_DIM,
     causal_offset,
     BLOCK_M: tl.constexpr,
@@ -95,7 +95,7 @@ def _attn_bwd_dkdv_inner(
             stride_qd,
             stride_dom,
             stride_dod,
-            N_CTX_Q,
+            N_Q,
             HEAD_DIM,
             EVEN_M,
             EVEN_D,
@@ -109,7 +109,7 @@ def _attn_bwd_dkdv_inner(
             sT = tl.where(visT, sT, float("-inf"))
         # padded key rows of the ragged last block: P = 0, never exp2(-lse)
         if not EVEN_N:
-            sT = tl.where(offs_n[:, None] < N_CTX_K, sT, float("-inf"))
+            sT = tl.where(offs_n[:, None] < N_K, sT, float("-inf"))
         pT = tl.exp2(sT - lse2[None, :])
         if MASKED:
             if SHIELD:  # NaN/inf somewhere: only visible pairs enter the sums
@@ -165,8 +165,8 @@ def _attn_bwd_dkdv(
     stride_dkd,
     H_KV,
     GROUP,
-    N_CTX_Q,
-    N_CTX_K,
+    N_Q,
+    N_K,
     HEAD_DIM,
     IS_CAUSAL: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -201,7 +201,7 @@ def _attn_bwd_dkdv(
             k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
             offs_n,
             offs_d,
-            N_CTX_K,
+            N_K,
             HEAD_DIM,
             EVEN_N,
             EVEN_D,
@@ -210,7 +210,7 @@ def _attn_bwd_dkdv(
             v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
             offs_n,
             offs_d,
-            N_CTX_K,
+            N_K,
             HEAD_DIM,
             EVEN_N,
             EVEN_D,
@@ -220,12 +220,12 @@ def _attn_bwd_dkdv(
             v = v.to(tl.float32)
         dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
         dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-        qk_scale = sm_scale * _LOG2E
+        qk_scale = sm_scale * LOG2E_JIT
 
         # query range: rows [lo, full_start) masked, [full_start, end_m) see every key
-        causal_offset = N_CTX_K - N_CTX_Q
+        causal_offset = N_K - N_Q
         lo, full_start, end_m = _query_range(
-            start_n, N_CTX_Q, N_CTX_K, IS_CAUSAL, BLOCK_M, BLOCK_N
+            start_n, N_Q, N_K, IS_CAUSAL, BLOCK_M, BLOCK_N
         )
 
         # the q heads that share this k/v head (GQA); 1 for plain MHA
@@ -236,8 +236,8 @@ def _attn_bwd_dkdv(
             do_base = (
                 DO + off_z.to(tl.int64) * stride_doz + off_h.to(tl.int64) * stride_doh
             )
-            lse_base = LSE2 + off_bh.to(tl.int64) * N_CTX_Q
-            delta_base = Delta + off_bh.to(tl.int64) * N_CTX_Q
+            lse_base = LSE2 + off_bh.to(tl.int64) * N_Q
+            delta_base = Delta + off_bh.to(tl.int64) * N_Q
             if IS_CAUSAL:  # diagonal blocks, masked
                 dk, dv = _attn_bwd_dkdv_inner(
                     dk,
@@ -257,8 +257,8 @@ def _attn_bwd_dkdv(
                     lo,
                     full_start,
                     qk_scale,
-                    N_CTX_Q,
-                    N_CTX_K,
+                    N_Q,
+                    N_K,
                     HEAD_DIM,
                     causal_offset,
                     BLOCK_M,
@@ -288,8 +288,8 @@ def _attn_bwd_dkdv(
                 full_start,
                 end_m,
                 qk_scale,
-                N_CTX_Q,
-                N_CTX_K,
+                N_Q,
+                N_K,
                 HEAD_DIM,
                 causal_offset,
                 BLOCK_M,
@@ -312,7 +312,7 @@ def _attn_bwd_dkdv(
             dk.to(DK.dtype.element_ty),
             offs_n,
             offs_d,
-            N_CTX_K,
+            N_K,
             HEAD_DIM,
             EVEN_N,
             EVEN_D,
@@ -322,7 +322,7 @@ def _attn_bwd_dkdv(
             dv.to(DV.dtype.element_ty),
             offs_n,
             offs_d,
-            N_CTX_K,
+            N_K,
             HEAD_DIM,
             EVEN_N,
             EVEN_D,

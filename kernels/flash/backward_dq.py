@@ -11,6 +11,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..common import LOG2E_JIT
 from .blocks import (
     _load_query_rows,
     _load_tile,
@@ -20,7 +21,6 @@ from .blocks import (
 )
 from .tiles import (
     _HEURISTICS,
-    _LOG2E,
     _all_configs,
     _pruner,
 )
@@ -44,7 +44,7 @@ def _attn_bwd_dq_inner(
     lo,
     hi,
     qk_scale,
-    N_CTX_K,
+    N_K,
     HEAD_DIM,
     causal_offset,
     BLOCK_N: tl.constexpr,
@@ -69,7 +69,7 @@ def _attn_bwd_dq_inner(
             k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
             offs_n,
             offs_d,
-            N_CTX_K,
+            N_K,
             HEAD_DIM,
             EVEN_N or not MASKED,
             EVEN_D,
@@ -78,7 +78,7 @@ def _attn_bwd_dq_inner(
             v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
             offs_n,
             offs_d,
-            N_CTX_K,
+            N_K,
             HEAD_DIM,
             EVEN_N or not MASKED,
             EVEN_D,
@@ -90,7 +90,7 @@ def _attn_bwd_dq_inner(
         # (BLOCK_M, BLOCK_N), on chip
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
         if MASKED:  # hidden pairs and keys past N_k get s = -inf, so P = 0 exactly
-            visible = offs_n[None, :] < N_CTX_K
+            visible = offs_n[None, :] < N_K
             if IS_CAUSAL:
                 visible = visible & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
             s = tl.where(visible, s, float("-inf"))
@@ -148,8 +148,8 @@ def _attn_bwd_dq(
     stride_dqd,
     H,
     GROUP,
-    N_CTX_Q,
-    N_CTX_K,
+    N_Q,
+    N_K,
     HEAD_DIM,
     IS_CAUSAL: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -182,7 +182,7 @@ def _attn_bwd_dq(
         k_base = K + off_z.to(tl.int64) * stride_kz + off_hkv.to(tl.int64) * stride_kh
         v_base = V + off_z.to(tl.int64) * stride_vz + off_hkv.to(tl.int64) * stride_vh
         # q, dO, lse and delta stay on chip while the key blocks stream by
-        row_base = off_hz.to(tl.int64) * N_CTX_Q
+        row_base = off_hz.to(tl.int64) * N_Q
         q, do, lse2, delta = _load_query_rows(
             q_base,
             do_base,
@@ -194,18 +194,18 @@ def _attn_bwd_dq(
             stride_qd,
             stride_dom,
             stride_dod,
-            N_CTX_Q,
+            N_Q,
             HEAD_DIM,
             EVEN_M,
             EVEN_D,
             UPCAST,
         )
         dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-        qk_scale = sm_scale * _LOG2E
+        qk_scale = sm_scale * LOG2E_JIT
 
-        causal_offset = N_CTX_K - N_CTX_Q
+        causal_offset = N_K - N_Q
         # the same key ranges as the forward pass
-        hi, full_end = key_range(start_m, N_CTX_Q, N_CTX_K, IS_CAUSAL, BLOCK_M, BLOCK_N)
+        hi, full_end = key_range(start_m, N_Q, N_K, IS_CAUSAL, BLOCK_M, BLOCK_N)
         dq = _attn_bwd_dq_inner(
             dq,
             q,
@@ -223,7 +223,7 @@ def _attn_bwd_dq(
             0,
             full_end,
             qk_scale,
-            N_CTX_K,
+            N_K,
             HEAD_DIM,
             causal_offset,
             BLOCK_N,
@@ -253,7 +253,7 @@ def _attn_bwd_dq(
                 full_end,
                 hi,
                 qk_scale,
-                N_CTX_K,
+                N_K,
                 HEAD_DIM,
                 causal_offset,
                 BLOCK_N,
@@ -275,7 +275,7 @@ def _attn_bwd_dq(
             dq.to(DQ.dtype.element_ty),
             offs_m,
             offs_d,
-            N_CTX_Q,
+            N_Q,
             HEAD_DIM,
             EVEN_M,
             EVEN_D,

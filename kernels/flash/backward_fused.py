@@ -54,14 +54,14 @@ import triton
 import triton.language as tl
 
 from .. import runtime
-from ..common import dot_precision, upcast
+from ..common import LOG2E_JIT, dot_precision, upcast
 from .backward import PREPROCESS_NUM_WARPS, _attn_bwd_preprocess, preprocess_block_m
 from .backward_fused_blocks import _attn_bwd_fused_inner
 from .blocks import _load_tile, _query_range
 from .checks import (
     _nonfinite_flag as nonfinite_flag,  # (1,) int32 NaN/inf flag: the same as flash's
 )
-from .tiles import _HEURISTICS, _LOG2E, ARCHS, arch_class, block_d
+from .tiles import _HEURISTICS, ARCHS, arch_class, block_d
 
 __all__ = ["ARCHS", "backward_fused", "configs", "nonfinite_flag"]
 
@@ -209,8 +209,8 @@ def _attn_bwd_fused(
     stride_dkd,
     H_KV,
     GROUP,
-    N_CTX_Q,
-    N_CTX_K,
+    N_Q,
+    N_K,
     HEAD_DIM,
     IS_CAUSAL: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -234,7 +234,7 @@ def _attn_bwd_fused(
         k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
         offs_n,
         offs_d,
-        N_CTX_K,
+        N_K,
         HEAD_DIM,
         EVEN_N,
         EVEN_D,
@@ -243,7 +243,7 @@ def _attn_bwd_fused(
         v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
         offs_n,
         offs_d,
-        N_CTX_K,
+        N_K,
         HEAD_DIM,
         EVEN_N,
         EVEN_D,
@@ -253,15 +253,13 @@ def _attn_bwd_fused(
         v = v.to(tl.float32)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    qk_scale = sm_scale * _LOG2E
+    qk_scale = sm_scale * LOG2E_JIT
     bad = tl.load(BAD)  # q, k, v or dO holds a NaN/inf (set by causal launches only)
 
     # Query range, as kernels.flash's dK/dV kernel: key j is seen by rows
     # i >= j - causal_offset; rows from full_start on see every key of the block.
-    causal_offset = N_CTX_K - N_CTX_Q
-    lo, full_start, end_m = _query_range(
-        start_n, N_CTX_Q, N_CTX_K, IS_CAUSAL, BLOCK_M, BLOCK_N
-    )
+    causal_offset = N_K - N_Q
+    lo, full_start, end_m = _query_range(start_n, N_Q, N_K, IS_CAUSAL, BLOCK_M, BLOCK_N)
 
     for g in range(GROUP):  # the q heads that share this k/v head (GQA)
         off_h = off_hkv * GROUP + g
@@ -269,8 +267,8 @@ def _attn_bwd_fused(
         q_base = Q + off_z.to(tl.int64) * stride_qz + off_h.to(tl.int64) * stride_qh
         do_base = DO + off_z.to(tl.int64) * stride_doz + off_h.to(tl.int64) * stride_doh
         dq_base = DQ + off_z.to(tl.int64) * stride_dqz + off_h.to(tl.int64) * stride_dqh
-        lse_base = LSE2 + off_bh.to(tl.int64) * N_CTX_Q
-        delta_base = Delta + off_bh.to(tl.int64) * N_CTX_Q
+        lse_base = LSE2 + off_bh.to(tl.int64) * N_Q
+        delta_base = Delta + off_bh.to(tl.int64) * N_Q
         if IS_CAUSAL:  # diagonal blocks, masked
             dk, dv = _attn_bwd_fused_inner(
                 dk,
@@ -300,8 +298,8 @@ def _attn_bwd_fused(
                 lo,
                 full_start,
                 qk_scale,
-                N_CTX_Q,
-                N_CTX_K,
+                N_Q,
+                N_K,
                 HEAD_DIM,
                 causal_offset,
                 bad,
@@ -343,8 +341,8 @@ def _attn_bwd_fused(
             full_start,
             end_m,
             qk_scale,
-            N_CTX_Q,
-            N_CTX_K,
+            N_Q,
+            N_K,
             HEAD_DIM,
             causal_offset,
             bad,
@@ -367,7 +365,7 @@ def _attn_bwd_fused(
         tl.store(dk_base + tile, dk.to(DK.dtype.element_ty))
         tl.store(dv_base + tile, dv.to(DV.dtype.element_ty))
     else:
-        mask = (offs_n[:, None] < N_CTX_K) & (offs_d[None, :] < HEAD_DIM)
+        mask = (offs_n[:, None] < N_K) & (offs_d[None, :] < HEAD_DIM)
         tl.store(dk_base + tile, dk.to(DK.dtype.element_ty), mask=mask)
         tl.store(dv_base + tile, dv.to(DV.dtype.element_ty), mask=mask)
 

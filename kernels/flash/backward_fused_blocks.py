@@ -39,8 +39,8 @@ def _select_pairs(
     start_n,
     offs_d,
     qk_scale,
-    N_CTX_Q,
-    N_CTX_K,
+    N_Q,
+    N_K,
     HEAD_DIM,
     causal_offset,
     BLOCK_M: tl.constexpr,
@@ -60,19 +60,19 @@ def _select_pairs(
         key = start_n + jj
         k_j = tl.load(
             k_base + key * stride_kn + offs_d * stride_kd,
-            mask=dmask & (key < N_CTX_K),
+            mask=dmask & (key < N_K),
             other=0.0,
         ).to(tl.float32)
         v_j = tl.load(
             v_base + key * stride_vn + offs_d * stride_vd,
-            mask=dmask & (key < N_CTX_K),
+            mask=dmask & (key < N_K),
             other=0.0,
         ).to(tl.float32)
         dk_j = tl.zeros([BLOCK_D], dtype=tl.float32)
         dv_j = tl.zeros([BLOCK_D], dtype=tl.float32)
         for ii in range(0, BLOCK_M):
             row = start_m + ii
-            if (key <= row + causal_offset) & (key < N_CTX_K) & (row < N_CTX_Q):
+            if (key <= row + causal_offset) & (key < N_K) & (row < N_Q):
                 q_i = tl.load(
                     q_base + row * stride_qm + offs_d * stride_qd, mask=dmask, other=0.0
                 ).to(tl.float32)
@@ -117,8 +117,8 @@ def _tile_updates(
     offs_n,
     offs_d,
     qk_scale,
-    N_CTX_Q,
-    N_CTX_K,
+    N_Q,
+    N_K,
     HEAD_DIM,
     causal_offset,
     BLOCK_M: tl.constexpr,
@@ -147,7 +147,7 @@ def _tile_updates(
         stride_qd,
         stride_dom,
         stride_dod,
-        N_CTX_Q,
+        N_Q,
         HEAD_DIM,
         EVEN_M,
         EVEN_D,
@@ -160,7 +160,7 @@ def _tile_updates(
             offs_n[:, None] <= offs_m[None, :] + causal_offset, sT, float("-inf")
         )
     if not EVEN_N:  # padded key rows: P = 0, never exp2(0 - lse)
-        sT = tl.where(offs_n[:, None] < N_CTX_K, sT, float("-inf"))
+        sT = tl.where(offs_n[:, None] < N_K, sT, float("-inf"))
     pT = tl.exp2(sT - lse2[None, :])
     # dV += P^T dO
     dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=DOT_PRECISION)
@@ -175,12 +175,12 @@ def _tile_updates(
     elif EVEN_M:
         tl.atomic_add(dq_ptrs, dq, mask=offs_d[None, :] < HEAD_DIM, sem="relaxed")
     elif EVEN_D:
-        tl.atomic_add(dq_ptrs, dq, mask=offs_m[:, None] < N_CTX_Q, sem="relaxed")
+        tl.atomic_add(dq_ptrs, dq, mask=offs_m[:, None] < N_Q, sem="relaxed")
     else:
         tl.atomic_add(
             dq_ptrs,
             dq,
-            mask=(offs_m[:, None] < N_CTX_Q) & (offs_d[None, :] < HEAD_DIM),
+            mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM),
             sem="relaxed",
         )
     # dK += dS^T Q  (times sm_scale once, at the end)
@@ -217,8 +217,8 @@ def _attn_bwd_fused_inner(
     lo,
     hi,
     qk_scale,
-    N_CTX_Q,
-    N_CTX_K,
+    N_Q,
+    N_K,
     HEAD_DIM,
     causal_offset,
     bad,
@@ -262,8 +262,8 @@ def _attn_bwd_fused_inner(
                     start_n,
                     offs_d,
                     qk_scale,
-                    N_CTX_Q,
-                    N_CTX_K,
+                    N_Q,
+                    N_K,
                     HEAD_DIM,
                     causal_offset,
                     BLOCK_M,
@@ -291,8 +291,8 @@ def _attn_bwd_fused_inner(
                     offs_n,
                     offs_d,
                     qk_scale,
-                    N_CTX_Q,
-                    N_CTX_K,
+                    N_Q,
+                    N_K,
                     HEAD_DIM,
                     causal_offset,
                     BLOCK_M,
@@ -324,8 +324,8 @@ def _attn_bwd_fused_inner(
                 offs_n,
                 offs_d,
                 qk_scale,
-                N_CTX_Q,
-                N_CTX_K,
+                N_Q,
+                N_K,
                 HEAD_DIM,
                 causal_offset,
                 BLOCK_M,

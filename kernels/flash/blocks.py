@@ -92,8 +92,8 @@ def _select_dot(
 @triton.jit
 def key_range(
     start_m,
-    N_CTX_Q,
-    N_CTX_K,
+    N_Q,
+    N_K,
     IS_CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -103,23 +103,23 @@ def key_range(
     (a multiple of BLOCK_N) are visible to every row of the block: no mask there.
     Shared by the forwards, the dQ kernel and kernels.hard."""
     if IS_CAUSAL:
-        causal_offset = N_CTX_K - N_CTX_Q
-        hi = tl.maximum(tl.minimum(N_CTX_K, (start_m + 1) * BLOCK_M + causal_offset), 0)
+        causal_offset = N_K - N_Q
+        hi = tl.maximum(tl.minimum(N_K, (start_m + 1) * BLOCK_M + causal_offset), 0)
         first_row_sees = tl.maximum(start_m * BLOCK_M + causal_offset + 1, 0)
         full_end = tl.minimum(
-            (first_row_sees // BLOCK_N) * BLOCK_N, (N_CTX_K // BLOCK_N) * BLOCK_N
+            (first_row_sees // BLOCK_N) * BLOCK_N, (N_K // BLOCK_N) * BLOCK_N
         )
     else:
-        hi = N_CTX_K
-        full_end = (N_CTX_K // BLOCK_N) * BLOCK_N
+        hi = N_K
+        full_end = (N_K // BLOCK_N) * BLOCK_N
     return hi, full_end
 
 
 @triton.jit
 def _query_range(
     start_n,
-    N_CTX_Q,
-    N_CTX_K,
+    N_Q,
+    N_K,
     IS_CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -128,9 +128,9 @@ def _query_range(
     j is seen by rows i >= j - (N_k - N_q); rows [lo, full_start) see some keys of the
     block (masked), rows [full_start, end_m) every key. Shared by the dK/dV kernel and
     kernels.flash.backward_fused."""
-    end_m = tl.cdiv(N_CTX_Q, BLOCK_M) * BLOCK_M
+    end_m = tl.cdiv(N_Q, BLOCK_M) * BLOCK_M
     if IS_CAUSAL:
-        causal_offset = N_CTX_K - N_CTX_Q
+        causal_offset = N_K - N_Q
         lo = (tl.maximum(start_n - causal_offset, 0) // BLOCK_M) * BLOCK_M
         full_start = (
             tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - causal_offset, 0), BLOCK_M)
@@ -146,7 +146,7 @@ def _query_range(
 
 @triton.jit
 def masked_row_max(
-    m_i, s, start_n, offs_m, N_CTX_K, causal_offset, IS_CAUSAL: tl.constexpr
+    m_i, s, start_n, offs_m, N_K, causal_offset, IS_CAUSAL: tl.constexpr
 ):
     """The running row max after a masked tile of base-2 scores ``s`` (hidden pairs
     -inf), and the value to subtract from the scores (0 for a row with no visible key
@@ -157,7 +157,7 @@ def masked_row_max(
     key". (The tile's first key is visible to a row iff any of its keys is.)
     """
     m_ij = tl.maximum(m_i, tl.max(s, 1))
-    sees = start_n < N_CTX_K
+    sees = start_n < N_K
     if IS_CAUSAL:
         sees = sees & (start_n <= offs_m + causal_offset)
     m_ij = tl.where(sees & (m_ij == float("-inf")), float("nan"), m_ij)
@@ -195,7 +195,7 @@ def softmax_pv_step(
     offs_m,
     offs_d,
     qk_scale,
-    N_CTX_K,
+    N_K,
     HEAD_DIM,
     causal_offset,
     v_bad,
@@ -219,13 +219,13 @@ def softmax_pv_step(
     if MASKED:
         # scores in base 2: s = q k^T * scale * log2(e), hidden pairs -inf
         s = qk * qk_scale
-        visible = offs_n[None, :] < N_CTX_K
+        visible = offs_n[None, :] < N_K
         if IS_CAUSAL:
             visible = visible & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
         s = tl.where(visible, s, float("-inf"))
         # -- online softmax: new running max, rescale what was accumulated so far --
         m_ij, m_ij_safe = masked_row_max(
-            m_i, s, start_n, offs_m, N_CTX_K, causal_offset, IS_CAUSAL
+            m_i, s, start_n, offs_m, N_K, causal_offset, IS_CAUSAL
         )
         p = tl.exp2(s - m_ij_safe[:, None])
     else:
@@ -244,7 +244,7 @@ def softmax_pv_step(
         # from a query would reach it through the dot. When V holds a non-finite
         # value anywhere (v_bad: one flag computed beside the launch), the causal
         # tiles are summed key by key instead, selecting only the visible terms, so
-        # no result depends on the tiles. (The keys past N_CTX_K of a ragged tile
+        # no result depends on the tiles. (The keys past N_K of a ragged tile
         # load as 0 and need no care. Scanning each tile for non-finite values
         # instead costs a float32 copy of it in registers: ptxas spills.)
         if v_bad != 0:
@@ -258,7 +258,7 @@ def softmax_pv_step(
                 start_n,
                 offs_n,
                 offs_d,
-                N_CTX_K,
+                N_K,
                 HEAD_DIM,
                 BLOCK_N,
             )
@@ -281,7 +281,7 @@ def _load_query_rows(
     stride_qd,
     stride_dom,
     stride_dod,
-    N_CTX_Q,
+    N_Q,
     HEAD_DIM,
     EVEN_M: tl.constexpr,
     EVEN_D: tl.constexpr,
@@ -295,7 +295,7 @@ def _load_query_rows(
         q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
         offs_m,
         offs_d,
-        N_CTX_Q,
+        N_Q,
         HEAD_DIM,
         EVEN_M,
         EVEN_D,
@@ -304,7 +304,7 @@ def _load_query_rows(
         do_base + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
         offs_m,
         offs_d,
-        N_CTX_Q,
+        N_Q,
         HEAD_DIM,
         EVEN_M,
         EVEN_D,
@@ -316,8 +316,8 @@ def _load_query_rows(
         lse2 = tl.load(lse_base + offs_m)
         delta = tl.load(delta_base + offs_m)
     else:
-        lse2 = tl.load(lse_base + offs_m, mask=offs_m < N_CTX_Q, other=float("inf"))
-        delta = tl.load(delta_base + offs_m, mask=offs_m < N_CTX_Q, other=0.0)
+        lse2 = tl.load(lse_base + offs_m, mask=offs_m < N_Q, other=float("inf"))
+        delta = tl.load(delta_base + offs_m, mask=offs_m < N_Q, other=0.0)
     lse2 = tl.where(lse2 == float("-inf"), float("inf"), lse2)
     return q, do, lse2, delta
 

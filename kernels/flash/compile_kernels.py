@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from kernels.common import ARCHS, FLOAT_DTYPES, block_d
+from kernels.common import ARCHS, FLOAT_DTYPES, block_d, dot_precision, upcast_on
 from kernels.flash import backward, backward_fused, forward, forward_tma, tiles
 from kernels.machine_code.compiler import (
     DTYPE_NAMES,
@@ -113,13 +113,13 @@ def launch_values(
         "H": H,
         "H_KV": H,
         "GROUP": 1,
-        "N_CTX_Q": n_ctx,
-        "N_CTX_K": n_ctx,
+        "N_Q": n_ctx,
+        "N_K": n_ctx,
         "HEAD_DIM": head_dim,
         "IS_CAUSAL": causal,
         "BLOCK_D": bd,
         "UPCAST": False,
-        "DOT_PRECISION": "ieee" if dtype == torch.float32 else "tf32",
+        "DOT_PRECISION": dot_precision(dtype),
         "BLOCK_M": bm,
         "BLOCK_N": bn,
         "EVEN_M": n_ctx % bm == 0,
@@ -168,7 +168,7 @@ def compile_kernel(
     cap = ARCHS[target][0]
     fn = jit_function(KERNEL_FNS[kernel])
     values = launch_values(kernel, dtype, head_dim, n_ctx, causal, config)
-    values["UPCAST"] = dtype == torch.bfloat16 and cap < (8, 0)
+    values["UPCAST"] = upcast_on(dtype, cap)
     if kernel == "bwd-fused":
         values["DQ"] = torch.empty(16, dtype=torch.float32)  # the fp32 dQ accumulator
     return compile_values(fn, values, cap, config[2], config[3])

@@ -12,10 +12,10 @@ import torch
 import triton
 import triton.language as tl
 
-from ..common import check_bool, dot_precision, renamed_scale, upcast
+from ..common import LOG2E_JIT, check_bool, dot_precision, renamed_scale, upcast
 from .blocks import _load_tile, _store_tile, finish_rows, key_range, softmax_pv_step
 from .checks import _v_bad, check_inputs
-from .tiles import _HEURISTICS, _LOG2E, _all_configs, _pruner, block_d, n_bucket
+from .tiles import _HEURISTICS, _all_configs, _pruner, block_d, n_bucket
 
 
 @triton.jit
@@ -36,7 +36,7 @@ def _attn_fwd_inner(
     lo,
     hi,
     qk_scale,
-    N_CTX_K,
+    N_K,
     HEAD_DIM,
     causal_offset,
     v_bad,
@@ -66,10 +66,10 @@ def _attn_fwd_inner(
         k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
         v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
         k = _load_tile(
-            k_ptrs, offs_n, offs_d, N_CTX_K, HEAD_DIM, EVEN_N or not MASKED, EVEN_D
+            k_ptrs, offs_n, offs_d, N_K, HEAD_DIM, EVEN_N or not MASKED, EVEN_D
         )
         v = _load_tile(
-            v_ptrs, offs_n, offs_d, N_CTX_K, HEAD_DIM, EVEN_N or not MASKED, EVEN_D
+            v_ptrs, offs_n, offs_d, N_K, HEAD_DIM, EVEN_N or not MASKED, EVEN_D
         )
         if UPCAST:
             k = k.to(tl.float32)
@@ -90,7 +90,7 @@ def _attn_fwd_inner(
             offs_m,
             offs_d,
             qk_scale,
-            N_CTX_K,
+            N_K,
             HEAD_DIM,
             causal_offset,
             v_bad,
@@ -136,8 +136,8 @@ def _attn_fwd(
     stride_od,
     H,
     GROUP,
-    N_CTX_Q,
-    N_CTX_K,
+    N_Q,
+    N_K,
     HEAD_DIM,
     N_BUCKET,
     IS_CAUSAL: tl.constexpr,
@@ -151,7 +151,7 @@ def _attn_fwd(
     EVEN_D: tl.constexpr,
     NEG_SCALE: tl.constexpr,
 ):
-    # N_BUCKET (n_bucket(N_CTX_K)) is only the autotuner's key; NEG_SCALE: sm_scale < 0
+    # N_BUCKET (n_bucket(N_K)) is only the autotuner's key; NEG_SCALE: sm_scale < 0
     start_m = tl.program_id(0)  # which BLOCK_M query rows
     off_hz = tl.program_id(1)  # which (batch, head)
     off_z = off_hz // H
@@ -164,7 +164,7 @@ def _attn_fwd(
 
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    qk_scale = sm_scale * _LOG2E  # exp(x * scale) = exp2(x * scale * log2(e))
+    qk_scale = sm_scale * LOG2E_JIT  # exp(x * scale) = exp2(x * scale * log2(e))
 
     # running row max (base 2), row sum and unnormalised output: on chip, in fp32
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
@@ -176,7 +176,7 @@ def _attn_fwd(
         q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
         offs_m,
         offs_d,
-        N_CTX_Q,
+        N_Q,
         HEAD_DIM,
         EVEN_M,
         EVEN_D,
@@ -185,8 +185,8 @@ def _attn_fwd(
         q = q.to(tl.float32)
 
     # key range: keys < hi for this block, keys < full_end seen by every row
-    causal_offset = N_CTX_K - N_CTX_Q
-    hi, full_end = key_range(start_m, N_CTX_Q, N_CTX_K, IS_CAUSAL, BLOCK_M, BLOCK_N)
+    causal_offset = N_K - N_Q
+    hi, full_end = key_range(start_m, N_Q, N_K, IS_CAUSAL, BLOCK_M, BLOCK_N)
     offs_n0 = tl.arange(0, BLOCK_N)  # key offsets within a block
     v_bad = tl.load(V_BAD)  # does V hold a NaN/inf anywhere? (causal launches set it)
     # stage 1: blocks every row sees in full, no masks
@@ -207,7 +207,7 @@ def _attn_fwd(
         0,
         full_end,
         qk_scale,
-        N_CTX_K,
+        N_K,
         HEAD_DIM,
         causal_offset,
         v_bad,
@@ -239,7 +239,7 @@ def _attn_fwd(
             full_end,
             hi,
             qk_scale,
-            N_CTX_K,
+            N_K,
             HEAD_DIM,
             causal_offset,
             v_bad,
@@ -254,17 +254,17 @@ def _attn_fwd(
         )
 
     acc, lse2 = finish_rows(acc, l_i, m_i)
-    lse_ptrs = LSE2 + off_hz.to(tl.int64) * N_CTX_Q + offs_m  # contiguous (B, H, N_q)
+    lse_ptrs = LSE2 + off_hz.to(tl.int64) * N_Q + offs_m  # contiguous (B, H, N_q)
     if EVEN_M:
         tl.store(lse_ptrs, lse2)
     else:
-        tl.store(lse_ptrs, lse2, mask=offs_m < N_CTX_Q)
+        tl.store(lse_ptrs, lse2, mask=offs_m < N_Q)
     _store_tile(
         o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
         acc.to(Out.dtype.element_ty),
         offs_m,
         offs_d,
-        N_CTX_Q,
+        N_Q,
         HEAD_DIM,
         EVEN_M,
         EVEN_D,

@@ -53,12 +53,11 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .. import runtime
-from ..common import check_bool, dot_precision, upcast
+from ..common import LOG2E_JIT, check_bool, dot_precision, renamed_scale, upcast
 from .blocks import finish_rows, key_range, softmax_pv_step
 from .checks import _v_bad, check_inputs
 from .tiles import (
     _HEURISTICS,
-    _LOG2E,
     FORWARD_PATHS,
     INTERPRET_CONFIG,
     arch_class,
@@ -244,7 +243,7 @@ def _tma_fwd_inner(
     lo,
     hi,
     qk_scale,
-    N_CTX_K,
+    N_K,
     HEAD_DIM,
     causal_offset,
     v_bad,
@@ -257,7 +256,7 @@ def _tma_fwd_inner(
     NEG_SCALE: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr,
 ):
-    """``kernels.flash._attn_fwd_inner`` with k/v tiles read by TMA: rows past N_CTX_K
+    """``kernels.flash._attn_fwd_inner`` with k/v tiles read by TMA: rows past N_K
     and columns past HEAD_DIM arrive as zeros, as the pointer path's masked loads give
     them. WARP_SPECIALIZE: producer/consumer warp groups for this loop."""
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
@@ -284,7 +283,7 @@ def _tma_fwd_inner(
             offs_m,
             offs_d,
             qk_scale,
-            N_CTX_K,
+            N_K,
             HEAD_DIM,
             causal_offset,
             v_bad,
@@ -313,8 +312,8 @@ def _attn_fwd_tma(
     stride_vd,
     H,
     GROUP,
-    N_CTX_Q,
-    N_CTX_K,
+    N_Q,
+    N_K,
     HEAD_DIM,
     N_BUCKET,
     IS_CAUSAL: tl.constexpr,
@@ -330,7 +329,7 @@ def _attn_fwd_tma(
     NEG_SCALE: tl.constexpr,
     WS_LOOP: tl.constexpr,
 ):
-    # N_BUCKET (n_bucket(N_CTX_K)) is only the autotuner's key; NEG_SCALE: sm_scale < 0;
+    # N_BUCKET (n_bucket(N_K)) is only the autotuner's key; NEG_SCALE: sm_scale < 0;
     # V and its strides serve only the key-by-key path of a V holding NaN/inf;
     # WARP_SPECIALIZE (the config's) asks for the warp-specialised loop, WS_LOOP (a
     # heuristic) says whether this launch gets it
@@ -343,7 +342,7 @@ def _attn_fwd_tma(
 
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    qk_scale = sm_scale * _LOG2E
+    qk_scale = sm_scale * LOG2E_JIT
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -353,8 +352,8 @@ def _attn_fwd_tma(
     if UPCAST:
         q = q.to(tl.float32)
 
-    causal_offset = N_CTX_K - N_CTX_Q
-    hi, full_end = key_range(start_m, N_CTX_Q, N_CTX_K, IS_CAUSAL, BLOCK_M, BLOCK_N)
+    causal_offset = N_K - N_Q
+    hi, full_end = key_range(start_m, N_Q, N_K, IS_CAUSAL, BLOCK_M, BLOCK_N)
     offs_n0 = tl.arange(0, BLOCK_N)
     v_bad = tl.load(V_BAD)
     # stage 1: blocks every row sees in full, no masks (warp-specialised if asked)
@@ -376,7 +375,7 @@ def _attn_fwd_tma(
         0,
         full_end,
         qk_scale,
-        N_CTX_K,
+        N_K,
         HEAD_DIM,
         causal_offset,
         v_bad,
@@ -409,7 +408,7 @@ def _attn_fwd_tma(
             full_end,
             hi,
             qk_scale,
-            N_CTX_K,
+            N_K,
             HEAD_DIM,
             causal_offset,
             v_bad,
@@ -424,12 +423,12 @@ def _attn_fwd_tma(
         )
 
     acc, lse2 = finish_rows(acc, l_i, m_i)
-    lse_ptrs = LSE2 + off_hz.to(tl.int64) * N_CTX_Q + offs_m
+    lse_ptrs = LSE2 + off_hz.to(tl.int64) * N_Q + offs_m
     if EVEN_M:
         tl.store(lse_ptrs, lse2)
     else:
-        tl.store(lse_ptrs, lse2, mask=offs_m < N_CTX_Q)
-    # rows past N_CTX_Q and columns past HEAD_DIM are clipped by the TMA store
+        tl.store(lse_ptrs, lse2, mask=offs_m < N_Q)
+    # rows past N_Q and columns past HEAD_DIM are clipped by the TMA store
     desc_o.store(
         [off_z, off_h, start_m * BLOCK_M, 0],
         acc.to(desc_o.dtype).reshape(1, 1, BLOCK_M, BLOCK_D),
@@ -443,7 +442,7 @@ _HEUR = {
     # the one key loop of an aligned non-causal launch: where Triton 3.7
     # specialises (the causal kernel has two loops, a ragged N_k makes it fail)
     "WS_LOOP": lambda a: (
-        a["WARP_SPECIALIZE"] and not a["IS_CAUSAL"] and a["N_CTX_K"] % a["BLOCK_N"] == 0
+        a["WARP_SPECIALIZE"] and not a["IS_CAUSAL"] and a["N_K"] % a["BLOCK_N"] == 0
     ),
 }
 
@@ -470,8 +469,10 @@ def forward_tma(
     k: torch.Tensor,
     v: torch.Tensor,
     causal: bool = False,
-    sm_scale: float | None = None,
+    softmax_scale: float | None = None,
     warp_specialize: bool | str = False,
+    *,
+    sm_scale: float | None = None,
 ):
     """The FlashAttention forward with TMA descriptor loads and stores.
 
@@ -480,7 +481,8 @@ def forward_tma(
             Each must be TMA-readable: last dim contiguous, other strides and the
             address 16-byte aligned (else ValueError naming it: use the pointer path).
         causal: bottom-right aligned mask, as kernels.flash.
-        sm_scale: softmax scale, default 1 / sqrt(d).
+        softmax_scale: softmax scale, default 1 / sqrt(d) (``flash_attention``'s name;
+            the old keyword ``sm_scale=`` still works, with a DeprecationWarning).
         warp_specialize: False, True (the unmasked key loop warp-specialised) or
             "auto" (the autotuner tries both).
 
@@ -488,8 +490,15 @@ def forward_tma(
         (o, lse2): o (B, H, N_q, d) in q's dtype, lse2 (B, H, N_q) float32 base-2
         log-sum-exp (-inf for a row that sees no key), as ``kernels.flash.forward_lse``.
     """
-    scale = check_inputs(q, k, v, sm_scale, "sm_scale")
+    softmax_scale = renamed_scale(softmax_scale, sm_scale, "softmax_scale")
+    scale = check_inputs(q, k, v, softmax_scale, "softmax_scale")
     check_bool("causal", causal)
+    return tma_lse(q, k, v, bool(causal), scale, warp_specialize)
+
+
+def tma_lse(q, k, v, causal: bool, scale: float, warp_specialize: bool | str = False):
+    """``forward_tma`` on inputs and a scale already checked (``flash_attention`` checks
+    them once): the TMA-specific checks, then the launch."""
     if not isinstance(warp_specialize, (bool, str)) or warp_specialize not in _KERNELS:
         raise ValueError(
             f"warp_specialize must be False, True or 'auto', got {warp_specialize!r}"
@@ -544,16 +553,20 @@ def forward(
     k,
     v,
     causal: bool = False,
-    sm_scale: float | None = None,
+    softmax_scale: float | None = None,
     path: str = DEFAULT_FORWARD_PATH,
+    *,
+    sm_scale: float | None = None,
 ):
-    """``(o, lse2)`` by the named forward path (one of ``FORWARD_PATHS``)."""
+    """``(o, lse2)`` by the named forward path (one of ``FORWARD_PATHS``); the scale is
+    ``softmax_scale`` as in ``flash_attention`` (``sm_scale=`` deprecated)."""
+    if path not in FORWARD_PATHS:
+        raise ValueError(f"path must be one of {FORWARD_PATHS}, got {path!r}")
+    softmax_scale = renamed_scale(softmax_scale, sm_scale, "softmax_scale")
+    scale = check_inputs(q, k, v, softmax_scale, "softmax_scale")
+    check_bool("causal", causal)
     if path == "pointer":
         from .forward import forward_lse
 
-        scale = check_inputs(q, k, v, sm_scale, "sm_scale")
-        check_bool("causal", causal)
         return forward_lse(q, k, v, bool(causal), scale)
-    if path not in FORWARD_PATHS:
-        raise ValueError(f"path must be one of {FORWARD_PATHS}, got {path!r}")
-    return forward_tma(q, k, v, causal, sm_scale, warp_specialize=path == "tma-ws")
+    return tma_lse(q, k, v, bool(causal), scale, warp_specialize=path == "tma-ws")

@@ -1,6 +1,6 @@
 """Tile tables and launch heuristics of the FlashAttention kernels.
 
-The constants every module shares (``LOG2E``, ``MAX_HEAD_DIM``, ``FORWARD_PATHS``), the
+The constants every module shares (``MAX_HEAD_DIM``, ``FORWARD_PATHS``), the
 shipped (BLOCK_M, BLOCK_N, num_warps, num_stages) per kernel, architecture class and
 padded head dim (checked ahead of time by ``kernels.flash.compile_check``),
 ``arch_class``, ``block_d``, ``configs``, the autotuner's config lists, pruners and
@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import torch
 import triton
-import triton.language as tl
 
 from .. import runtime
-from ..common import ARCHS, LOG2E, arch_class, block_d, check_head_dim  # noqa: F401
+from ..common import ARCHS, arch_class, block_d, check_head_dim  # noqa: F401
 
 MAX_HEAD_DIM = 256
 #: flash_attention's forward paths: pointer loads (the default), TMA descriptors, TMA
 #: with a warp-specialised key loop (kernels.flash.forward_tma; sm_90 only)
 FORWARD_PATHS = ("pointer", "tma", "tma-ws")
-_LOG2E: tl.constexpr = tl.constexpr(LOG2E)  # kernels.common.LOG2E for @triton.jit
 
 
 # --------------------------------------------------------------------------------------
@@ -248,8 +246,8 @@ def _pruner(kernel: str):
 
 
 _HEURISTICS = {
-    "EVEN_M": lambda a: a["N_CTX_Q"] % a["BLOCK_M"] == 0,
-    "EVEN_N": lambda a: a["N_CTX_K"] % a["BLOCK_N"] == 0,
+    "EVEN_M": lambda a: a["N_Q"] % a["BLOCK_M"] == 0,
+    "EVEN_N": lambda a: a["N_K"] % a["BLOCK_N"] == 0,
     "EVEN_D": lambda a: a["HEAD_DIM"] == a["BLOCK_D"],
 }
 

@@ -22,11 +22,10 @@ import triton
 import triton.language as tl
 
 from .. import runtime
-from ..common import dot_precision, upcast
+from ..common import LOG2E_JIT, dot_precision, upcast
 from ..flash import finite_dot
 from .backward_dq import _flex_dq, _score_and_grad
 from .forward import _load_rows, launch_flags, mask_strides
-from .tiles import LOG2E_C
 
 
 @triton.jit
@@ -52,8 +51,8 @@ def _dkdv_tile(
     scale,
     N_Q,
     N_K,
-    D,
-    DV,
+    HEAD_DIM,
+    HEAD_DIM_V,
     MI,
     MF,
     SMI,
@@ -78,7 +77,7 @@ def _dkdv_tile(
         offs_m,
         offs_d,
         N_Q,
-        D,
+        HEAD_DIM,
         EVEN_M,
         EVEN_D,
     )
@@ -87,7 +86,7 @@ def _dkdv_tile(
         offs_m,
         offs_dv,
         N_Q,
-        DV,
+        HEAD_DIM_V,
         EVEN_M,
         EVEN_D,
     )
@@ -115,7 +114,7 @@ def _dkdv_tile(
         HAS_SCORE,
         HAS_GRAD,
     )
-    sT = sT * LOG2E_C
+    sT = sT * LOG2E_JIT
     visT = offs_n[:, None] < N_K
     if PARTIAL:
         visT = visT & MASK_FN(b, h, offs_m[None, :], offs_n[:, None], MI, MF)
@@ -194,8 +193,8 @@ def _flex_dkdv(
     GROUP,
     N_Q,
     N_K,
-    D,
-    DV,
+    HEAD_DIM,
+    HEAD_DIM_V,
     MASK_FN: tl.constexpr,
     SCORE_FN: tl.constexpr,
     GRAD_FN: tl.constexpr,
@@ -231,7 +230,7 @@ def _flex_dkdv(
         offs_n,
         offs_d,
         N_K,
-        D,
+        HEAD_DIM,
         EVEN_N,
         EVEN_D,
     )
@@ -244,7 +243,7 @@ def _flex_dkdv(
         offs_n,
         offs_dv,
         N_K,
-        DV,
+        HEAD_DIM_V,
         EVEN_N,
         EVEN_D,
     )
@@ -293,8 +292,8 @@ def _flex_dkdv(
                 scale,
                 N_Q,
                 N_K,
-                D,
-                DV,
+                HEAD_DIM,
+                HEAD_DIM_V,
                 MI,
                 MF,
                 SMI,
@@ -341,8 +340,8 @@ def _flex_dkdv(
                 scale,
                 N_Q,
                 N_K,
-                D,
-                DV,
+                HEAD_DIM,
+                HEAD_DIM_V,
                 MI,
                 MF,
                 SMI,
@@ -362,8 +361,8 @@ def _flex_dkdv(
                 BLOCK_M,
             )
     dk = dk * scale
-    inside_k = (offs_n[:, None] < N_K) & (offs_d[None, :] < D)
-    inside_v = (offs_n[:, None] < N_K) & (offs_dv[None, :] < DV)
+    inside_k = (offs_n[:, None] < N_K) & (offs_d[None, :] < HEAD_DIM)
+    inside_v = (offs_n[:, None] < N_K) & (offs_dv[None, :] < HEAD_DIM_V)
     tl.store(
         DKP
         + b.to(tl.int64) * stride_dkz

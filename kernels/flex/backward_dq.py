@@ -10,9 +10,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..common import LOG2E_JIT
 from ..flash import finite_dot
 from .forward import _load_rows
-from .tiles import LOG2E_C
 
 
 @triton.jit
@@ -66,8 +66,8 @@ def _dq_tile(
     h,
     scale,
     N_K,
-    D,
-    DV,
+    HEAD_DIM,
+    HEAD_DIM_V,
     MI,
     MF,
     SMI,
@@ -91,7 +91,7 @@ def _dq_tile(
         offs_n,
         offs_d,
         N_K,
-        D,
+        HEAD_DIM,
         EVEN_N,
         EVEN_D,
     )
@@ -100,7 +100,7 @@ def _dq_tile(
         offs_n,
         offs_dv,
         N_K,
-        DV,
+        HEAD_DIM_V,
         EVEN_N,
         EVEN_D,
     )
@@ -121,7 +121,7 @@ def _dq_tile(
         HAS_SCORE,
         HAS_GRAD,
     )
-    s = s * LOG2E_C
+    s = s * LOG2E_JIT
     vis = offs_n[None, :] < N_K
     if PARTIAL:
         vis = vis & MASK_FN(b, h, offs_m[:, None], offs_n[None, :], MI, MF)
@@ -192,8 +192,8 @@ def _flex_dq(
     GROUP,
     N_Q,
     N_K,
-    D,
-    DV,
+    HEAD_DIM,
+    HEAD_DIM_V,
     MASK_FN: tl.constexpr,
     SCORE_FN: tl.constexpr,
     GRAD_FN: tl.constexpr,
@@ -230,7 +230,7 @@ def _flex_dq(
         offs_m,
         offs_d,
         N_Q,
-        D,
+        HEAD_DIM,
         EVEN_M,
         EVEN_D,
     )
@@ -243,7 +243,7 @@ def _flex_dq(
         offs_m,
         offs_dv,
         N_Q,
-        DV,
+        HEAD_DIM_V,
         EVEN_M,
         EVEN_D,
     )
@@ -288,8 +288,8 @@ def _flex_dq(
             h,
             scale,
             N_K,
-            D,
-            DV,
+            HEAD_DIM,
+            HEAD_DIM_V,
             MI,
             MF,
             SMI,
@@ -333,8 +333,8 @@ def _flex_dq(
             h,
             scale,
             N_K,
-            D,
-            DV,
+            HEAD_DIM,
+            HEAD_DIM_V,
             MI,
             MF,
             SMI,
@@ -360,5 +360,5 @@ def _flex_dq(
         + offs_m[:, None] * stride_dqm
         + offs_d[None, :] * stride_dqd,
         dq.to(DQ.dtype.element_ty),
-        mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < D) & go,
+        mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM) & go,
     )

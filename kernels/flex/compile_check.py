@@ -45,6 +45,7 @@ runtime.compile_ahead("kernels.flex.compile_check", __name__)
 
 import torch  # noqa: E402
 
+from kernels.common import dot_precision  # noqa: E402
 from kernels.flex import (  # noqa: E402
     and_masks,
     backward,
@@ -126,8 +127,8 @@ def _values(kernel, name, dims, dtype, config, n=N):
         "GROUP": H // H_KV,
         "N_Q": n,
         "N_K": n,
-        "D": d,
-        "DV": dv,
+        "HEAD_DIM": d,
+        "HEAD_DIM_V": dv,
         "MASK_FN": mfn,
         "SCORE_FN": sfn,
         "GRAD_FN": gfn if gfn is not None else sfn,
@@ -137,7 +138,7 @@ def _values(kernel, name, dims, dtype, config, n=N):
         "BLOCK_D": bd,
         "BLOCK_DV": bdv,
         "UPCAST": False,
-        "DOT_PRECISION": "ieee" if dtype == torch.float32 else "tf32",
+        "DOT_PRECISION": dot_precision(dtype),
         "BLOCK_M": config[0],
         "BLOCK_N": config[1],
         "SQ": BLOCK,

@@ -17,9 +17,9 @@ import triton
 import triton.language as tl
 
 from .. import runtime
-from ..common import dot_precision, upcast
+from ..common import LOG2E_JIT, dot_precision, upcast
 from ..flash import finite_dot
-from .tiles import LOG2E_C, block_d, tiles
+from .tiles import block_d, tiles
 
 
 @triton.jit
@@ -58,8 +58,8 @@ def _fwd_tile(
     h,
     scale,
     N_K,
-    D,
-    DV,
+    HEAD_DIM,
+    HEAD_DIM_V,
     MI,
     MF,
     SMI,
@@ -85,17 +85,17 @@ def _fwd_tile(
         v = tl.load(v_ptrs)
     else:
         rows = offs_n[:, None] < N_K
-        k = tl.load(k_ptrs, mask=rows & (offs_d[None, :] < D), other=0.0)
-        v = tl.load(v_ptrs, mask=rows & (offs_dv[None, :] < DV), other=0.0)
+        k = tl.load(k_ptrs, mask=rows & (offs_d[None, :] < HEAD_DIM), other=0.0)
+        v = tl.load(v_ptrs, mask=rows & (offs_dv[None, :] < HEAD_DIM_V), other=0.0)
     if UPCAST:
         k = k.to(tl.float32)
         v = v.to(tl.float32)
     qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
     if HAS_SCORE:
         s = SCORE_FN(qk * scale, b, h, offs_m[:, None], offs_n[None, :], SMI, SMF)
-        s = s * LOG2E_C
+        s = s * LOG2E_JIT
     else:
-        s = qk * (scale * LOG2E_C)
+        s = qk * (scale * LOG2E_JIT)
     visible = offs_n[None, :] < N_K
     if PARTIAL:
         visible = visible & MASK_FN(b, h, offs_m[:, None], offs_n[None, :], MI, MF)
@@ -169,8 +169,8 @@ def _flex_fwd(
     GROUP,
     N_Q,
     N_K,
-    D,
-    DV,
+    HEAD_DIM,
+    HEAD_DIM_V,
     MASK_FN: tl.constexpr,
     SCORE_FN: tl.constexpr,
     HAS_SCORE: tl.constexpr,
@@ -207,7 +207,7 @@ def _flex_fwd(
         offs_m,
         offs_d,
         N_Q,
-        D,
+        HEAD_DIM,
         EVEN_M,
         EVEN_D,
     )
@@ -247,8 +247,8 @@ def _flex_fwd(
             h,
             scale,
             N_K,
-            D,
-            DV,
+            HEAD_DIM,
+            HEAD_DIM_V,
             MI,
             MF,
             SMI,
@@ -289,8 +289,8 @@ def _flex_fwd(
             h,
             scale,
             N_K,
-            D,
-            DV,
+            HEAD_DIM,
+            HEAD_DIM_V,
             MI,
             MF,
             SMI,
@@ -308,7 +308,7 @@ def _flex_fwd(
         )
     # the sink: exp(sink) joins the denominator (base 2: sink * log2 e), not the sum
     if HAS_SINKS:
-        sink = tl.load(SINKS + h).to(tl.float32) * LOG2E_C
+        sink = tl.load(SINKS + h).to(tl.float32) * LOG2E_JIT
         m_new = tl.maximum(m_i, sink)
         m_new = tl.where(m_i != m_i, m_i, m_new)  # a NaN row stays NaN
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -334,12 +334,14 @@ def _flex_fwd(
     o_ptrs = o_base + offs_m[:, None] * stride_om + offs_dv[None, :] * stride_od
     o = acc.to(Out.dtype.element_ty)
     if SHIELD:
-        inside = (offs_m[:, None] < N_Q) & (offs_dv[None, :] < DV)
+        inside = (offs_m[:, None] < N_Q) & (offs_dv[None, :] < HEAD_DIM_V)
         tl.store(o_ptrs, o, mask=inside & go)
     elif EVEN_M and EVEN_D:
         tl.store(o_ptrs, o)
     else:
-        tl.store(o_ptrs, o, mask=(offs_m[:, None] < N_Q) & (offs_dv[None, :] < DV))
+        tl.store(
+            o_ptrs, o, mask=(offs_m[:, None] < N_Q) & (offs_dv[None, :] < HEAD_DIM_V)
+        )
 
 
 def mask_strides(block_mask, B: int, H: int) -> tuple[int, int]:

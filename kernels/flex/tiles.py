@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import torch
 import triton
-import triton.language as tl
 
-from ..common import ARCHS, LOG2E, arch_class
+from ..common import ARCHS, arch_class
 
 __all__ = ["ARCHS", "INTERPRET_CONFIG", "MAX_HEAD_DIM", "block_d", "configs", "tiles"]
 
 MAX_HEAD_DIM = 256
 INTERPRET_CONFIG = (64, 64, 4, 1)
-LOG2E_C: tl.constexpr = tl.constexpr(LOG2E)
 
 _TC = {  # tensor-core dots (fp16 / bf16 on sm_80+)
     "fwd": {

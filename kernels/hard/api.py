@@ -9,8 +9,7 @@ from __future__ import annotations
 import torch
 import triton
 
-from .. import runtime
-from ..common import block_d, check_int, dot_precision, renamed_scale
+from ..common import block_d, check_int, dot_precision, renamed_scale, upcast
 from ..naive import repeat_kv
 from .checks import check_inputs
 from .forward import (
@@ -26,14 +25,6 @@ from .tiles import MAX_TOPK
 # ---------------------------------------------------------------------------------
 
 
-def _upcast(dtype: torch.dtype, device: torch.device) -> bool:
-    """Tiles go through fp32 under the interpreter, and bf16 on GPUs without bf16
-    tensor cores."""
-    if runtime.INTERPRET:
-        return True
-    return dtype == torch.bfloat16 and torch.cuda.get_device_capability(device) < (8, 0)
-
-
 def _strides(t):
     return t.stride(0), t.stride(1), t.stride(2), t.stride(3)
 
@@ -46,8 +37,8 @@ def _common(q, k):
         "N_K": k.shape[2],
         "GROUP": H // k.shape[1],
         "HEAD_DIM": d,
-        "HEAD_DIM_PAD": block_d(d),
-        "UPCAST": _upcast(q.dtype, q.device),
+        "BLOCK_D": block_d(d),
+        "UPCAST": upcast(q.dtype, q.device),
         "DOT_PRECISION": dot_precision(q.dtype),
     }
 
@@ -69,14 +60,14 @@ def _hard_forward(q, k, v, causal, scale, sample, seed):
         *_strides(k),
         *_strides(v),
         *_strides(o),
-        CAUSAL=causal,
+        IS_CAUSAL=causal,
         SAMPLE=sample,
         **_common(q, k),
     )
     # NaN rows (marked -2) get their first NaN key; a program without one stops at once
     nan_rows = idx == -2  # (B, H, N_q): a NaN among the row's visible scores
     common = _common(q, k)
-    del common["HEAD_DIM_PAD"], common["N_Q"], common["N_K"], common["H"]
+    del common["BLOCK_D"], common["N_Q"], common["N_K"], common["H"]
     _hard_nan_index[(triton.cdiv(N_q, NAN_INDEX_BLOCK), B * H)](
         q,
         k,
@@ -88,8 +79,8 @@ def _hard_forward(q, k, v, causal, scale, sample, seed):
         N_q,
         k.shape[2],
         common.pop("GROUP"),
-        HEAD_DIM_PAD=block_d(d),
-        CAUSAL=causal,
+        BLOCK_D=block_d(d),
+        IS_CAUSAL=causal,
         BLOCK_M=NAN_INDEX_BLOCK,
         BLOCK_N=NAN_INDEX_BLOCK,
         num_warps=4,
@@ -118,7 +109,7 @@ def _topk_forward(q, k, v, topk, causal, scale):
         *_strides(o),
         TOPK=topk,
         TOPK_PAD=max(16, triton.next_power_of_2(topk)),
-        CAUSAL=causal,
+        IS_CAUSAL=causal,
         **_common(q, k),
     )
     return o, idx, lse

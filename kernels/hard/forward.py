@@ -11,9 +11,9 @@ import triton
 import triton.language as tl
 
 from .. import runtime
+from ..common import LOG2E_JIT
 from ..flash import key_range
 from .tiles import (
-    LOG2E,
     _all_configs,
     _pruner,
 )
@@ -65,9 +65,9 @@ def _hard_inner(
     N_Q,
     N_K,
     HEAD_DIM: tl.constexpr,
-    HEAD_DIM_PAD: tl.constexpr,
+    BLOCK_D: tl.constexpr,
     MASKED: tl.constexpr,
-    CAUSAL: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
     SIGN: tl.constexpr,
     SAMPLE: tl.constexpr,
     UPCAST: tl.constexpr,
@@ -109,7 +109,7 @@ def _hard_inner(
             )
             # -log2(u) > 0; u = 0 gives +inf
             t = tl.maximum(-_log2_fast(u), GUMBEL_T_MIN)
-            s = qk * (sm_scale * LOG2E) - _log2_fast(t)
+            s = qk * (sm_scale * LOG2E_JIT) - _log2_fast(t)
         elif SIGN > 0:
             s = qk
         elif SIGN < 0:
@@ -118,7 +118,7 @@ def _hard_inner(
             s = qk * sm_scale
         if MASKED:
             visible = cols[None, :] < N_K
-            if CAUSAL:
+            if IS_CAUSAL:
                 visible = visible & (cols[None, :] <= offs_m[:, None] + (N_K - N_Q))
             s = tl.where(visible, s, float("-inf"))
         better = s > m_t  # strict: an earlier key keeps a tie
@@ -129,7 +129,7 @@ def _hard_inner(
 
 @triton.autotune(
     configs=_all_configs("hard"),
-    key=["N_Q", "N_K", "HEAD_DIM", "CAUSAL", "SAMPLE"],
+    key=["N_Q", "N_K", "HEAD_DIM", "IS_CAUSAL", "SAMPLE"],
     prune_configs_by=_pruner("hard"),
 )
 @triton.heuristics({"SIGN": lambda a: (a["sm_scale"] > 0) - (a["sm_scale"] < 0)})
@@ -163,8 +163,8 @@ def _hard_attn_fwd(
     N_K,
     GROUP,
     HEAD_DIM: tl.constexpr,
-    HEAD_DIM_PAD: tl.constexpr,
-    CAUSAL: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
     SAMPLE: tl.constexpr,
     UPCAST: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
@@ -181,7 +181,7 @@ def _hard_attn_fwd(
     off_hk = off_h // GROUP  # the K/V head this query head reads (GQA)
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    offs_d = tl.arange(0, BLOCK_D)
     mask_d = offs_d < HEAD_DIM
 
     # q stays in SRAM for the whole pass over K
@@ -209,7 +209,7 @@ def _hard_attn_fwd(
     j_t = tl.full([BLOCK_M, BLOCK_N], -1, dtype=tl.int32)  # its key index
     # causal, bottom-right: row i sees keys j <= i + N_K - N_Q; keys < full_end are seen
     # by every row of the block (no mask), keys < hi by some row
-    hi, full_end = key_range(start_m, N_Q, N_K, CAUSAL, BLOCK_M, BLOCK_N)
+    hi, full_end = key_range(start_m, N_Q, N_K, IS_CAUSAL, BLOCK_M, BLOCK_N)
     m_t, j_t = _hard_inner(
         m_t,
         j_t,
@@ -227,9 +227,9 @@ def _hard_attn_fwd(
         N_Q,
         N_K,
         HEAD_DIM,
-        HEAD_DIM_PAD,
+        BLOCK_D,
         False,
-        CAUSAL,
+        IS_CAUSAL,
         SIGN,
         SAMPLE,
         UPCAST,
@@ -254,9 +254,9 @@ def _hard_attn_fwd(
         N_Q,
         N_K,
         HEAD_DIM,
-        HEAD_DIM_PAD,
+        BLOCK_D,
         True,
-        CAUSAL,
+        IS_CAUSAL,
         SIGN,
         SAMPLE,
         UPCAST,
@@ -325,8 +325,8 @@ def _hard_nan_index(
     N_K,
     GROUP,
     HEAD_DIM: tl.constexpr,
-    HEAD_DIM_PAD: tl.constexpr,
-    CAUSAL: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
     UPCAST: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -345,7 +345,7 @@ def _hard_nan_index(
     off_hk = off_h // GROUP
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    offs_d = tl.arange(0, BLOCK_D)
     mask_d = offs_d < HEAD_DIM
     idx_ptrs = IDX + off_bh.to(tl.int64) * N_Q + offs_m
     todo = tl.load(idx_ptrs, mask=offs_m < N_Q, other=0) == -2
@@ -362,7 +362,7 @@ def _hard_nan_index(
         if UPCAST:
             q = q.to(tl.float32)
         hi = N_K
-        if CAUSAL:
+        if IS_CAUSAL:
             hi = tl.minimum(N_K, (start_m + 1) * BLOCK_M + N_K - N_Q)
         first = tl.full([BLOCK_M], 2147483647, dtype=tl.int32)
         for start_n in range(0, hi, BLOCK_N):
@@ -380,7 +380,7 @@ def _hard_nan_index(
                 k = k.to(tl.float32)
             s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale
             nan_s = (s != s) & (cols[None, :] < N_K)
-            if CAUSAL:
+            if IS_CAUSAL:
                 nan_s = nan_s & (cols[None, :] <= offs_m[:, None] + (N_K - N_Q))
             first = tl.minimum(
                 first, tl.min(tl.where(nan_s, cols[None, :], 2147483647), 1)
@@ -396,7 +396,7 @@ def _hard_nan_index(
 
 @triton.autotune(
     configs=_all_configs("topk"),
-    key=["N_Q", "N_K", "HEAD_DIM", "CAUSAL", "TOPK_PAD"],
+    key=["N_Q", "N_K", "HEAD_DIM", "IS_CAUSAL", "TOPK_PAD"],
     prune_configs_by=_pruner("topk"),
 )
 @triton.heuristics({"SIGN": lambda a: (a["sm_scale"] > 0) - (a["sm_scale"] < 0)})
@@ -431,9 +431,9 @@ def _topk_attn_fwd(
     GROUP,
     TOPK,
     HEAD_DIM: tl.constexpr,
-    HEAD_DIM_PAD: tl.constexpr,
+    BLOCK_D: tl.constexpr,
     TOPK_PAD: tl.constexpr,
-    CAUSAL: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
     UPCAST: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -449,7 +449,7 @@ def _topk_attn_fwd(
     off_hk = off_h // GROUP
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    offs_d = tl.arange(0, BLOCK_D)
     mask_d = offs_d < HEAD_DIM
     slots = tl.arange(0, TOPK_PAD)
 
@@ -476,7 +476,7 @@ def _topk_attn_fwd(
     nan_i = tl.zeros([BLOCK_M], dtype=tl.int32)  # 1 once a visible score is NaN
 
     hi = N_K
-    if CAUSAL:
+    if IS_CAUSAL:
         hi = tl.minimum(N_K, (start_m + 1) * BLOCK_M + N_K - N_Q)
     for start_n in range(0, hi, BLOCK_N):
         cols = start_n + offs_n
@@ -492,7 +492,7 @@ def _topk_attn_fwd(
         elif SIGN == 0:
             s = s * sm_scale  # every finite score ties at 0
         visible = cols[None, :] < N_K
-        if CAUSAL:
+        if IS_CAUSAL:
             visible = visible & (cols[None, :] <= offs_m[:, None] + (N_K - N_Q))
         nan_i = tl.maximum(nan_i, tl.max(tl.where(visible & (s != s), 1, 0), 1))
         # a NaN score ranks as +inf (torch.topk puts NaN first): its row is flagged
@@ -528,11 +528,11 @@ def _topk_attn_fwd(
     m_i = tl.max(tl.where(valid, buf_s, float("-inf")), 1)
     m_safe = tl.where(m_i > float("-inf"), m_i, 0.0)
     # (BLOCK_M, TOPK_PAD)
-    p = tl.where(valid, tl.exp2((buf_s - m_safe[:, None]) * LOG2E), 0.0)
+    p = tl.where(valid, tl.exp2((buf_s - m_safe[:, None]) * LOG2E_JIT), 0.0)
     l_i = tl.sum(p, 1)
 
     # TOPK gathered rows of V per query, accumulated in fp32
-    acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     v_base = V + off_b * stride_vb + off_hk * stride_vh
     for t in range(0, TOPK):
         pick = slots[None, :] == t

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import torch
 import triton
-import triton.language as tl
 
 from .. import common, runtime
 from ..common import arch_class, block_d, check_head_dim
 
-LOG2E = tl.constexpr(common.LOG2E)  # kernels.common.LOG2E, as @triton.jit reads it
 MAX_HEAD_DIM = 128
 MAX_TOPK = 128
 
@@ -92,9 +90,7 @@ def configs(
         raise ValueError(f"topk must be in 1..{MAX_TOPK}, got {topk}")
     arch = arch_class(capability)
     # float32 tiles: float32 inputs, and bf16 on sm_75 (upcast: no bf16 tensor cores)
-    fp32_tiles = dtype == torch.float32 or (
-        dtype == torch.bfloat16 and tuple(capability) < (8, 0)
-    )
+    fp32_tiles = dtype == torch.float32 or common.upcast_on(dtype, capability)
     if kind == "hard":
         d_class = 64 if block_d(head_dim) <= 64 else 128
         if fp32_tiles:

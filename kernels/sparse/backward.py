@@ -17,10 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ..common import LOG2E
+from ..common import LOG2E_JIT
 from .blocks import chunk_keys, gathered_scores, group_rows, launch_sizes
-
-_LOG2E: tl.constexpr = tl.constexpr(LOG2E)
 
 
 @triton.jit
@@ -30,8 +28,8 @@ def _sparse_bwd(
     V,
     IDX,
     DO,
-    LSE,
-    DELTA,
+    LSE2,
+    Delta,
     DQ,
     DK,
     DV,
@@ -75,7 +73,7 @@ def _sparse_bwd(
     BLOCK_DV: tl.constexpr,
 ):
     """dq of one token's group rows; dk, dv of its keys by atomics. DQ has q's
-    strides, DK/DV are contiguous fp32 (B, H_kv, N_k, d / d_v), LSE and DELTA
+    strides, DK/DV are contiguous fp32 (B, H_kv, N_k, d / d_v), LSE2 and Delta
     contiguous (B, H_q, N_q) fp32."""
     t, b, hkv, row_ok, head = group_rows(H_KV, GROUP, M_BLOCKS, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
@@ -100,15 +98,15 @@ def _sparse_bwd(
         q = q.to(tl.float32)
         do = do.to(tl.float32)
     row = (b * H_KV * GROUP + head) * N_Q + t64
-    lse2 = tl.load(LSE + row, mask=row_ok, other=float("inf"))
+    lse2 = tl.load(LSE2 + row, mask=row_ok, other=float("inf"))
     lse2 = tl.where(lse2 == float("-inf"), float("inf"), lse2)  # empty row: P = 0
-    delta = tl.load(DELTA + row, mask=row_ok, other=0.0)
+    delta = tl.load(Delta + row, mask=row_ok, other=0.0)
     k_base = K + b * stride_kb + hkv * stride_kh
     v_base = V + b * stride_vb + hkv * stride_vh
     kv_row = (b * H_KV + hkv) * N_K
     idx_row = IDX + b * stride_ib + hkv * stride_ih + t64 * stride_im
     pos = t + N_K - N_Q
-    qk_scale = sm_scale * _LOG2E
+    qk_scale = sm_scale * LOG2E_JIT
 
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     for start in range(0, n_keys, BLOCK_N):

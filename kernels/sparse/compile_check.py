@@ -33,6 +33,7 @@ runtime.compile_ahead("kernels.sparse.compile_check", __name__)
 
 import torch  # noqa: E402
 
+from kernels.common import dot_precision  # noqa: E402
 from kernels.machine_code.compiler import (  # noqa: E402
     cells,
     check_args,
@@ -75,9 +76,9 @@ def _values(kernel, case, d, dtype, group, tile):
         "V": t,
         "IDX": i32,
         "O": t,
-        "LSE": f32,
+        "LSE2": f32,
         "DO": t,
-        "DELTA": f32,
+        "Delta": f32,
         "DQ": t,
         "DK": f32,
         "DV": f32,
@@ -117,8 +118,8 @@ def shipped(kernel, target, d, dtype, group):
     cap = tiles.ARCHS[target][0]
     bm = tiles.block_m(group, cap, dtype, kernel, tiles.block_d(d))
     bn, w, s = tiles.tiles(kernel, cap, tiles.block_d(d), dtype, bm)
-    prec = "ieee" if dtype == torch.float32 else "tf32"
-    up = tiles.upcast_tiles(cap, dtype, None)
+    prec = dot_precision(dtype)
+    up = tiles.upcast_tiles(cap, dtype)
     return (bm, -(-group // bm), bn, w, s, up, prec)
 
 

@@ -19,11 +19,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ..common import LOG2E
+from ..common import LOG2E_JIT
 from ..flash import finish_rows
 from .blocks import chunk_keys, gathered_scores, group_rows, launch_sizes
-
-_LOG2E: tl.constexpr = tl.constexpr(LOG2E)
 
 
 @triton.jit
@@ -33,7 +31,7 @@ def _sparse_fwd(
     V,
     IDX,
     O,
-    LSE,
+    LSE2,
     sm_scale,
     stride_qb,
     stride_qh,
@@ -95,7 +93,7 @@ def _sparse_fwd(
     v_base = V + b * stride_vb + hkv * stride_vh
     idx_row = IDX + b * stride_ib + hkv * stride_ih + t.to(tl.int64) * stride_im
     pos = t + N_K - N_Q  # bottom-right aligned
-    qk_scale = sm_scale * _LOG2E
+    qk_scale = sm_scale * LOG2E_JIT
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -153,7 +151,7 @@ def _sparse_fwd(
         acc.to(O.dtype.element_ty),
         mask=row_ok[:, None] & (offs_dv[None, :] < HEAD_DIM_V),
     )
-    l_ptrs = LSE + b * stride_lb + head * stride_lh + t.to(tl.int64) * stride_lm
+    l_ptrs = LSE2 + b * stride_lb + head * stride_lh + t.to(tl.int64) * stride_lm
     tl.store(l_ptrs, lse2, mask=row_ok)
 
 

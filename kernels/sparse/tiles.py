@@ -90,16 +90,18 @@ def tiles(
     return bn, max(w, 8) if bm >= 64 else w, s
 
 
-def upcast_tiles(capability, dtype, device) -> bool:
-    """Whether K/V/Q tiles go through fp32: as ``common.upcast`` bf16 under the
+def upcast_tiles(capability, dtype) -> bool:
+    """Whether K/V/Q tiles go through fp32: as ``common.upcast_on`` bf16 under the
     interpreter (``capability`` None) and below sm_80, and fp16 on sm_75 too (its
     CUDA-core fp16 dots spill registers in these kernels, fp32 tiles do not:
     sparse_check)."""
-    from ..common import upcast
+    from ..common import upcast_on
 
     if capability is None:
-        return upcast(dtype, device)
-    return arch_class(capability) == "sm75" and dtype != torch.float32
+        return upcast_on(dtype, None)
+    return upcast_on(dtype, capability) or (
+        arch_class(capability) == "sm75" and dtype != torch.float32
+    )
 
 
 def supported(kernel: str, capability, d_pad: int) -> bool:
@@ -121,7 +123,7 @@ class Plan:
         cap = None if runtime.INTERPRET else torch.cuda.get_device_capability(q.device)
         group = q.shape[1] // k.shape[1]
         d_pad = max(block_d(q.shape[3]), block_d(v.shape[3]))
-        up, prec = upcast_tiles(cap, q.dtype, q.device), dot_precision(q.dtype)
+        up, prec = upcast_tiles(cap, q.dtype), dot_precision(q.dtype)
         self.backward_ok = supported("bwd", cap, d_pad)
         plans = []
         for kern in KERNELS:

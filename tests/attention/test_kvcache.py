@@ -191,10 +191,13 @@ def test_mla_equals_mqa_over_the_latent_row():
     pool, table = _paged(rng, kv, 4)
     paged = decode.mla_with_kvcache(q, pool, lens, table, head_dim_v=dv)
     np.testing.assert_allclose(paged, want[0], atol=TOL, rtol=0)
-    scaled = decode.mla_with_kvcache(q, kv, lens, head_dim_v=dv, softmax_scale=0.1)
+    scaled = decode.mla_with_kvcache(q, kv, lens, head_dim_v=dv, scale=0.1)
     np.testing.assert_allclose(
         scaled, _mla_reference(q, kv, lens, dv, 0.1)[0], atol=TOL, rtol=0
     )
+    with pytest.warns(DeprecationWarning, match="softmax_scale"):
+        old = decode.mla_with_kvcache(q, kv, lens, head_dim_v=dv, softmax_scale=0.1)
+    np.testing.assert_array_equal(old, scaled)
 
 
 def test_arguments_are_checked_by_name():
@@ -237,7 +240,7 @@ def test_arguments_are_checked_by_name():
         decode.mla_with_kvcache(np.zeros((2, 1, 4, 24)), kv, lens, head_dim_v=32)
     with pytest.raises(ValueError, match="^q and kv_cache must share"):
         decode.mla_with_kvcache(np.zeros((2, 1, 4, 20)), kv, lens, head_dim_v=16)
-    with pytest.raises(TypeError, match="^softmax_scale"):
+    with pytest.raises(TypeError, match="^scale"):
         decode.mla_with_kvcache(
-            np.zeros((2, 1, 4, 24)), kv, lens, head_dim_v=16, softmax_scale="x"
+            np.zeros((2, 1, 4, 24)), kv, lens, head_dim_v=16, scale="x"
         )

@@ -277,7 +277,7 @@ except ImportError:
     ptxas_usage = None
 
 PTRS = {"Value", "Out", "Loc", "Attn", "dOut", "Q", "K", "V", "Pts", "dO", "dQ"}
-F32 = {"LSE", "Delta", "dK", "dV", "dPts", "dValue", "dLoc", "dAttn"}
+F32 = {"LSE2", "Delta", "dK", "dV", "dPts", "dValue", "dLoc", "dAttn"}
 ACC = {"dValue", "dLoc", "dAttn"}  # MSDA's gradient buffers: fp64 for float64 inputs
 
 def compile_one(name, dtype, cap, head_dim):

@@ -126,7 +126,7 @@ def test_random_shapes(seed):
 @pytest.mark.parametrize("path", flash_tma.FORWARD_PATHS)
 def test_every_path_by_name(path):
     q, k, v = _qkv(1, 2, 1, 40, 70, 32, torch.float16, seed=5)
-    o, lse2 = flash_tma.forward(q, k, v, causal=True, sm_scale=-0.3, path=path)
+    o, lse2 = flash_tma.forward(q, k, v, causal=True, softmax_scale=-0.3, path=path)
     o_ref, lse_ref = _ref(q, k, v, True, -0.3)  # negative scale: NEG_SCALE path
     assert _max_err(o, o_ref) < 2e-3
     _same_as_pointer(q, k, v, True, o, lse2, sm_scale=-0.3)

@@ -211,15 +211,20 @@ def test_ring_attention_names_a_group_that_is_not_a_process_group():
         ring_attention(q, k, v, group="world")
 
 
-def test_the_flash_paths_name_their_scale_sm_scale_as_their_signature_does():
-    """kernels.flash.forward_tma's entry points take ``sm_scale``: a bad one is named
-    so (checked before any GPU work, so on a CPU too)."""
+def test_the_flash_paths_name_their_scale_softmax_scale_as_flash_attention_does():
+    """kernels.flash.forward_tma's entry points take ``softmax_scale``, as the public
+    ``flash_attention`` does: a bad one is named so (checked before any GPU work, so on
+    a CPU too); the old ``sm_scale=`` still runs, with a DeprecationWarning."""
     from kernels.flash import forward_tma as tma
 
     q, k, v = _qkv()
     for call in (
-        lambda: tma.forward_tma(q, k, v, sm_scale=float("nan")),
-        lambda: tma.forward(q, k, v, sm_scale=float("nan"), path="pointer"),
+        lambda: tma.forward_tma(q, k, v, softmax_scale=float("nan")),
+        lambda: tma.forward(q, k, v, softmax_scale=float("nan"), path="pointer"),
     ):
-        with pytest.raises(ValueError, match="^sm_scale must be finite"):
+        with pytest.raises(ValueError, match="^softmax_scale must be finite"):
             call()
+    with pytest.warns(DeprecationWarning, match="sm_scale"):
+        old = tma.forward(q, k, v, sm_scale=0.5, path="pointer")
+    new = tma.forward(q, k, v, softmax_scale=0.5, path="pointer")
+    assert torch.equal(old[0], new[0]) and torch.equal(old[1], new[1])
