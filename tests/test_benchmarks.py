@@ -435,15 +435,15 @@ def test_a_failing_forward_path_is_recorded_and_not_timed(monkeypatch):
     from kernels.flash import forward_tma
     from kernels.flash import timing as suite_flash
 
-    real = forward_tma.forward_tma
+    real = forward_tma.tma_lse  # what forward_tma.forward launches through
 
-    def broken_ws(q, k, v, causal=False, sm_scale=None, warp_specialize=False):
+    def broken_ws(q, k, v, causal, scale, warp_specialize=False):
         if warp_specialize:
             raise RuntimeError("PassManager::run failed\nmore detail")
-        o, lse2 = real(q, k, v, causal, sm_scale)
+        o, lse2 = real(q, k, v, causal, scale)
         return o, lse2 + 1.0 if causal else lse2  # wrong lse: the check must see it
 
-    monkeypatch.setattr(forward_tma, "forward_tma", broken_ws)
+    monkeypatch.setattr(forward_tma, "tma_lse", broken_ws)
     res = suite_flash.check_paths(dry=True)["paths"]
     assert res["pointer"]["ok"] and res["pointer"]["error"] is None
     assert not res["tma"]["ok"] and res["tma"]["error"] is None
