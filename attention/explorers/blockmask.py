@@ -19,7 +19,7 @@ from attention.plots import live
 
 from . import site
 from .common import FONT, frame
-from .settings import Choice, check
+from .settings import Choice, check, control, controls
 from .site import Explorer
 
 KINDS = ["causal", "window", "document", "prefix"]
@@ -51,13 +51,13 @@ COLORS = {"empty": "#EFEFEF", "partial": "#9ECAE1", "full": "#2171B5"}
 
 #: The settings both faces take (the menus' options; ``preset`` None is "custom").
 SETTINGS = {
-    "kind": Choice(KINDS),
-    "N": Choice(CONTEXT),
-    "block_size": Choice(BLOCKS),
-    "window": Choice(VALUES["window"]),
-    "doc_len": Choice(VALUES["document"]),
-    "prefix": Choice(VALUES["prefix"]),
-    "preset": Choice([None, *PRESETS]),
+    "kind": Choice(KINDS, label="mask"),
+    "N": Choice(CONTEXT, label="sequence length N"),
+    "block_size": Choice(BLOCKS, label="block size"),
+    "window": Choice(VALUES["window"], label="window"),
+    "doc_len": Choice(VALUES["document"], label="document length"),
+    "prefix": Choice(VALUES["prefix"], label="prefix"),
+    "preset": Choice([None, *PRESETS], label="model preset"),
 }
 
 
@@ -341,21 +341,12 @@ def live_block_mask_explorer(
     from .common import live_png, show_png
 
     _check(kind, N, block_size, window, doc_len, prefix, preset)
-    style = {"description_width": "initial"}
-
-    def menu(options, value, desc):
-        return widgets.Dropdown(
-            options=options, value=value, description=desc, style=style
-        )
-
+    # The preset menu shows None as "custom".
+    presets = Choice(PRESETS, label=SETTINGS["preset"].label)
+    values = dict(kind=kind, window=window, doc_len=doc_len, prefix=prefix)
     ctl = {
-        "preset": menu(list(PRESETS), preset or "custom", "model preset"),
-        "kind": menu(KINDS, kind, "mask"),
-        "window": menu(VALUES["window"], window, "window"),
-        "doc_len": menu(VALUES["document"], doc_len, "document length"),
-        "prefix": menu(VALUES["prefix"], prefix, "prefix"),
-        "N": menu(CONTEXT, N, "sequence length N"),
-        "block_size": menu(BLOCKS, block_size, "block size"),
+        "preset": control(presets, preset or "custom"),
+        **controls(SETTINGS, {**values, "N": N, "block_size": block_size}),
     }
     text, out = widgets.HTML(), widgets.Output()
 
