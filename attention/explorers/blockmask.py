@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from attention.memory import blocksparse as bs
 from attention.plots import live
+from attention.plots.masks import BLOCK_COLORS, WORK_COLORS
 
 from . import site
 from .common import FONT, frame
@@ -47,7 +48,10 @@ PRESETS = {
     "packed documents of 2k": ("document", 2048),
     "prefix LM (prefix 1,024)": ("prefix", 1024),
 }
-COLORS = {"empty": "#EFEFEF", "partial": "#9ECAE1", "full": "#2171B5"}
+#: The block mask's tiles and the work lines in chapter 7's colours: dense causal
+#: red, the chosen mask as the window is.
+COLORS = BLOCK_COLORS
+LINE_COLORS = [WORK_COLORS["causal"], WORK_COLORS["window"]]
 
 #: The settings both faces take (the menus' options; ``preset`` None is "custom").
 SETTINGS = {
@@ -206,7 +210,7 @@ def bytes_spec(height: int = 240) -> dict:
                     "color": {
                         "field": "series",
                         "type": "nominal",
-                        "scale": {"range": ["#C44E52", "#4C72B0"]},
+                        "scale": {"range": LINE_COLORS},
                         "legend": {"orient": "bottom", "title": None},
                     },
                     "tooltip": [

@@ -29,6 +29,7 @@ import numpy as np
 from attention import sparse, sparse_mass
 from attention.memory import blocksparse as bsp
 from attention.memory import sparse as ms
+from attention.plots.sparse import SPARSE_COLORS
 
 from . import site
 from .common import FONT, PngCache, frame, show_png
@@ -48,7 +49,7 @@ THUMB = 64
 D, BYTES_PER_ELEM, SEED = 64, 2, 0
 #: The dense causal kernel the costs compare with: FlashAttention's tiles.
 DENSE_TILE = 128
-COLORS = {"moba": "#4C72B0", "nsa": "#8172B2", "quest": "#CCB974", "oracle": "#333333"}
+COLORS = {m: SPARSE_COLORS[m] for m in METHODS}  # chapter 8's, from attention.plots
 NAMES = {
     "moba": "MoBA (mean-pooled keys)",
     "nsa": "NSA (compressed branch)",
