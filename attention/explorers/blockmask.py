@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from attention.memory import blocksparse as bs
 from attention.plots import live
+from attention.plots.masks import BLOCK_COLORS, WORK_COLORS
 
 from . import site
 from .common import FONT, frame
-from .settings import Choice, check
+from .settings import Choice, check, control, controls
 from .site import Explorer
 
 KINDS = ["causal", "window", "document", "prefix"]
@@ -47,17 +48,20 @@ PRESETS = {
     "packed documents of 2k": ("document", 2048),
     "prefix LM (prefix 1,024)": ("prefix", 1024),
 }
-COLORS = {"empty": "#EFEFEF", "partial": "#9ECAE1", "full": "#2171B5"}
+#: The block mask's tiles and the work lines in chapter 7's colours: dense causal
+#: red, the chosen mask as the window is.
+COLORS = BLOCK_COLORS
+LINE_COLORS = [WORK_COLORS["causal"], WORK_COLORS["window"]]
 
 #: The settings both faces take (the menus' options; ``preset`` None is "custom").
 SETTINGS = {
-    "kind": Choice(KINDS),
-    "N": Choice(CONTEXT),
-    "block_size": Choice(BLOCKS),
-    "window": Choice(VALUES["window"]),
-    "doc_len": Choice(VALUES["document"]),
-    "prefix": Choice(VALUES["prefix"]),
-    "preset": Choice([None, *PRESETS]),
+    "kind": Choice(KINDS, label="mask"),
+    "N": Choice(CONTEXT, label="sequence length N"),
+    "block_size": Choice(BLOCKS, label="block size"),
+    "window": Choice(VALUES["window"], label="window"),
+    "doc_len": Choice(VALUES["document"], label="document length"),
+    "prefix": Choice(VALUES["prefix"], label="prefix"),
+    "preset": Choice([None, *PRESETS], label="model preset"),
 }
 
 
@@ -206,7 +210,7 @@ def bytes_spec(height: int = 240) -> dict:
                     "color": {
                         "field": "series",
                         "type": "nominal",
-                        "scale": {"range": ["#C44E52", "#4C72B0"]},
+                        "scale": {"range": LINE_COLORS},
                         "legend": {"orient": "bottom", "title": None},
                     },
                     "tooltip": [
@@ -341,21 +345,12 @@ def live_block_mask_explorer(
     from .common import live_png, show_png
 
     _check(kind, N, block_size, window, doc_len, prefix, preset)
-    style = {"description_width": "initial"}
-
-    def menu(options, value, desc):
-        return widgets.Dropdown(
-            options=options, value=value, description=desc, style=style
-        )
-
+    # The preset menu shows None as "custom".
+    presets = Choice(PRESETS, label=SETTINGS["preset"].label)
+    values = dict(kind=kind, window=window, doc_len=doc_len, prefix=prefix)
     ctl = {
-        "preset": menu(list(PRESETS), preset or "custom", "model preset"),
-        "kind": menu(KINDS, kind, "mask"),
-        "window": menu(VALUES["window"], window, "window"),
-        "doc_len": menu(VALUES["document"], doc_len, "document length"),
-        "prefix": menu(VALUES["prefix"], prefix, "prefix"),
-        "N": menu(CONTEXT, N, "sequence length N"),
-        "block_size": menu(BLOCKS, block_size, "block size"),
+        "preset": control(presets, preset or "custom"),
+        **controls(SETTINGS, {**values, "N": N, "block_size": block_size}),
     }
     text, out = widgets.HTML(), widgets.Output()
 

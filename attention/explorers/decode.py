@@ -30,7 +30,7 @@ from .common import (
     live_png,
     show_png,
 )
-from .settings import Choice, check
+from .settings import Choice, check, controls
 from .site import Explorer
 
 #: The controls' values (the static grid covers exactly these).
@@ -347,15 +347,15 @@ def waste_spec(height: int = 200) -> dict:
 #: The settings both faces take (the static grid covers exactly these; H_kv must
 #: also divide H_q).
 SETTINGS = {
-    "B": Choice(BATCH),
-    "N": Choice(CONTEXT),
-    "H_q": Choice(HEADS_Q),
-    "H_kv": Choice(HEADS_KV),
-    "d": Choice(HEAD_DIM),
-    "dtype": Choice(dict(DTYPES)),
-    "n_splits": Choice(SPLITS),
-    "page_size": Choice(PAGES),
-    "gpu": Choice(GPUS),
+    "B": Choice(BATCH, label="batch B"),
+    "N": Choice(CONTEXT, label="context N"),
+    "H_q": Choice(HEADS_Q, label="query heads H_q"),
+    "H_kv": Choice(HEADS_KV, label="KV heads H_kv"),
+    "d": Choice(HEAD_DIM, label="head dim d"),
+    "dtype": Choice(dict(DTYPES), label="dtype"),
+    "n_splits": Choice(SPLITS, label="splits"),
+    "page_size": Choice(PAGES, label="page size"),
+    "gpu": Choice(GPUS, label="GPU"),
 }
 
 
@@ -487,24 +487,10 @@ def live_decode_explorer(
     import ipywidgets as widgets
 
     _check(B, N, H_q, H_kv, d, dtype, n_splits, page_size, gpu)
-    style = {"description_width": "initial"}
-
-    def menu(options, value, desc):
-        return widgets.Dropdown(
-            options=options, value=value, description=desc, style=style
-        )
-
-    ctl = {
-        "B": menu(BATCH, B, "batch B"),
-        "N": menu(CONTEXT, N, "context N"),
-        "H_q": menu(HEADS_Q, H_q, "query heads H_q"),
-        "H_kv": menu(HEADS_KV, H_kv, "KV heads H_kv"),
-        "d": menu(HEAD_DIM, d, "head dim d"),
-        "dtype": menu([n for n, _ in DTYPES], dtype, "dtype"),
-        "n_splits": menu(SPLITS, n_splits, "splits"),
-        "page_size": menu(PAGES, page_size, "page size"),
-        "gpu": menu(GPUS, gpu, "GPU"),
-    }
+    values = dict(B=B, N=N, H_q=H_q, H_kv=H_kv, d=d, dtype=dtype)
+    ctl = controls(
+        SETTINGS, {**values, "n_splits": n_splits, "page_size": page_size, "gpu": gpu}
+    )
     text, out = widgets.HTML(), widgets.Output()
 
     def redraw(change=None):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from . import site
 from .common import bars_spec, cached_png, flat, lines_spec, show_png, tensor_names
-from .settings import Choice, Range, check, index
+from .settings import Choice, Range, check, controls, index
 from .site import Explorer
 
 DEFORM_SIDE = list(range(16, 129, 16))
@@ -17,11 +17,11 @@ DEFORM_P = list(range(1, 17))
 DEFORM_L = [1, 2, 3, 4]
 #: The settings both faces take (the static grid covers exactly these).
 SETTINGS = {
-    "side": Range(16, 128, 16),
-    "d": Choice(DEFORM_D),
-    "r": Range(1, 16),
-    "n_points": Range(1, 16),
-    "n_levels": Range(1, 4),
+    "side": Range(16, 128, 16, label="map side"),
+    "d": Choice(DEFORM_D, label="head dim d"),
+    "r": Range(1, 16, label="DAT factor r"),
+    "n_points": Range(1, 16, label="MSDA points P"),
+    "n_levels": Range(1, 4, label="MSDA levels L"),
 }
 DEFORM_ALGS = {
     "dense": "dense-image",
@@ -144,63 +144,21 @@ def live_deformable_traffic_explorer(
     from attention import plots
 
     check(SETTINGS, side=side, d=d, r=r, n_points=n_points, n_levels=n_levels)
-    style = {"description_width": "initial"}
-    r_s = widgets.IntSlider(
-        value=r,
-        min=1,
-        max=16,
-        description="DAT factor r",
-        continuous_update=False,
-        style=style,
-    )
-    p_s = widgets.IntSlider(
-        value=n_points,
-        min=1,
-        max=16,
-        description="MSDA points P",
-        continuous_update=False,
-        style=style,
-    )
-    l_s = widgets.IntSlider(
-        value=n_levels,
-        min=1,
-        max=4,
-        description="MSDA levels L",
-        continuous_update=False,
-        style=style,
-    )
-    side_s = widgets.IntSlider(
-        value=side,
-        min=16,
-        max=128,
-        step=16,
-        description="map side",
-        continuous_update=False,
-        style=style,
-    )
-    d_m = widgets.Dropdown(
-        options=[16, 32, 64, 128], value=d, description="head dim d", style=style
-    )
+    values = dict(r=r, n_points=n_points, n_levels=n_levels, side=side, d=d)
+    c = controls(SETTINGS, values, continuous_update=False)
     out = widgets.Output()
 
     def redraw(change=None):
-        args = dict(
-            side=side_s.value,
-            d=d_m.value,
-            r=r_s.value,
-            n_points=p_s.value,
-            n_levels=l_s.value,
-        )
+        args = {name: w.value for name, w in c.items()}
         show_png(
             out, cached_png(plots.deformable_traffic_figure, simulated=False, **args)
         )
 
-    for w in (r_s, p_s, l_s, side_s, d_m):
+    for w in c.values():
         w.observe(redraw, names="value")
     redraw()
-    return widgets.VBox(
-        [widgets.HBox([r_s, p_s, l_s]), widgets.HBox([side_s, d_m]), out]
-    )
+    items = list(c.values())
+    return widgets.VBox([widgets.HBox(items[:3]), widgets.HBox(items[3:]), out])
 
 
 def deformable_traffic_explorer(

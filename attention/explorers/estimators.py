@@ -24,7 +24,7 @@ from attention.plots import live
 
 from . import site
 from .common import BLUE, FONT, GREY, ORANGE, RED, frame, live_png, show_png
-from .settings import Choice, Range, check
+from .settings import Choice, Range, check, controls
 from .site import Explorer
 
 METHODS = ["REINFORCE", "REINFORCE + baseline", "Gumbel-softmax ST"]
@@ -47,10 +47,10 @@ def settings(n: int) -> dict:
     """The settings both faces take, for ``n`` logits (the static grid covers exactly
     these)."""
     return {
-        "method": Choice(METHODS),
-        "tau": Choice(TAUS),
-        "n_samples": Choice(SAMPLES),
-        "component": Range(0, n - 1),
+        "method": Choice(METHODS, label="estimator"),
+        "tau": Choice(TAUS, label="temperature τ", widget="slider"),
+        "n_samples": Choice(SAMPLES, label="samples per estimate", widget="slider"),
+        "component": Range(0, n - 1, label="logit j"),
     }
 
 
@@ -397,24 +397,8 @@ def live_estimator_explorer(
     import ipywidgets as widgets
 
     s, _ = _check(logits, losses, method, tau, n_samples, component)
-    style = {"description_width": "initial"}
-    ctl = {
-        "method": widgets.Dropdown(
-            options=METHODS, value=method, description="estimator", style=style
-        ),
-        "tau": widgets.SelectionSlider(
-            options=TAUS, value=tau, description="temperature τ", style=style
-        ),
-        "n_samples": widgets.SelectionSlider(
-            options=SAMPLES,
-            value=n_samples,
-            description="samples per estimate",
-            style=style,
-        ),
-        "component": widgets.IntSlider(
-            value=component, min=0, max=len(s) - 1, description="logit j", style=style
-        ),
-    }
+    values = dict(method=method, tau=tau, n_samples=n_samples, component=component)
+    ctl = controls(settings(len(s)), values)
     text, out = widgets.HTML(), widgets.Output()
 
     def redraw(change=None):

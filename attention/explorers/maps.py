@@ -19,17 +19,17 @@ from attention.plots import live
 
 from . import site
 from .common import FONT, KEEP, frame, live_png, one_picture_per_move, show_png
-from .settings import Choice, Range, check
+from .settings import Choice, Range, check, control, controls
 from .site import Explorer
 
 #: The mask view's controls (the static grid covers exactly these).
 MASK_KINDS = ["causal", "padding", "causal and padding", "none"]
 MASK_SIZES = list(range(1, 9))
 MASK_SETTINGS = {
-    "n_q": Range(1, 8),
-    "n_k": Range(1, 8),
-    "kind": Choice(MASK_KINDS),
-    "length": Range(1, 8),
+    "kind": Choice(MASK_KINDS, label="mask"),
+    "n_q": Range(1, 8, label="queries N_q"),
+    "n_k": Range(1, 8, label="keys N_k"),
+    "length": Range(1, 8, label="real keys (padding)"),
 }
 #: Scores behind the mask view's weights: one fixed draw, cut to (N_q, N_k).
 MASK_SEED = 0
@@ -89,10 +89,10 @@ def map_settings(tasks: dict, task: str | None) -> dict:
     names = list(tasks)
     e, h, m, _ = tasks[task if task in names else names[0]]["maps"].shape
     return {
-        "task": Choice([None, *names]),
-        "example": Range(0, e - 1),
-        "head": Range(0, h - 1),
-        "row": Range(0, m - 1),
+        "task": Choice([None, *names], label="task"),
+        "example": Range(0, e - 1, label="example"),
+        "head": Range(0, h - 1, label="head"),
+        "row": Range(0, m - 1, label="query row"),
     }
 
 
@@ -280,20 +280,12 @@ def live_attention_map_explorer(
     import ipywidgets as widgets
 
     names = _check_map(tasks, task, example, head, row)
-    style = {"description_width": "initial"}
-    first = tasks[task or names[0]]["maps"]
-    w_task = widgets.Dropdown(
-        options=names, value=task or names[0], description="task", style=style
-    )
-    w_ex = widgets.IntSlider(
-        value=example, min=0, max=first.shape[0] - 1, description="example", style=style
-    )
-    w_head = widgets.IntSlider(
-        value=head, min=0, max=first.shape[1] - 1, description="head", style=style
-    )
-    w_row = widgets.IntSlider(
-        value=row, min=0, max=first.shape[2] - 1, description="query row", style=style
-    )
+    rules = map_settings(tasks, task)
+    # The task menu shows the tasks themselves (None is the first).
+    w_task = control(Choice(names, label=rules["task"].label), task or names[0])
+    w_ex, w_head, w_row = controls(
+        rules, dict(example=example, head=head, row=row)
+    ).values()
     text, out = widgets.HTML(), widgets.Output()
 
     @one_picture_per_move  # sliders clamped by a new task's shape: one picture
@@ -483,21 +475,7 @@ def live_mask_explorer(n_q=5, n_k=7, kind="causal", length=4):
     import ipywidgets as widgets
 
     _check_mask(n_q, n_k, kind, length)
-    style = {"description_width": "initial"}
-    ctl = {
-        "kind": widgets.Dropdown(
-            options=MASK_KINDS, value=kind, description="mask", style=style
-        ),
-        "n_q": widgets.IntSlider(
-            value=n_q, min=1, max=8, description="queries N_q", style=style
-        ),
-        "n_k": widgets.IntSlider(
-            value=n_k, min=1, max=8, description="keys N_k", style=style
-        ),
-        "length": widgets.IntSlider(
-            value=length, min=1, max=8, description="real keys (padding)", style=style
-        ),
-    }
+    ctl = controls(MASK_SETTINGS, dict(kind=kind, n_q=n_q, n_k=n_k, length=length))
     text, out = widgets.HTML(), widgets.Output()
 
     def redraw(change=None):

@@ -17,7 +17,7 @@ from .common import (
     lines_spec,
     show_png,
 )
-from .settings import Choice, Range, check, index
+from .settings import Choice, Range, check, controls, index
 from .site import Explorer
 
 # 64 .. 8192
@@ -29,10 +29,10 @@ NAIVE_TENSORS = ["Q", "K", "V", "S", "P", "O"]
 #: The settings both faces take (the live sliders' ranges); the static twin shows the
 #: points of its grid among them (``NAIVE_N``, ``NAIVE_M``).
 SETTINGS = {
-    "n": Range(64, 8192, 64),
-    "m": Range(16, 8192, 16),
-    "d": Choice(NAIVE_D),
-    "dtype": Choice(plots.DTYPE_BYTES),
+    "n": Range(64, 8192, 64, label="keys n"),
+    "m": Range(16, 8192, 16, label="queries m"),
+    "d": Choice(NAIVE_D, label="head dim d"),
+    "dtype": Choice(plots.DTYPE_BYTES, label="dtype"),
 }
 
 
@@ -124,34 +124,13 @@ def live_naive_traffic_explorer(
     from attention import plots
 
     _check(n, m, d, dtype)
-    style = {"description_width": "initial"}
-    n_slider = widgets.IntSlider(
-        value=n,
-        min=64,
-        max=8192,
-        step=64,
-        description="keys n",
-        continuous_update=False,
-        style=style,
+    c = controls(
+        SETTINGS, dict(n=n, m=m or n, d=d, dtype=dtype), continuous_update=False
     )
-    m_slider = widgets.IntSlider(
-        value=m or n,
-        min=16,
-        max=8192,
-        step=16,
-        description="queries m",
-        continuous_update=False,
-        style=style,
-        disabled=m is None,
-    )
+    n_slider, m_slider, d_menu, dtype_menu = c.values()
+    m_slider.disabled = m is None
     self_box = widgets.Checkbox(
         value=m is None, description="self-attention (m = n)", indent=False
-    )
-    d_menu = widgets.Dropdown(
-        options=[16, 32, 64, 128, 256], value=d, description="head dim d", style=style
-    )
-    dtype_menu = widgets.Dropdown(
-        options=list(plots.DTYPE_BYTES), value=dtype, description="dtype", style=style
     )
     out = widgets.Output()
 
@@ -164,13 +143,13 @@ def live_naive_traffic_explorer(
     for w in (n_slider, m_slider, self_box, d_menu, dtype_menu):
         w.observe(redraw, names="value")
     redraw()
-    controls = widgets.VBox(
+    panel = widgets.VBox(
         [
             widgets.HBox([n_slider, m_slider, self_box]),
             widgets.HBox([d_menu, dtype_menu]),
         ]
     )
-    return widgets.VBox([controls, out])
+    return widgets.VBox([panel, out])
 
 
 def naive_traffic_explorer(

@@ -24,7 +24,7 @@ from .common import (
     one_picture_per_move,
     show_png,
 )
-from .settings import Choice, Range, check
+from .settings import Choice, Range, check, controls
 from .site import Explorer
 
 #: The online softmax's row: N_ROW scores and values of width D_V, from SEED.
@@ -38,7 +38,10 @@ def settings(block) -> dict:
     """The settings both faces take: a block size of ``BLOCKS`` and, for a valid one,
     a step among its ceil(N_ROW / block) blocks."""
     steps = -(-N_ROW // block) if block in BLOCKS else 1
-    return {"block": Choice(BLOCKS), "step": Range(0, steps - 1)}
+    return {
+        "block": Choice(BLOCKS, label="block size"),
+        "step": Range(0, steps - 1, label="block step"),
+    }
 
 
 def _check(block, step) -> None:
@@ -349,17 +352,7 @@ def live_online_softmax_explorer(block: int = 4, step: int = 0):
     import ipywidgets as widgets
 
     _check(block, step)
-    style = {"description_width": "initial"}
-    w_block = widgets.Dropdown(
-        options=BLOCKS, value=block, description="block size", style=style
-    )
-    w_step = widgets.IntSlider(
-        value=step,
-        min=0,
-        max=-(-N_ROW // block) - 1,
-        description="block step",
-        style=style,
-    )
+    w_block, w_step = controls(settings(block), dict(block=block, step=step)).values()
     text, out = widgets.HTML(), widgets.Output()
 
     @one_picture_per_move  # a step clamped by the new block count: one picture

@@ -21,7 +21,7 @@ from attention.plots.pretrained import TYPE_LETTERS
 
 from . import site
 from .common import FONT, frame
-from .settings import Choice, Range, check
+from .settings import Choice, Range, check, controls
 from .site import Explorer
 
 #: The sentences the explorer offers (the chapter's), by name.
@@ -229,10 +229,10 @@ def settings(sentence: str = "coreference") -> dict:
     check({"sentence": Choice(SENTENCES)}, sentence=sentence)
     n = len(pretrained.load_minilm().tokens(SENTENCES[sentence]))
     return {
-        "sentence": Choice(SENTENCES),
-        "layer": Range(1, 6),
-        "head": Range(1, 12),
-        "row": Range(0, n - 1),
+        "sentence": Choice(SENTENCES, label="sentence"),
+        "layer": Range(1, 6, label="layer"),
+        "head": Range(1, 12, label="head"),
+        "row": Range(0, n - 1, label="query row"),
     }
 
 
@@ -373,25 +373,8 @@ def live_pretrained_explorer(
 
     _check(sentence, layer, head, row)
     model = pretrained.load_minilm()
-    style = {"description_width": "initial"}
-    ctl = {
-        "sentence": widgets.Dropdown(
-            options=list(SENTENCES), value=sentence, description="sentence"
-        ),
-        "layer": widgets.IntSlider(
-            value=layer, min=1, max=6, description="layer", style=style
-        ),
-        "head": widgets.IntSlider(
-            value=head, min=1, max=12, description="head", style=style
-        ),
-        "row": widgets.IntSlider(
-            value=row,
-            min=0,
-            max=len(model.tokens(SENTENCES[sentence])) - 1,
-            description="query row",
-            style=style,
-        ),
-    }
+    values = dict(sentence=sentence, layer=layer, head=head, row=row)
+    ctl = controls(settings(sentence), values)
     text, out = widgets.HTML(), widgets.Output()
     # a figure per sentence, made now (a move then draws only what it changes), and
     # the PNGs cached per setting

@@ -23,7 +23,7 @@ from attention.memory import ring as _mring
 
 from . import site
 from .common import FONT, GREEN, GREY, PURPLE, cached_png, frame, show_png
-from .settings import Choice, check
+from .settings import Choice, check, controls
 from .site import Explorer
 
 #: The grid of the static twin (the live version takes these values too).
@@ -206,15 +206,22 @@ def ring_grid() -> dict:
 #: The settings both faces take (the static grid covers exactly these); ``heads``
 #: indexes ``RING_HEADS``.
 SETTINGS = {
-    "N": Choice(RING_N),
-    "P": Choice(RING_P),
-    "heads": Choice(range(len(RING_HEADS))),
-    "d": Choice(RING_D),
-    "dtype": Choice(RING_DTYPES),
-    "causal": Choice([False, True]),
-    "layout": Choice(RING_LAYOUTS),
-    "link": Choice(RING_LINKS),
-    "gpu": Choice(RING_GPUS),
+    "N": Choice(
+        RING_N,
+        label="sequence length N",
+        widget="slider",
+        names=[f"{n:,}" for n in RING_N],
+    ),
+    "P": Choice(RING_P, label="devices P", widget="slider"),
+    "heads": Choice(
+        range(len(RING_HEADS)), label="heads", names=[h[0] for h in RING_HEADS]
+    ),
+    "d": Choice(RING_D, label="head dim d"),
+    "dtype": Choice(RING_DTYPES, label="dtype"),
+    "causal": Choice([False, True], label="causal", widget="checkbox"),
+    "layout": Choice(RING_LAYOUTS, label="layout"),
+    "link": Choice(RING_LINKS, label="link"),
+    "gpu": Choice(RING_GPUS, label="GPU"),
 }
 
 
@@ -429,40 +436,8 @@ def live_context_parallel_explorer(
     import ipywidgets as widgets
 
     _check(N, P, heads, d, dtype, causal, layout, link, gpu)
-    style = {"description_width": "initial"}
-    c = {
-        "N": widgets.SelectionSlider(
-            options=[(f"{n:,}", n) for n in RING_N],
-            value=N,
-            description="sequence length N",
-            style=style,
-        ),
-        "P": widgets.SelectionSlider(
-            options=RING_P, value=P, description="devices P", style=style
-        ),
-        "heads": widgets.Dropdown(
-            options=[(h[0], i) for i, h in enumerate(RING_HEADS)],
-            value=heads,
-            description="heads",
-            style=style,
-        ),
-        "d": widgets.Dropdown(
-            options=RING_D, value=d, description="head dim d", style=style
-        ),
-        "dtype": widgets.Dropdown(
-            options=RING_DTYPES, value=dtype, description="dtype", style=style
-        ),
-        "causal": widgets.Checkbox(value=causal, description="causal", indent=False),
-        "layout": widgets.Dropdown(
-            options=RING_LAYOUTS, value=layout, description="layout", style=style
-        ),
-        "link": widgets.Dropdown(
-            options=RING_LINKS, value=link, description="link", style=style
-        ),
-        "gpu": widgets.Dropdown(
-            options=RING_GPUS, value=gpu, description="GPU", style=style
-        ),
-    }
+    values = dict(N=N, P=P, heads=heads, d=d, dtype=dtype, causal=causal)
+    c = controls(SETTINGS, {**values, "layout": layout, "link": link, "gpu": gpu})
     text, out = widgets.HTML(), widgets.Output()
 
     def redraw(_=None):

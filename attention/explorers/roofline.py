@@ -11,7 +11,7 @@ from attention.plots import live
 
 from . import site
 from .common import BLUE, DARK_GREY, FONT, RED, frame, live_png, show_png
-from .settings import Choice, check
+from .settings import Choice, check, controls
 from .site import Explorer
 
 #: The roofline's controls (the static grid covers exactly these).
@@ -190,11 +190,11 @@ def _roof_spec() -> dict:
 
 #: The settings both faces take (the static grid covers exactly these).
 SETTINGS = {
-    "gpu": Choice(ROOF_GPUS),
-    "N": Choice(ROOF_N),
-    "d": Choice(ROOF_D),
-    "dtype": Choice(ROOF_DTYPES),
-    "algorithm": Choice(ROOF_ALGS),
+    "gpu": Choice(ROOF_GPUS, label="GPU"),
+    "N": Choice(ROOF_N, label="sequence length N", widget="slider"),
+    "d": Choice(ROOF_D, label="head dim d"),
+    "dtype": Choice(ROOF_DTYPES, label="dtype"),
+    "algorithm": Choice(ROOF_ALGS, label="algorithm"),
 }
 
 
@@ -278,24 +278,8 @@ def live_roofline_explorer(
     import ipywidgets as widgets
 
     _check_roof(gpu, N, d, dtype, algorithm)
-    style = {"description_width": "initial"}
-    ctl = {
-        "gpu": widgets.Dropdown(
-            options=ROOF_GPUS, value=gpu, description="GPU", style=style
-        ),
-        "N": widgets.SelectionSlider(
-            options=ROOF_N, value=N, description="sequence length N", style=style
-        ),
-        "d": widgets.Dropdown(
-            options=ROOF_D, value=d, description="head dim d", style=style
-        ),
-        "dtype": widgets.Dropdown(
-            options=ROOF_DTYPES, value=dtype, description="dtype", style=style
-        ),
-        "algorithm": widgets.Dropdown(
-            options=ROOF_ALGS, value=algorithm, description="algorithm", style=style
-        ),
-    }
+    values = dict(gpu=gpu, N=N, d=d, dtype=dtype, algorithm=algorithm)
+    ctl = controls(SETTINGS, values)
     text, out = widgets.HTML(), widgets.Output()
 
     def redraw(change=None):

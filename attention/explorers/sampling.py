@@ -25,7 +25,7 @@ from attention.plots import live
 
 from . import site
 from .common import BLUE, FONT, GREEN, ORANGE, PURPLE, RED, live_png, show_png
-from .settings import Choice, Range, check
+from .settings import Choice, Range, check, control
 from .site import Explorer
 
 #: Query positions: the centres of a QUERY_GRID x QUERY_GRID grid of cells.
@@ -123,10 +123,10 @@ def settings(labels, n_heads: int) -> dict:
     grid (``query_positions``), an offset scale of ``SCALES``, a label of
     ``dat_params`` (None: the last) and a DAT head."""
     return {
-        "query": Range(0, QUERY_GRID**2 - 1),
-        "scale": Choice(SCALES),
-        "label": Choice([None, *labels]),
-        "head": Range(0, n_heads - 1),
+        "query": Range(0, QUERY_GRID**2 - 1, label="query"),
+        "scale": Choice(SCALES, label="offset scale", widget="slider"),
+        "label": Choice([None, *labels], label="offsets"),
+        "head": Range(0, n_heads - 1, label="head"),
     }
 
 
@@ -465,36 +465,25 @@ def live_sampling_points_explorer(
     _check_settings(dat_params, n_heads, query, scale, label, head)
     _, h, w, _ = x.shape
     pos = query_positions(h, w)
-    style = {"description_width": "initial"}
     labels = list(dat_params)
+    rules = settings(labels, n_heads)
+    # The query a menu of grid points by name; the offsets menu shows None (the last
+    # label) as that label.
+    points = [f"row {r}, col {c}" for r, c in pos]
+    queries = Choice(range(len(pos)), label=rules["query"].label, names=points)
     ctl = {
-        "query": widgets.Dropdown(
-            options=[(f"row {r}, col {c}", i) for i, (r, c) in enumerate(pos)],
-            value=query,
-            description="query",
-            style=style,
+        "query": control(queries, query),
+        "scale": control(rules["scale"], scale),
+        "label": control(
+            Choice(labels, label=rules["label"].label), label or labels[-1]
         ),
-        "scale": widgets.SelectionSlider(
-            options=SCALES, value=scale, description="offset scale", style=style
-        ),
-        "label": widgets.Dropdown(
-            options=labels,
-            value=label or labels[-1],
-            description="offsets",
-            style=style,
-        ),
-        "head": widgets.IntSlider(
-            value=head, min=0, max=n_heads - 1, description="head", style=style
-        ),
+        "head": control(rules["head"], head),
     }
     if msda is not None:
         n_lv = len(msda["spatial_shapes"])
-        ctl["level"] = widgets.Dropdown(
-            options=[("all", None)] + [(f"level {i}", i) for i in range(n_lv)],
-            value=None,
-            description="MSDA level",
-            style=style,
-        )
+        levels = Choice([None, *range(n_lv)], label="MSDA level")
+        names = ["all", *(f"level {i}" for i in range(n_lv))]
+        ctl["level"] = control(levels, None, names=names)
     out = widgets.Output()
 
     def redraw(change=None):

@@ -29,10 +29,11 @@ import numpy as np
 from attention import sparse, sparse_mass
 from attention.memory import blocksparse as bsp
 from attention.memory import sparse as ms
+from attention.plots.sparse import SPARSE_COLORS
 
 from . import site
 from .common import FONT, PngCache, frame, show_png
-from .settings import Choice, check
+from .settings import Choice, check, controls
 from .site import Explorer
 
 METHODS = list(sparse_mass.METHODS)  # moba, nsa, quest, oracle
@@ -48,7 +49,7 @@ THUMB = 64
 D, BYTES_PER_ELEM, SEED = 64, 2, 0
 #: The dense causal kernel the costs compare with: FlashAttention's tiles.
 DENSE_TILE = 128
-COLORS = {"moba": "#4C72B0", "nsa": "#8172B2", "quest": "#CCB974", "oracle": "#333333"}
+COLORS = {m: SPARSE_COLORS[m] for m in METHODS}  # chapter 8's, from attention.plots
 NAMES = {
     "moba": "MoBA (mean-pooled keys)",
     "nsa": "NSA (compressed branch)",
@@ -64,16 +65,22 @@ def query_rows(N: int) -> list[int]:
 
 #: The settings both faces take, but ``query`` (its rows depend on N: ``settings``).
 BASE_SETTINGS = {
-    "method": Choice(METHODS),
-    "N": Choice(CONTEXT),
-    "block_size": Choice(BLOCKS),
-    "topk": Choice(TOPKS),
+    "method": Choice(METHODS, label="selection", names=[NAMES[m] for m in METHODS]),
+    "N": Choice(
+        CONTEXT,
+        label="sequence length N",
+        widget="slider",
+        names=[f"{n:,}" for n in CONTEXT],
+    ),
+    "block_size": Choice(BLOCKS, label="block size"),
+    "topk": Choice(TOPKS, label="budget (blocks)", widget="slider"),
 }
 
 
 def settings(N: int) -> dict:
     """The declaration at sequence length ``N``: ``BASE_SETTINGS``, the query rows."""
-    return {**BASE_SETTINGS, "query": Choice(query_rows(N))}
+    rows = Choice(query_rows(N), label="query row", widget="slider")
+    return {**BASE_SETTINGS, "query": rows}
 
 
 def _check(method, N, block_size, topk, query) -> int:
@@ -499,30 +506,8 @@ def live_sparse_explorer(method="moba", N=1024, block_size=64, topk=4, query=Non
     import ipywidgets as widgets
 
     query = _check(method, N, block_size, topk, query)
-    style = {"description_width": "initial"}
-    c = {
-        "method": widgets.Dropdown(
-            options=[(NAMES[m], m) for m in METHODS],
-            value=method,
-            description="selection",
-            style=style,
-        ),
-        "N": widgets.SelectionSlider(
-            options=[(f"{n:,}", n) for n in CONTEXT],
-            value=N,
-            description="sequence length N",
-            style=style,
-        ),
-        "block_size": widgets.Dropdown(
-            options=BLOCKS, value=block_size, description="block size", style=style
-        ),
-        "topk": widgets.SelectionSlider(
-            options=TOPKS, value=topk, description="budget (blocks)", style=style
-        ),
-        "query": widgets.SelectionSlider(
-            options=query_rows(N), value=query, description="query row", style=style
-        ),
-    }
+    values = dict(method=method, N=N, block_size=block_size, topk=topk, query=query)
+    c = controls(settings(N), values)
     text, out = widgets.HTML(), widgets.Output()
     busy, picture, pngs = [], SparsePicture(), PngCache()  # one figure, its PNGs
 

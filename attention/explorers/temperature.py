@@ -9,7 +9,7 @@ import numpy as np
 
 from . import site
 from .common import FONT, frame, live_png, show_png
-from .settings import Range, check
+from .settings import Range, check, controls
 from .site import Explorer
 
 #: The temperature slider of ``live.temperature_explorer``: 10^-2 .. 10^1.5 in
@@ -21,8 +21,16 @@ def settings(n_q: int) -> dict:
     """The settings both faces take, for ``n_q`` query rows: tau on the log slider's
     steps (10^e, e in ``TAU_EXP``), a row of the score matrix."""
     return {
-        "tau": Range(-2, 1.5, 0.05, integer=False, log=True),
-        "row": Range(0, n_q - 1),
+        "tau": Range(
+            -2,
+            1.5,
+            0.05,
+            integer=False,
+            log=True,
+            label="temperature τ",
+            readout_format=".3g",
+        ),
+        "row": Range(0, n_q - 1, label="query row"),
     }
 
 
@@ -210,26 +218,9 @@ def live_temperature_explorer(
 
     s, g = temperature_inputs(scores, noise, seed)
     check(settings(s.shape[0]), tau=tau, row=row)
-    style = {"description_width": "initial"}
-    tau_s = widgets.FloatLogSlider(
-        value=tau,
-        base=10,
-        min=-2,
-        max=1.5,
-        step=0.05,
-        description="temperature τ",
-        continuous_update=False,
-        style=style,
-        readout_format=".3g",
-    )
-    row_s = widgets.IntSlider(
-        value=row,
-        min=0,
-        max=s.shape[0] - 1,
-        description="query row",
-        continuous_update=False,
-        style=style,
-    )
+    tau_s, row_s = controls(
+        settings(s.shape[0]), dict(tau=tau, row=row), continuous_update=False
+    ).values()
     out = widgets.Output()
 
     def redraw(change=None):

@@ -26,7 +26,7 @@ from .common import (
     show_png,
     tensor_names,
 )
-from .settings import Choice, Range, check, index
+from .settings import STYLE, Choice, Range, check, controls, index
 from .site import Explorer
 
 # Grids. Chapter 2 (and the landing page's teaser) cover these exactly.
@@ -50,13 +50,13 @@ TRACE_D = 64
 #: The settings both faces take (the live sliders' ranges); the static twin shows the
 #: points of its grid among them (``TILE_N``, ``TILE_B``, ``SRAM_KIB``).
 SETTINGS = {
-    "N": Range(64, 65536, 64),
-    "d": Choice(TILE_D),
-    "sram_kib": Range(16, 256, 4),
-    "Br": Range(16, 512, 16),
-    "Bc": Range(16, 512, 16),
-    "dtype": Choice(plots.DTYPE_BYTES),
-    "algorithm": Choice(FORWARD + BACKWARD),
+    "N": Range(64, 65536, 64, label="N"),
+    "d": Choice(TILE_D, label="head dim d"),
+    "sram_kib": Range(16, 256, 4, label="SRAM (KiB)"),
+    "Br": Range(16, 512, 16, label="Br"),
+    "Bc": Range(16, 512, 16, label="Bc"),
+    "dtype": Choice(plots.DTYPE_BYTES, label="dtype"),
+    "algorithm": Choice(FORWARD + BACKWARD, label="algorithm"),
 }
 
 
@@ -440,33 +440,12 @@ def live_tile_size_explorer(
 
     check(SETTINGS, N=N, d=d, sram_kib=sram_kib, Br=Br, Bc=Bc, dtype=dtype)
     check(SETTINGS, algorithm=algorithm)
-    style = {"description_width": "initial"}
-    opts = dict(continuous_update=False, style=style)
-    n_s = widgets.IntSlider(
-        value=N, min=64, max=65536, step=64, description="N", **opts
+    values = dict(N=N, d=d, sram_kib=sram_kib, Br=Br, Bc=Bc, dtype=dtype)
+    c = controls(SETTINGS, {**values, "algorithm": algorithm}, continuous_update=False)
+    n_s, d_m, m_s, br_s, bc_s, dt_m, alg_m = c.values()
+    step_s = widgets.IntSlider(
+        value=0, min=0, max=0, description="step", continuous_update=False, style=STYLE
     )
-    d_m = widgets.Dropdown(
-        options=[32, 64, 128, 256], value=d, description="head dim d", style=style
-    )
-    m_s = widgets.IntSlider(
-        value=sram_kib, min=16, max=256, step=4, description="SRAM (KiB)", **opts
-    )
-    br_s = widgets.IntSlider(
-        value=Br, min=16, max=512, step=16, description="Br", **opts
-    )
-    bc_s = widgets.IntSlider(
-        value=Bc, min=16, max=512, step=16, description="Bc", **opts
-    )
-    dt_m = widgets.Dropdown(
-        options=list(plots.DTYPE_BYTES), value=dtype, description="dtype", style=style
-    )
-    alg_m = widgets.Dropdown(
-        options=FORWARD + BACKWARD,
-        value=algorithm,
-        description="algorithm",
-        style=style,
-    )
-    step_s = widgets.IntSlider(value=0, min=0, max=0, description="step", **opts)
     step_note = widgets.HTML(value="")
     rule_b = widgets.Button(description="Use the FA1 rule for Br, Bc")
     out = widgets.Output()
@@ -538,14 +517,14 @@ def live_tile_size_explorer(
         w.observe(redraw, names="value")
     rule_b.on_click(use_rule)
     redraw()
-    controls = widgets.VBox(
+    panel = widgets.VBox(
         [
             widgets.HBox([n_s, d_m, m_s, dt_m]),
             widgets.HBox([br_s, bc_s, rule_b]),
             widgets.HBox([alg_m, step_s, step_note]),
         ]
     )
-    return widgets.VBox([controls, out, summary])
+    return widgets.VBox([panel, out, summary])
 
 
 def tile_size_explorer(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from . import site
 from .common import bars_spec, cached_png, flat, lines_spec, show_png, tensor_names
-from .settings import Choice, Range, check, index
+from .settings import Choice, Range, check, controls, index
 from .site import Explorer
 
 TOPK_N = [2**k for k in range(8, 17)]
@@ -16,7 +16,11 @@ TOPK_K = [2**k for k in range(0, 9)]  # 1 .. 256
 
 #: The settings both faces take (the live sliders' ranges); the static twin shows the
 #: points of its grid among them (``TOPK_N``, ``TOPK_K``).
-SETTINGS = {"N": Range(256, 65536, 256), "d": Choice(TOPK_D), "k": Range(1, 256)}
+SETTINGS = {
+    "k": Range(1, 256, label="top-k k"),
+    "N": Range(256, 65536, 256, label="length N"),
+    "d": Choice(TOPK_D, label="head dim d"),
+}
 
 
 def topk_grid(ns=TOPK_N, ds=TOPK_D, ks=TOPK_K, Br: int = 64, Bc: int = 64) -> dict:
@@ -94,39 +98,19 @@ def live_topk_traffic_explorer(N: int = 4096, d: int = 64, k: int = 8):
     from attention import plots
 
     check(SETTINGS, N=N, d=d, k=k)
-    style = {"description_width": "initial"}
-    k_s = widgets.IntSlider(
-        value=k,
-        min=1,
-        max=256,
-        description="top-k k",
-        continuous_update=False,
-        style=style,
-    )
-    n_s = widgets.IntSlider(
-        value=N,
-        min=256,
-        max=65536,
-        step=256,
-        description="length N",
-        continuous_update=False,
-        style=style,
-    )
-    d_m = widgets.Dropdown(
-        options=[32, 64, 128], value=d, description="head dim d", style=style
-    )
+    c = controls(SETTINGS, dict(k=k, N=N, d=d), continuous_update=False)
     out = widgets.Output()
 
     def redraw(change=None):
-        args = dict(N=n_s.value, d=d_m.value, k=k_s.value)
+        args = {name: w.value for name, w in c.items()}
         show_png(
             out, cached_png(plots.selection_traffic_figure, simulated=False, **args)
         )
 
-    for w in (k_s, n_s, d_m):
+    for w in c.values():
         w.observe(redraw, names="value")
     redraw()
-    return widgets.VBox([widgets.HBox([k_s, n_s, d_m]), out])
+    return widgets.VBox([widgets.HBox(list(c.values())), out])
 
 
 def topk_traffic_explorer(N: int = 4096, d: int = 64, k: int = 8):

@@ -333,3 +333,48 @@ def test_controls_the_figure_does_not_read_redraw_from_the_cache(monkeypatch):
     ctl["GPU"].value = "A100"
     ctl["link"].value = "PCIe 5 x16"
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_each_live_control_is_built_from_its_declaration(case):
+    # One declaration per control (issue 44): its label names the live widget.
+    module, call, inputs, rules, inside, _ = CASES[case]
+    assert all(rule.label for rule in rules.values()), rules
+    shown = controls(_faces(module, call)["live"](*inputs, **inside))
+    for name, rule in rules.items():
+        assert rule.label in shown, (call, name, rule.label, list(shown))
+
+
+def test_control_builds_the_widget_its_declaration_names():
+    import ipywidgets as w
+
+    log = settings.Range(-2, 1.5, 0.05, False, True, "τ", readout_format=".3g")
+    kinds = [
+        (settings.Range(16, 512, 16, label="Br"), 64, w.IntSlider),
+        (settings.Range(0.0, 1.0, 0.25, integer=False, label="x"), 0.5, w.FloatSlider),
+        (log, 1.0, w.FloatLogSlider),
+        (settings.Choice([32, 64], label="d"), 64, w.Dropdown),
+        (settings.Choice([1, 2], label="P", widget="slider"), 2, w.SelectionSlider),
+        (
+            settings.Choice([False, True], label="causal", widget="checkbox"),
+            True,
+            w.Checkbox,
+        ),
+    ]
+    for rule, value, kind in kinds:
+        c = settings.control(rule, value)
+        assert type(c) is kind and c.value == value and c.description == rule.label
+    assert settings.control(log, 1.0).readout_format == ".3g"
+    ints = settings.control(settings.Range(0, 8, label="n"), 3)
+    assert (ints.min, ints.max, ints.step) == (0, 8, 1)
+    named = settings.Choice([256, 1024], label="N", names=["256", "1,024"])
+    assert settings.control(named, 1024).label == "1,024"
+    assert settings.control(named, 1024, names=["a", "b"]).label == "b"
+    both = settings.controls(
+        {"d": settings.Choice([32, 64], label="d"), "n": settings.Range(0, 8)},
+        {"n": 2, "d": 32},
+        continuous_update=False,
+    )
+    assert list(both) == ["n", "d"] and not both["n"].continuous_update
+    with pytest.raises(ValueError, match="widget must be one of"):
+        settings.Choice([1], widget="radio")
