@@ -9,7 +9,8 @@ move is new to the face (nothing it drew before), so caches do not hide the cost
 
     python tools/live_latency.py [--only NAME ...] [--each] [--json FILE]
 
-Prints, per explorer, the slowest move and its control, and the median move. All faces
+Prints, per face, the median move and the slowest move with its control, then the range
+of the faces' slowest moves and the face with the slowest of all. All faces
 run in one process by default (each later face's moves then pay Python's garbage
 collections over every earlier face's objects, up to a tenth of a second a pass);
 ``--each`` runs each face in a new process, as a chapter's kernel holds its own faces.
@@ -175,7 +176,21 @@ def _each(names, path) -> int:
     if path:
         with open(path, "w") as f:
             json.dump(rows, f, indent=1)
+    _summary(rows)
     return 0
+
+
+def _summary(rows) -> None:
+    """The range of the faces' slowest moves, and the slowest face."""
+    if len(rows) < 2:
+        return
+    worst = max(rows, key=lambda r: r["worst_s"])
+    lo = min(r["worst_s"] for r in rows)
+    print(
+        f"{len(rows)} faces: slowest moves {lo:.2f}-{worst['worst_s']:.2f} s; "
+        f"slowest of all: {worst['explorer']} ({worst['worst_move']}), "
+        f"median {worst['median_s']:.2f} s"
+    )
 
 
 def main(argv=None) -> int:
@@ -196,13 +211,14 @@ def main(argv=None) -> int:
         rows.append(row)
         print(
             f"{name:20s} build {row['build_s']:6.2f} s  {row['moves']:3d} moves  "
-            f"median {row['median_s']:5.2f} s  worst {row['worst_s']:5.2f} s "
+            f"median {row['median_s']:5.2f} s  slowest {row['worst_s']:5.2f} s "
             f"({row['worst_move']})",
             flush=True,
         )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
+    _summary(rows)
     return 0
 
 

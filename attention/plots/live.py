@@ -10,8 +10,30 @@ figure back emptied of what was drawn (lines, patches, images, texts, legends,
 colorbars), its axes reset to what a new subplot has (linear scales, limits 0 to 1
 autoscaled, default ticks and colours, no titles or labels). The figure function then
 draws and lays it out as on a new figure: ``tight_layout`` on a kept figure costs a
-few hundredths of a second, and gives the layout a new figure would get. The tests
-draw every live face both ways and compare the pixels.
+few hundredths of a second, and gives the layout a new figure would get. A text drawn
+again at the same place is drawn from the glyphs it was rasterized with
+(``_Renderer``). The tests draw every live face both ways and compare the pixels
+(``tests/attention/test_live_reuse.py``).
+
+The rest of a live face's speed lives beside its figures:
+
+* ``explorers.common.figure_png(fig, crop="ink")`` crops the PNG to the drawn pixels
+  instead of measuring a tight bounding box;
+* two faces draw only what a move changes, blitted over a background drawn once:
+  ``explorers.sparse.SparsePicture`` (chapter 8) and
+  ``explorers.pretrained.PretrainedPicture`` (chapter 1: a figure per sentence, the
+  head's map, outlines, title and spines over it); their tests compare the blitted
+  pictures with full drawings, pixel for pixel;
+* the multi-panel figures of chapters 1-4 are laid out once, not with a
+  ``tight_layout`` per move (``NAIVE_PANELS``, ``SELECTION_PANELS`` and
+  ``DEFORM_PANELS`` in ``plots.traffic``, ``LIVE_PANELS`` in ``plots.schedule``,
+  ``ONLINE_PANELS`` and ``ESTIMATOR_PANELS`` beside their explorers); their tests draw
+  the corners of the settings and check that every panel lies on the canvas and that
+  no panel draws over another.
+
+``python tools/live_latency.py [--each]`` moves every control of every live face to
+its extremes and through its options and prints, per face, the median and the slowest
+move: the figures for the machine it runs on.
 """
 
 from __future__ import annotations
