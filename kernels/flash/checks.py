@@ -1,8 +1,9 @@
 """Host-side checks shared by every FlashAttention launch.
 
-Argument validation (``check_inputs``: shapes, dtypes, devices, the softmax scale), the
-dtype rules of the dot products (``upcast``, ``dot_precision``) and the device-side
-NaN/inf flags that switch the causal launches to their pair-by-pair path.
+Argument validation (``check_inputs``: shapes, dtypes, devices, the softmax scale) and
+the device-side NaN/inf flags that switch the causal launches to their pair-by-pair
+path. The dtype rules of the dot products are the house's, ``kernels.common.upcast``
+and ``dot_precision``.
 """
 
 from __future__ import annotations
