@@ -264,102 +264,62 @@ def _flex_dkdv(
         lse_base = LSE2 + bh.to(tl.int64) * N_Q
         delta_base = Delta + bh.to(tl.int64) * N_Q
         col = b * bm_sz + h * bm_sh + start_n // SK  # this key tile's q-side lists
-        n_full = tl.load(FQ_NUM + col)
-        if SHIELD:
-            n_full = tl.where(go, n_full, 0)
-        for i in range(0, n_full * (SQ // BLOCK_M)):
-            qb = tl.load(FQ_IDX + col * NQB + i // (SQ // BLOCK_M))
-            sub = i % (SQ // BLOCK_M)
-            dk, dv = _dkdv_tile(
-                dk,
-                dv,
-                k,
-                v,
-                q_base,
-                do_base,
-                lse_base,
-                delta_base,
-                stride_qm,
-                stride_qd,
-                stride_dom,
-                stride_dod,
-                qb * SQ + sub * BLOCK_M,
-                offs_n,
-                offs_d,
-                offs_dv,
-                b,
-                h,
-                scale,
-                N_Q,
-                N_K,
-                HEAD_DIM,
-                HEAD_DIM_V,
-                MI,
-                MF,
-                SMI,
-                SMF,
-                SHIELD,
-                MASK_FN,
-                SCORE_FN,
-                GRAD_FN,
-                False,
-                HAS_SCORE,
-                HAS_GRAD,
-                EVEN_M,
-                EVEN_N,
-                EVEN_D,
-                UPCAST,
-                DOT_PRECISION,
-                BLOCK_M,
-            )
-        n_part = tl.load(Q_NUM + col)
-        if SHIELD:
-            n_part = tl.where(go, n_part, 0)
-        for i in range(0, n_part * (SQ // BLOCK_M)):
-            qb = tl.load(Q_IDX + col * NQB + i // (SQ // BLOCK_M))
-            sub = i % (SQ // BLOCK_M)
-            dk, dv = _dkdv_tile(
-                dk,
-                dv,
-                k,
-                v,
-                q_base,
-                do_base,
-                lse_base,
-                delta_base,
-                stride_qm,
-                stride_qd,
-                stride_dom,
-                stride_dod,
-                qb * SQ + sub * BLOCK_M,
-                offs_n,
-                offs_d,
-                offs_dv,
-                b,
-                h,
-                scale,
-                N_Q,
-                N_K,
-                HEAD_DIM,
-                HEAD_DIM_V,
-                MI,
-                MF,
-                SMI,
-                SMF,
-                SHIELD,
-                MASK_FN,
-                SCORE_FN,
-                GRAD_FN,
-                True,
-                HAS_SCORE,
-                HAS_GRAD,
-                EVEN_M,
-                EVEN_N,
-                EVEN_D,
-                UPCAST,
-                DOT_PRECISION,
-                BLOCK_M,
-            )
+        # the full tiles first (no mask evaluated), then the partial ones (the mask
+        # evaluated pair by pair): one loop, unrolled twice at compile time
+        for PARTIAL in tl.static_range(2):
+            if PARTIAL:
+                n_tiles = tl.load(Q_NUM + col)
+                idx = Q_IDX
+            else:
+                n_tiles = tl.load(FQ_NUM + col)
+                idx = FQ_IDX
+            if SHIELD:
+                n_tiles = tl.where(go, n_tiles, 0)
+            for i in range(0, n_tiles * (SQ // BLOCK_M)):
+                qb = tl.load(idx + col * NQB + i // (SQ // BLOCK_M))
+                sub = i % (SQ // BLOCK_M)
+                dk, dv = _dkdv_tile(
+                    dk,
+                    dv,
+                    k,
+                    v,
+                    q_base,
+                    do_base,
+                    lse_base,
+                    delta_base,
+                    stride_qm,
+                    stride_qd,
+                    stride_dom,
+                    stride_dod,
+                    qb * SQ + sub * BLOCK_M,
+                    offs_n,
+                    offs_d,
+                    offs_dv,
+                    b,
+                    h,
+                    scale,
+                    N_Q,
+                    N_K,
+                    HEAD_DIM,
+                    HEAD_DIM_V,
+                    MI,
+                    MF,
+                    SMI,
+                    SMF,
+                    SHIELD,
+                    MASK_FN,
+                    SCORE_FN,
+                    GRAD_FN,
+                    PARTIAL,
+                    HAS_SCORE,
+                    HAS_GRAD,
+                    EVEN_M,
+                    EVEN_N,
+                    EVEN_D,
+                    UPCAST,
+                    DOT_PRECISION,
+                    BLOCK_M,
+                )
     dk = dk * scale
     inside_k = (offs_n[:, None] < N_K) & (offs_d[None, :] < HEAD_DIM)
     inside_v = (offs_n[:, None] < N_K) & (offs_dv[None, :] < HEAD_DIM_V)

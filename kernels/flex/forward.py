@@ -222,90 +222,56 @@ def _flex_fwd(
         go = True
     # this query tile's row of the block mask (B and H broadcast by stride 0)
     row = b * bm_sz + h * bm_sh + (start_m * BLOCK_M) // SQ
-    n_full = tl.load(FKV_NUM + row)
-    if SHIELD:
-        n_full = tl.where(go, n_full, 0)
-    for i in range(0, n_full * (SK // BLOCK_N)):
-        kb = tl.load(FKV_IDX + row * NKB + i // (SK // BLOCK_N))
-        sub = i % (SK // BLOCK_N)
-        acc, l_i, m_i = _fwd_tile(
-            acc,
-            l_i,
-            m_i,
-            q,
-            k_base,
-            v_base,
-            stride_kn,
-            stride_kd,
-            stride_vn,
-            stride_vd,
-            kb * SK + sub * BLOCK_N,
-            offs_m,
-            offs_d,
-            offs_dv,
-            b,
-            h,
-            scale,
-            N_K,
-            HEAD_DIM,
-            HEAD_DIM_V,
-            MI,
-            MF,
-            SMI,
-            SMF,
-            SHIELD,
-            MASK_FN,
-            SCORE_FN,
-            False,
-            HAS_SCORE,
-            EVEN_N,
-            EVEN_D,
-            UPCAST,
-            DOT_PRECISION,
-            BLOCK_N,
-        )
-    n_part = tl.load(KV_NUM + row)
-    if SHIELD:
-        n_part = tl.where(go, n_part, 0)
-    for i in range(0, n_part * (SK // BLOCK_N)):
-        kb = tl.load(KV_IDX + row * NKB + i // (SK // BLOCK_N))
-        sub = i % (SK // BLOCK_N)
-        acc, l_i, m_i = _fwd_tile(
-            acc,
-            l_i,
-            m_i,
-            q,
-            k_base,
-            v_base,
-            stride_kn,
-            stride_kd,
-            stride_vn,
-            stride_vd,
-            kb * SK + sub * BLOCK_N,
-            offs_m,
-            offs_d,
-            offs_dv,
-            b,
-            h,
-            scale,
-            N_K,
-            HEAD_DIM,
-            HEAD_DIM_V,
-            MI,
-            MF,
-            SMI,
-            SMF,
-            SHIELD,
-            MASK_FN,
-            SCORE_FN,
-            True,
-            HAS_SCORE,
-            EVEN_N,
-            EVEN_D,
-            UPCAST,
-            DOT_PRECISION,
-            BLOCK_N,
-        )
+    # the full tiles first (no mask evaluated), then the partial ones (the mask
+    # evaluated pair by pair): one loop, unrolled twice at compile time
+    for PARTIAL in tl.static_range(2):
+        if PARTIAL:
+            n_tiles = tl.load(KV_NUM + row)
+            idx = KV_IDX
+        else:
+            n_tiles = tl.load(FKV_NUM + row)
+            idx = FKV_IDX
+        if SHIELD:
+            n_tiles = tl.where(go, n_tiles, 0)
+        for i in range(0, n_tiles * (SK // BLOCK_N)):
+            kb = tl.load(idx + row * NKB + i // (SK // BLOCK_N))
+            sub = i % (SK // BLOCK_N)
+            acc, l_i, m_i = _fwd_tile(
+                acc,
+                l_i,
+                m_i,
+                q,
+                k_base,
+                v_base,
+                stride_kn,
+                stride_kd,
+                stride_vn,
+                stride_vd,
+                kb * SK + sub * BLOCK_N,
+                offs_m,
+                offs_d,
+                offs_dv,
+                b,
+                h,
+                scale,
+                N_K,
+                HEAD_DIM,
+                HEAD_DIM_V,
+                MI,
+                MF,
+                SMI,
+                SMF,
+                SHIELD,
+                MASK_FN,
+                SCORE_FN,
+                PARTIAL,
+                HAS_SCORE,
+                EVEN_N,
+                EVEN_D,
+                UPCAST,
+                DOT_PRECISION,
+                BLOCK_N,
+            )
     # the sink: exp(sink) joins the denominator (base 2: sink * log2 e), not the sum
     if HAS_SINKS:
         sink = tl.load(SINKS + h).to(tl.float32) * LOG2E_JIT
