@@ -23,9 +23,9 @@ import triton.language as tl
 
 from .. import runtime
 from ..common import LOG2E_JIT, dot_precision, upcast
-from ..flash import finite_dot
+from ..flash import finite_dot, load_tile
 from .backward_dq import _flex_dq, _score_and_grad
-from .forward import _load_rows, launch_flags, mask_strides
+from .forward import launch_flags, mask_strides
 
 
 @triton.jit
@@ -72,7 +72,7 @@ def _dkdv_tile(
     BLOCK_M: tl.constexpr,
 ):
     offs_m = start_m + tl.arange(0, BLOCK_M)
-    q = _load_rows(
+    q = load_tile(
         q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
         offs_m,
         offs_d,
@@ -81,7 +81,7 @@ def _dkdv_tile(
         EVEN_M,
         EVEN_D,
     )
-    do = _load_rows(
+    do = load_tile(
         do_base + offs_m[:, None] * stride_dom + offs_dv[None, :] * stride_dod,
         offs_m,
         offs_dv,
@@ -221,7 +221,7 @@ def _flex_dkdv(
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
-    k = _load_rows(
+    k = load_tile(
         K
         + b.to(tl.int64) * stride_kz
         + h_kv.to(tl.int64) * stride_kh
@@ -234,7 +234,7 @@ def _flex_dkdv(
         EVEN_N,
         EVEN_D,
     )
-    v = _load_rows(
+    v = load_tile(
         V
         + b.to(tl.int64) * stride_vz
         + h_kv.to(tl.int64) * stride_vh

@@ -11,8 +11,7 @@ import triton
 import triton.language as tl
 
 from ..common import LOG2E_JIT
-from ..flash import finite_dot
-from .forward import _load_rows
+from ..flash import finite_dot, load_tile
 
 
 @triton.jit
@@ -86,7 +85,7 @@ def _dq_tile(
     BLOCK_N: tl.constexpr,
 ):
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    k = _load_rows(
+    k = load_tile(
         k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
         offs_n,
         offs_d,
@@ -95,7 +94,7 @@ def _dq_tile(
         EVEN_N,
         EVEN_D,
     )
-    v = _load_rows(
+    v = load_tile(
         v_base + offs_n[:, None] * stride_vn + offs_dv[None, :] * stride_vd,
         offs_n,
         offs_dv,
@@ -221,7 +220,7 @@ def _flex_dq(
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
-    q = _load_rows(
+    q = load_tile(
         Q
         + b.to(tl.int64) * stride_qz
         + h.to(tl.int64) * stride_qh
@@ -234,7 +233,7 @@ def _flex_dq(
         EVEN_M,
         EVEN_D,
     )
-    do = _load_rows(
+    do = load_tile(
         DO
         + b.to(tl.int64) * stride_doz
         + h.to(tl.int64) * stride_doh

@@ -18,24 +18,8 @@ import triton.language as tl
 
 from .. import runtime
 from ..common import LOG2E_JIT, dot_precision, upcast
-from ..flash import finite_dot
+from ..flash import finite_dot, load_tile
 from .tiles import block_d, tiles
-
-
-@triton.jit
-def _load_rows(
-    ptrs, offs_r, offs_c, n_rows, n_cols, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr
-):
-    """A (rows, cols) tile; rows >= n_rows and columns >= n_cols read as 0."""
-    if EVEN_R and EVEN_C:
-        return tl.load(ptrs)
-    elif EVEN_R:
-        return tl.load(ptrs, mask=offs_c[None, :] < n_cols, other=0.0)
-    elif EVEN_C:
-        return tl.load(ptrs, mask=offs_r[:, None] < n_rows, other=0.0)
-    else:
-        inside = (offs_r[:, None] < n_rows) & (offs_c[None, :] < n_cols)
-        return tl.load(ptrs, mask=inside, other=0.0)
 
 
 @triton.jit
@@ -79,7 +63,7 @@ def _fwd_tile(
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
     v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_dv[None, :] * stride_vd
-    # (inline, not _load_rows: under the interpreter every nested call costs)
+    # (inline, not load_tile: under the interpreter every nested call costs)
     if EVEN_N and EVEN_D:
         k = tl.load(k_ptrs)
         v = tl.load(v_ptrs)
@@ -202,7 +186,7 @@ def _flex_fwd(
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
-    q = _load_rows(
+    q = load_tile(
         q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
         offs_m,
         offs_d,
