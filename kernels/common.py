@@ -28,6 +28,8 @@ import warnings
 
 import torch
 
+from . import runtime
+
 try:
     import triton.language as tl
 except ImportError:  # pragma: no cover - no triton (not Linux): host names still import
@@ -46,7 +48,9 @@ __all__ = [
     "LN2_JIT",
     "LOG2E",
     "LOG2E_JIT",
+    "check_alike",
     "check_bool",
+    "check_float_tensor",
     "check_int",
     "check_qkv",
     "check_scale",
@@ -166,46 +170,111 @@ def check_tensor(name: str, value) -> torch.Tensor:
     return value
 
 
-def check_qkv(q, k, v, same_dtype: bool = True) -> None:
-    """q (B, H, N_q, d), k and v (B, H_kv, N_k, d): 4-D floating-point tensors on one
-    device, k and v of one shape, batch and head dim matching q, H a multiple of H_kv
-    (GQA). TypeError/ValueError naming the tensor otherwise. Dtypes must match unless
-    ``same_dtype`` is False (the fp64 reference takes mixed inputs)."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        check_tensor(name, t)
-        if t.ndim != 4:
+def _dtype_names(dtypes) -> str:
+    """'float16, bfloat16 or float32'."""
+    names = [str(d).removeprefix("torch.") for d in dtypes]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+def check_float_tensor(
+    name: str, t, ndim: int = 4, shape: str = "(B, H, N, d)", dtypes=None
+) -> torch.Tensor:
+    """``t`` a torch.Tensor (TypeError) of ``ndim`` dims laid out as ``shape``
+    (ValueError), floating point and one of ``dtypes`` when given (TypeError); each
+    error names ``name``, the caller's argument."""
+    check_tensor(name, t)
+    if t.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D {shape}, got shape {tuple(t.shape)}")
+    if dtypes is not None and t.dtype not in dtypes:
+        raise TypeError(f"{name} must be {_dtype_names(dtypes)}, got dtype {t.dtype}")
+    if not t.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
+    return t
+
+
+def check_alike(what: str, **tensors) -> None:
+    """The tensors (keyword = the caller's name) share a ``"dtype"`` (TypeError) or a
+    ``"device"`` (ValueError); the error names each tensor with its own."""
+    if what not in ("dtype", "device"):
+        raise ValueError(f"what must be 'dtype' or 'device', got {what!r}")
+    values = {name: getattr(t, what) for name, t in tensors.items()}
+    if len(set(values.values())) > 1:
+        names = ", ".join(values)
+        got = ", ".join(f"{name} {value}" for name, value in values.items())
+        if what == "dtype":
+            raise TypeError(f"{names} must share a dtype, got {got}")
+        raise ValueError(f"{names} must be on one device, got {got}")
+
+
+def check_qkv(
+    q,
+    k,
+    v,
+    same_dtype: bool = True,
+    *,
+    dtypes=None,
+    same_head_dim_v: bool = True,
+    max_head_dim: int | None = None,
+) -> None:
+    """q (B, H, N_q, d), k (B, H_kv, N_k, d) and v (B, H_kv, N_k, d_v): 4-D
+    floating-point tensors on one device, batch and head dim of k matching q, H a
+    multiple of H_kv (GQA). TypeError/ValueError naming the tensor and its values
+    otherwise. The options, for what each caller takes:
+
+    * ``same_dtype``: one dtype for the three (False: the fp64 reference takes mixed
+      inputs); ``dtypes``: the dtypes accepted (None: any floating point);
+    * ``same_head_dim_v``: v of k's shape (False: d_v may differ from d); ``v`` None:
+      q and k only (a block selection scores without values);
+    * ``max_head_dim``: a kernel launch: head dims in 1..max_head_dim, every size
+      >= 1, CUDA tensors unless the Triton interpreter runs.
+    """
+    tensors = {"q": q, "k": k} if v is None else {"q": q, "k": k, "v": v}
+    for name, t in tensors.items():
+        check_float_tensor(name, t, 4, "(B, H, N, d)", dtypes)
+    if same_dtype:
+        check_alike("dtype", **tensors)
+    check_alike("device", **tensors)
+    names = ", ".join(tensors)
+    if max_head_dim is not None and not runtime.INTERPRET and q.device.type != "cuda":
+        raise ValueError(
+            f"{names} must be CUDA tensors for the compiled kernels, got device "
+            f"{q.device} (set TRITON_INTERPRET=1 before importing kernels to run on "
+            f"the CPU)"
+        )
+    (B, H, N_q, d), (Bk, H_kv, N_k, dk) = q.shape, k.shape
+    for what, a, b in (("batch", Bk, B), ("head dim", dk, d)):
+        if a != b:
             raise ValueError(
-                f"{name} must be 4-D (B, H, N, d), got shape {tuple(t.shape)}"
+                f"k {what} {a} (shape {tuple(k.shape)}) does not match q {what} {b} "
+                f"(shape {tuple(q.shape)})"
             )
-        if not t.is_floating_point():
-            raise TypeError(
-                f"{name} must be a floating-point tensor, got dtype {t.dtype}"
-            )
-    if same_dtype and not q.dtype == k.dtype == v.dtype:
-        raise TypeError(
-            f"q, k, v must share a dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}"
-        )
-    if not q.device == k.device == v.device:
-        raise ValueError(
-            f"q, k, v must be on one device, got q {q.device}, "
-            f"k {k.device}, v {v.device}"
-        )
-    if k.shape != v.shape:
-        raise ValueError(
-            f"k and v must have the same shape, got k {tuple(k.shape)} "
-            f"and v {tuple(v.shape)}"
-        )
-    (B, H, _, d), (Bk, H_kv, _, dk) = q.shape, k.shape
-    if Bk != B or dk != d:
-        raise ValueError(
-            f"k must be (B={B}, H_kv, N_k, d={d}) to match q "
-            f"{tuple(q.shape)}, got {tuple(k.shape)}"
-        )
     if H_kv == 0 or H % H_kv != 0:
         raise ValueError(
             f"q heads H={H} must be a multiple of k/v heads H_kv={H_kv} "
             f"(q {tuple(q.shape)}, k {tuple(k.shape)})"
         )
+    if v is not None and same_head_dim_v and k.shape != v.shape:
+        raise ValueError(
+            f"k and v must have the same shape, got k {tuple(k.shape)} "
+            f"and v {tuple(v.shape)}"
+        )
+    if v is not None and tuple(v.shape[:3]) != tuple(k.shape[:3]):
+        raise ValueError(
+            f"v must be (B, H_kv, N_k, d_v) with k's (B, H_kv, N_k) = "
+            f"{tuple(k.shape[:3])}, got v {tuple(v.shape)}"
+        )
+    if max_head_dim is not None:
+        for name, t in tensors.items():
+            if not 1 <= t.shape[-1] <= max_head_dim:
+                raise ValueError(
+                    f"{name}'s head dim must be in 1..{max_head_dim}, got "
+                    f"{t.shape[-1]} ({name} {tuple(t.shape)})"
+                )
+        if min(B, H, N_q, H_kv, N_k) < 1:
+            raise ValueError(
+                f"batch, heads and lengths must be >= 1, got q {tuple(q.shape)}, "
+                f"k {tuple(k.shape)}"
+            )
 
 
 def renamed_scale(scale, old, name: str, old_name: str = "sm_scale"):

@@ -1,24 +1,16 @@
 """Argument validation of the deformable kernels: ``_validate_msda`` (Deformable
 DETR's tensors and level table) and ``_validate_dat`` (the query, the maps, the points
-and the softmax scale), each error naming the argument.
+and the softmax scale), each error naming the argument; the tensors' kind, dims and
+dtype through ``kernels.common.check_float_tensor``, the dat inputs' shared dtype and
+device through ``kernels.common.check_alike`` (as ``check_qkv`` checks q, k, v).
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..common import kernel_scale
-from .tiles import _FLOAT_DTYPES, _MSDA_DTYPES, MAX_HEAD_DIM
-
-
-def _check_float(name: str, t, ndim: int, shape_doc: str, dtypes=_FLOAT_DTYPES) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype not in dtypes:
-        names = ", ".join(str(x).replace("torch.", "") for x in dtypes)
-        raise TypeError(f"{name} must be one of {names}, got {t.dtype}")
-    if t.dim() != ndim:
-        raise ValueError(f"{name} must be {shape_doc}, got shape {tuple(t.shape)}")
+from ..common import FLOAT_DTYPES, check_alike, check_float_tensor, kernel_scale
+from .tiles import _MSDA_DTYPES, MAX_HEAD_DIM
 
 
 def _validate_msda(
@@ -26,15 +18,15 @@ def _validate_msda(
 ):
     """Check every argument; returns the level shapes and starts, checked, on value's
     device."""
-    _check_float("value", value, 4, "(B, S, H, D_h)", _MSDA_DTYPES)
-    _check_float(
+    check_float_tensor("value", value, 4, "(B, S, H, D_h)", _MSDA_DTYPES)
+    check_float_tensor(
         "sampling_locations",
         sampling_locations,
         6,
         "(B, L_q, H, L, P, 2)",
         _MSDA_DTYPES,
     )
-    _check_float(
+    check_float_tensor(
         "attention_weights", attention_weights, 5, "(B, L_q, H, L, P)", _MSDA_DTYPES
     )
     for name, t, nd in (
@@ -109,10 +101,10 @@ def _validate_msda(
 
 
 def _validate_dat(q, k_map, v_map, points, softmax_scale, scale_name="softmax_scale"):
-    _check_float("q", q, 4, "(B, H, N_q, d)")
-    _check_float("k_map", k_map, 5, "(B, H, H_f, W_f, d)")
-    _check_float("v_map", v_map, 5, "(B, H, H_f, W_f, d)")
-    _check_float("points", points, 4, "(B, G, N_s, 2)")
+    check_float_tensor("q", q, 4, "(B, H, N_q, d)", FLOAT_DTYPES)
+    check_float_tensor("k_map", k_map, 5, "(B, H, H_f, W_f, d)", FLOAT_DTYPES)
+    check_float_tensor("v_map", v_map, 5, "(B, H, H_f, W_f, d)", FLOAT_DTYPES)
+    check_float_tensor("points", points, 4, "(B, G, N_s, 2)", FLOAT_DTYPES)
     b, n_h, n_q, d = q.shape
     if k_map.shape[:2] != (b, n_h) or k_map.shape[-1] != d:
         raise ValueError(
@@ -124,11 +116,7 @@ def _validate_dat(q, k_map, v_map, points, softmax_scale, scale_name="softmax_sc
             f"v_map must have k_map's shape {tuple(k_map.shape)}, "
             f"got shape {tuple(v_map.shape)}"
         )
-    if v_map.dtype != k_map.dtype or q.dtype != k_map.dtype:
-        raise TypeError(
-            f"q, k_map and v_map must share a dtype, got {q.dtype}, "
-            f"{k_map.dtype}, {v_map.dtype}"
-        )
+    check_alike("dtype", q=q, k_map=k_map, v_map=v_map)
     g = points.shape[1]
     if points.shape[0] != b or points.shape[-1] != 2 or g < 1 or n_h % g:
         raise ValueError(
@@ -143,9 +131,7 @@ def _validate_dat(q, k_map, v_map, points, softmax_scale, scale_name="softmax_sc
         )
     if not 1 <= d <= MAX_HEAD_DIM:
         raise ValueError(f"head dim d={d} must be in 1..{MAX_HEAD_DIM}")
-    for name, t in (("k_map", k_map), ("v_map", v_map), ("points", points)):
-        if t.device != q.device:
-            raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
+    check_alike("device", q=q, k_map=k_map, v_map=v_map, points=points)
     # finite, and softmax_scale * log2(e) (the kernel's exp2 factor) within float32;
     # a bad one is named as the caller wrote it (``scale_name``: sm_scale, its old name)
     return kernel_scale(softmax_scale, d, scale_name)

@@ -76,13 +76,20 @@ Lent to the other families (public, so no family imports another's private names
 (one block's forward returning o and the base-2 lse, and the backward from them: what
 ring attention calls per step), and the ``@triton.jit`` pieces of :mod:`.blocks`:
 ``softmax_pv_step`` (one key tile of the online softmax), ``finite_dot`` (the masked
-P V tile that keeps a hidden NaN/inf value row out), ``masked_row_max``,
-``finish_rows`` and ``key_range``.
+P V tile that keeps a hidden NaN/inf value row out), ``load_tile`` (a row tile with
+its edge masks), ``masked_row_max``, ``finish_rows`` and ``key_range``.
 """
 
 from .api import attention_probs, flash_attention
 from .backward import backward_lse
-from .blocks import finish_rows, finite_dot, key_range, masked_row_max, softmax_pv_step
+from .blocks import (
+    finish_rows,
+    finite_dot,
+    key_range,
+    load_tile,
+    masked_row_max,
+    softmax_pv_step,
+)
 from .checks import check_inputs
 from .forward import forward_lse, forward_with_tiles
 from .tiles import FORWARD_PATHS, MAX_HEAD_DIM
@@ -99,6 +106,7 @@ __all__ = [
     "forward_lse",
     "forward_with_tiles",
     "key_range",
+    "load_tile",
     "masked_row_max",
     "softmax_pv_step",
 ]

@@ -18,7 +18,7 @@ from ..common import dot_precision, upcast
 from .backward_dkdv import _attn_bwd_dkdv
 from .backward_dq import _attn_bwd_dq
 from .blocks import (
-    _load_tile,
+    load_tile,
 )
 from .checks import _grad_flag
 from .tiles import (
@@ -74,7 +74,7 @@ def _attn_bwd_preprocess(
     off_h = off_hz % H
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    o = _load_tile(
+    o = load_tile(
         O
         + off_z.to(tl.int64) * stride_oz
         + off_h.to(tl.int64) * stride_oh
@@ -87,7 +87,7 @@ def _attn_bwd_preprocess(
         EVEN_M,
         EVEN_D,
     )
-    do = _load_tile(
+    do = load_tile(
         DO
         + off_z.to(tl.int64) * stride_doz
         + off_h.to(tl.int64) * stride_doh

@@ -15,10 +15,10 @@ import triton.language as tl
 from ..common import LOG2E_JIT
 from .blocks import (
     _load_query_rows,
-    _load_tile,
     _query_range,
     _store_tile,
     finite_dot,
+    load_tile,
 )
 from .tiles import (
     _HEURISTICS,
@@ -197,7 +197,7 @@ def _attn_bwd_dkdv(
         v_base = V + off_z.to(tl.int64) * stride_vz + off_hkv.to(tl.int64) * stride_vh
         # k and v stay in SRAM while every query block of every q head in the
         # group streams by
-        k = _load_tile(
+        k = load_tile(
             k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
             offs_n,
             offs_d,
@@ -206,7 +206,7 @@ def _attn_bwd_dkdv(
             EVEN_N,
             EVEN_D,
         )
-        v = _load_tile(
+        v = load_tile(
             v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
             offs_n,
             offs_d,

@@ -14,10 +14,10 @@ import triton.language as tl
 from ..common import LOG2E_JIT
 from .blocks import (
     _load_query_rows,
-    _load_tile,
     _store_tile,
     finite_dot,
     key_range,
+    load_tile,
 )
 from .tiles import (
     _HEURISTICS,
@@ -65,7 +65,7 @@ def _attn_bwd_dq_inner(
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        k = _load_tile(
+        k = load_tile(
             k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
             offs_n,
             offs_d,
@@ -74,7 +74,7 @@ def _attn_bwd_dq_inner(
             EVEN_N or not MASKED,
             EVEN_D,
         )
-        v = _load_tile(
+        v = load_tile(
             v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
             offs_n,
             offs_d,

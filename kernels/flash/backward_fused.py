@@ -57,7 +57,7 @@ from .. import runtime
 from ..common import LOG2E_JIT, dot_precision, upcast
 from .backward import PREPROCESS_NUM_WARPS, _attn_bwd_preprocess, preprocess_block_m
 from .backward_fused_blocks import _attn_bwd_fused_inner
-from .blocks import _load_tile, _query_range
+from .blocks import _query_range, load_tile
 from .checks import (
     _nonfinite_flag as nonfinite_flag,  # (1,) int32 NaN/inf flag: the same as flash's
 )
@@ -230,7 +230,7 @@ def _attn_bwd_fused(
     offs_d = tl.arange(0, BLOCK_D)
     k_base = K + off_z.to(tl.int64) * stride_kz + off_hkv.to(tl.int64) * stride_kh
     v_base = V + off_z.to(tl.int64) * stride_vz + off_hkv.to(tl.int64) * stride_vh
-    k = _load_tile(
+    k = load_tile(
         k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
         offs_n,
         offs_d,
@@ -239,7 +239,7 @@ def _attn_bwd_fused(
         EVEN_N,
         EVEN_D,
     )
-    v = _load_tile(
+    v = load_tile(
         v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
         offs_n,
         offs_d,

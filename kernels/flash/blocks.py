@@ -13,7 +13,7 @@ import triton.language as tl
 
 
 @triton.jit
-def _load_tile(
+def load_tile(
     ptrs, offs_r, offs_d, n_rows, HEAD_DIM, EVEN_R: tl.constexpr, EVEN_D: tl.constexpr
 ):
     """Load a (rows, BLOCK_D) tile; rows >= n_rows and columns >= HEAD_DIM read as 0."""
@@ -291,7 +291,7 @@ def _load_query_rows(
     base-2 lse and delta. Rows past N_q read lse = +inf (P = 0), and a row with no
     visible key (lse = -inf) gets +inf too, so its P is 0, not inf. Shared by both
     backward kernels and kernels.flash.backward_fused."""
-    q = _load_tile(
+    q = load_tile(
         q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
         offs_m,
         offs_d,
@@ -300,7 +300,7 @@ def _load_query_rows(
         EVEN_M,
         EVEN_D,
     )
-    do = _load_tile(
+    do = load_tile(
         do_base + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
         offs_m,
         offs_d,

@@ -10,71 +10,17 @@ from __future__ import annotations
 
 import torch
 
-from .. import runtime
-from ..common import FLOAT_DTYPES, check_tensor, kernel_scale
+from ..common import FLOAT_DTYPES, check_qkv, kernel_scale
 from .tiles import MAX_HEAD_DIM
 
 
 def check_inputs(q, k, v, scale, name: str = "softmax_scale") -> float:
-    """Check q (B, H, N_q, d), k/v (B, H_kv, N_k, d); return the softmax scale (errors
-    about the scale name ``name``, the caller's argument)."""
-    for arg, t in (("q", q), ("k", k), ("v", v)):
-        check_tensor(arg, t)
-        if t.ndim != 4:
-            raise ValueError(
-                f"{arg} must be 4-D (B, H, N, d), got shape {tuple(t.shape)}"
-            )
-        if t.dtype not in FLOAT_DTYPES:
-            raise TypeError(
-                f"{arg} must be float16, bfloat16 or float32, got dtype {t.dtype}"
-            )
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(
-            f"q, k, v must share a dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}"
-        )
-    if not (q.device == k.device == v.device):
-        raise ValueError(
-            f"q, k, v must be on one device, got q {q.device}, "
-            f"k {k.device}, v {v.device}"
-        )
-    if not runtime.INTERPRET and q.device.type != "cuda":
-        raise ValueError(
-            f"q, k, v must be CUDA tensors for the compiled kernels, "
-            f"got device {q.device} (set TRITON_INTERPRET=1 before "
-            f"importing kernels to run on the CPU)"
-        )
-    B, H, N_q, d = q.shape
-    if k.shape != v.shape:
-        raise ValueError(
-            f"k and v must have the same shape, got k {tuple(k.shape)} "
-            f"and v {tuple(v.shape)}"
-        )
-    Bk, H_kv, N_k, dk = k.shape
-    if Bk != B:
-        raise ValueError(
-            f"k batch {Bk} (shape {tuple(k.shape)}) does not match "
-            f"q batch {B} (shape {tuple(q.shape)})"
-        )
-    if dk != d:
-        raise ValueError(
-            f"k head dim {dk} (shape {tuple(k.shape)}) does not match "
-            f"q head dim {d} (shape {tuple(q.shape)})"
-        )
-    if not 1 <= d <= MAX_HEAD_DIM:
-        raise ValueError(
-            f"head dim d must be in 1..{MAX_HEAD_DIM}, got q shape {tuple(q.shape)}"
-        )
-    if N_q < 1 or N_k < 1:
-        raise ValueError(
-            f"sequence lengths must be >= 1, got q {tuple(q.shape)}, k {tuple(k.shape)}"
-        )
-    if B < 1 or H_kv < 1 or H % H_kv != 0:
-        raise ValueError(
-            f"q heads H={H} must be a positive multiple of k/v heads "
-            f"H_kv={H_kv} (q {tuple(q.shape)}, k {tuple(k.shape)})"
-        )
+    """Check q (B, H, N_q, d), k/v (B, H_kv, N_k, d) (``kernels.common.check_qkv``:
+    float16/bfloat16/float32, one dtype and device, d in 1..MAX_HEAD_DIM); return the
+    softmax scale (errors about the scale name ``name``, the caller's argument)."""
+    check_qkv(q, k, v, dtypes=FLOAT_DTYPES, max_head_dim=MAX_HEAD_DIM)
     # finite, and scale * log2(e) (folded into the kernels' exp2 scores) within fp32
-    return kernel_scale(scale, d, name)
+    return kernel_scale(scale, q.shape[-1], name)
 
 
 def _nonfinite_flag(causal, *tensors, nan_only=()) -> torch.Tensor:

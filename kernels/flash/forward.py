@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from ..common import LOG2E_JIT, check_bool, dot_precision, renamed_scale, upcast
-from .blocks import _load_tile, _store_tile, finish_rows, key_range, softmax_pv_step
+from .blocks import _store_tile, finish_rows, key_range, load_tile, softmax_pv_step
 from .checks import _v_bad, check_inputs
 from .tiles import _HEURISTICS, _all_configs, _pruner, block_d, n_bucket
 
@@ -65,10 +65,10 @@ def _attn_fwd_inner(
         # -- k, v tiles: HBM -> SRAM --
         k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
         v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
-        k = _load_tile(
+        k = load_tile(
             k_ptrs, offs_n, offs_d, N_K, HEAD_DIM, EVEN_N or not MASKED, EVEN_D
         )
-        v = _load_tile(
+        v = load_tile(
             v_ptrs, offs_n, offs_d, N_K, HEAD_DIM, EVEN_N or not MASKED, EVEN_D
         )
         if UPCAST:
@@ -172,7 +172,7 @@ def _attn_fwd(
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
 
     # q stays in SRAM for the whole inner loop
-    q = _load_tile(
+    q = load_tile(
         q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
         offs_m,
         offs_d,

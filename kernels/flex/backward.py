@@ -23,9 +23,9 @@ import triton.language as tl
 
 from .. import runtime
 from ..common import LOG2E_JIT, dot_precision, upcast
-from ..flash import finite_dot
+from ..flash import finite_dot, load_tile
 from .backward_dq import _flex_dq, _score_and_grad
-from .forward import _load_rows, launch_flags, mask_strides
+from .forward import launch_flags, mask_strides
 
 
 @triton.jit
@@ -72,7 +72,7 @@ def _dkdv_tile(
     BLOCK_M: tl.constexpr,
 ):
     offs_m = start_m + tl.arange(0, BLOCK_M)
-    q = _load_rows(
+    q = load_tile(
         q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
         offs_m,
         offs_d,
@@ -81,7 +81,7 @@ def _dkdv_tile(
         EVEN_M,
         EVEN_D,
     )
-    do = _load_rows(
+    do = load_tile(
         do_base + offs_m[:, None] * stride_dom + offs_dv[None, :] * stride_dod,
         offs_m,
         offs_dv,
@@ -221,7 +221,7 @@ def _flex_dkdv(
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
-    k = _load_rows(
+    k = load_tile(
         K
         + b.to(tl.int64) * stride_kz
         + h_kv.to(tl.int64) * stride_kh
@@ -234,7 +234,7 @@ def _flex_dkdv(
         EVEN_N,
         EVEN_D,
     )
-    v = _load_rows(
+    v = load_tile(
         V
         + b.to(tl.int64) * stride_vz
         + h_kv.to(tl.int64) * stride_vh
@@ -264,102 +264,62 @@ def _flex_dkdv(
         lse_base = LSE2 + bh.to(tl.int64) * N_Q
         delta_base = Delta + bh.to(tl.int64) * N_Q
         col = b * bm_sz + h * bm_sh + start_n // SK  # this key tile's q-side lists
-        n_full = tl.load(FQ_NUM + col)
-        if SHIELD:
-            n_full = tl.where(go, n_full, 0)
-        for i in range(0, n_full * (SQ // BLOCK_M)):
-            qb = tl.load(FQ_IDX + col * NQB + i // (SQ // BLOCK_M))
-            sub = i % (SQ // BLOCK_M)
-            dk, dv = _dkdv_tile(
-                dk,
-                dv,
-                k,
-                v,
-                q_base,
-                do_base,
-                lse_base,
-                delta_base,
-                stride_qm,
-                stride_qd,
-                stride_dom,
-                stride_dod,
-                qb * SQ + sub * BLOCK_M,
-                offs_n,
-                offs_d,
-                offs_dv,
-                b,
-                h,
-                scale,
-                N_Q,
-                N_K,
-                HEAD_DIM,
-                HEAD_DIM_V,
-                MI,
-                MF,
-                SMI,
-                SMF,
-                SHIELD,
-                MASK_FN,
-                SCORE_FN,
-                GRAD_FN,
-                False,
-                HAS_SCORE,
-                HAS_GRAD,
-                EVEN_M,
-                EVEN_N,
-                EVEN_D,
-                UPCAST,
-                DOT_PRECISION,
-                BLOCK_M,
-            )
-        n_part = tl.load(Q_NUM + col)
-        if SHIELD:
-            n_part = tl.where(go, n_part, 0)
-        for i in range(0, n_part * (SQ // BLOCK_M)):
-            qb = tl.load(Q_IDX + col * NQB + i // (SQ // BLOCK_M))
-            sub = i % (SQ // BLOCK_M)
-            dk, dv = _dkdv_tile(
-                dk,
-                dv,
-                k,
-                v,
-                q_base,
-                do_base,
-                lse_base,
-                delta_base,
-                stride_qm,
-                stride_qd,
-                stride_dom,
-                stride_dod,
-                qb * SQ + sub * BLOCK_M,
-                offs_n,
-                offs_d,
-                offs_dv,
-                b,
-                h,
-                scale,
-                N_Q,
-                N_K,
-                HEAD_DIM,
-                HEAD_DIM_V,
-                MI,
-                MF,
-                SMI,
-                SMF,
-                SHIELD,
-                MASK_FN,
-                SCORE_FN,
-                GRAD_FN,
-                True,
-                HAS_SCORE,
-                HAS_GRAD,
-                EVEN_M,
-                EVEN_N,
-                EVEN_D,
-                UPCAST,
-                DOT_PRECISION,
-                BLOCK_M,
-            )
+        # the full tiles first (no mask evaluated), then the partial ones (the mask
+        # evaluated pair by pair): one loop, unrolled twice at compile time
+        for PARTIAL in tl.static_range(2):
+            if PARTIAL:
+                n_tiles = tl.load(Q_NUM + col)
+                idx = Q_IDX
+            else:
+                n_tiles = tl.load(FQ_NUM + col)
+                idx = FQ_IDX
+            if SHIELD:
+                n_tiles = tl.where(go, n_tiles, 0)
+            for i in range(0, n_tiles * (SQ // BLOCK_M)):
+                qb = tl.load(idx + col * NQB + i // (SQ // BLOCK_M))
+                sub = i % (SQ // BLOCK_M)
+                dk, dv = _dkdv_tile(
+                    dk,
+                    dv,
+                    k,
+                    v,
+                    q_base,
+                    do_base,
+                    lse_base,
+                    delta_base,
+                    stride_qm,
+                    stride_qd,
+                    stride_dom,
+                    stride_dod,
+                    qb * SQ + sub * BLOCK_M,
+                    offs_n,
+                    offs_d,
+                    offs_dv,
+                    b,
+                    h,
+                    scale,
+                    N_Q,
+                    N_K,
+                    HEAD_DIM,
+                    HEAD_DIM_V,
+                    MI,
+                    MF,
+                    SMI,
+                    SMF,
+                    SHIELD,
+                    MASK_FN,
+                    SCORE_FN,
+                    GRAD_FN,
+                    PARTIAL,
+                    HAS_SCORE,
+                    HAS_GRAD,
+                    EVEN_M,
+                    EVEN_N,
+                    EVEN_D,
+                    UPCAST,
+                    DOT_PRECISION,
+                    BLOCK_M,
+                )
     dk = dk * scale
     inside_k = (offs_n[:, None] < N_K) & (offs_d[None, :] < HEAD_DIM)
     inside_v = (offs_n[:, None] < N_K) & (offs_dv[None, :] < HEAD_DIM_V)

@@ -11,8 +11,7 @@ import triton
 import triton.language as tl
 
 from ..common import LOG2E_JIT
-from ..flash import finite_dot
-from .forward import _load_rows
+from ..flash import finite_dot, load_tile
 
 
 @triton.jit
@@ -86,7 +85,7 @@ def _dq_tile(
     BLOCK_N: tl.constexpr,
 ):
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    k = _load_rows(
+    k = load_tile(
         k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
         offs_n,
         offs_d,
@@ -95,7 +94,7 @@ def _dq_tile(
         EVEN_N,
         EVEN_D,
     )
-    v = _load_rows(
+    v = load_tile(
         v_base + offs_n[:, None] * stride_vn + offs_dv[None, :] * stride_vd,
         offs_n,
         offs_dv,
@@ -221,7 +220,7 @@ def _flex_dq(
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
-    q = _load_rows(
+    q = load_tile(
         Q
         + b.to(tl.int64) * stride_qz
         + h.to(tl.int64) * stride_qh
@@ -234,7 +233,7 @@ def _flex_dq(
         EVEN_M,
         EVEN_D,
     )
-    do = _load_rows(
+    do = load_tile(
         DO
         + b.to(tl.int64) * stride_doz
         + h.to(tl.int64) * stride_doh
@@ -262,96 +261,59 @@ def _flex_dq(
     else:
         go = True
     row = b * bm_sz + h * bm_sh + (start_m * BLOCK_M) // SQ
-    n_full = tl.load(FKV_NUM + row)
-    if SHIELD:
-        n_full = tl.where(go, n_full, 0)
-    for i in range(0, n_full * (SK // BLOCK_N)):
-        kb = tl.load(FKV_IDX + row * NKB + i // (SK // BLOCK_N))
-        sub = i % (SK // BLOCK_N)
-        dq = _dq_tile(
-            dq,
-            q,
-            do,
-            lse2,
-            delta,
-            k_base,
-            v_base,
-            stride_kn,
-            stride_kd,
-            stride_vn,
-            stride_vd,
-            kb * SK + sub * BLOCK_N,
-            offs_m,
-            offs_d,
-            offs_dv,
-            b,
-            h,
-            scale,
-            N_K,
-            HEAD_DIM,
-            HEAD_DIM_V,
-            MI,
-            MF,
-            SMI,
-            SMF,
-            SHIELD,
-            MASK_FN,
-            SCORE_FN,
-            GRAD_FN,
-            False,
-            HAS_SCORE,
-            HAS_GRAD,
-            EVEN_N,
-            EVEN_D,
-            UPCAST,
-            DOT_PRECISION,
-            BLOCK_N,
-        )
-    n_part = tl.load(KV_NUM + row)
-    if SHIELD:
-        n_part = tl.where(go, n_part, 0)
-    for i in range(0, n_part * (SK // BLOCK_N)):
-        kb = tl.load(KV_IDX + row * NKB + i // (SK // BLOCK_N))
-        sub = i % (SK // BLOCK_N)
-        dq = _dq_tile(
-            dq,
-            q,
-            do,
-            lse2,
-            delta,
-            k_base,
-            v_base,
-            stride_kn,
-            stride_kd,
-            stride_vn,
-            stride_vd,
-            kb * SK + sub * BLOCK_N,
-            offs_m,
-            offs_d,
-            offs_dv,
-            b,
-            h,
-            scale,
-            N_K,
-            HEAD_DIM,
-            HEAD_DIM_V,
-            MI,
-            MF,
-            SMI,
-            SMF,
-            SHIELD,
-            MASK_FN,
-            SCORE_FN,
-            GRAD_FN,
-            True,
-            HAS_SCORE,
-            HAS_GRAD,
-            EVEN_N,
-            EVEN_D,
-            UPCAST,
-            DOT_PRECISION,
-            BLOCK_N,
-        )
+    # the full tiles first (no mask evaluated), then the partial ones (the mask
+    # evaluated pair by pair): one loop, unrolled twice at compile time
+    for PARTIAL in tl.static_range(2):
+        if PARTIAL:
+            n_tiles = tl.load(KV_NUM + row)
+            idx = KV_IDX
+        else:
+            n_tiles = tl.load(FKV_NUM + row)
+            idx = FKV_IDX
+        if SHIELD:
+            n_tiles = tl.where(go, n_tiles, 0)
+        for i in range(0, n_tiles * (SK // BLOCK_N)):
+            kb = tl.load(idx + row * NKB + i // (SK // BLOCK_N))
+            sub = i % (SK // BLOCK_N)
+            dq = _dq_tile(
+                dq,
+                q,
+                do,
+                lse2,
+                delta,
+                k_base,
+                v_base,
+                stride_kn,
+                stride_kd,
+                stride_vn,
+                stride_vd,
+                kb * SK + sub * BLOCK_N,
+                offs_m,
+                offs_d,
+                offs_dv,
+                b,
+                h,
+                scale,
+                N_K,
+                HEAD_DIM,
+                HEAD_DIM_V,
+                MI,
+                MF,
+                SMI,
+                SMF,
+                SHIELD,
+                MASK_FN,
+                SCORE_FN,
+                GRAD_FN,
+                PARTIAL,
+                HAS_SCORE,
+                HAS_GRAD,
+                EVEN_N,
+                EVEN_D,
+                UPCAST,
+                DOT_PRECISION,
+                BLOCK_N,
+            )
     dq = dq * scale
     tl.store(
         DQ

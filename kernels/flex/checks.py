@@ -3,8 +3,7 @@ the argument as the caller wrote it."""
 
 from __future__ import annotations
 
-from .. import runtime
-from ..common import FLOAT_DTYPES, check_bool, check_tensor, kernel_scale
+from ..common import FLOAT_DTYPES, check_bool, check_qkv, check_tensor, kernel_scale
 from .block_mask import BlockMask
 from .mods import Mod, as_mod
 from .tiles import MAX_HEAD_DIM
@@ -13,60 +12,17 @@ from .tiles import MAX_HEAD_DIM
 def validate(q, k, v, score_mod, block_mask, scale, enable_gqa, return_lse, sinks):
     """Check every argument; return (scale, score Mod or None, sinks float32 or
     None)."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        check_tensor(name, t)
-        if t.ndim != 4:
-            raise ValueError(
-                f"{name} must be 4-D (B, H, N, d), got shape {tuple(t.shape)}"
-            )
-        if t.dtype not in FLOAT_DTYPES:
-            raise TypeError(
-                f"{name} must be float16, bfloat16 or float32, got dtype {t.dtype}"
-            )
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(
-            f"q, k, v must share a dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}"
-        )
-    if not (q.device == k.device == v.device):
-        raise ValueError(
-            f"q, k, v must be on one device, got q {q.device}, k {k.device}, "
-            f"v {v.device}"
-        )
-    if not runtime.INTERPRET and q.device.type != "cuda":
-        raise ValueError(
-            f"q, k, v must be CUDA tensors for the compiled kernels, got {q.device} "
-            f"(set TRITON_INTERPRET=1 before importing kernels to run on the CPU)"
-        )
-    B, H, N_q, d = q.shape
-    Bk, H_kv, N_k, dk = k.shape
-    if tuple(v.shape[:3]) != (Bk, H_kv, N_k):
-        raise ValueError(
-            f"v must be (B, H_kv, N_k, d_v) with k's (B, H_kv, N_k) = "
-            f"{(Bk, H_kv, N_k)}, got v {tuple(v.shape)}"
-        )
-    if Bk != B:
-        raise ValueError(f"k batch {Bk} does not match q batch {B}")
-    if dk != d:
-        raise ValueError(f"k head dim {dk} does not match q head dim {d}")
-    dv = v.shape[-1]
-    for name, n in (("q", d), ("v", dv)):
-        if not 1 <= n <= MAX_HEAD_DIM:
-            raise ValueError(f"{name}'s head dim must be in 1..{MAX_HEAD_DIM}, got {n}")
-    if min(B, H, N_q, H_kv, N_k) < 1:
-        raise ValueError(
-            f"batch, heads and lengths must be >= 1, got q {tuple(q.shape)}, "
-            f"k {tuple(k.shape)}"
-        )
+    check_qkv(
+        q, k, v, dtypes=FLOAT_DTYPES, same_head_dim_v=False, max_head_dim=MAX_HEAD_DIM
+    )
+    (B, H, N_q, d), (H_kv, N_k) = q.shape, k.shape[1:3]
     check_bool("enable_gqa", enable_gqa)
     check_bool("return_lse", return_lse)
-    if H != H_kv:
-        if not enable_gqa:
-            raise ValueError(
-                f"q has {H} heads and k/v {H_kv}: pass enable_gqa=True for "
-                f"grouped-query attention"
-            )
-        if H % H_kv:
-            raise ValueError(f"q heads {H} must be a multiple of k/v heads {H_kv}")
+    if H != H_kv and not enable_gqa:
+        raise ValueError(
+            f"q has {H} heads and k/v {H_kv}: pass enable_gqa=True for "
+            f"grouped-query attention"
+        )
     if block_mask is not None:
         if not isinstance(block_mask, BlockMask):
             raise TypeError(

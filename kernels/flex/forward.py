@@ -18,24 +18,8 @@ import triton.language as tl
 
 from .. import runtime
 from ..common import LOG2E_JIT, dot_precision, upcast
-from ..flash import finite_dot
+from ..flash import finite_dot, load_tile
 from .tiles import block_d, tiles
-
-
-@triton.jit
-def _load_rows(
-    ptrs, offs_r, offs_c, n_rows, n_cols, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr
-):
-    """A (rows, cols) tile; rows >= n_rows and columns >= n_cols read as 0."""
-    if EVEN_R and EVEN_C:
-        return tl.load(ptrs)
-    elif EVEN_R:
-        return tl.load(ptrs, mask=offs_c[None, :] < n_cols, other=0.0)
-    elif EVEN_C:
-        return tl.load(ptrs, mask=offs_r[:, None] < n_rows, other=0.0)
-    else:
-        inside = (offs_r[:, None] < n_rows) & (offs_c[None, :] < n_cols)
-        return tl.load(ptrs, mask=inside, other=0.0)
 
 
 @triton.jit
@@ -79,7 +63,7 @@ def _fwd_tile(
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
     v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_dv[None, :] * stride_vd
-    # (inline, not _load_rows: under the interpreter every nested call costs)
+    # (inline, not load_tile: under the interpreter every nested call costs)
     if EVEN_N and EVEN_D:
         k = tl.load(k_ptrs)
         v = tl.load(v_ptrs)
@@ -202,7 +186,7 @@ def _flex_fwd(
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
-    q = _load_rows(
+    q = load_tile(
         q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
         offs_m,
         offs_d,
@@ -222,90 +206,56 @@ def _flex_fwd(
         go = True
     # this query tile's row of the block mask (B and H broadcast by stride 0)
     row = b * bm_sz + h * bm_sh + (start_m * BLOCK_M) // SQ
-    n_full = tl.load(FKV_NUM + row)
-    if SHIELD:
-        n_full = tl.where(go, n_full, 0)
-    for i in range(0, n_full * (SK // BLOCK_N)):
-        kb = tl.load(FKV_IDX + row * NKB + i // (SK // BLOCK_N))
-        sub = i % (SK // BLOCK_N)
-        acc, l_i, m_i = _fwd_tile(
-            acc,
-            l_i,
-            m_i,
-            q,
-            k_base,
-            v_base,
-            stride_kn,
-            stride_kd,
-            stride_vn,
-            stride_vd,
-            kb * SK + sub * BLOCK_N,
-            offs_m,
-            offs_d,
-            offs_dv,
-            b,
-            h,
-            scale,
-            N_K,
-            HEAD_DIM,
-            HEAD_DIM_V,
-            MI,
-            MF,
-            SMI,
-            SMF,
-            SHIELD,
-            MASK_FN,
-            SCORE_FN,
-            False,
-            HAS_SCORE,
-            EVEN_N,
-            EVEN_D,
-            UPCAST,
-            DOT_PRECISION,
-            BLOCK_N,
-        )
-    n_part = tl.load(KV_NUM + row)
-    if SHIELD:
-        n_part = tl.where(go, n_part, 0)
-    for i in range(0, n_part * (SK // BLOCK_N)):
-        kb = tl.load(KV_IDX + row * NKB + i // (SK // BLOCK_N))
-        sub = i % (SK // BLOCK_N)
-        acc, l_i, m_i = _fwd_tile(
-            acc,
-            l_i,
-            m_i,
-            q,
-            k_base,
-            v_base,
-            stride_kn,
-            stride_kd,
-            stride_vn,
-            stride_vd,
-            kb * SK + sub * BLOCK_N,
-            offs_m,
-            offs_d,
-            offs_dv,
-            b,
-            h,
-            scale,
-            N_K,
-            HEAD_DIM,
-            HEAD_DIM_V,
-            MI,
-            MF,
-            SMI,
-            SMF,
-            SHIELD,
-            MASK_FN,
-            SCORE_FN,
-            True,
-            HAS_SCORE,
-            EVEN_N,
-            EVEN_D,
-            UPCAST,
-            DOT_PRECISION,
-            BLOCK_N,
-        )
+    # the full tiles first (no mask evaluated), then the partial ones (the mask
+    # evaluated pair by pair): one loop, unrolled twice at compile time
+    for PARTIAL in tl.static_range(2):
+        if PARTIAL:
+            n_tiles = tl.load(KV_NUM + row)
+            idx = KV_IDX
+        else:
+            n_tiles = tl.load(FKV_NUM + row)
+            idx = FKV_IDX
+        if SHIELD:
+            n_tiles = tl.where(go, n_tiles, 0)
+        for i in range(0, n_tiles * (SK // BLOCK_N)):
+            kb = tl.load(idx + row * NKB + i // (SK // BLOCK_N))
+            sub = i % (SK // BLOCK_N)
+            acc, l_i, m_i = _fwd_tile(
+                acc,
+                l_i,
+                m_i,
+                q,
+                k_base,
+                v_base,
+                stride_kn,
+                stride_kd,
+                stride_vn,
+                stride_vd,
+                kb * SK + sub * BLOCK_N,
+                offs_m,
+                offs_d,
+                offs_dv,
+                b,
+                h,
+                scale,
+                N_K,
+                HEAD_DIM,
+                HEAD_DIM_V,
+                MI,
+                MF,
+                SMI,
+                SMF,
+                SHIELD,
+                MASK_FN,
+                SCORE_FN,
+                PARTIAL,
+                HAS_SCORE,
+                EVEN_N,
+                EVEN_D,
+                UPCAST,
+                DOT_PRECISION,
+                BLOCK_N,
+            )
     # the sink: exp(sink) joins the denominator (base 2: sink * log2 e), not the sum
     if HAS_SINKS:
         sink = tl.load(SINKS + h).to(tl.float32) * LOG2E_JIT

@@ -1,20 +1,20 @@
 """Argument checks of ``kernels.sparse``: every refusal is a TypeError/ValueError
 naming the argument as the caller wrote it.
 
-``check_inputs`` (q, k, v, the flags, the scale), ``check_kv_indices`` (shape,
-dtype, device, range and distinctness, one host synchronisation) and
-``check_select`` (``select_blocks``'s q, k, block size and topk).
+``check_inputs`` (q, k, v through ``kernels.common.check_qkv``, the flags, the
+scale), ``check_kv_indices`` (shape, dtype, device, range and distinctness, one host
+synchronisation) and ``check_select`` (``select_blocks``'s q, k, block size and topk).
 """
 
 from __future__ import annotations
 
 import torch
 
-from .. import runtime
 from ..common import (
     FLOAT_DTYPES,
     check_bool,
     check_int,
+    check_qkv,
     check_scale,
     check_tensor,
     kernel_scale,
@@ -22,45 +22,8 @@ from ..common import (
 from .tiles import MAX_HEAD_DIM
 
 
-def _check_4d(name, t):
-    check_tensor(name, t)
-    if t.ndim != 4:
-        raise ValueError(f"{name} must be 4-D (B, H, N, d), got shape {tuple(t.shape)}")
-    if t.dtype not in FLOAT_DTYPES:
-        raise TypeError(
-            f"{name} must be float16, bfloat16 or float32, got dtype {t.dtype}"
-        )
-
-
-def _check_qk(q, k):
-    for name, t in (("q", q), ("k", k)):
-        _check_4d(name, t)
-    if q.dtype != k.dtype:
-        raise TypeError(f"q and k must share a dtype, got q {q.dtype}, k {k.dtype}")
-    if q.device != k.device:
-        raise ValueError(f"q and k must be on one device, got {q.device}, {k.device}")
-    if not runtime.INTERPRET and q.device.type != "cuda":
-        raise ValueError(
-            f"q must be a CUDA tensor for the compiled kernels, got {q.device} "
-            f"(set TRITON_INTERPRET=1 before importing kernels to run on the CPU)"
-        )
-    (B, H, N_q, d), (Bk, H_kv, N_k, dk) = q.shape, k.shape
-    if Bk != B:
-        raise ValueError(f"k batch {Bk} does not match q batch {B}")
-    if dk != d:
-        raise ValueError(f"k head dim {dk} does not match q head dim {d}")
-    if not 1 <= d <= MAX_HEAD_DIM:
-        raise ValueError(f"q's head dim must be in 1..{MAX_HEAD_DIM}, got {d}")
-    if min(B, H, N_q, H_kv, N_k) < 1:
-        raise ValueError(
-            f"batch, heads and lengths must be >= 1, got q {tuple(q.shape)}, "
-            f"k {tuple(k.shape)}"
-        )
-    if H % H_kv:
-        raise ValueError(
-            f"q heads H_q={H} must be a multiple of k/v heads H_kv={H_kv} "
-            f"(q {tuple(q.shape)}, k {tuple(k.shape)})"
-        )
+def _check_grid(k) -> None:
+    B, H_kv = k.shape[:2]
     if B * H_kv > 65535:
         raise ValueError(f"B x H_kv = {B * H_kv} exceeds the launch grid's 65535")
 
@@ -68,19 +31,10 @@ def _check_qk(q, k):
 def check_inputs(q, k, v, block_size, scale, causal, return_lse):
     """q, k, v, block_size, scale and the flags of ``sparse_attention``; returns
     (block_size, kernel scale)."""
-    _check_qk(q, k)
-    _check_4d("v", v)
-    if v.dtype != q.dtype:
-        raise TypeError(f"v must share q's dtype {q.dtype}, got {v.dtype}")
-    if v.device != q.device:
-        raise ValueError(f"v is on {v.device}, q on {q.device}")
-    if tuple(v.shape[:3]) != tuple(k.shape[:3]):
-        raise ValueError(
-            f"v must be (B, H_kv, N_k, d_v) with k's (B, H_kv, N_k) = "
-            f"{tuple(k.shape[:3])}, got v {tuple(v.shape)}"
-        )
-    if not 1 <= v.shape[3] <= MAX_HEAD_DIM:
-        raise ValueError(f"v's head dim must be in 1..{MAX_HEAD_DIM}, got {v.shape[3]}")
+    check_qkv(
+        q, k, v, dtypes=FLOAT_DTYPES, same_head_dim_v=False, max_head_dim=MAX_HEAD_DIM
+    )
+    _check_grid(k)
     block_size = check_int("block_size", block_size, 1)
     check_bool("causal", causal)
     check_bool("return_lse", return_lse)
@@ -129,7 +83,8 @@ def check_kv_indices(kv_indices, shape, n_blocks, values=True) -> torch.Tensor:
 
 def check_select(q, k, block_size, topk, causal, scale):
     """``select_blocks``'s arguments; returns (block_size, topk, scale)."""
-    _check_qk(q, k)
+    check_qkv(q, k, None, dtypes=FLOAT_DTYPES, max_head_dim=MAX_HEAD_DIM)
+    _check_grid(k)
     block_size = check_int("block_size", block_size, 1)
     topk = check_int("topk", topk, 1)
     check_bool("causal", causal)
