@@ -165,9 +165,17 @@ def _write_cache(src: pathlib.Path, dst: pathlib.Path) -> None:
             np.save(tmp / f"{name}.npy", w)
         tok.save(str(tmp / "tokenizer.json"))
         (tmp / "config.json").write_text(json.dumps(config, indent=1))
+        if _cache_is_current(dst):  # another process finished first: keep its cache
+            shutil.rmtree(tmp)
+            return
         if dst.exists():  # a stale cache (another version): replaced
             shutil.rmtree(dst)
-        os.replace(tmp, dst)
+        try:
+            os.replace(tmp, dst)
+        except OSError:
+            if not _cache_is_current(dst):  # not a race with another writer
+                raise
+            shutil.rmtree(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
