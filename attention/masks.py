@@ -30,7 +30,9 @@ the tile is skipped). ``BlockMask.sparsity()`` is torch's: the percent of tiles 
 enable_gqa=False)`` returns ``(o, lse)`` for q (B, H_q, N_q, d), k (B, H_kv, N_k, d),
 v (B, H_kv, N_k, d_v), computed in float64: a row that sees no key gives o = 0 and
 lse = -inf (with a sink, lse = the sink); a NaN in a row's inputs gives NaN in that row
-only (a NaN value in v poisons the rows that see its key, and only those).
+only (a NaN value in v poisons the rows that see its key, and only those); a hidden key
+reaches nothing, whatever its value (an inf in v at a key a row cannot see leaves that
+row finite: the mask is applied before the P V product, as the kernels apply it).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ import numbers
 from collections.abc import Callable
 
 import numpy as np
+
+from .core import weighted_sum
 
 #: Tile classes of a block mask.
 EMPTY, PARTIAL, FULL = 0, 1, 2
@@ -480,11 +484,9 @@ def masked_attention(
         lse = np.log(denom) + m_safe
         p = np.where(denom[..., None] > 0, e / denom[..., None], 0.0)
     p = np.where(np.isnan(denom)[..., None], np.nan, p)
-    o = np.einsum("bhqk,bhkv->bhqv", p, np.where(np.isnan(v64), 0.0, v64))
-    # a NaN value poisons exactly the rows that see its key
-    poison = np.einsum("bhqk,bhkv->bhqv", visible.astype(np.float64), np.isnan(v64))
-    o = np.where(poison > 0, np.nan, o)
-    return o, lse
+    # P V over the visible keys only: a hidden key's value (inf, NaN) reaches nothing
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN, as IEEE sums
+        return weighted_sum(p, v64, visible), lse
 
 
 __all__ = [
