@@ -24,7 +24,9 @@ paper's slopes 2^(-8h/H)), ``relative_position_bias(table, ...)`` (T5's bucketed
 ``mask_matrix`` draws a mask as its N_q x N_k matrix; ``block_mask`` cuts it into tiles
 of ``block_size`` and classes each tile as ``FULL`` (every pair visible: no mask to
 evaluate), ``PARTIAL`` (some visible: the mask is evaluated inside) or ``EMPTY`` (none:
-the tile is skipped). ``BlockMask.sparsity()`` is torch's: the percent of tiles skipped.
+the tile is skipped). ``BlockMask.sparsity()`` is the percent of tiles skipped
+(torch's number when the lengths are multiples of the tile; ``torch_formula=True``
+gives torch's for any length).
 
 ``masked_attention(q, k, v, mask=None, score_mod=None, sinks=None, scale=None,
 enable_gqa=False)`` returns ``(o, lse)`` for q (B, H_q, N_q, d), k (B, H_kv, N_k, d),
@@ -44,6 +46,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .checks import check_bool
 from .core import weighted_sum
 
 #: Tile classes of a block mask.
@@ -335,8 +338,18 @@ class BlockMask:
         """Tiles the kernel computes: full and partial ones."""
         return self.full + self.partial
 
-    def sparsity(self) -> float:
-        """Percent of tiles skipped (torch's ``BlockMask.sparsity``)."""
+    def sparsity(self, torch_formula: bool = False) -> float:
+        """Percent of tiles skipped, 100 empty / tiles, in [0, 100].
+
+        PyTorch's ``BlockMask.sparsity`` counts each visited tile at its full Br x Bc
+        area against the N_q N_k pairs instead, 100 (1 - visited Br Bc / (N_q N_k)):
+        the same when N_q and N_k are multiples of the tile, lower for ragged lengths
+        (the last tiles' padding counted as work), even negative (causal at N = 100,
+        tiles of 128: 0% here, -63.84% in torch). ``torch_formula=True`` gives
+        torch's number (as ``kernels.flex.BlockMask.sparsity``)."""
+        if check_bool("torch_formula", torch_formula):
+            area = self.visited * self.Br * self.Bc
+            return 100.0 * (1.0 - area / (self.N_q * self.N_k))
         return 100.0 * self.empty / self.tiles
 
     def __repr__(self) -> str:
