@@ -3,8 +3,10 @@ attention.memory.{sparse,serving}, the sparse explorer and MiniLM. Each test is
 written from a case the issue describes; each refusal names the argument."""
 
 import numpy as np
+import pytest
 
 from attention import masks as M
+from attention import sparse, sparse_train
 
 # ---------------------------------------------------------------------------------
 # 1. Hidden keys reach nothing: an inf in v at a key a row cannot see
@@ -41,3 +43,65 @@ def test_a_visible_inf_and_minus_inf_in_one_column_give_nan_a_nan_stays():
     o, _ = M.masked_attention(q, k, v, M.causal_mask)
     assert np.isposinf(o[0, 0, 0, 0]) and np.isnan(o[0, 0, 0, 1])
     assert np.isnan(o[0, 0, 1]).all()  # inf - inf, and the NaN value it sees
+
+
+# ---------------------------------------------------------------------------------
+# 3. moba_keep keeps the query's own block whatever another block scores
+# ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("topk", [1, 2])
+def test_moba_keep_keeps_the_own_block_against_nan_and_inf(bad, topk):
+    torch = pytest.importorskip("torch")
+    n, bs = 10, 4  # blocks 0..3 | 4..7 | 8, 9 (the own, ragged)
+    scores = torch.arange(n, dtype=torch.float64)[None].repeat(2, 1) / 10
+    scores[0, 1] = bad  # block 0 scores NaN / +inf
+    keep = sparse_train.moba_keep(scores, bs, topk)
+    assert keep[:, 8:].all()  # the own block, always
+    assert int(keep[0].sum()) == 2 + 4 * (topk - 1)
+    if topk == 2:  # NaN and +inf rank first among the rest, as select_blocks
+        assert keep[0, :4].all() and not keep[0, 4:8].any()
+    # equal to attention.sparse.select_blocks for the last query (its docstring)
+    q = np.ones((1, 1, 1, 1))
+    for row in range(2):
+        k = scores[row].numpy()[None, None, :, None]  # q . k_t = the score
+        idx = sparse.select_blocks(q, k, bs, topk, True, scale=1.0)[0, 0, 0]
+        want = np.zeros(3, bool)
+        want[idx[idx >= 0]] = True
+        assert keep[row].numpy().tolist() == np.repeat(want, bs)[:n].tolist()
+
+
+def test_moba_keep_and_train_refuse_a_budget_below_one():
+    torch = pytest.importorskip("torch")
+    scores = torch.zeros(1, 8)
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match=r"^topk must be >= 1, got"):
+            sparse_train.moba_keep(scores, 4, bad)
+        with pytest.raises(ValueError, match=r"^topk must be >= 1, got"):
+            sparse_train.train(
+                {"steps": 1, "n": 8, "block_size": 4, "budgets": [1]}, bad
+            )
+        with pytest.raises(ValueError, match=r"^topk must be >= 1, got"):
+            sparse_train.evaluate(None, {"n_test": 1}, topk=bad)
+    with pytest.raises(TypeError, match=r"^topk must be an int"):
+        sparse_train.moba_keep(scores, 4, 1.0)
+    with pytest.raises(ValueError, match=r"^block_size must be >= 1, got 0"):
+        sparse_train.moba_keep(scores, 0, 1)
+    with pytest.raises(ValueError, match=r"^scores must be a 2-D \(B, N\)"):
+        sparse_train.moba_keep(torch.zeros(8), 4, 1)
+
+
+def test_recall_batch_refuses_counts_it_cannot_draw():
+    rng = np.random.default_rng(0)
+    for kw, match in (
+        (dict(batch=0), r"^batch must be >= 1, got 0"),
+        (dict(n=1), r"^n must be >= 2, got 1"),
+        (dict(n_keys=1), r"^n_keys must be >= 2, got 1"),
+        (dict(n_values=0), r"^n_values must be >= 1, got 0"),
+    ):
+        args = {**dict(batch=2, n=8, n_keys=4, n_values=3), **kw}
+        with pytest.raises(ValueError, match=match):
+            sparse_train.recall_batch(**args, rng=rng)
+    with pytest.raises(TypeError, match=r"^n must be an int"):
+        sparse_train.recall_batch(2, 8.0, 4, 3, rng)
