@@ -40,6 +40,7 @@ import dataclasses
 
 import numpy as np
 
+from ..checks import as_block_indices
 from .sim import MAX_EVENTS, HBMSim, Traffic, cdiv, check_count, traffic
 
 __all__ = [
@@ -87,17 +88,15 @@ def simulate_selected(
     kv_indices, n_k, block_size, d, d_v=None, group=1, max_events=MAX_EVENTS
 ) -> SelectedWork:
     """Walk every (b, g, i) row of ``kv_indices`` (B, H_kv, N_q, S) as the kernel does
-    and count each load and store. Refuses more than ``max_events`` events."""
-    idx = np.asarray(kv_indices)
-    if idx.ndim != 4 or not np.issubdtype(idx.dtype, np.integer):
-        raise ValueError(
-            f"kv_indices must be integer (B, H_kv, N_q, S), got {idx.shape}"
-        )
+    and count each load and store. The indices are the kernel's: integers in [-1,
+    n_blocks), distinct within a row (``attention.checks.as_block_indices``). Refuses
+    more than ``max_events`` events."""
     n_k, bs = check_count("n_k", n_k), check_count("block_size", block_size)
     d, d_v, g, _, _ = _dims(d, d_v, group, 1, 1)
     n_blocks = cdiv(n_k, bs)
-    if ((idx < -1) | (idx >= n_blocks)).any():
-        raise ValueError(f"kv_indices must lie in [-1, {n_blocks})")
+    idx = as_block_indices("kv_indices", kv_indices, n_blocks)
+    if idx.ndim != 4:
+        raise ValueError(f"kv_indices must be (B, H_kv, N_q, S), got {idx.shape}")
     events = 3 * int(np.prod(idx.shape[:3])) + 2 * int((idx >= 0).sum())
     if max_events is not None and events > check_count("max_events", max_events):
         raise ValueError(

@@ -105,3 +105,34 @@ def test_recall_batch_refuses_counts_it_cannot_draw():
             sparse_train.recall_batch(**args, rng=rng)
     with pytest.raises(TypeError, match=r"^n must be an int"):
         sparse_train.recall_batch(2, 8.0, 4, 3, rng)
+
+
+# ---------------------------------------------------------------------------------
+# 6. Block indices: what the kernel refuses, the NumPy helpers refuse too
+# ---------------------------------------------------------------------------------
+
+
+def test_mass_kept_and_simulate_selected_refuse_indices_the_kernel_refuses():
+    from attention import sparse_mass
+    from attention.memory import sparse as msparse
+
+    p = np.full((1, 1, 2, 8), 1 / 8)  # 4 blocks of 2
+    ok = np.array([[[[0, -1], [1, 2]]]])
+    np.testing.assert_allclose(sparse_mass.mass_kept(p, ok, 2), [[[0.25, 0.5]]])
+    cases = [
+        (np.array([[[[0, 4], [1, 2]]]]), ValueError, r"holds 4, outside .*\[0, 4\)"),
+        (np.array([[[[0, -2], [1, 2]]]]), ValueError, r"holds -2, outside"),
+        (np.array([[[[1, 1], [1, 2]]]]), ValueError, r"repeats block 1 within a row"),
+        (np.array([[[[9, 0], [1, 2]]]]), ValueError, r"holds 9, outside"),
+        (np.array([[[[0.0, 1.0], [1, 2]]]]), TypeError, r"must be an integer array"),
+    ]
+    for idx, err, match in cases:
+        with pytest.raises(err, match=r"^kv_indices " + match):
+            sparse_mass.mass_kept(p, idx, 2)
+        with pytest.raises(err, match=r"^kv_indices " + match):
+            msparse.simulate_selected(idx, 8, 2, 4)
+    # the repeated block counted twice read 1.0 where the truth is 0.5
+    w = msparse.simulate_selected(ok, 8, 2, 4)
+    assert w.scores == 2 * 3
+    with pytest.raises(ValueError, match=r"^kv_indices holds 5, outside"):
+        sparse.block_keep(np.array([[[[5]]]]), 8, 2, True)
