@@ -40,7 +40,7 @@ import dataclasses
 
 import numpy as np
 
-from ..checks import as_block_indices
+from ..checks import as_block_indices, check_bool
 from .sim import MAX_EVENTS, HBMSim, Traffic, cdiv, check_count, traffic
 
 __all__ = [
@@ -185,6 +185,7 @@ def gate_cost(n_q, n_k, block_size, topk, d, group=1, causal=True, Br=64) -> dic
     bs, topk, d = (check_count(*a) for a in (("block_size", block_size),
                                              ("topk", topk), ("d", d)))  # fmt: skip
     g, Br = check_count("group", group), check_count("Br", Br)
+    causal = check_bool("causal", causal)
     n_b = cdiv(n_k, bs)
     _, units = _visible(n_q, n_k, Br, bs, causal)
     # the group's queries summed first ((G - 1) d adds per query), one 2 d dot per
@@ -210,6 +211,7 @@ def indexer_cost(
     topk, h, w = (check_count(*a) for a in (("topk", topk), ("heads_index",
                   heads_index), ("d_index", d_index)))  # fmt: skip
     Br = check_count("Br", Br)
+    causal = check_bool("causal", causal)
     _, units = _visible(n_q, n_k, Br, 1, causal)
     flops = (2 * w + 2) * h * _pairs(n_q, n_k, 1, causal)
     t = traffic(
@@ -228,6 +230,7 @@ def dense_causal_flops(n, d, d_v=None, heads=1) -> int:
     as a kernel that skips the hidden tiles): 2 (d + d_v) n (n + 1) / 2."""
     n, d = check_count("n", n), check_count("d", d)
     d_v = d if d_v is None else check_count("d_v", d_v)
+    heads = check_count("heads", heads)
     return 2 * (d + d_v) * heads * (n * (n + 1) // 2)
 
 

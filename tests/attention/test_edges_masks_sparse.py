@@ -136,3 +136,47 @@ def test_mass_kept_and_simulate_selected_refuse_indices_the_kernel_refuses():
     assert w.scores == 2 * 3
     with pytest.raises(ValueError, match=r"^kv_indices holds 5, outside"):
         sparse.block_keep(np.array([[[[5]]]]), 8, 2, True)
+
+
+# ---------------------------------------------------------------------------------
+# 7. Cost models check every argument, not only the counts
+# ---------------------------------------------------------------------------------
+
+
+def test_cost_models_refuse_what_they_would_misuse():
+    from attention.memory import decode as mdecode
+    from attention.memory import serving
+    from attention.memory import sparse as msparse
+
+    with pytest.raises(TypeError, match=r"^heads must be a positive int, got str"):
+        msparse.dense_causal_flops(64, 16, heads="8")
+    with pytest.raises(ValueError, match=r"^heads must be a positive int, got 0"):
+        msparse.dense_causal_flops(64, 16, heads=0)
+    for f, args in ((msparse.gate_cost, (64, 64, 16, 2, 8)),
+                    (msparse.indexer_cost, (64, 64, 2))):  # fmt: skip
+        with pytest.raises(TypeError, match=r"^causal must be a bool, got str 'no'"):
+            f(*args, causal="no")
+    step = serving.step_roofline(1e6, 1000.0, 100.0, 2, 128)
+    nan, inf = float("nan"), float("inf")
+    for kw in (dict(hbm_bytes_per_s=0), dict(hbm_bytes_per_s=-1.0),
+               dict(flops_per_s=nan), dict(flops_per_s=inf)):  # fmt: skip
+        args = {"hbm_bytes_per_s": 1e12, "flops_per_s": 1e15, **kw}
+        name = next(iter(kw))
+        with pytest.raises(ValueError, match=rf"^{name} must be a finite number > 0"):
+            serving.step_time(step, **args)
+    with pytest.raises(TypeError, match=r"^hbm_bytes_per_s must be a real number"):
+        serving.step_time(step, "1e12", 1e15)
+    good = dict(params=1e6, kv_bytes_per_token=1000.0, attn_flops_per_token=100.0)
+    for name, bad in (("params", -1.0), ("params", 0), ("kv_bytes_per_token", 0.0),
+                      ("attn_flops_per_token", float("nan")),
+                      ("weight_bytes", -2.0)):  # fmt: skip
+        with pytest.raises(ValueError, match=rf"^{name} must be a finite number"):
+            serving.step_roofline(**{**good, name: bad}, B=2, context=128)
+    with pytest.raises(ValueError, match=r"^kv_bytes_per_token must be a finite"):
+        serving.cascade_bytes(2, 10, 5, -1.0)
+    cfg = mdecode.MODELS[next(iter(mdecode.MODELS))]
+    with pytest.raises(ValueError, match=r"^block must be >= 0, got -1"):
+        serving.fp8_bytes_per_token(cfg, -1)
+    # what they return is unchanged on good arguments
+    t = serving.step_time(step, 1e12, 1e15)
+    assert t["total"] == pytest.approx(t["weights"] + t["attention"])
