@@ -105,3 +105,34 @@ def test_sparsity_beside_pytorchs(q_len, kv_len, bs, B, H):
         assert np_bm.sparsity(torch_formula=True) == pytest.approx(theirs.sparsity())
     with pytest.raises(TypeError, match="^torch_formula must be a bool"):
         ours.sparsity(torch_formula="yes")
+
+
+# ---------------------------------------------------------------------------------
+# 8. topk_tokens ranks float64 scores in float64, as its NumPy twin
+# ---------------------------------------------------------------------------------
+
+
+def test_topk_tokens_ranks_float64_in_float64():
+    from attention import sparse as np_sparse
+    from kernels.sparse import topk_tokens
+
+    inf = float("inf")
+    s = torch.tensor(
+        [
+            [[1.0, 1.0 + 1e-12, 1.0 - 1e-12, -inf, 0.5]],  # equal in fp32
+            [[1e300, 1e301, -1e300, 2.0, float("nan")]],  # past fp32's range
+            [[0.0, -0.0, 1e-320, -inf, -inf]],  # -0 == +0; a subnormal above both
+        ],
+        dtype=torch.float64,
+    )
+    for k in (1, 3, 5, 7):
+        got = topk_tokens(s, k, h_kv=2)
+        want = np_sparse.topk_tokens(s.numpy(), k, h_kv=2)
+        assert got.dtype == torch.int32 and got.shape == (3, 2, 1, k)
+        assert got.numpy().tolist() == want.tolist(), k
+    assert topk_tokens(s, 2)[0, 0, 0].tolist() == [1, 0]
+    assert topk_tokens(s, 3)[1, 0, 0].tolist() == [4, 1, 0]  # NaN first
+    assert topk_tokens(s, 3)[2, 0, 0].tolist() == [2, 0, 1]
+    # float32 scores keep their ranking
+    s32 = s[:1].float()
+    assert topk_tokens(s32, 3)[0, 0, 0].tolist() == [0, 1, 2]
