@@ -180,3 +180,33 @@ def test_cost_models_refuse_what_they_would_misuse():
     # what they return is unchanged on good arguments
     t = serving.step_time(step, 1e12, 1e15)
     assert t["total"] == pytest.approx(t["weights"] + t["attention"])
+
+
+# ---------------------------------------------------------------------------------
+# 9. Explorer settings: a float is not an int option; every public point is checked
+# ---------------------------------------------------------------------------------
+
+
+def test_a_float_is_not_an_int_choice_and_points_are_checked():
+    from attention.explorers import settings
+    from attention.explorers import sparse as ex
+
+    with pytest.raises(ValueError, match=r"^N must be one of \[.*\], got 512\.0"):
+        ex.sparse_explorer(N=512.0)
+    assert not settings.Choice((1, 2)).contains(2.0)
+    assert settings.Choice((1, 2)).contains(np.int64(2))
+    assert settings.Choice((0.5, 1.0)).contains(1.0)
+    assert not settings.Choice(("a", "b")).contains(np.str_("c"))
+    N, B = ex.CONTEXT[0], ex.BLOCKS[0]
+    q = ex.query_rows(N)[0]
+    for call, match in (
+        (lambda: ex.row_point("moba", N, B, q + 1), r"^query must be one of"),
+        (lambda: ex.row_point("moba", float(N), B, q), r"^N must be one of"),
+        (lambda: ex.row_point("dense", N, B, q), r"^method must be one of"),
+        (lambda: ex.row_point("moba", N, 7, q), r"^block_size must be one of"),
+        (lambda: ex.cost_point(N, B, 0), r"^topk must be one of"),
+        (lambda: ex.map_thumbnail(float(N)), r"^N must be one of"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            call()
+    assert ex.row_point("moba", N, B, q)["order"]
