@@ -46,7 +46,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .checks import check_bool
+from .checks import check_bool, check_scale
 from .core import weighted_sum
 
 #: Tile classes of a block mask.
@@ -94,6 +94,20 @@ def _callable(name: str, fn) -> None:
         raise TypeError(f"{name} must be a function, got {type(fn).__name__}")
 
 
+def _mod_output(name: str, out, shape: tuple) -> np.ndarray:
+    """A mod's result broadcast to ``shape``: ValueError naming the mod otherwise
+    (a mod returns one value per (b, h, q_idx, kv_idx) it is given)."""
+    out = np.asarray(out)
+    try:
+        return np.broadcast_to(out, shape)
+    except ValueError:
+        raise ValueError(
+            f"{name} returned shape {out.shape}, which does not broadcast to the "
+            f"{tuple(shape)} pairs it was asked for (a mod maps broadcast index "
+            "arrays (b, h, q_idx, kv_idx) to one value per pair)"
+        ) from None
+
+
 # ---------------------------------------------------------------------------------
 # Mask mods
 # ---------------------------------------------------------------------------------
@@ -134,8 +148,19 @@ def document_mask(document_ids) -> MaskMod:
         raise TypeError(f"document_ids must hold integers, got dtype {ids.dtype}")
 
     def document(b, h, q_idx, kv_idx):
+        n = max(int(np.max(q_idx, initial=0)), int(np.max(kv_idx, initial=0))) + 1
+        if n > ids.shape[-1]:
+            raise ValueError(
+                f"document_ids has length {ids.shape[-1]}, shorter than the "
+                f"{n} positions asked for"
+            )
         if ids.ndim == 1:
             return ids[q_idx] == ids[kv_idx]
+        if int(np.max(b, initial=0)) >= ids.shape[0]:
+            raise ValueError(
+                f"document_ids holds {ids.shape[0]} batches, b = "
+                f"{int(np.max(b))} asked for"
+            )
         return ids[b, q_idx] == ids[b, kv_idx]
 
     document.document_ids = ids
@@ -292,7 +317,7 @@ def mask_matrix(
         )
     q = np.arange(N_q)[:, None]
     kv = np.arange(N_k)[None, :]
-    return np.broadcast_to(mask(b, h, q, kv), (N_q, N_k)).astype(bool)
+    return _mod_output("mask", mask(b, h, q, kv), (N_q, N_k)).astype(bool)
 
 
 def _block_size(block_size) -> tuple[int, int]:
@@ -389,7 +414,7 @@ def block_mask(
     for start in range(0, N_q, rows):
         stop = min(start + rows, N_q)
         q = np.arange(start, stop)[:, None]
-        m = np.broadcast_to(mask(b, h, q, kv), (stop - start, N_k)).astype(bool)
+        m = _mod_output("mask", mask(b, h, q, kv), (stop - start, N_k)).astype(bool)
         # ragged edges: pad with the tile's own kind-neutral values
         n_blk = -(-(stop - start) // Br)
         pad_q = n_blk * Br - (stop - start)
@@ -449,7 +474,10 @@ def masked_attention(
             raise ValueError(f"H_q = {H_q} must be a multiple of H_kv = {H_kv}")
     if score_mod is not None:
         _callable("score_mod", score_mod)
-    scale = 1.0 / math.sqrt(d) if scale is None else _positive_float("scale", scale)
+    if scale is None:
+        scale = check_scale("scale", None, d)  # refuses d = 0 by name
+    else:
+        scale = _positive_float("scale", scale)
     group = H_q // H_kv
     q64 = q.astype(np.float64)
     k64 = np.repeat(k.astype(np.float64), group, axis=1)  # (B, H_q, N_k, d)
@@ -460,11 +488,12 @@ def masked_attention(
     ki = np.arange(N_k)[None, None, None, :]
     s = np.einsum("bhqd,bhkd->bhqk", q64, k64) * scale  # (B, H_q, N_q, N_k)
     if score_mod is not None:
-        s = np.broadcast_to(score_mod(s, b, h, qi, ki), s.shape).astype(np.float64)
+        s = _mod_output("score_mod", score_mod(s, b, h, qi, ki), s.shape)
+        s = s.astype(np.float64)
     if mask is None:
         visible = np.ones(s.shape, dtype=bool)
     elif callable(mask):
-        visible = np.broadcast_to(mask(b, h, qi, ki), s.shape).astype(bool)
+        visible = _mod_output("mask", mask(b, h, qi, ki), s.shape).astype(bool)
     else:
         m = np.asarray(mask)
         if m.dtype != bool:

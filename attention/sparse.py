@@ -44,6 +44,7 @@ import numpy as np
 
 from .checks import (
     as_block_indices,
+    as_mask,
     as_real_array,
     check_bool,
     check_int,
@@ -192,10 +193,14 @@ def rank_topk(scores, topk: int, eligible=None, forced=None) -> np.ndarray:
     """The top ``topk`` indices of the last axis, best first: ``forced`` (bool, same
     shape) first, then by score, NaN above every number, ties to the lower index;
     ineligible entries never chosen; fewer than ``topk`` eligible: padded with -1."""
-    s = np.asarray(scores, dtype=np.float64)
+    s = as_real_array("scores", scores).astype(np.float64)
     topk = check_int("topk", topk, 1)
-    eligible = np.ones(s.shape, bool) if eligible is None else eligible
-    forced = np.zeros(s.shape, bool) if forced is None else forced & eligible
+    if eligible is None:
+        eligible = np.ones(s.shape, bool)
+    eligible = as_mask("eligible", eligible, s.shape)
+    if forced is None:
+        forced = np.zeros(s.shape, bool)
+    forced = as_mask("forced", forced, s.shape) & eligible
     # a sortable key: forced, NaN, +inf, ..., -inf, ineligible (stable: lower index)
     key = np.where(np.isnan(s), -np.inf, -s)
     tier = np.where(forced, 0, np.where(np.isnan(s), 1, 2))

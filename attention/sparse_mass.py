@@ -93,6 +93,10 @@ def mass_curves(
     len(ks)) array}. p (B, H, N_q, N_k) the maps that q (B, H, N_q, d) and k (B, H_kv,
     N_k, d) produced (MoBA and NSA read q and k; the oracle reads p)."""
     p = as_real_array("p", p, 4)
+    for name, values in (("ks", ks), ("block_sizes", block_sizes),
+                         ("methods", methods)):  # fmt: skip
+        if len(values) == 0:
+            raise ValueError(f"{name} must hold at least one entry, got {values!r}")
     ks = [check_int("ks", x, 1) for x in ks]
     for m in methods:
         if m not in METHODS:

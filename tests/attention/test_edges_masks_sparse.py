@@ -210,3 +210,69 @@ def test_a_float_is_not_an_int_choice_and_points_are_checked():
         with pytest.raises(ValueError, match=match):
             call()
     assert ex.row_point("moba", N, B, q)["order"]
+
+
+# ---------------------------------------------------------------------------------
+# 10. A clear refusal where an obscure error was
+# ---------------------------------------------------------------------------------
+
+
+def test_masks_refuse_by_name_what_raised_obscurely():
+    q = np.zeros((1, 1, 4, 0))
+    with pytest.raises(ValueError, match=r"^the head dim d must be >= 1"):
+        M.masked_attention(q, q, np.zeros((1, 1, 4, 2)))
+    x = np.zeros((1, 1, 4, 2))
+
+    def wrong_shape(b, h, q_idx, kv_idx):
+        return np.ones(3, bool)
+
+    with pytest.raises(ValueError, match=r"^mask returned shape \(3,\)"):
+        M.masked_attention(x, x, x, wrong_shape)
+    with pytest.raises(ValueError, match=r"^mask returned shape \(3,\)"):
+        M.mask_matrix(wrong_shape, 4)
+    with pytest.raises(ValueError, match=r"^mask returned shape \(3,\)"):
+        M.block_mask(wrong_shape, 4, block_size=2)
+    with pytest.raises(ValueError, match=r"^score_mod returned shape \(3,\)"):
+        M.masked_attention(x, x, x, score_mod=lambda s, b, h, i, j: np.ones(3))
+    short = M.document_mask(np.array([0, 0, 1]))
+    x5 = np.zeros((1, 1, 5, 2))
+    for call in (lambda: M.mask_matrix(short, 5), lambda: M.block_mask(short, 5),
+                 lambda: M.masked_attention(x5, x5, x5, short)):  # fmt: skip
+        with pytest.raises(ValueError, match=r"^document_ids has length 3, shorter"):
+            call()
+    ids2 = M.document_mask(np.zeros((2, 4), int))
+    with pytest.raises(ValueError, match=r"^document_ids holds 2 batches, b"):
+        M.masked_attention(np.zeros((3, 1, 4, 2)), *[np.zeros((3, 1, 4, 2))] * 2, ids2)
+
+
+def test_sparse_helpers_refuse_by_name_what_raised_obscurely():
+    from attention import sparse_mass
+
+    s = np.zeros((2, 5))
+    with pytest.raises(ValueError, match=r"^eligible of shape \(3,\) does not"):
+        sparse.rank_topk(s, 2, eligible=np.ones(3, bool))
+    with pytest.raises(ValueError, match=r"^forced of shape \(2, 4\) does not"):
+        sparse.rank_topk(s, 2, forced=np.ones((2, 4), bool))
+    with pytest.raises(TypeError, match=r"^eligible must be a boolean array"):
+        sparse.rank_topk(s, 2, eligible=np.ones((2, 5)))
+    p = np.full((1, 1, 4, 4), 0.25)
+    q = np.zeros((1, 1, 4, 2))
+    for kw, name in ((dict(ks=()), "ks"), (dict(block_sizes=()), "block_sizes"),
+                     (dict(methods=()), "methods")):  # fmt: skip
+        with pytest.raises(ValueError, match=rf"^{name} must hold at least one"):
+            sparse_mass.mass_curves(p, q, q, **kw)
+
+
+def test_minilm_refuses_by_name_what_raised_obscurely():
+    from attention import pretrained
+
+    try:
+        model = pretrained.load_minilm()
+    except (ModuleNotFoundError, FileNotFoundError) as e:  # pragma: no cover
+        pytest.skip(str(e))
+    with pytest.raises(ValueError, match=r"^texts must hold at least one text"):
+        model.embed([])
+    with pytest.raises(TypeError, match=r"^text must be a str, got list"):
+        model.attentions(["a", "b"])
+    with pytest.raises(TypeError, match=r"^texts\[1\] must be a str, got int"):
+        model.embed(["a", 3])
