@@ -47,6 +47,7 @@ __all__ = [
     "LOG2E",
     "LOG2E_JIT",
     "check_bool",
+    "check_device",
     "check_int",
     "check_qkv",
     "check_scale",
@@ -157,6 +158,27 @@ def check_int(name: str, value, minimum: int | None = None) -> int:
 def check_size(name: str, value) -> int:
     """A size: a non-negative int (TypeError for bools and floats)."""
     return check_int(name, value, 0)
+
+
+def check_device(name: str, device) -> torch.device:
+    """Where a kernel can run: a CUDA device for the compiled kernels; under the
+    Triton interpreter a CPU or CUDA one (a meta tensor has no data to read).
+    ValueError naming ``name`` (the tensors as the caller wrote them) otherwise."""
+    from . import runtime
+
+    device = torch.device(device)
+    if runtime.INTERPRET:
+        if device.type not in ("cpu", "cuda"):
+            raise ValueError(
+                f"{name} must be on a CPU or CUDA device for the Triton interpreter, "
+                f"got {device} (a {device.type} tensor holds no data to compute on)"
+            )
+    elif device.type != "cuda":
+        raise ValueError(
+            f"{name} must be CUDA tensors for the compiled kernels, got {device} "
+            f"(set TRITON_INTERPRET=1 before importing kernels to run on the CPU)"
+        )
+    return device
 
 
 def check_tensor(name: str, value) -> torch.Tensor:

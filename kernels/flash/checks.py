@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import runtime
-from ..common import FLOAT_DTYPES, check_tensor, kernel_scale
+from ..common import FLOAT_DTYPES, check_device, check_tensor, kernel_scale
 from .tiles import MAX_HEAD_DIM
 
 
@@ -36,12 +35,7 @@ def check_inputs(q, k, v, scale, name: str = "softmax_scale") -> float:
             f"q, k, v must be on one device, got q {q.device}, "
             f"k {k.device}, v {v.device}"
         )
-    if not runtime.INTERPRET and q.device.type != "cuda":
-        raise ValueError(
-            f"q, k, v must be CUDA tensors for the compiled kernels, "
-            f"got device {q.device} (set TRITON_INTERPRET=1 before "
-            f"importing kernels to run on the CPU)"
-        )
+    check_device("q, k, v", q.device)
     B, H, N_q, d = q.shape
     if k.shape != v.shape:
         raise ValueError(

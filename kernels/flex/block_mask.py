@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from .. import runtime
-from ..common import check_bool, check_int
+from ..common import check_bool, check_device, check_int
 from .mods import Mod, as_mod, noop_mask, pack
 
 __all__ = ["BlockMask", "create_block_mask", "full_block_mask"]
@@ -230,7 +230,7 @@ def create_block_mask(
     Q_LEN = check_int("Q_LEN", Q_LEN, 1)
     KV_LEN = check_int("KV_LEN", KV_LEN, 1)
     SQ, SK = _check_block_size(BLOCK_SIZE)
-    device = torch.device(runtime.DEVICE if device is None else device)
+    device = check_device("device", runtime.DEVICE if device is None else device)
     for leaf in mod.leaves():
         if leaf.batch is not None and B is not None and leaf.batch not in (1, Bm):
             raise ValueError(

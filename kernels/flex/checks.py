@@ -3,8 +3,13 @@ the argument as the caller wrote it."""
 
 from __future__ import annotations
 
-from .. import runtime
-from ..common import FLOAT_DTYPES, check_bool, check_tensor, kernel_scale
+from ..common import (
+    FLOAT_DTYPES,
+    check_bool,
+    check_device,
+    check_tensor,
+    kernel_scale,
+)
 from .block_mask import BlockMask
 from .mods import Mod, as_mod
 from .tiles import MAX_HEAD_DIM
@@ -32,11 +37,7 @@ def validate(q, k, v, score_mod, block_mask, scale, enable_gqa, return_lse, sink
             f"q, k, v must be on one device, got q {q.device}, k {k.device}, "
             f"v {v.device}"
         )
-    if not runtime.INTERPRET and q.device.type != "cuda":
-        raise ValueError(
-            f"q, k, v must be CUDA tensors for the compiled kernels, got {q.device} "
-            f"(set TRITON_INTERPRET=1 before importing kernels to run on the CPU)"
-        )
+    check_device("q, k, v", q.device)
     B, H, N_q, d = q.shape
     Bk, H_kv, N_k, dk = k.shape
     if tuple(v.shape[:3]) != (Bk, H_kv, N_k):

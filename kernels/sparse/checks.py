@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from .. import runtime
 from ..common import (
     FLOAT_DTYPES,
     check_bool,
+    check_device,
     check_int,
     check_scale,
     check_tensor,
@@ -39,11 +39,7 @@ def _check_qk(q, k):
         raise TypeError(f"q and k must share a dtype, got q {q.dtype}, k {k.dtype}")
     if q.device != k.device:
         raise ValueError(f"q and k must be on one device, got {q.device}, {k.device}")
-    if not runtime.INTERPRET and q.device.type != "cuda":
-        raise ValueError(
-            f"q must be a CUDA tensor for the compiled kernels, got {q.device} "
-            f"(set TRITON_INTERPRET=1 before importing kernels to run on the CPU)"
-        )
+    check_device("q", q.device)
     (B, H, N_q, d), (Bk, H_kv, N_k, dk) = q.shape, k.shape
     if Bk != B:
         raise ValueError(f"k batch {Bk} does not match q batch {B}")

@@ -136,3 +136,30 @@ def test_topk_tokens_ranks_float64_in_float64():
     # float32 scores keep their ranking
     s32 = s[:1].float()
     assert topk_tokens(s32, 3)[0, 0, 0].tolist() == [0, 1, 2]
+
+
+# ---------------------------------------------------------------------------------
+# 10. The meta device: refused by name, not a raw error from .item()
+# ---------------------------------------------------------------------------------
+
+
+def test_the_meta_device_is_refused_by_name():
+    from kernels.flash import flash_attention
+    from kernels.flex import causal_mask, flex_attention
+    from kernels.sparse import sparse_attention
+
+    q = torch.empty(1, 1, 16, 16, device="meta")
+    idx = torch.zeros(1, 1, 16, 1, dtype=torch.int32, device="meta")
+    for call, name in (
+        (lambda: flex_attention(q, q, q), "q, k, v"),
+        (lambda: flash_attention(q, q, q), "q, k, v"),
+        (lambda: sparse_attention(q, q, q, idx, 16), "q"),
+        (
+            lambda: create_block_mask(
+                causal_mask, None, None, 16, 16, device="meta", BLOCK_SIZE=16
+            ),
+            "device",
+        ),
+    ):
+        with pytest.raises(ValueError, match=rf"^{name} must be on a CPU or CUDA"):
+            call()
