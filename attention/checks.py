@@ -1,6 +1,9 @@
 """Argument checks shared by the NumPy side (``attention.core``, ``flash``, ``hard``,
 ``deformable``, ``decode``, ``ring``, ``positions``, ``memory.ring``).
 
+One helper per kind of argument: a flag (``check_bool``), a count (``check_int``), a
+real number in a range (``check_real``: bandwidths, bytes, rates), the softmax scale, an
+axis, an array of reals, a boolean mask, and block indices (``as_block_indices``).
 Each returns the checked value in its working form and raises ``TypeError`` (wrong
 kind: a string where a bool belongs, a float where an int belongs, a non-numeric array)
 or ``ValueError`` (wrong shape or range), naming the argument as the caller wrote it
@@ -15,11 +18,13 @@ import numbers
 import numpy as np
 
 __all__ = [
+    "as_block_indices",
     "as_mask",
     "as_real_array",
     "check_axis",
     "check_bool",
     "check_int",
+    "check_real",
     "check_scale",
 ]
 
@@ -105,3 +110,54 @@ def as_mask(name: str, mask, shape: tuple) -> np.ndarray:
             f"{name} of shape {m.shape} does not broadcast to the scores' "
             f"shape {tuple(shape)} (..., N_q, N_k)"
         ) from None
+
+
+def check_real(
+    name: str, value, minimum: float | None = None, positive: bool = False
+) -> float:
+    """``value`` as a finite float (ints and NumPy numbers accepted; bools, strings and
+    arrays refused with TypeError; NaN, inf, values below ``minimum`` or, with
+    ``positive``, values <= 0 refused with ValueError)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+        value, (numbers.Real, np.integer, np.floating)
+    ):
+        raise TypeError(
+            f"{name} must be a real number, got {type(value).__name__} {value!r}"
+        )
+    x = float(value)
+    if positive and not (math.isfinite(x) and x > 0):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    if minimum is not None and not (math.isfinite(x) and x >= minimum):
+        raise ValueError(f"{name} must be a finite number >= {minimum}, got {value!r}")
+    if not math.isfinite(x):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return x
+
+
+def as_block_indices(name: str, idx, n_blocks: int, shape: tuple | None = None):
+    """Block indices as int64 (..., S), one selection a row: integers in [-1,
+    n_blocks) (-1 is padding), the non-negative ones of a row distinct (a block read
+    twice is not two blocks); ``shape``: the leading axes they must have. TypeError for
+    a non-integer array, ValueError naming the first bad entry otherwise."""
+    a = np.asarray(idx)
+    if a.dtype == np.bool_ or not np.issubdtype(a.dtype, np.integer):
+        raise TypeError(f"{name} must be an integer array, got dtype {a.dtype}")
+    if a.ndim < 1:
+        raise ValueError(f"{name} must have a last axis of indices, got a scalar")
+    if shape is not None and a.shape[:-1] != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)} + (S,), got {a.shape}")
+    a = a.astype(np.int64)
+    bad = (a < -1) | (a >= n_blocks)
+    if bad.any():
+        raise ValueError(
+            f"{name} holds {int(a[bad][0])}, outside the key blocks [0, {n_blocks}) "
+            "(-1 is padding)"
+        )
+    s = np.sort(a, axis=-1)
+    dup = (s[..., 1:] == s[..., :-1]) & (s[..., 1:] >= 0)
+    if dup.any():
+        raise ValueError(
+            f"{name} repeats block {int(s[..., 1:][dup][0])} within a row (the "
+            "indices of a row must be distinct)"
+        )
+    return a

@@ -24,13 +24,17 @@ paper's slopes 2^(-8h/H)), ``relative_position_bias(table, ...)`` (T5's bucketed
 ``mask_matrix`` draws a mask as its N_q x N_k matrix; ``block_mask`` cuts it into tiles
 of ``block_size`` and classes each tile as ``FULL`` (every pair visible: no mask to
 evaluate), ``PARTIAL`` (some visible: the mask is evaluated inside) or ``EMPTY`` (none:
-the tile is skipped). ``BlockMask.sparsity()`` is torch's: the percent of tiles skipped.
+the tile is skipped). ``BlockMask.sparsity()`` is the percent of tiles skipped
+(torch's number when the lengths are multiples of the tile; ``torch_formula=True``
+gives torch's for any length).
 
 ``masked_attention(q, k, v, mask=None, score_mod=None, sinks=None, scale=None,
 enable_gqa=False)`` returns ``(o, lse)`` for q (B, H_q, N_q, d), k (B, H_kv, N_k, d),
 v (B, H_kv, N_k, d_v), computed in float64: a row that sees no key gives o = 0 and
 lse = -inf (with a sink, lse = the sink); a NaN in a row's inputs gives NaN in that row
-only (a NaN value in v poisons the rows that see its key, and only those).
+only (a NaN value in v poisons the rows that see its key, and only those); a hidden key
+reaches nothing, whatever its value (an inf in v at a key a row cannot see leaves that
+row finite: the mask is applied before the P V product, as the kernels apply it).
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ import numbers
 from collections.abc import Callable
 
 import numpy as np
+
+from .checks import check_bool, check_scale
+from .core import weighted_sum
 
 #: Tile classes of a block mask.
 EMPTY, PARTIAL, FULL = 0, 1, 2
@@ -87,6 +94,20 @@ def _callable(name: str, fn) -> None:
         raise TypeError(f"{name} must be a function, got {type(fn).__name__}")
 
 
+def _mod_output(name: str, out, shape: tuple) -> np.ndarray:
+    """A mod's result broadcast to ``shape``: ValueError naming the mod otherwise
+    (a mod returns one value per (b, h, q_idx, kv_idx) it is given)."""
+    out = np.asarray(out)
+    try:
+        return np.broadcast_to(out, shape)
+    except ValueError:
+        raise ValueError(
+            f"{name} returned shape {out.shape}, which does not broadcast to the "
+            f"{tuple(shape)} pairs it was asked for (a mod maps broadcast index "
+            "arrays (b, h, q_idx, kv_idx) to one value per pair)"
+        ) from None
+
+
 # ---------------------------------------------------------------------------------
 # Mask mods
 # ---------------------------------------------------------------------------------
@@ -127,8 +148,19 @@ def document_mask(document_ids) -> MaskMod:
         raise TypeError(f"document_ids must hold integers, got dtype {ids.dtype}")
 
     def document(b, h, q_idx, kv_idx):
+        n = max(int(np.max(q_idx, initial=0)), int(np.max(kv_idx, initial=0))) + 1
+        if n > ids.shape[-1]:
+            raise ValueError(
+                f"document_ids has length {ids.shape[-1]}, shorter than the "
+                f"{n} positions asked for"
+            )
         if ids.ndim == 1:
             return ids[q_idx] == ids[kv_idx]
+        if int(np.max(b, initial=0)) >= ids.shape[0]:
+            raise ValueError(
+                f"document_ids holds {ids.shape[0]} batches, b = "
+                f"{int(np.max(b))} asked for"
+            )
         return ids[b, q_idx] == ids[b, kv_idx]
 
     document.document_ids = ids
@@ -285,7 +317,7 @@ def mask_matrix(
         )
     q = np.arange(N_q)[:, None]
     kv = np.arange(N_k)[None, :]
-    return np.broadcast_to(mask(b, h, q, kv), (N_q, N_k)).astype(bool)
+    return _mod_output("mask", mask(b, h, q, kv), (N_q, N_k)).astype(bool)
 
 
 def _block_size(block_size) -> tuple[int, int]:
@@ -331,8 +363,18 @@ class BlockMask:
         """Tiles the kernel computes: full and partial ones."""
         return self.full + self.partial
 
-    def sparsity(self) -> float:
-        """Percent of tiles skipped (torch's ``BlockMask.sparsity``)."""
+    def sparsity(self, torch_formula: bool = False) -> float:
+        """Percent of tiles skipped, 100 empty / tiles, in [0, 100].
+
+        PyTorch's ``BlockMask.sparsity`` counts each visited tile at its full Br x Bc
+        area against the N_q N_k pairs instead, 100 (1 - visited Br Bc / (N_q N_k)):
+        the same when N_q and N_k are multiples of the tile, lower for ragged lengths
+        (the last tiles' padding counted as work), even negative (causal at N = 100,
+        tiles of 128: 0% here, -63.84% in torch). ``torch_formula=True`` gives
+        torch's number (as ``kernels.flex.BlockMask.sparsity``)."""
+        if check_bool("torch_formula", torch_formula):
+            area = self.visited * self.Br * self.Bc
+            return 100.0 * (1.0 - area / (self.N_q * self.N_k))
         return 100.0 * self.empty / self.tiles
 
     def __repr__(self) -> str:
@@ -372,7 +414,7 @@ def block_mask(
     for start in range(0, N_q, rows):
         stop = min(start + rows, N_q)
         q = np.arange(start, stop)[:, None]
-        m = np.broadcast_to(mask(b, h, q, kv), (stop - start, N_k)).astype(bool)
+        m = _mod_output("mask", mask(b, h, q, kv), (stop - start, N_k)).astype(bool)
         # ragged edges: pad with the tile's own kind-neutral values
         n_blk = -(-(stop - start) // Br)
         pad_q = n_blk * Br - (stop - start)
@@ -432,7 +474,10 @@ def masked_attention(
             raise ValueError(f"H_q = {H_q} must be a multiple of H_kv = {H_kv}")
     if score_mod is not None:
         _callable("score_mod", score_mod)
-    scale = 1.0 / math.sqrt(d) if scale is None else _positive_float("scale", scale)
+    if scale is None:
+        scale = check_scale("scale", None, d)  # refuses d = 0 by name
+    else:
+        scale = _positive_float("scale", scale)
     group = H_q // H_kv
     q64 = q.astype(np.float64)
     k64 = np.repeat(k.astype(np.float64), group, axis=1)  # (B, H_q, N_k, d)
@@ -443,11 +488,12 @@ def masked_attention(
     ki = np.arange(N_k)[None, None, None, :]
     s = np.einsum("bhqd,bhkd->bhqk", q64, k64) * scale  # (B, H_q, N_q, N_k)
     if score_mod is not None:
-        s = np.broadcast_to(score_mod(s, b, h, qi, ki), s.shape).astype(np.float64)
+        s = _mod_output("score_mod", score_mod(s, b, h, qi, ki), s.shape)
+        s = s.astype(np.float64)
     if mask is None:
         visible = np.ones(s.shape, dtype=bool)
     elif callable(mask):
-        visible = np.broadcast_to(mask(b, h, qi, ki), s.shape).astype(bool)
+        visible = _mod_output("mask", mask(b, h, qi, ki), s.shape).astype(bool)
     else:
         m = np.asarray(mask)
         if m.dtype != bool:
@@ -480,11 +526,9 @@ def masked_attention(
         lse = np.log(denom) + m_safe
         p = np.where(denom[..., None] > 0, e / denom[..., None], 0.0)
     p = np.where(np.isnan(denom)[..., None], np.nan, p)
-    o = np.einsum("bhqk,bhkv->bhqv", p, np.where(np.isnan(v64), 0.0, v64))
-    # a NaN value poisons exactly the rows that see its key
-    poison = np.einsum("bhqk,bhkv->bhqv", visible.astype(np.float64), np.isnan(v64))
-    o = np.where(poison > 0, np.nan, o)
-    return o, lse
+    # P V over the visible keys only: a hidden key's value (inf, NaN) reaches nothing
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN, as IEEE sums
+        return weighted_sum(p, v64, visible), lse
 
 
 __all__ = [

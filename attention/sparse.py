@@ -42,7 +42,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .checks import as_real_array, check_bool, check_int, check_scale
+from .checks import (
+    as_block_indices,
+    as_mask,
+    as_real_array,
+    check_bool,
+    check_int,
+    check_scale,
+)
 from .core import weighted_sum
 
 __all__ = [
@@ -91,25 +98,7 @@ def _check_qk(q, k, names=("q", "k")):
 def check_kv_indices(kv_indices, shape, n_blocks, name="kv_indices") -> np.ndarray:
     """``kv_indices`` as int64 (B, H_kv, N_q, S): integers in [-1, n_blocks), the
     non-negative ones of a row distinct. ``shape`` is (B, H_kv, N_q)."""
-    idx = np.asarray(kv_indices)
-    if not np.issubdtype(idx.dtype, np.integer):
-        raise TypeError(f"{name} must be an integer array, got dtype {idx.dtype}")
-    if idx.ndim != 4 or idx.shape[:3] != tuple(shape):
-        raise ValueError(
-            f"{name} must have shape (B, H_kv, N_q, S) = {tuple(shape)} + (S,), got "
-            f"{idx.shape}"
-        )
-    idx = idx.astype(np.int64)
-    bad = (idx < -1) | (idx >= n_blocks)
-    if bad.any():
-        raise ValueError(
-            f"{name} holds {int(idx[bad][0])}, outside the key blocks [0, {n_blocks}) "
-            "(-1 is padding)"
-        )
-    s = np.sort(idx, axis=-1)
-    if ((s[..., 1:] == s[..., :-1]) & (s[..., 1:] >= 0)).any():
-        raise ValueError(f"{name} repeats a block index within a row")
-    return idx
+    return as_block_indices(name, kv_indices, n_blocks, tuple(shape))
 
 
 def _positions(n_q: int, n_k: int) -> np.ndarray:
@@ -125,9 +114,14 @@ def _positions(n_q: int, n_k: int) -> np.ndarray:
 def block_keep(kv_indices, n_k: int, block_size: int, causal: bool) -> np.ndarray:
     """The keys each row reads, (B, H_kv, N_q, N_k) bool: the keys of its chosen
     blocks, and under causal only those at or before its position."""
-    idx = np.asarray(kv_indices)
-    b, h, n_q, _ = idx.shape
+    n_k = check_int("n_k", n_k, 0)
+    block_size = check_int("block_size", block_size, 1)
+    causal = check_bool("causal", causal)
     n_blocks = -(-n_k // block_size)
+    idx = as_block_indices("kv_indices", kv_indices, n_blocks)
+    if idx.ndim != 4:
+        raise ValueError(f"kv_indices must be (B, H_kv, N_q, S), got {idx.shape}")
+    b, h, n_q, _ = idx.shape
     chosen = np.zeros((b, h, n_q, n_blocks + 1), dtype=bool)  # last column: padding
     np.put_along_axis(chosen, np.where(idx < 0, n_blocks, idx), True, axis=-1)
     keep = chosen[..., np.arange(n_k) // block_size]  # (B, H_kv, N_q, N_k)
@@ -199,10 +193,14 @@ def rank_topk(scores, topk: int, eligible=None, forced=None) -> np.ndarray:
     """The top ``topk`` indices of the last axis, best first: ``forced`` (bool, same
     shape) first, then by score, NaN above every number, ties to the lower index;
     ineligible entries never chosen; fewer than ``topk`` eligible: padded with -1."""
-    s = np.asarray(scores, dtype=np.float64)
+    s = as_real_array("scores", scores).astype(np.float64)
     topk = check_int("topk", topk, 1)
-    eligible = np.ones(s.shape, bool) if eligible is None else eligible
-    forced = np.zeros(s.shape, bool) if forced is None else forced & eligible
+    if eligible is None:
+        eligible = np.ones(s.shape, bool)
+    eligible = as_mask("eligible", eligible, s.shape)
+    if forced is None:
+        forced = np.zeros(s.shape, bool)
+    forced = as_mask("forced", forced, s.shape) & eligible
     # a sortable key: forced, NaN, +inf, ..., -inf, ineligible (stable: lower index)
     key = np.where(np.isnan(s), -np.inf, -s)
     tier = np.where(forced, 0, np.where(np.isnan(s), 1, 2))

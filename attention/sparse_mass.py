@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import sparse
-from .checks import as_real_array, check_bool, check_int
+from .checks import as_block_indices, as_real_array, check_bool, check_int
 
 __all__ = [
     "METHODS",
@@ -52,13 +52,11 @@ def mass_kept(p, kv_indices, block_size: int) -> np.ndarray:
     """The share of each row's mass inside its chosen blocks, (..., N_q).
 
     p (..., N_q, N_k) probabilities (rows need not sum to 1: the share is of the row's
-    own total; a row of total 0 gives NaN), kv_indices (..., N_q, S), -1 skipped."""
+    own total; a row of total 0 gives NaN), kv_indices (..., N_q, S) integers in [-1,
+    n_blocks), -1 skipped, distinct within a row (``checks.as_block_indices``)."""
     bm = block_mass(p, block_size)
-    idx = np.asarray(kv_indices)
-    if idx.shape[:-1] != bm.shape[:-1]:
-        raise ValueError(
-            f"kv_indices {idx.shape} must match p's rows {bm.shape[:-1]} + (S,)"
-        )
+    # integers in [-1, n_blocks), distinct in a row: what the kernel takes
+    idx = as_block_indices("kv_indices", kv_indices, bm.shape[-1], bm.shape[:-1])
     pad = np.concatenate([bm, np.zeros(bm.shape[:-1] + (1,))], axis=-1)
     kept = np.take_along_axis(pad, np.where(idx < 0, bm.shape[-1], idx), -1).sum(-1)
     total = bm.sum(-1)
@@ -95,6 +93,10 @@ def mass_curves(
     len(ks)) array}. p (B, H, N_q, N_k) the maps that q (B, H, N_q, d) and k (B, H_kv,
     N_k, d) produced (MoBA and NSA read q and k; the oracle reads p)."""
     p = as_real_array("p", p, 4)
+    for name, values in (("ks", ks), ("block_sizes", block_sizes),
+                         ("methods", methods)):  # fmt: skip
+        if len(values) == 0:
+            raise ValueError(f"{name} must hold at least one entry, got {values!r}")
     ks = [check_int("ks", x, 1) for x in ks]
     for m in methods:
         if m not in METHODS:

@@ -102,6 +102,10 @@ def recall_batch(batch: int, n: int, n_keys: int, n_values: int, rng) -> dict:
     """One batch of the task as int64 arrays: keys (batch, n), values (batch, n) (the
     query's key at position n - 1, its value there unused), needle (batch,) the
     position of the query's key among 0..n-2, target (batch,) its value."""
+    batch = check_int("batch", batch, 1)
+    n = check_int("n", n, 2)  # a needle and the query
+    n_keys = check_int("n_keys", n_keys, 2)  # the query's key and the others'
+    n_values = check_int("n_values", n_values, 1)
     keys = rng.integers(0, n_keys - 1, (batch, n))
     query = rng.integers(0, n_keys, batch)
     keys += keys >= query[:, None]  # every other token's key differs from the query's
@@ -122,6 +126,13 @@ def moba_keep(scores, block_size: int, topk: int | None):
     query's own (last) block first, then by score, ties to the lower block."""
     import torch
 
+    if not isinstance(scores, torch.Tensor) or scores.ndim != 2:
+        raise ValueError(
+            f"scores must be a 2-D (B, N) torch tensor, got {type(scores).__name__} "
+            f"of shape {tuple(getattr(scores, 'shape', ()))}"
+        )
+    block_size = check_int("block_size", block_size, 1)
+    topk = _check_topk(topk)
     b, n = scores.shape
     if topk is None:
         return torch.ones(b, n, dtype=torch.bool)
@@ -131,12 +142,18 @@ def moba_keep(scores, block_size: int, topk: int | None):
     counts = torch.full((n_blocks,), float(block_size))
     counts[-1] = block_size - pad
     gate = sums.reshape(b, n_blocks, block_size).sum(2) / counts
-    gate[:, -1] = torch.inf  # the own block, always chosen
-    # ties to the lower index: a stable sort of the scores, descending
-    chosen = torch.sort(gate, dim=1, descending=True, stable=True).indices[:, :topk]
+    # the own (last) block always, then the rest by score: a stable sort, descending,
+    # puts NaN above every number and ties to the lower index (select_blocks' order)
     blocks = torch.zeros(b, n_blocks, dtype=torch.bool)
-    blocks.scatter_(1, chosen, True)
+    blocks[:, -1] = True
+    rest = torch.sort(gate[:, :-1], dim=1, descending=True, stable=True).indices
+    blocks.scatter_(1, rest[:, : topk - 1], True)
     return blocks.repeat_interleave(block_size, dim=1)[:, :n]
+
+
+def _check_topk(topk):
+    """A budget: None (dense) or an int >= 1 (blocks per query)."""
+    return None if topk is None else check_int("topk", topk, 1)
 
 
 def _model(cfg, seed):
@@ -208,6 +225,7 @@ def train(cfg: dict | None = None, topk: int | None = None, seed: int = 0):
 
     cfg = _check_config(cfg or {})
     seed = check_int("seed", seed, 0)
+    topk = _check_topk(topk)
     _one_thread()
     rng = np.random.default_rng(seed)
     model = _model(cfg, seed)
@@ -233,6 +251,8 @@ def evaluate(model, cfg: dict | None = None, topk: int | None = None, seed=10**6
     import torch
 
     cfg = _check_config(cfg or {})
+    topk = _check_topk(topk)
+    seed = check_int("seed", seed, 0)
     _one_thread()
     rng = np.random.default_rng(seed)
     t = _tensors(recall_batch(cfg["n_test"], cfg["n"], cfg["n_keys"],

@@ -51,6 +51,7 @@ __all__ = [
     "check_alike",
     "check_bool",
     "check_float_tensor",
+    "check_device",
     "check_int",
     "check_qkv",
     "check_scale",
@@ -163,6 +164,26 @@ def check_size(name: str, value) -> int:
     return check_int(name, value, 0)
 
 
+def check_device(name: str, device) -> torch.device:
+    """Where a kernel can run: a CUDA device for the compiled kernels; under the
+    Triton interpreter a CPU or CUDA one (a meta tensor has no data to read).
+    ValueError naming ``name`` (the tensors as the caller wrote them) otherwise."""
+
+    device = torch.device(device)
+    if runtime.INTERPRET:
+        if device.type not in ("cpu", "cuda"):
+            raise ValueError(
+                f"{name} must be on a CPU or CUDA device for the Triton interpreter, "
+                f"got {device} (a {device.type} tensor holds no data to compute on)"
+            )
+    elif device.type != "cuda":
+        raise ValueError(
+            f"{name} must be CUDA tensors for the compiled kernels, got {device} "
+            f"(set TRITON_INTERPRET=1 before importing kernels to run on the CPU)"
+        )
+    return device
+
+
 def check_tensor(name: str, value) -> torch.Tensor:
     """A torch.Tensor (TypeError naming ``name`` otherwise)."""
     if not isinstance(value, torch.Tensor):
@@ -235,12 +256,8 @@ def check_qkv(
         check_alike("dtype", **tensors)
     check_alike("device", **tensors)
     names = ", ".join(tensors)
-    if max_head_dim is not None and not runtime.INTERPRET and q.device.type != "cuda":
-        raise ValueError(
-            f"{names} must be CUDA tensors for the compiled kernels, got device "
-            f"{q.device} (set TRITON_INTERPRET=1 before importing kernels to run on "
-            f"the CPU)"
-        )
+    if max_head_dim is not None:  # a kernel launch: where it can run
+        check_device(names, q.device)
     (B, H, N_q, d), (Bk, H_kv, N_k, dk) = q.shape, k.shape
     for what, a, b in (("batch", Bk, B), ("head dim", dk, d)):
         if a != b:
@@ -324,7 +341,6 @@ def kernel_scale(scale, d: int, name: str = "scale") -> float:
 def upcast(dtype: torch.dtype, device: torch.device) -> bool:
     """Whether bf16 tiles go through fp32: under the Triton interpreter (its bf16
     ``tl.dot`` is wrong) and on GPUs without bf16 tensor cores (below sm_80)."""
-    from . import runtime
 
     if dtype != torch.bfloat16:
         return False

@@ -17,6 +17,7 @@ so a control's label, options and range are written once.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 #: A ``Choice``'s live widget kinds.
@@ -25,7 +26,8 @@ WIDGETS = ("menu", "slider", "checkbox")
 
 @dataclass(frozen=True)
 class Choice:
-    """One of ``options`` (compared with ``==``, bools never stand in for numbers);
+    """One of ``options`` (compared with ``==``; bools never stand in for numbers, nor
+    floats for ints: 512.0 is not the option 512);
     ``shown`` lists them as a reader knows them where the options are encoded (the
     temperature slider's exponents shown as temperatures). The live control: ``label``,
     ``widget`` ("menu", "slider" or "checkbox") and ``names``, the text its menu or
@@ -53,10 +55,18 @@ class Choice:
         flags = [isinstance(o, bool) for o in self.options]
         if isinstance(value, bool) != all(flags) and (all(flags) or not any(flags)):
             return False  # a bool for a number, or a number for a bool
+        ints = self.options and all(_is_int(o) for o in self.options)
+        if ints and not _is_int(value):
+            return False  # 512.0 == 512, but a float is no int setting (slices, range)
         try:
             return value in self.options
         except (TypeError, ValueError):  # an array, an unhashable value
             return False
+
+
+def _is_int(x) -> bool:
+    """An int setting's value: a Python or NumPy integer, not a bool."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
 @dataclass(frozen=True)

@@ -157,6 +157,8 @@ def row_point(method: str, N: int, block_size: int, query: int) -> dict:
     padding), ``kept`` the percent of the row's mass inside its first k blocks for
     each k of ``TOPKS`` (one decimal), ``mass`` each visible block's share in
     thousandths (integers)."""
+    check(BASE_SETTINGS, method=method, N=N, block_size=block_size)
+    check(settings(N), query=query)
     r = _row(N, block_size, query)
     order = r["order"][method]
     pad = np.append(r["mass"], 0.0)
@@ -168,10 +170,15 @@ def row_point(method: str, N: int, block_size: int, query: int) -> dict:
     }
 
 
-@functools.lru_cache(maxsize=len(CONTEXT))
 def map_thumbnail(N: int) -> list[list[int]]:
     """The causal map as THUMB x THUMB cells, thousandths: cell (a, b) is the mass
     that query row (a + 1) N / THUMB - 1 puts on the keys of the b-th key bin."""
+    check(BASE_SETTINGS, N=N)  # before the cache: 512.0 would hit 512's entry
+    return _map_thumbnail(N)
+
+
+@functools.lru_cache(maxsize=len(CONTEXT))
+def _map_thumbnail(N: int) -> list[list[int]]:
     q, k = _qk(N)
     w = N // THUMB
     rows = np.arange(1, THUMB + 1) * w - 1
@@ -186,6 +193,7 @@ def map_thumbnail(N: int) -> list[list[int]]:
 def cost_point(N: int, block_size: int, topk: int) -> dict:
     """A causal prefill of N tokens, one head, d = 64, bf16: the selected attention
     (``selected_work``), its gate (``gate_cost``) and dense causal attention."""
+    check(BASE_SETTINGS, N=N, block_size=block_size, topk=topk)
     w = ms.selected_work(N, N, block_size, topk, D)
     g = ms.gate_cost(N, N, block_size, topk, D)
     return {

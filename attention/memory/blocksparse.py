@@ -34,6 +34,7 @@ import dataclasses
 import numpy as np
 
 from attention import masks as _masks
+from attention.checks import check_bool
 
 from .sim import MAX_EVENTS, HBMSim, Traffic, cdiv, check_count, traffic
 
@@ -257,8 +258,7 @@ def document_work(
     document mask alone with ``causal=False``."""
     N, d, d_v, Br, Bc = _dims(N, d, d_v, Br, Bc)
     L = check_count("doc_len", doc_len)
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    causal = check_bool("causal", causal)
 
     def hi(q):
         return q if causal else np.minimum((q // L + 1) * L, N) - 1

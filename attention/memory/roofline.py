@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 
+from ..checks import check_real
 from .sim import cdiv, check_count
 
 
@@ -193,11 +193,4 @@ def arithmetic_intensity(flops: float, hbm_bytes: float) -> float:
 
 def _work(name: str, value) -> float:
     """An amount of work (FLOPs or bytes): a finite real number >= 0."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(
-            f"{name} must be a real number >= 0, got {type(value).__name__} {value!r}"
-        )
-    value = float(value)
-    if not (math.isfinite(value) and value >= 0):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value}")
-    return value
+    return check_real(name, value, 0)

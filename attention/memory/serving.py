@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..checks import check_int, check_real
 from .decode import MODELS, ModelConfig
 from .sim import check_count
 
@@ -55,9 +56,9 @@ def fp8_bytes_per_token(cfg: ModelConfig, block: int = 0) -> float:
     (layer, K or V, KV head) amortised over ``block`` tokens (0: one per sequence,
     counted as free, as flash-attn's (B, H_kv) descales)."""
     base = cfg.kv_bytes_per_token(1)
-    if block == 0:
+    if check_int("block", block, 0) == 0:
         return float(base)
-    return base + 2 * cfg.layers * cfg.H_kv * 4 / check_count("block", block)
+    return base + 2 * cfg.layers * cfg.H_kv * 4 / block
 
 
 # ---------------------------------------------------------------------------------
@@ -85,6 +86,12 @@ def step_roofline(
     """
     B, context, N_q = (check_count(n, x) for n, x in (("B", B), ("context", context),
                                                       ("N_q", N_q)))  # fmt: skip
+    # amounts: bytes and FLOPs, finite; those the intensities divide by, > 0
+    params = check_real("params", params, positive=True)
+    kv_bytes_per_token = check_real("kv_bytes_per_token", kv_bytes_per_token,
+                                    positive=True)  # fmt: skip
+    attn_flops_per_token = check_real("attn_flops_per_token", attn_flops_per_token, 0)
+    weight_bytes = check_real("weight_bytes", weight_bytes, positive=True)
     w_bytes = params * weight_bytes
     w_flops = 2 * params * B * N_q
     kv = B * context * kv_bytes_per_token
@@ -100,7 +107,10 @@ def step_roofline(
 
 
 def step_time(step: dict, hbm_bytes_per_s: float, flops_per_s: float) -> dict:
-    """Roofline time of each part of ``step_roofline``'s step, in seconds."""
+    """Roofline time of each part of ``step_roofline``'s step, in seconds; the HBM
+    bandwidth and the peak FLOP rate are finite numbers > 0."""
+    hbm_bytes_per_s = check_real("hbm_bytes_per_s", hbm_bytes_per_s, positive=True)
+    flops_per_s = check_real("flops_per_s", flops_per_s, positive=True)
     w = max(step["weight_bytes"] / hbm_bytes_per_s, step["weight_flops"] / flops_per_s)
     a = max(step["kv_bytes"] / hbm_bytes_per_s, step["attn_flops"] / flops_per_s)
     return {"weights": w, "attention": a, "total": w + a}
@@ -142,6 +152,7 @@ def cascade_bytes(B: int, prefix: int, suffix: int, kv_bytes_per_token: float) -
     cascade (the shared prefix's partial computed once for all B, then merged)."""
     B, suffix = check_count("B", B), check_count("suffix", suffix)
     prefix = check_count("prefix", prefix)
+    kv_bytes_per_token = check_real("kv_bytes_per_token", kv_bytes_per_token, 0)
     return {
         "per_request": B * (prefix + suffix) * kv_bytes_per_token,
         "cascade": (prefix + B * suffix) * kv_bytes_per_token,

@@ -40,6 +40,7 @@ import dataclasses
 
 import numpy as np
 
+from ..checks import as_block_indices, check_bool
 from .sim import MAX_EVENTS, HBMSim, Traffic, cdiv, check_count, traffic
 
 __all__ = [
@@ -87,17 +88,15 @@ def simulate_selected(
     kv_indices, n_k, block_size, d, d_v=None, group=1, max_events=MAX_EVENTS
 ) -> SelectedWork:
     """Walk every (b, g, i) row of ``kv_indices`` (B, H_kv, N_q, S) as the kernel does
-    and count each load and store. Refuses more than ``max_events`` events."""
-    idx = np.asarray(kv_indices)
-    if idx.ndim != 4 or not np.issubdtype(idx.dtype, np.integer):
-        raise ValueError(
-            f"kv_indices must be integer (B, H_kv, N_q, S), got {idx.shape}"
-        )
+    and count each load and store. The indices are the kernel's: integers in [-1,
+    n_blocks), distinct within a row (``attention.checks.as_block_indices``). Refuses
+    more than ``max_events`` events."""
     n_k, bs = check_count("n_k", n_k), check_count("block_size", block_size)
     d, d_v, g, _, _ = _dims(d, d_v, group, 1, 1)
     n_blocks = cdiv(n_k, bs)
-    if ((idx < -1) | (idx >= n_blocks)).any():
-        raise ValueError(f"kv_indices must lie in [-1, {n_blocks})")
+    idx = as_block_indices("kv_indices", kv_indices, n_blocks)
+    if idx.ndim != 4:
+        raise ValueError(f"kv_indices must be (B, H_kv, N_q, S), got {idx.shape}")
     events = 3 * int(np.prod(idx.shape[:3])) + 2 * int((idx >= 0).sum())
     if max_events is not None and events > check_count("max_events", max_events):
         raise ValueError(
@@ -186,6 +185,7 @@ def gate_cost(n_q, n_k, block_size, topk, d, group=1, causal=True, Br=64) -> dic
     bs, topk, d = (check_count(*a) for a in (("block_size", block_size),
                                              ("topk", topk), ("d", d)))  # fmt: skip
     g, Br = check_count("group", group), check_count("Br", Br)
+    causal = check_bool("causal", causal)
     n_b = cdiv(n_k, bs)
     _, units = _visible(n_q, n_k, Br, bs, causal)
     # the group's queries summed first ((G - 1) d adds per query), one 2 d dot per
@@ -211,6 +211,7 @@ def indexer_cost(
     topk, h, w = (check_count(*a) for a in (("topk", topk), ("heads_index",
                   heads_index), ("d_index", d_index)))  # fmt: skip
     Br = check_count("Br", Br)
+    causal = check_bool("causal", causal)
     _, units = _visible(n_q, n_k, Br, 1, causal)
     flops = (2 * w + 2) * h * _pairs(n_q, n_k, 1, causal)
     t = traffic(
@@ -229,6 +230,7 @@ def dense_causal_flops(n, d, d_v=None, heads=1) -> int:
     as a kernel that skips the hidden tiles): 2 (d + d_v) n (n + 1) / 2."""
     n, d = check_count("n", n), check_count("d", d)
     d_v = d if d_v is None else check_count("d_v", d_v)
+    heads = check_count("heads", heads)
     return 2 * (d + d_v) * heads * (n * (n + 1) // 2)
 
 

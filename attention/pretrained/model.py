@@ -128,9 +128,8 @@ class MiniLM:
         )
 
     # ------------------------------------------------------------- tokens
-    def _encoding(self, text):
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a str, got {type(text).__name__}")
+    def _encoding(self, text, name: str = "text"):
+        _check_text(name, text)
         return self.tokenizer.encode(text)
 
     def tokens(self, text: str) -> list[str]:
@@ -152,6 +151,7 @@ class MiniLM:
         """(h, p): the last layer's states (N, 384) and the weights (6, 12, N, N)
         (None when ``attend`` gives none). With the default attention the result is
         kept per text (``CACHE`` texts), and copies are returned."""
+        _check_text("text", text)  # before the cache: a list is no key
         if attend is not numpy_attend:
             return self._forward(text, attend)
         if text not in self._cache:
@@ -210,11 +210,21 @@ class MiniLM:
         forward per text, so no padding enters the mean."""
         if isinstance(texts, str):
             texts = [texts]
+        texts = list(texts)
+        if not texts:
+            raise ValueError("texts must hold at least one text, got none")
+        for i, t in enumerate(texts):
+            _check_text(f"texts[{i}]", t)
         out = []
         for t in texts:
             m = self.hidden(t, attend).mean(0)
             out.append(m / max(float(np.linalg.norm(m)), 1e-12))
         return np.stack(out)  # (n, 384) in the weights' dtype
+
+
+def _check_text(name: str, text) -> None:
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be a str, got {type(text).__name__}")
 
 
 def _read(source: pathlib.Path) -> tuple[dict, dict, str]:

@@ -23,12 +23,14 @@ Q_LEN x KV_LEN evaluations, fine at small N).
 
 from __future__ import annotations
 
+import math
+
 import torch
 import triton
 import triton.language as tl
 
 from .. import runtime
-from ..common import check_int
+from ..common import check_bool, check_device, check_int
 from .mods import Mod, as_mod, noop_mask, pack
 
 __all__ = ["BlockMask", "create_block_mask", "full_block_mask"]
@@ -100,9 +102,24 @@ class BlockMask:
         """(Bm, Hm, nq, nk) int32: 1 for a visited (partial or full) tile."""
         return (self.state != EMPTY).to(torch.int32)
 
-    def sparsity(self) -> float:
-        """Percent of tiles skipped (torch's ``BlockMask.sparsity``)."""
+    def sparsity(self, torch_formula: bool = False) -> float:
+        """Percent of tiles skipped: 100 (1 - visited / tiles) over the (Bm, Hm, nq, nk)
+        tiles, in [0, 100].
+
+        PyTorch's ``BlockMask.sparsity`` counts each visited tile at its full
+        BLOCK_SIZE area against the mask's elements instead, 100 (1 - visited BLOCK_Q
+        BLOCK_KV / (Bm Hm Q_LEN KV_LEN)). The two agree when Q_LEN and KV_LEN are
+        multiples of the block size; for ragged lengths torch's counts the padding of
+        the last tiles as work and can go negative (causal at N = 100, blocks of
+        128: 0% here, -63.84% in torch 2.13). ``torch_formula=True`` gives torch's
+        number. ``and_masks`` tiles are classed conservatively here (module
+        docstring of ``kernels.flex``), so a mask with them may read a lower
+        sparsity than torch's, which evaluates every pair."""
         dense = self.to_dense()
+        if check_bool("torch_formula", torch_formula):
+            area = self.BLOCK_SIZE[0] * self.BLOCK_SIZE[1]
+            elems = dense.shape[0] * dense.shape[1] * math.prod(self.seq_lengths)
+            return 100.0 * (1.0 - dense.sum().item() * area / elems)
         return 100.0 * (1.0 - dense.sum().item() / dense.numel())
 
     def counts(self) -> dict[str, int]:
@@ -166,7 +183,21 @@ def _closed_form(mod: Mod, qlo, qhi, klo, khi):
         return some, every
     if mod.tiles is None:
         return None
-    return mod.tiles(qlo, qhi, klo, khi)
+    return tuple(_leaf_4d(mod, x) for x in mod.tiles(qlo, qhi, klo, khi))
+
+
+def _leaf_4d(leaf: Mod, x) -> torch.Tensor:
+    """A leaf's (lead, nq, nk) classification as (Bl, Hl, nq, nk), Bl the batch and Hl
+    the heads its tensors carry (1 where none), so an and/or of a per-batch and a
+    per-head mod broadcasts as torch broadcasts them."""
+    x = torch.as_tensor(x)
+    while x.ndim < 3:
+        x = x[None]
+    bl = leaf.batch or 1
+    hl = (leaf.heads if leaf.kind == "mask" else None) or 1
+    if x.shape[0] == bl * hl:
+        return x.reshape(bl, hl, *x.shape[1:])
+    return x.reshape(x.shape[0], 1, *x.shape[1:])
 
 
 def _extent(mod: Mod, attr: str):
@@ -187,10 +218,19 @@ def create_block_mask(
         mod = noop_mask
     Bm = 1 if B is None else check_int("B", B, 1)
     Hm = 1 if H is None else check_int("H", H, 1)
+    for what, sizes in (
+        ("batch", _extent(mod, "batch")),
+        ("heads", {lf.heads for lf in mod.leaves() if lf.kind == "mask"} - {None}),
+    ):
+        if len(sizes - {1}) > 1:
+            raise ValueError(
+                f"mask_mod combines mods of different {what} sizes "
+                f"{sorted(sizes)}; each must be 1 or the same"
+            )
     Q_LEN = check_int("Q_LEN", Q_LEN, 1)
     KV_LEN = check_int("KV_LEN", KV_LEN, 1)
     SQ, SK = _check_block_size(BLOCK_SIZE)
-    device = torch.device(runtime.DEVICE if device is None else device)
+    device = check_device("device", runtime.DEVICE if device is None else device)
     for leaf in mod.leaves():
         if leaf.batch is not None and B is not None and leaf.batch not in (1, Bm):
             raise ValueError(
@@ -226,15 +266,8 @@ def create_block_mask(
     if cf is not None:
         some, every = (torch.as_tensor(x) for x in cf)
         state = torch.where(every, FULL, torch.where(some, PARTIAL, EMPTY))
-        state = state.to(torch.int8)
-        while state.ndim < 3:
-            state = state[None]
-        # (Bm or 1 | Bm*Hm, nq, nk) -> (Bm, Hm, nq, nk)
-        lead = state.shape[0]
-        if lead == Bm * Hm and lead > 1 and Hm > 1:
-            state = state.reshape(Bm, Hm, nq, nk)
-        else:
-            state = state.reshape(lead, 1, nq, nk).expand(Bm, Hm, nq, nk)
+        # (Bm or 1, Hm or 1, nq, nk) -> (Bm, Hm, nq, nk)
+        state = state.to(torch.int8).expand(Bm, Hm, nq, nk)
         state = state.contiguous().to(device)
     else:
         fn, mi, mf = pack(mod, device)

@@ -68,7 +68,8 @@ def lightning_indexer(q_index, k_index, weights, causal=True) -> torch.Tensor:
 def topk_tokens(index_scores, topk, h_kv=1) -> torch.Tensor:
     """The ``topk`` highest-scored visible tokens of each query as kv_indices (B,
     h_kv, N_q, topk) int32 (one selection shared by every KV head), -1 padding where
-    fewer than topk tokens are visible (not -inf)."""
+    fewer than topk tokens are visible (not -inf). float64 scores are ranked in
+    float64, others in float32."""
     check_tensor("index_scores", index_scores)
     if index_scores.ndim != 3 or not index_scores.is_floating_point():
         raise ValueError(
@@ -77,7 +78,8 @@ def topk_tokens(index_scores, topk, h_kv=1) -> torch.Tensor:
         )
     topk = check_int("topk", topk, 1)
     h_kv = check_int("h_kv", h_kv, 1)
-    s = index_scores.float()
+    # float64 is ranked in float64 (as attention.sparse.topk_tokens), the rest in fp32
+    s = index_scores if index_scores.dtype == torch.float64 else index_scores.float()
     tier = torch.where(torch.isnan(s), 2, torch.where(torch.isneginf(s), 0, 1))
     kk = min(topk, s.shape[-1])
     out = torch.full((*s.shape[:2], topk), -1, dtype=torch.int32, device=s.device)

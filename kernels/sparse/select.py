@@ -8,7 +8,9 @@ fp32 score's bits mapped to an order-preserving integer, then the complement of 
 block index, so equal scores go to the lower index and no two keys are equal (what a
 float top-k does not promise). Queries are ranked in chunks of at most
 ``CHUNK_ELEMENTS`` scores, so the (N_q, n_blocks) key never grows past a few hundred
-MB whatever N.
+MB whatever N. float64 scores (``topk_tokens`` of float64 index scores) have no bits
+left for the index in one int64 key: they are ranked by two stable sorts instead, in
+float64, as ``attention.sparse`` ranks them.
 """
 
 from __future__ import annotations
@@ -87,14 +89,28 @@ def rank(s: torch.Tensor, tier: torch.Tensor, kk: int) -> torch.Tensor:
     """The top ``kk`` indices of the last axis of fp32 scores ``s``, best first, int32:
     by ``tier`` (3 forced, 2 NaN, 1 by score, 0 never chosen: -1), then by score,
     ties to the lower index, through one int64 key per entry (exact, no equal
-    keys)."""
+    keys). float64 scores are ranked in float64 (two stable sorts)."""
     n = s.shape[-1]
     if n >= 1 << _INDEX_BITS:
         raise ValueError(f"at most {1 << _INDEX_BITS} entries per row, got {n}")
+    if s.dtype == torch.float64:  # 64 score bits leave none for the index: sort
+        return _rank_sorted(s, tier, kk)
     rank_low = (1 << _INDEX_BITS) - 1 - torch.arange(n, device=s.device)
     score = torch.where(tier == 1, _ordered(s), 0)
     key = ((tier.to(torch.int64) << 32) + score << _INDEX_BITS) + rank_low
     top = torch.topk(key, kk, dim=-1, sorted=True).indices
+    chosen = torch.gather(tier, -1, top) > 0
+    return torch.where(chosen, top, -1).to(torch.int32)
+
+
+def _rank_sorted(s: torch.Tensor, tier: torch.Tensor, kk: int) -> torch.Tensor:
+    """``rank`` for float64 scores, in float64: two stable sorts, by score (descending,
+    ties to the lower index, -0 = +0) and then by tier."""
+    score = torch.where(tier == 1, s + 0.0, 0.0)
+    by_score = torch.sort(score, dim=-1, descending=True, stable=True).indices
+    tiers = torch.gather(tier, -1, by_score)
+    by_tier = torch.sort(tiers, dim=-1, descending=True, stable=True).indices
+    top = torch.gather(by_score, -1, by_tier)[..., :kk]
     chosen = torch.gather(tier, -1, top) > 0
     return torch.where(chosen, top, -1).to(torch.int32)
 
