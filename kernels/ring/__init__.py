@@ -74,7 +74,9 @@ Known limits
     beside the running output. The forward saves the final o and lse per rank (no
     per-step state). The per-step kernels are the two-kernel FA2 backward (the
     deterministic one). On the CPU, gloo's P2P and the interpreter make timings a
-    picture of the schedule only.
+    picture of the schedule only. The family has no Triton kernel of its own, so no
+    ``compile_check``: its launches are ``kernels.flash``'s, compiled ahead of time by
+    ``kernels.flash.compile_check``; ``timing`` is suite "ring" of ``make bench``.
 PyTorch's own context parallelism
     ``torch.distributed.tensor.experimental.context_parallel`` (prototype) patches
     ``F.scaled_dot_product_attention`` inside a context and rotates K/V by all-gather

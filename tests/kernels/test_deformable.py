@@ -259,100 +259,16 @@ def test_dat_bad_inputs():
 
 
 # --------------------------------------------------------------------------------------
-# The GPU code paths compile (ahead of time, on the CPU) with the shipped tile configs
+# The GPU code paths compile (ahead of time, on the CPU) with the shipped tile configs:
+# kernels.deformable.compile_check
 # --------------------------------------------------------------------------------------
-
-_COMPILE_SCRIPT = r"""
-import os, sys, time
-os.environ["TRITON_INTERPRET"] = "0"
-import torch, triton
-from triton._C.libtriton import native_specialize_impl
-from triton.backends.compiler import BaseBackend, GPUTarget
-from triton.compiler import ASTSource
-from kernels import deformable as kd
-from kernels.deformable import backward, forward, tiles
-try:
-    from kernels.flash.compile_check import ptxas_usage
-except ImportError:
-    ptxas_usage = None
-
-PTRS = {"Value", "Out", "Loc", "Attn", "dOut", "Q", "K", "V", "Pts", "dO", "dQ"}
-F32 = {"LSE2", "Delta", "dK", "dV", "dPts", "dValue", "dLoc", "dAttn"}
-ACC = {"dValue", "dLoc", "dAttn"}  # MSDA's gradient buffers: fp64 for float64 inputs
-
-def compile_one(name, dtype, cap, head_dim):
-    fn = getattr(forward if name.endswith("_fwd") else backward, name)
-    if name.startswith("_msda"):
-        bq, warps = kd.msda_config(name[6:], 1 << 20, head_dim, (cap // 10, cap % 10),
-                                   dtype == torch.float32)
-        bd = tiles._msda_block_d(head_dim, (cap // 10, cap % 10))
-        consts = dict(N_LEVELS=4, N_POINTS=4, BLOCK_Q=bq, FP64=dtype == torch.float64,
-                      BLOCK_D=bd)
-        if name == "_msda_bwd":
-            consts["D_BLOCKS"] = -(-head_dim // bd)
-    else:
-        kernel = {"_dat_fwd": "fwd", "_dat_bwd_dkdv": "dkdv", "_dat_bwd_dq": "dq"}[name]
-        fp32_dots = tiles.dot_fp32(dtype, (cap // 10, cap % 10))
-        bm, bn, warps = kd.dat_config(kernel, 4096, head_dim, (cap // 10, cap % 10),
-                                      fp32_dots)
-        consts = dict(ALIGN_CORNERS=True, BLOCK_M=bm, BLOCK_N=bn, DOT_FP32=fp32_dots)
-    consts.setdefault("BLOCK_D", max(16, triton.next_power_of_2(head_dim)))
-    # Argument types as a contiguous launch specialises them (Triton's own rule):
-    # 16-byte aligned pointers, unit inner strides baked in as 1, other ints divisible
-    # by 16.
-    sig, attrs = {}, {}
-    for i, p in enumerate(fn.params):
-        n = p.name
-        if p.is_constexpr:
-            sig[n] = "constexpr"
-            continue
-        if n in PTRS:
-            val = torch.empty(16, dtype=dtype)
-        elif n in ACC and dtype == torch.float64:
-            val = torch.empty(16, dtype=torch.float64)
-        elif n in F32:
-            val = torch.empty(16, dtype=torch.float32)
-        elif n in ("Shapes", "Starts"):
-            val = torch.empty(16, dtype=torch.int64)
-        elif n in ("qk_scale", "sm_scale"):
-            val = 0.125
-        elif n.startswith("stride_") and (n.endswith("d") or n == "stride_pc"):
-            val = 1
-        else:
-            val = 4096 + 32
-        ty, spec = native_specialize_impl(BaseBackend, val, False, True, True)
-        sig[n] = ty
-        if ty == "constexpr":
-            consts[n] = spec
-        elif spec == "D":
-            attrs[(i,)] = [["tt.divisibility", 16]]
-    t0 = time.perf_counter()
-    c = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
-                       target=GPUTarget("cuda", cap, 32),
-                       options={"num_warps": warps, "num_stages": tiles.NUM_STAGES})
-    spills = "-" if ptxas_usage is None else "%d/%d" % ptxas_usage(c.asm["ptx"])[1:]
-    print(f"{name} sm{cap} {str(dtype)[6:]} d{head_dim} smem {c.metadata.shared} "
-          f"spill {spills} {time.perf_counter() - t0:.1f}s", flush=True)
-
-NAMES = ["_msda_fwd", "_msda_bwd", "_dat_fwd", "_dat_bwd_dkdv", "_dat_bwd_dq"]
-# Every kernel at its heaviest tensor-core shape (fp16, d = 64) on each target; the
-# other paths once each: fp32 dots (sm_80), bf16 upcast (sm_75), MSDA in float64 and
-# above one channel block (the loop over blocks, d = 1025).
-jobs = [(n, torch.float16, cap, 64) for cap in (75, 80, 90) for n in NAMES]
-jobs += [(n, torch.float32, 80, 32) for n in ("_msda_fwd", "_dat_fwd")]
-jobs += [(n, torch.bfloat16, 75, 32) for n in ("_msda_fwd", "_dat_fwd")]
-jobs += [("_msda_fwd", torch.float64, 90, 32), ("_msda_fwd", torch.float16, 90, 1025)]
-for job in jobs:
-    compile_one(*job)
-print("compiled", len(jobs))
-"""
 
 
 @pytest.mark.slow
 def test_kernels_compile_for_sm75_sm80_sm90_without_spills():
     """Triton compiles for a GPU it does not have; the interpreter never runs the
     fp16/bf16 tensor-core paths, so this is what checks them on a CPU-only machine."""
-    proc, out = run_compiled("-c", _COMPILE_SCRIPT, interpret="0")
+    proc, out = run_compiled("-m", "kernels.deformable.compile_check")
     assert proc.returncode == 0, out
     assert "compiled 21" in out, out
     rows = [line for line in proc.stdout.splitlines() if " spill " in line]
