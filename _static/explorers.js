@@ -649,6 +649,38 @@
     },
   };
 
+  // ------------------------------------------------------------------ chapter 1: SmolLM2
+  // (attention/explorers/causal_lm.py: each head's causal map as its lower triangle row by
+  // row in hundredths, every score computed in Python at build time)
+  KINDS.causal_lm = {
+    charts: ["map", "grid"],
+    controls: ({ grid: g, init }) => [
+      select("prompt", "prompt", g.prompts.map((x) => x.name), init.prompt),
+      slider("layer", "layer", range(g.L), init.layer, (i) => String(i + 1)),
+      slider("head", "head", range(g.H), init.head, (i) => String(i + 1)),
+      select("score", "grid shows", g.scores, init.score)],
+    update(cfg, st) {
+      const g = cfg.grid, p = g.prompts[st.prompt], t = p.tokens, n = t.length;
+      const l = st.layer, hd = st.head, w = p.w[l][hd];
+      const name = (i) => `${i}: ${t[i]}`;
+      const cells = [];
+      for (let i = 0; i < n; i++) for (let j = 0; j <= i; j++)
+        cells.push({ i, j, query: name(i), key: name(j), w: w[(i * (i + 1)) / 2 + j] / 100 });
+      const key = g.keys[st.score], heads = [];
+      for (let a = 0; a < g.L; a++) for (let b = 0; b < g.H; b++)
+        heads.push({ layer: a + 1, head: b + 1, value: g.probe[key][a][b] });
+      const f2 = (x) => Number(x).toFixed(2);
+      let on = `previous token ${f2(p.previous[l][hd])}, first token ${f2(p.sink[l][hd])}`;
+      if (p.induction) on += `, induction ${f2(p.induction[l][hd])}`;
+      const pr = g.probe;
+      const text = `<p>Head ${l + 1}-${hd + 1} on this prompt: ${on}. Over the ${g.n_seq} random ` +
+        `sequences of ${g.length} ids repeated twice: induction <b>${f2(pr.induction[l][hd])}</b>, ` +
+        `previous token <b>${f2(pr.previous[l][hd])}</b>, first token <b>${f2(pr.sink[l][hd])}</b>.</p>`;
+      return { charts: { map: { spec: "map", data: { cells } },
+                         grid: { spec: "grid", data: { heads, chosen: [{ layer: l + 1, head: hd + 1 }] } } }, text };
+    },
+  };
+
   KINDS.masks = {
     charts: ["mask"],
     controls: ({ grid: g, init }) => [select("kind", "mask", g.kinds, init.kind),

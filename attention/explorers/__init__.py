@@ -23,6 +23,8 @@ decode              chapter 5: decoding with a KV cache
 ring                chapter 6: context parallelism across GPUs
 blockmask           chapter 7: masks, block masks and the work they save
 pretrained          chapter 1: a real model's heads (MiniLM) on the chapter's sentences
+causal_lm           chapter 1: a causal language model's heads (SmolLM2): maps,
+                    induction, previous-token and first-token scores
 sparse              chapter 8: the blocks a sparse attention picks, the mass they keep
 
 settings  the one settings check both faces call (``Choice``, ``Range``, ``check``)
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 from . import site
 from .blockmask import block_mask_explorer
+from .causal_lm import causal_lm_explorer
 from .decode import decode_explorer
 from .deformable_traffic import deformable_traffic_explorer
 from .estimators import estimator_explorer
@@ -57,6 +60,7 @@ __all__ = [
     "ON_SITE",
     "attention_map_explorer",
     "block_mask_explorer",
+    "causal_lm_explorer",
     "context_parallel_explorer",
     "decode_explorer",
     "deformable_traffic_explorer",

