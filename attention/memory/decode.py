@@ -525,4 +525,6 @@ MODELS: dict[str, ModelConfig] = {
     "Llama 3 70B": ModelConfig("Llama 3 70B", 80, 64, 8, 128, "grattafiori2024llama3"),
     "Mistral 7B": ModelConfig("Mistral 7B", 32, 32, 8, 128, "jiang2023mistral"),
     "Falcon 7B": ModelConfig("Falcon 7B", 32, 71, 1, 64, "almazrouei2023falcon"),
+    # the model that runs through the book (attention.pretrained.smollm2)
+    "SmolLM2 135M": ModelConfig("SmolLM2 135M", 30, 9, 3, 64, "allal2025smollm2"),
 }

@@ -117,9 +117,16 @@ def step_time(step: dict, hbm_bytes_per_s: float, flops_per_s: float) -> dict:
 
 
 def model_step(
-    cfg: ModelConfig, params: float, B: int, context: int, N_q: int = 1, kv_bytes=2
+    cfg: ModelConfig,
+    params: float,
+    B: int,
+    context: int,
+    N_q: int = 1,
+    kv_bytes=2,
+    weight_bytes: float = 2.0,
 ):
-    """``step_roofline`` for a GQA model: attention FLOPs 4 H_q d layers per pair."""
+    """``step_roofline`` for a GQA model: attention FLOPs 4 H_q d layers per pair;
+    ``weight_bytes`` per parameter (2 for bf16, 0.625 for 4-bit Q4_1, ...)."""
     return step_roofline(
         params,
         cfg.kv_bytes_per_token(kv_bytes),
@@ -127,6 +134,7 @@ def model_step(
         B,
         context,
         N_q,
+        weight_bytes,
     )
 
 

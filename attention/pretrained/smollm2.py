@@ -233,9 +233,16 @@ class SmolLM2:
         return lse - z[np.arange(len(ids) - 1), ids[1:]]
 
     # ------------------------------------------------------------- generation
-    def generate(self, ids, max_new_tokens: int, backend: str = "numpy") -> list[int]:
+    def generate(
+        self, ids, max_new_tokens: int, backend: str = "numpy", on_token=None
+    ) -> list[int]:
         """Greedy continuation of ``ids``: up to ``max_new_tokens`` new ids (argmax
         each step), ending early after ``<|im_end|>`` (id 2, included).
+
+        ``on_token(token, cache)``, when given, is called as each new id is chosen,
+        with the cache that holds the keys and values of every token before it (a
+        ``NumpyCache`` or a ``smollm2_kernels.PagedKernelCache``): to print the text as
+        it comes, or to look at where the cache lives.
 
         ``backend="numpy"``: the prompt and each new token through
         ``attention.core``. ``"kernels"``: the prompt through
@@ -248,6 +255,8 @@ class SmolLM2:
             raise TypeError(f"max_new_tokens must be an int, got {max_new_tokens!r}")
         if max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        if on_token is not None and not callable(on_token):
+            raise TypeError(f"on_token must be callable, got {on_token!r}")
         ids = self._ids(ids)
         if not ids:
             raise ValueError("ids must hold at least one token (the prompt)")
@@ -268,6 +277,8 @@ class SmolLM2:
             h, cache, _ = self.forward(step, cache)
             token = int(np.argmax(self.head(h[-1:])[0]))
             new.append(token)
+            if on_token is not None:
+                on_token(token, cache)
             if token == self.eos_id:
                 break
             step = [token]

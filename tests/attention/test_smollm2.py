@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from attention import pretrained
-from attention.pretrained import smollm2, smollm2_weights
+from attention.pretrained import smollm2, smollm2_kernels, smollm2_weights
 
 # One worker loads the model and the reference once (about 25 s), and starts early.
 pytestmark = [pytest.mark.xdist_group("smollm2"), pytest.mark.slow]
@@ -296,3 +296,23 @@ def test_missing_wheel_names_it(monkeypatch, tmp_path):
     monkeypatch.setenv(smollm2_weights.CACHE_ENV, str(tmp_path))
     assert smollm2_weights.cache_dir().parent == tmp_path
     assert smollm2_weights.cache_dir().name.startswith("smollm2-b179c9523d0e")
+
+
+def test_generate_calls_on_token_as_each_token_comes(smol):
+    """``on_token(token, cache)`` sees each new id in order, with the cache of every
+    token before it: the kernels' paged cache keeps its pages in a block table."""
+    ids = smol.encode("The capital of France is")
+    seen = []
+
+    def keep(token, cache):
+        seen.append((token, cache.length, list(getattr(cache, "table", []))))
+
+    new = smol.generate(ids, 3, on_token=keep)
+    assert [t for t, _, _ in seen] == new
+    assert [n for _, n, _ in seen] == [len(ids) + i for i in range(len(new))]
+    seen.clear()
+    assert smol.generate(ids, 2, backend="kernels", on_token=keep) == new[:2]
+    (_, n, table), _ = seen
+    assert n == len(ids) and len(table) == -(-n // smollm2_kernels.PAGE_SIZE)
+    with pytest.raises(TypeError, match="on_token"):
+        smol.generate(ids, 1, on_token="print")

