@@ -28,8 +28,9 @@ Mods
     ``document_mask(document_ids)``, ``prefix_lm(prefix_length)``, ``dense_mask(mask)``,
     ``and_masks``, ``or_masks``, ``softcap(cap)``, ``alibi(slopes)`` (``kernels.flex.
     mods``: each carries its numbers/tensors, a closed-form tile classifier, and for
-    score mods the exact derivative; a user's own score mod is differentiated by a
-    central difference in fp32).
+    score mods the exact derivative; softcap's tanh and its derivative keep a few ulps
+    relative at every cap; a user's own score mod is differentiated by a central
+    difference in fp32).
 Shapes
     q (B, H_q, N_q, d); k (B, H_kv, N_k, d); v (B, H_kv, N_k, d_v), d and d_v in
     1 ... 256, independent (DeepSeek MLA prefill: 192 / 128), padded to powers of two
