@@ -51,7 +51,9 @@ NaN and inf
 Tiles
     The kernel tile is the shipped table's (``kernels.flex.tiles``) capped by the block
     mask's BLOCK_SIZE (powers of two >= 16, so the kernel tile divides the mask tile).
-    Under the Triton interpreter: 64 x 64 capped the same way.
+    Under the Triton interpreter: 64 x 64 capped the same way. A BLOCK_SIZE past the
+    sequence is walked only as far as the sequence (rounded up to a power of two):
+    the work follows N, not BLOCK_SIZE.
 Dtypes and devices
     float16, bfloat16, float32 (IEEE fp32 dots); fp32 accumulation. CUDA sm_75 ...
     sm_90 (``python -m kernels.flex.compile_check`` compiles causal, window,
