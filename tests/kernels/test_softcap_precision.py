@@ -19,12 +19,17 @@ import triton
 import triton.language as tl
 
 from kernels import runtime
-from kernels.decode import attention_with_kvcache
-from kernels.decode.blocks import _tanh as decode_tanh
-from kernels.flex import create_block_mask, flex_attention, sliding_window, softcap
-from kernels.flex.mods import _tanh as flex_tanh
+from kernels.decode import attention_with_kvcache, blocks
+from kernels.flex import (
+    create_block_mask,
+    flex_attention,
+    mods,
+    sliding_window,
+    softcap,
+)
 
 CAPS = [1.0, 30.0, 50.0, 1e3, 1e6]
+FLEX_TANH, DECODE_TANH = mods._tanh, blocks._tanh  # each family's own helper
 TOL = 1e-5
 U32 = 2.0**-24
 
@@ -33,8 +38,8 @@ U32 = 2.0**-24
 def _tanh_kernel(x_ptr, flex_ptr, decode_ptr, N: tl.constexpr):
     offs = tl.arange(0, N)
     x = tl.load(x_ptr + offs)
-    tl.store(flex_ptr + offs, flex_tanh(x))
-    tl.store(decode_ptr + offs, decode_tanh(x))
+    tl.store(flex_ptr + offs, FLEX_TANH(x))
+    tl.store(decode_ptr + offs, DECODE_TANH(x))
 
 
 def _points() -> torch.Tensor:
