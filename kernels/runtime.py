@@ -152,9 +152,74 @@ def _skip_nested_repatch() -> None:
     interpreter._patch_lang = spared
 
 
+def _bf16_bits(data):
+    """The bfloat16 bit patterns (uint16) of ``data`` rounded to the nearest, ties to
+    even, as a GPU's ``cvt.rn.bf16.f32`` rounds. fp32 by its bits: add 0x7FFF plus the
+    kept part's lowest bit, drop the low 16 (a carry runs into the exponent: the
+    largest values round to inf; subnormals round like any other value); a NaN stays
+    NaN (its top bits, quiet bit set). Anything else (fp64, integers) through fp64 and
+    torch's own cast."""
+    import numpy as np
+
+    data = np.asarray(data)
+    if data.dtype != np.float32:
+        wide = torch.from_numpy(np.ascontiguousarray(data, dtype=np.float64))
+        return wide.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    bits = np.ascontiguousarray(data).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    rounded = np.where(np.isnan(data), (bits >> 16) | 0x40, rounded)
+    return rounded.astype(np.uint16).reshape(data.shape)
+
+
+def _round_bf16_casts() -> None:
+    """Make the interpreter's casts to bfloat16 round to the nearest, ties to even, as
+    a GPU's do.
+
+    Triton 3.4-3.7's interpreter casts fp32 to bf16 by dropping the low 16 bits
+    (``_convert_float`` with no rounding mode), so every bf16 output on a CPU sat up to
+    an ulp nearer zero than the GPU's; ``fp_downcast_rounding="rtne"`` takes the same
+    path (nearest-even is the default, the plain cast); and fp64 or integers cast to
+    bf16 came out as raw integer bits. Here ``InterpreterBuilder.cast_impl`` (which the
+    interpreter's fp-truncating and int-to-float casts call) rounds every cast to bf16
+    from fp32, fp64 or an integer with ``_bf16_bits``; other casts (fp16 from fp32 is
+    NumPy's, already to nearest; fp8; explicit ``rtz``, which truncates as a GPU does)
+    are untouched. Applied only where the interpreter has that method and a probe
+    finds it truncating, so a Triton that rounds is left alone. Compiled kernels are
+    not touched.
+    """
+    try:
+        import numpy as np
+        import triton.language as tl
+        from triton.runtime import interpreter
+    except ImportError:  # pragma: no cover - triton is pinned on Linux
+        return
+    builder = getattr(interpreter, "InterpreterBuilder", None)
+    handle = getattr(interpreter, "TensorHandle", None)
+    cast = getattr(builder, "cast_impl", None)
+    if cast is None or handle is None or getattr(cast, "_rounded", False):
+        return
+    try:  # 1 + 2^-8 + 2^-9 is above the tie: nearest is 1 + 2^-7, truncation 1
+        probe = handle(np.array([1.0 + 2**-8 + 2**-9], dtype=np.float32), tl.float32)
+        got = np.asarray(cast(None, probe, tl.bfloat16).data).view(np.uint16)
+        if int(got.reshape(-1)[0]) == 0x3F81:
+            return  # rounds already
+    except Exception:  # an interpreter laid out otherwise: round all the same
+        pass
+
+    def rounded(self, src, dst_type):
+        dst, s = dst_type.scalar, src.dtype.scalar
+        if dst == tl.bfloat16 and (s.is_fp32() or s.is_fp64() or s.is_int()):
+            return handle(_bf16_bits(src.data), dst)
+        return cast(self, src, dst_type)
+
+    rounded._rounded = True
+    builder.cast_impl = rounded
+
+
 if INTERPRET:
     _mend_interpreter_index()
     _skip_nested_repatch()
+    _round_bf16_casts()
 
 
 def compile_ahead(module: str, name: str) -> None:

@@ -47,9 +47,10 @@ Algorithm
     BLOCK_N tiles, each found through the block table (one entry per tile when
     BLOCK_N divides the page size, else one per key), with the online softmax of
     :mod:`kernels.flash` in base 2 (exp2, log2(e) folded into the scale; softcap and
-    ALiBi in base 2 too), and writes a normalised partial output o_s and its
-    log-sum-exp lse_s in fp32. Split 0 starts from the sink (m = sink, l = 1).
-    Kernel 2 (``blocks._decode_merge``), one program per (sequence, head, token,
+    ALiBi in base 2 too; the softcap's tanh keeps a few ulps relative at every cap,
+    a series where e^(-2|x|) would cancel), and writes a normalised partial output
+    o_s and its log-sum-exp lse_s in fp32. Split 0 starts from the sink (m = sink,
+    l = 1). Kernel 2 (``blocks._decode_merge``), one program per (sequence, head, token,
     128 columns): o = sum_s exp(lse_s - lse) o_s with lse = log sum_s exp(lse_s), the
     merge rule of chapter 2's online softmax applied across programs (FlashDecoding).
     With one split kernel 1 writes the output directly and there is no merge.

@@ -28,8 +28,9 @@ Mods
     ``document_mask(document_ids)``, ``prefix_lm(prefix_length)``, ``dense_mask(mask)``,
     ``and_masks``, ``or_masks``, ``softcap(cap)``, ``alibi(slopes)`` (``kernels.flex.
     mods``: each carries its numbers/tensors, a closed-form tile classifier, and for
-    score mods the exact derivative; a user's own score mod is differentiated by a
-    central difference in fp32).
+    score mods the exact derivative; softcap's tanh and its derivative keep a few ulps
+    relative at every cap; a user's own score mod is differentiated by a central
+    difference in fp32).
 Shapes
     q (B, H_q, N_q, d); k (B, H_kv, N_k, d); v (B, H_kv, N_k, d_v), d and d_v in
     1 ... 256, independent (DeepSeek MLA prefill: 192 / 128), padded to powers of two
@@ -50,7 +51,9 @@ NaN and inf
 Tiles
     The kernel tile is the shipped table's (``kernels.flex.tiles``) capped by the block
     mask's BLOCK_SIZE (powers of two >= 16, so the kernel tile divides the mask tile).
-    Under the Triton interpreter: 64 x 64 capped the same way.
+    Under the Triton interpreter: 64 x 64 capped the same way. A BLOCK_SIZE past the
+    sequence is walked only as far as the sequence (rounded up to a power of two):
+    the work follows N, not BLOCK_SIZE.
 Dtypes and devices
     float16, bfloat16, float32 (IEEE fp32 dots); fp32 accumulation. CUDA sm_75 ...
     sm_90 (``python -m kernels.flex.compile_check`` compiles causal, window,

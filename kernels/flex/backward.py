@@ -25,7 +25,7 @@ from .. import runtime
 from ..common import LOG2E_JIT, dot_precision, upcast
 from ..flash import finite_dot, load_tile
 from .backward_dq import _flex_dq, _score_and_grad
-from .forward import launch_flags, mask_strides
+from .forward import launch_flags, mask_strides, walk_sizes
 
 
 @triton.jit
@@ -348,7 +348,6 @@ def backward(do, q, k, v, o, lse2, dlse, scale, block_mask, mask_pack, score_pac
     N_q) float32 (the sinks' gradient is built from it)."""
     B, H, N_q, d = q.shape
     H_kv, N_k, dv_dim = k.shape[1], k.shape[2], v.shape[-1]
-    SQ, SK = block_mask.BLOCK_SIZE
     delta = (do.float() * o.float()).sum(-1)
     if dlse is not None:
         delta = delta - dlse.float()
@@ -379,8 +378,6 @@ def backward(do, q, k, v, o, lse2, dlse, scale, block_mask, mask_pack, score_pac
         HAS_GRAD=has_grad,
         UPCAST=upcast(q.dtype, q.device),
         DOT_PRECISION=dot_precision(q.dtype),
-        SQ=SQ,
-        SK=SK,
     )
     dq = torch.empty_like(q)
     dk = torch.empty_like(k)
@@ -464,12 +461,15 @@ def backward(do, q, k, v, o, lse2, dlse, scale, block_mask, mask_pack, score_pac
         sfx = "-shield" if shield else ""
         (bm, bn, w, st), bd, bdv = launch_flags(q, v, block_mask, "dkdv" + sfx)
         even_d = (d == bd) and (dv_dim == bdv)
+        SQ, SK = walk_sizes(block_mask, N_q, N_k, bm, bn)
         _flex_dkdv[(triton.cdiv(N_k, bn), B * H_kv)](
             *dkdv_args,
             BLOCK_D=bd,
             BLOCK_DV=bdv,
             BLOCK_M=bm,
             BLOCK_N=bn,
+            SQ=SQ,
+            SK=SK,
             EVEN_M=N_q % SQ == 0,
             EVEN_N=N_k % bn == 0,
             EVEN_D=even_d,
@@ -479,12 +479,15 @@ def backward(do, q, k, v, o, lse2, dlse, scale, block_mask, mask_pack, score_pac
             **flags,
         )
         (bm, bn, w, st), bd, bdv = launch_flags(q, v, block_mask, "dq" + sfx)
+        SQ, SK = walk_sizes(block_mask, N_q, N_k, bm, bn)
         _flex_dq[(triton.cdiv(N_q, bm), B * H)](
             *dq_args,
             BLOCK_D=bd,
             BLOCK_DV=bdv,
             BLOCK_M=bm,
             BLOCK_N=bn,
+            SQ=SQ,
+            SK=SK,
             EVEN_M=N_q % bm == 0,
             EVEN_N=N_k % SK == 0,
             EVEN_D=even_d,

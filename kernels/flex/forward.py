@@ -312,13 +312,25 @@ def launch_flags(q, v, block_mask, kernel: str):
     return tile, bd, bdv
 
 
+def walk_sizes(block_mask, N_q: int, N_k: int, bm: int, bn: int) -> tuple[int, int]:
+    """The (SQ, SK) a launch with tile (bm, bn) walks: BLOCK_SIZE, or, on a side where
+    one mask tile holds the whole sequence, the sequence's length rounded up to a power
+    of two (at least the tile), so that the kernels step over the queries and keys
+    there are, not BLOCK_SIZE // BLOCK_N steps of a tile holding 30 keys. The same
+    visits: that side has one mask tile, at 0, and every row or column index
+    (position // size) stays 0."""
+    SQ, SK = block_mask.BLOCK_SIZE
+    sq = min(SQ, max(bm, triton.next_power_of_2(max(N_q, 1))))
+    sk = min(SK, max(bn, triton.next_power_of_2(max(N_k, 1))))
+    return sq, sk
+
+
 def forward(q, k, v, scale, block_mask, mask_pack, score_pack, sinks):
     """o (B, H, N_q, d_v) in q's dtype and the base-2 lse (B, H, N_q) float32: the
     main launch, then (when the block mask has partial tiles) the NaN/inf launch, whose
     programs stop at once unless V holds NaN/inf."""
     B, H, N_q, d = q.shape
     H_kv, N_k, dv = k.shape[1], k.shape[2], v.shape[-1]
-    SQ, SK = block_mask.BLOCK_SIZE
     o = torch.empty((B, H, N_q, dv), dtype=q.dtype, device=q.device)
     lse2 = torch.empty((B, H, N_q), dtype=torch.float32, device=q.device)
     mask_fn, mi, mf = mask_pack
@@ -367,6 +379,7 @@ def forward(q, k, v, scale, block_mask, mask_pack, score_pack, sinks):
             break  # on the CPU the flag is read on the host: no device to wait for
         kernel = "fwd-shield" if shield else "fwd"
         (bm, bn, warps, stages), bd, bdv = launch_flags(q, v, block_mask, kernel)
+        SQ, SK = walk_sizes(block_mask, N_q, N_k, bm, bn)
         _flex_fwd[(triton.cdiv(N_q, bm), B * H)](
             *args,
             MASK_FN=mask_fn,

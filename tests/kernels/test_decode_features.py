@@ -7,9 +7,9 @@ c tanh(s / c), minus slope |i - j|, hidden outside i - left <= j <= i + right (r
 0 under causal) and past the length; a sink adds exp(sink) to the denominator (lse
 includes it; a row with no key gets 0 and lse = sink, the twin's rule); out = P V
 (V = cache * v_descale). Tolerance: test_decode's bound with the score error e_s
-grown by the transforms' fp32 rounding (tanh through one exp2 and a division: 4 u32
-of the cap; the bias and the base-2 conversion: 4 u32 of the largest |score|) and the
-descales' rounding (u32 relative each).
+grown by the transforms' fp32 rounding (the tanh is relative to a few ulps at every
+cap: 4 u32 of the largest capped |score|; the bias and the base-2 conversion: 4 u32 of
+the largest |score|) and the descales' rounding (u32 relative each).
 """
 
 import math
@@ -69,7 +69,7 @@ def reference(q, ks, vs, lens, causal, window, cap, slopes, sinks, u, scale=None
         )
         if cap > 0:
             s = cap * torch.tanh(s / cap)
-            e_s = e_s + 4 * cap * U32
+            e_s = e_s + 4 * U32 * s.abs().amax(-1)
         i = torch.arange(L - n_q, L)[:, None]
         j = torch.arange(L)[None, :]
         if slopes is not None:

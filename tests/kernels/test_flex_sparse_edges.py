@@ -1,13 +1,24 @@
 """Issue 50, the kernel side: block masks of per-head and per-batch mods that torch
 broadcasts (item 2), ``BlockMask.sparsity`` beside PyTorch's own (item 13),
-``topk_tokens`` on float64 scores (item 8) and the meta device (item 10)."""
+``topk_tokens`` on float64 scores (item 8), the meta device (item 10) and block sizes
+far past the sequence (item 5)."""
 
 from __future__ import annotations
+
+import math
+import time
 
 import pytest
 import torch
 
-from kernels.flex import and_masks, create_block_mask, dense_mask, document_mask
+from kernels.flex import (
+    and_masks,
+    causal_mask,
+    create_block_mask,
+    dense_mask,
+    document_mask,
+    flex_attention,
+)
 
 N, BS = 40, 16
 
@@ -163,3 +174,37 @@ def test_the_meta_device_is_refused_by_name():
     ):
         with pytest.raises(ValueError, match=rf"^{name} must be on a CPU or CUDA"):
             call()
+
+
+# ---------------------------------------------------------------------------------
+# 5. A block size far past the sequence: the kernels walk the keys (and, in the dK/dV
+#    pass, the queries) there are, not BLOCK_SIZE // BLOCK_N steps of a tile that
+#    holds 30 keys (2^20 at N = 30 took ~100 s under the interpreter)
+# ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "block_size", [2**20, (16, 2**20), (2**20, 16)], ids=["both", "keys", "queries"]
+)
+def test_a_block_size_far_past_the_sequence_costs_what_the_sequence_costs(block_size):
+    n = 30
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, 2, n, 16, generator=g).requires_grad_() for _ in "qkv")
+    start = time.perf_counter()
+    bm = create_block_mask(causal_mask, None, None, n, n, BLOCK_SIZE=block_size)
+    o, lse = flex_attention(q, k, v, block_mask=bm, return_lse=True)
+    do = torch.randn(o.shape, generator=g)
+    got = torch.autograd.grad((o * do).sum() + lse.sum(), (q, k, v))
+    took = time.perf_counter() - start
+    assert took < 10.0, took  # ~0.3 s; a walk of BLOCK_SIZE takes minutes
+    qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
+    s = (qd @ kd.transpose(-1, -2) / math.sqrt(16)).masked_fill(
+        ~torch.ones(n, n, dtype=torch.bool).tril(), -math.inf
+    )
+    rl = torch.logsumexp(s, -1)
+    ro = torch.softmax(s, -1) @ vd
+    assert (o.double() - ro).abs().max() < 2e-5
+    assert (lse.double() - rl).abs().max() < 2e-5
+    want = torch.autograd.grad((ro * do).sum() + rl.sum(), (qd, kd, vd))
+    for name, a, b in zip("qkv", got, want):
+        assert (a.double() - b).abs().max() < 2e-5, name
