@@ -10,6 +10,7 @@ import triton
 import triton.language as tl
 
 from ..common import LN2_JIT
+from ..flex.mods import tanh  # the softcap's accurate tanh, one for both families
 
 
 @triton.jit
@@ -50,23 +51,6 @@ def _kv_offsets(
 
 
 @triton.jit
-def _tanh(x):
-    """tanh in fp32 to a few ulps relative at every x, from one exp2 (no libdevice
-    call: the interpreter runs it too; kernels.flex's twin): odd, and tanh|x| = (1 - t)
-    / (1 + t) with t = e^(-2|x|) <= 1 (+-1 at +-inf, no overflow); below |x| = 0.3,
-    where 1 - t would cancel (a cap far above the scores), the series to x^9. NaN stays
-    NaN."""
-    a = tl.abs(x)
-    t = tl.exp2(a * -2.8853900817779268)  # e^(-2|x|): 2 log2(e)
-    far = (1.0 - t) / (1.0 + t)
-    s = tl.minimum(a, 0.3)  # the series only where it is used (no overflow in s^2)
-    s2 = s * s
-    near = s * (1.0 + s2 * (-1 / 3 + s2 * (2 / 15 + s2 * (-17 / 315 + s2 * 62 / 2835))))
-    y = tl.where(a < 0.3, near, far)
-    return tl.where(x < 0, -y, y)
-
-
-@triton.jit
 def _scores(
     qk,
     qk_scale,
@@ -90,7 +74,7 @@ def _scores(
     Returns (s, visible); visible is None-free: all True when not MASKED."""
     s = qk * qk_scale
     if HAS_SOFTCAP:
-        s = cap2 * _tanh(s / cap2)
+        s = cap2 * tanh(s / cap2)
     if HAS_ALIBI:
         dist = tl.abs(pos[:, None] - offs_n[None, :]).to(tl.float32)
         s = s - slope2[:, None] * dist

@@ -52,6 +52,7 @@ __all__ = [
     "prefix_lm",
     "sliding_window",
     "softcap",
+    "tanh",
 ]
 
 
@@ -105,10 +106,12 @@ def _dense_leaf(b, h, q_idx, kv_idx, MI, MF, SI: tl.constexpr, SF: tl.constexpr)
 
 
 @triton.jit
-def _tanh(x):
-    # tanh in fp32 to a few ulps relative at every x (kernels.decode's twin): odd, and
-    # tanh|x| = (1 - t) / (1 + t) with t = e^(-2|x|) <= 1 (+-1 at +-inf, no overflow);
-    # below |x| = 0.3, where 1 - t would cancel, the series to x^9. NaN stays NaN.
+def tanh(x):
+    """tanh in fp32 to a few ulps relative at every x, from one exp2 (no libdevice
+    call: the interpreter runs it too), the softcap of flex's mods and of
+    ``kernels.decode``: odd, and tanh|x| = (1 - t) / (1 + t) with t = e^(-2|x|) <= 1
+    (+-1 at +-inf, no overflow); below |x| = 0.3, where 1 - t would cancel (a cap far
+    above the scores), the series to x^9. NaN stays NaN."""
     a = tl.abs(x)
     t = tl.exp2(a * -2.8853900817779268)  # e^(-2|x|): 2 log2(e)
     far = (1.0 - t) / (1.0 + t)
@@ -124,7 +127,7 @@ def _softcap_leaf(
     score, b, h, q_idx, kv_idx, MI, MF, SI: tl.constexpr, SF: tl.constexpr
 ):
     cap = tl.load(MF + SF)
-    return cap * _tanh(score / cap)
+    return cap * tanh(score / cap)
 
 
 @triton.jit
@@ -134,7 +137,7 @@ def _softcap_grad(
     # 1 - tanh^2 from the accurate tanh (the compiler shares it with the leaf's):
     # relative where the derivative is near 1, within 2^-23 where it is not (4t / (1 +
     # t)^2, relative there too, spilled registers in the backward on sm_80-90)
-    t = _tanh(score / tl.load(MF + SF))
+    t = tanh(score / tl.load(MF + SF))
     return 1.0 - t * t
 
 
