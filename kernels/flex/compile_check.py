@@ -11,7 +11,9 @@ CPU, at their shipped tiles, and check shared memory and register spills.
 Instantiations (each a different kernel: the mods are compile-time functions):
 ``causal`` (``causal_mask``), ``window`` (``sliding_window(4096)``), ``document``
 (``and_masks(causal_mask, document_mask(ids))``) and ``softcap-sink``
-(``causal_mask`` with ``softcap(50)`` and per-head sinks: Gemma 2 / gpt-oss). For each
+(``causal_mask`` with ``softcap(50)`` and per-head sinks: Gemma 2 / gpt-oss) and
+``user-score`` (``causal_mask`` with a user's bare score mod: the backward's five-point
+difference). For each
 kernel (``fwd``, ``dkdv``, ``dq``), head dims (d, d_v) in (64, 64), (128, 128) and
 (192, 128) (DeepSeek MLA's prefill), dtypes fp16 (tensor cores; FMA on sm_75) and
 fp32 (FMA), the shipped tile of ``kernels.flex.tiles.configs`` at a 128 x 128 block
@@ -44,6 +46,8 @@ from kernels import runtime
 runtime.compile_ahead("kernels.flex.compile_check", __name__)
 
 import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 from kernels.common import dot_precision  # noqa: E402
 from kernels.flex import (  # noqa: E402
@@ -86,7 +90,15 @@ QUICK = (
     ("fwd", "softcap-sink", "sm80", (64, 64), "fp16"),
     ("dq", "window", "sm89", (64, 64), "fp16"),
     ("dkdv", "document", "sm75", (64, 64), "fp16"),
+    ("dq", "user-score", "sm90", (128, 128), "fp16"),
 )
+
+
+@triton.jit
+def user_bias(score, b, h, q_idx, kv_idx):
+    """A user's own score mod without its derivative (a T5-like bias): the backward's
+    five-point difference, four more calls of the mod per score."""
+    return score - 0.05 * tl.abs(q_idx - kv_idx).to(tl.float32)
 
 
 def instantiation(name: str, n: int = N):
@@ -103,13 +115,18 @@ def instantiation(name: str, n: int = N):
         )
     if name == "softcap-sink":
         return causal_mask, softcap(50.0), True
-    raise ValueError("instantiation must be causal, window, document or softcap-sink")
+    if name == "user-score":
+        return causal_mask, user_bias, False
+    raise ValueError(
+        "instantiation must be causal, window, document, softcap-sink or user-score"
+    )
 
 
 def _values(kernel, name, dims, dtype, config, n=N):
     mask, score, sinks = instantiation(name, n)
     mfn = mods.pack(mask, "cpu")[0]
     has_score = score is not None
+    score = mods.as_mod(score, "score", "score_mod") if has_score else None
     sfn, gfn = (mods.pack(score, "cpu")[0::3]) if has_score else (mfn, None)
     d, dv = dims
     bd, bdv = tiles.block_d(d), tiles.block_d(dv)
@@ -237,7 +254,7 @@ def plan(quick: bool, targets=None, kernels=None):
     return [
         (k, name, t, dims, dt)
         for t in targets or TARGETS
-        for name in ("causal", "window", "document", "softcap-sink")
+        for name in ("causal", "window", "document", "softcap-sink", "user-score")
         for k in kernels or ALL_KERNELS
         for dims in HEAD_DIMS
         for dt in DTYPES

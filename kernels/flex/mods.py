@@ -21,10 +21,17 @@ value, so one compiled kernel serves every length and parameter. Generated funct
 are registered in ``linecache`` so Triton (and ``inspect``) can read their source.
 
 Score mods and the backward: a ready-made score mod carries its exact derivative
-d score'/d score (``grad``); a user's own score mod is differentiated by a central
-difference in fp32 inside the backward kernels (step 2^-7 * max(1, |score|)): exact up
-to rounding (relative error ~ 1e-5) for mods affine in the score (biases: relative
-position, ALiBi-like), O(step^2 * f''') otherwise.
+d score'/d score (``grad``), and so does a user's mod wrapped by
+``score_mod_with_grad(score_mod, grad)``. A user's bare score mod is differentiated by
+a five-point difference in fp32 inside the backward kernels (four more calls of the
+mod per score), step 2^-5 times the power of two of max(1, |score|, |mod(score) -
+score|): what the mod adds sets the scale too, so a large bias is not lost to
+rounding. It is exact up to rounding for mods affine in the score (biases: relative
+position, ALiBi-like, ``score + 1000``: dq, dk within 4x PyTorch's own fp32 error);
+for a curved mod (a user-written softcap at cap 2) the rounding of the mod's value
+over the step leaves dq and dk about 13x PyTorch's fp32 error (4e-6 relative), against
+1.5-2x with the derivative carried. ``tests/kernels/test_flex_user_grad.py`` measures
+these.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ __all__ = [
     "or_masks",
     "pack",
     "prefix_lm",
+    "score_mod_with_grad",
     "sliding_window",
     "softcap",
     "tanh",
@@ -435,6 +443,29 @@ def softcap(cap) -> Mod:
     )
 
 
+def score_mod_with_grad(score_mod, grad) -> Mod:
+    """A user's score mod that carries its exact derivative, as the ready-made ones
+    do: ``score_mod(score, b, h, q_idx, kv_idx)`` and ``grad(score, b, h, q_idx,
+    kv_idx)`` = d score_mod / d score, both ``@triton.jit`` with torch's signature.
+    The backward then calls ``grad`` instead of taking a five-point difference (whose
+    fp32 rounding puts dq and dk of a curved mod at ~13x PyTorch's own fp32 error: see
+    the module's docstring). ``grad`` is trusted, not checked: a wrong derivative
+    gives wrong gradients."""
+    for name, fn in (("score_mod", score_mod), ("grad", grad)):
+        if not (isinstance(fn, triton.runtime.JITFunction) or hasattr(fn, "arg_names")):
+            raise TypeError(
+                f"{name} must be a @triton.jit function, got {type(fn).__name__}"
+            )
+        args = list(getattr(fn, "arg_names", []))
+        if len(args) != 5:
+            got = ", ".join(args)
+            raise TypeError(
+                f"{name} must take (score, b, h, q_idx, kv_idx), got ({got})"
+            )
+    fn_name = getattr(getattr(score_mod, "fn", score_mod), "__name__", "mod")
+    return Mod("score", f"{fn_name} (with its grad)", score_mod, user=True, grad=grad)
+
+
 def alibi(slopes) -> Mod:
     """ALiBi: score -> score + slopes[h] * (kv_idx - q_idx); ``slopes`` (H_q,) real."""
     s = check_tensor("slopes", slopes)
@@ -558,6 +589,7 @@ def _pack(mod: Mod, device) -> tuple:
     fn = _generate(mod)
     out = (fn, mi.to(device), mf.to(device))
     if mod.kind == "score":
-        grad = None if any(leaf.user for leaf in mod.leaves()) else _generate(mod, True)
+        numeric = any(leaf.grad is None for leaf in mod.leaves())
+        grad = None if numeric else _generate(mod, True)
         out = out + (grad,)
     return out
