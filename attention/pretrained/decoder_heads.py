@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from attention.checks import check_int
+
 
 def repeated_sequences(
     n_seq: int, length: int, seed: int, low: int, high: int, bos: int | None = None
@@ -36,9 +38,11 @@ def repeated_sequences(
 
     The ids are drawn independently and uniformly from ``low .. high - 1``
     (``np.random.default_rng(seed).integers(low, high)``), with replacement."""
-    if n_seq < 1 or length < 2:
-        raise ValueError(f"need n_seq >= 1 and length >= 2, got {n_seq}, {length}")
-    if not 0 <= low < high:
+    n_seq, length = check_int("n_seq", n_seq, 1), check_int("length", length, 2)
+    seed, low = check_int("seed", seed, 0), check_int("low", low, 0)
+    high = check_int("high", high, 1)
+    bos = None if bos is None else check_int("bos", bos, 0)
+    if not low < high:
         raise ValueError(f"need 0 <= low < high, got low={low}, high={high}")
     first = np.random.default_rng(seed).integers(low, high, size=(n_seq, length))
     seqs = np.concatenate([first, first], axis=1)  # (n_seq, 2 length)
@@ -62,6 +66,7 @@ def induction_scores(maps, length: int) -> np.ndarray:
     repeated sequence whose two copies of ``length`` tokens are its last 2 length
     positions (anything before them, a BOS, is the start s = N - 2 length)."""
     p = _maps(maps)
+    length = check_int("length", length, 1)
     n = p.shape[-1]
     start = n - 2 * length
     if length < 1 or start < 0:
@@ -89,7 +94,10 @@ def copy_losses(losses, length: int) -> tuple[np.ndarray, np.ndarray]:
     t is the loss of token t + 1) split into the two copies: (first, second), each
     (..., length - 1), the losses of tokens 1..L-1 of each copy. The first token of
     each copy is left out: nothing before it predicts it."""
+    length = check_int("length", length, 2)
     loss = np.asarray(losses, dtype=np.float64)
+    if loss.ndim < 1:
+        raise ValueError("losses must have a last axis of N - 1 per-token losses")
     n = loss.shape[-1] + 1
     start = n - 2 * length
     if length < 2 or start < 0:
@@ -104,8 +112,12 @@ def measure(model, seqs, length: int) -> dict:
     """Every statistic over the rows of ``seqs`` (n_seq, N), one forward pass each:
     {"induction", "previous", "sink": (n_seq, layers, heads), "loss": (n_seq, N - 1)
     per-token losses in nats}."""
+    length = check_int("length", length, 2)
+    seqs = np.asarray(seqs)
+    if seqs.ndim != 2 or seqs.shape[0] < 1:
+        raise ValueError(f"seqs must be (n_seq, N) with n_seq >= 1, got {seqs.shape}")
     out: dict = {"induction": [], "previous": [], "sink": [], "loss": []}
-    for ids in np.asarray(seqs):
+    for ids in seqs:
         h, _, maps = model.forward(ids, weights=True)
         z = model.head(h)[:-1].astype(np.float64)  # (N - 1, vocab)
         m = z.max(-1)

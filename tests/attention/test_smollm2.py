@@ -316,3 +316,52 @@ def test_generate_calls_on_token_as_each_token_comes(smol):
     assert n == len(ids) and len(table) == -(-n // smollm2_kernels.PAGE_SIZE)
     with pytest.raises(TypeError, match="on_token"):
         smol.generate(ids, 1, on_token="print")
+
+
+def test_bad_arguments_get_named_errors(smol, tmp_path):
+    # ids: integers in one dimension (a float id would be truncated, a bool read as
+    # 0/1, a batch flattened into one sequence: each a quiet wrong token before)
+    for bad, err, what in (
+        ([1.7, 2.2], TypeError, "integers"),
+        ([True, False], TypeError, "integers"),
+        ([[1, 2], [3, 4]], ValueError, "1-D"),
+        (None, TypeError, "token ids"),
+    ):
+        with pytest.raises(err, match=what):
+            smol.logits(bad)
+    assert smol.logits([]).shape == (0, smol.vocab_size)  # empty: the right answer
+    with pytest.raises(TypeError, match="text must be a str"):
+        smol.tokens(5)
+    with pytest.raises(TypeError, match="weights must be a bool"):
+        smol.forward([1, 2], weights="yes")
+    with pytest.raises(TypeError, match="cache must be"):
+        smol.forward([1, 2], cache=5)
+    with pytest.raises(ValueError, match="context of 8,192"):
+        smol.generate([1], 10**12, backend="kernels")  # not a MemoryError
+    with pytest.raises(TypeError, match="weights must be a dict"):
+        smol.variant(weights=5)
+    with pytest.raises(ValueError, match="lacks"):
+        smol.variant(weights={"token_embd.weight": smol.weights["token_embd.weight"]})
+    with pytest.raises(TypeError, match="rotary must be callable"):
+        smol.variant(rotary=3)
+    with pytest.raises(TypeError, match="cache must be a path"):
+        pretrained.load_smollm2(cache=5)
+    with pytest.raises(FileNotFoundError, match="source"):
+        pretrained.load_smollm2(source=tmp_path / "missing.gguf")
+    with pytest.raises(TypeError, match="capacity must be an int"):
+        smollm2_kernels.PagedKernelCache(30, 3, 64, capacity=8.5)
+    with pytest.raises(ValueError, match="page_size must be >= 1"):
+        smollm2_kernels.PagedKernelCache(30, 3, 64, capacity=8, page_size=0)
+
+
+def test_decoder_head_statistics_refuse_bad_counts():
+    from attention.pretrained import decoder_heads as dh
+
+    with pytest.raises(TypeError, match="n_seq must be an int"):
+        dh.repeated_sequences(2.5, 4, 0, 0, 10)
+    with pytest.raises(TypeError, match="length must be an int"):
+        dh.induction_scores(np.ones((1, 1, 8, 8)), 2.5)
+    with pytest.raises(ValueError, match="low < high"):
+        dh.repeated_sequences(2, 4, 0, 5, 5)
+    with pytest.raises(ValueError, match="seqs must be"):
+        dh.measure(None, np.arange(8), 2)
